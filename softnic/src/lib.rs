@@ -1,0 +1,1 @@
+//! softnic: the NIC process (placeholder).

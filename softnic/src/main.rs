@@ -1,0 +1,2 @@
+//! The softnic command.
+fn main() {}

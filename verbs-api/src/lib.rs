@@ -1,0 +1,1 @@
+//! softnic's verbs client library (placeholder).

@@ -1,0 +1,626 @@
+//! The opcode table: for every BTH opcode softnic speaks, its IBTA name, transport,
+//! operation, position in a message and the extension headers that follow the BTH, in
+//! wire order.
+//!
+//! This is data, not code (the model is `rxe_opcode.c`): parsing, emitting, the requester's
+//! opcode sequencing and the decoder all read the same rows. The opcode byte is split by
+//! IBTA 9.2 into a 3-bit transport prefix (RC 000, UC 001, RD 010, UD 011, CNP 100) and a
+//! 5-bit operation; RD and XRC are not implemented and are parse errors, as are reserved
+//! codes.
+
+use core::fmt;
+
+/// An 8-bit BTH opcode. Any value can be held; [`Opcode::info`] says whether it is known.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Opcode(pub u8);
+
+/// Transport service of an opcode (the top 3 bits, IBTA 9.2 table 38).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// Reliable Connected.
+    Rc,
+    /// Unreliable Connected.
+    Uc,
+    /// Unreliable Datagram.
+    Ud,
+    /// RoCEv2 Congestion Notification Packet (Annex A17.9.3).
+    Cnp,
+}
+
+/// What a packet does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// SEND (optionally with immediate data or invalidate).
+    Send,
+    /// RDMA WRITE.
+    Write,
+    /// RDMA READ request.
+    ReadRequest,
+    /// RDMA READ response.
+    ReadResponse,
+    /// Acknowledge (ACK or NAK).
+    Acknowledge,
+    /// Atomic acknowledge.
+    AtomicAcknowledge,
+    /// Atomic compare and swap.
+    CompareSwap,
+    /// Atomic fetch and add.
+    FetchAdd,
+    /// FLUSH (IBTA 1.5 memory placement extensions).
+    Flush,
+    /// ATOMIC WRITE (IBTA 1.5 memory placement extensions).
+    AtomicWrite,
+    /// Congestion notification.
+    Cnp,
+}
+
+/// Where a packet sits in its message (IBTA 9.4: First, Middle, Last, or Only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Position {
+    /// First packet of a multi-packet message.
+    First,
+    /// A middle packet.
+    Middle,
+    /// Last packet of a multi-packet message.
+    Last,
+    /// The whole message in one packet.
+    Only,
+}
+
+impl Position {
+    /// True for First and Only: this packet starts a message.
+    pub const fn starts(self) -> bool {
+        matches!(self, Position::First | Position::Only)
+    }
+
+    /// True for Last and Only: this packet ends a message.
+    pub const fn ends(self) -> bool {
+        matches!(self, Position::Last | Position::Only)
+    }
+}
+
+/// An extension header that can follow the BTH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Header {
+    /// RDMA Extended Transport Header, 16 bytes.
+    Reth,
+    /// ACK Extended Transport Header, 4 bytes.
+    Aeth,
+    /// Datagram Extended Transport Header, 8 bytes.
+    Deth,
+    /// Immediate data, 4 bytes.
+    ImmDt,
+    /// Invalidate Extended Transport Header, 4 bytes.
+    Ieth,
+    /// Atomic Extended Transport Header, 28 bytes.
+    AtomicEth,
+    /// Atomic ACK Extended Transport Header, 8 bytes.
+    AtomicAckEth,
+    /// Flush Extended Transport Header, 4 bytes.
+    Feth,
+    /// CNP body: 16 reserved bytes.
+    CnpPad,
+}
+
+impl Header {
+    /// Length of the header in bytes.
+    pub const fn size(self) -> usize {
+        match self {
+            Header::Reth => 16,
+            Header::Aeth | Header::ImmDt | Header::Ieth | Header::Feth => 4,
+            Header::Deth | Header::AtomicAckEth => 8,
+            Header::AtomicEth => 28,
+            Header::CnpPad => 16,
+        }
+    }
+}
+
+/// One row of the opcode table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpcodeInfo {
+    /// The opcode value.
+    pub opcode: Opcode,
+    /// IBTA name, as Wireshark and rxe print it (without the transport prefix).
+    pub name: &'static str,
+    /// Transport service.
+    pub transport: Transport,
+    /// Operation.
+    pub operation: Operation,
+    /// Position in its message.
+    pub position: Position,
+    /// Extension headers after the BTH, in wire order.
+    pub headers: &'static [Header],
+    /// Whether the packet may carry payload bytes.
+    pub payload: bool,
+}
+
+impl OpcodeInfo {
+    /// Total length of the extension headers.
+    pub const fn ext_len(&self) -> usize {
+        let mut n = 0;
+        let mut i = 0;
+        while i < self.headers.len() {
+            n += self.headers[i].size();
+            i += 1;
+        }
+        n
+    }
+
+    /// Offset of `h` from the start of the BTH, if this opcode carries it.
+    pub fn offset_of(&self, h: Header) -> Option<usize> {
+        let mut off = crate::bth::HEADER_LEN;
+        for &x in self.headers {
+            if x == h {
+                return Some(off);
+            }
+            off += x.size();
+        }
+        None
+    }
+
+    /// Whether this opcode carries header `h`.
+    pub fn has(&self, h: Header) -> bool {
+        self.headers.contains(&h)
+    }
+
+    /// True for packets sent by a requester (as opposed to responses: ACKs, read
+    /// responses, atomic ACKs; and CNPs, which are neither).
+    pub const fn is_request(&self) -> bool {
+        !matches!(
+            self.operation,
+            Operation::ReadResponse
+                | Operation::Acknowledge
+                | Operation::AtomicAcknowledge
+                | Operation::Cnp
+        )
+    }
+
+    /// True when the packet carries immediate data.
+    pub fn has_immediate(&self) -> bool {
+        self.has(Header::ImmDt)
+    }
+}
+
+use Header::*;
+use Operation as O;
+use Position::*;
+use Transport as T;
+
+macro_rules! row {
+    ($code:expr, $name:expr, $t:expr, $op:expr, $pos:expr, [$($h:expr),*], $payload:expr) => {
+        OpcodeInfo {
+            opcode: Opcode($code),
+            name: $name,
+            transport: $t,
+            operation: $op,
+            position: $pos,
+            headers: &[$($h),*],
+            payload: $payload,
+        }
+    };
+}
+
+/// Every opcode softnic knows, sorted by value. RC and UC rows follow IBTA 9.2 table 38
+/// (and rxe_opcode.c for FLUSH and ATOMIC WRITE); UD follows the same table; the CNP
+/// follows Annex A17.9.3.
+pub const OPCODES: &[OpcodeInfo] = &[
+    // Reliable Connected, 0x00..=0x1D.
+    row!(0x00, "SEND_FIRST", T::Rc, O::Send, First, [], true),
+    row!(0x01, "SEND_MIDDLE", T::Rc, O::Send, Middle, [], true),
+    row!(0x02, "SEND_LAST", T::Rc, O::Send, Last, [], true),
+    row!(
+        0x03,
+        "SEND_LAST_WITH_IMMEDIATE",
+        T::Rc,
+        O::Send,
+        Last,
+        [ImmDt],
+        true
+    ),
+    row!(0x04, "SEND_ONLY", T::Rc, O::Send, Only, [], true),
+    row!(
+        0x05,
+        "SEND_ONLY_WITH_IMMEDIATE",
+        T::Rc,
+        O::Send,
+        Only,
+        [ImmDt],
+        true
+    ),
+    row!(
+        0x06,
+        "RDMA_WRITE_FIRST",
+        T::Rc,
+        O::Write,
+        First,
+        [Reth],
+        true
+    ),
+    row!(0x07, "RDMA_WRITE_MIDDLE", T::Rc, O::Write, Middle, [], true),
+    row!(0x08, "RDMA_WRITE_LAST", T::Rc, O::Write, Last, [], true),
+    row!(
+        0x09,
+        "RDMA_WRITE_LAST_WITH_IMMEDIATE",
+        T::Rc,
+        O::Write,
+        Last,
+        [ImmDt],
+        true
+    ),
+    row!(0x0A, "RDMA_WRITE_ONLY", T::Rc, O::Write, Only, [Reth], true),
+    row!(
+        0x0B,
+        "RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+        T::Rc,
+        O::Write,
+        Only,
+        [Reth, ImmDt],
+        true
+    ),
+    row!(
+        0x0C,
+        "RDMA_READ_REQUEST",
+        T::Rc,
+        O::ReadRequest,
+        Only,
+        [Reth],
+        false
+    ),
+    row!(
+        0x0D,
+        "RDMA_READ_RESPONSE_FIRST",
+        T::Rc,
+        O::ReadResponse,
+        First,
+        [Aeth],
+        true
+    ),
+    row!(
+        0x0E,
+        "RDMA_READ_RESPONSE_MIDDLE",
+        T::Rc,
+        O::ReadResponse,
+        Middle,
+        [],
+        true
+    ),
+    row!(
+        0x0F,
+        "RDMA_READ_RESPONSE_LAST",
+        T::Rc,
+        O::ReadResponse,
+        Last,
+        [Aeth],
+        true
+    ),
+    row!(
+        0x10,
+        "RDMA_READ_RESPONSE_ONLY",
+        T::Rc,
+        O::ReadResponse,
+        Only,
+        [Aeth],
+        true
+    ),
+    row!(
+        0x11,
+        "ACKNOWLEDGE",
+        T::Rc,
+        O::Acknowledge,
+        Only,
+        [Aeth],
+        false
+    ),
+    row!(
+        0x12,
+        "ATOMIC_ACKNOWLEDGE",
+        T::Rc,
+        O::AtomicAcknowledge,
+        Only,
+        [Aeth, AtomicAckEth],
+        false
+    ),
+    row!(
+        0x13,
+        "COMPARE_SWAP",
+        T::Rc,
+        O::CompareSwap,
+        Only,
+        [AtomicEth],
+        false
+    ),
+    row!(
+        0x14,
+        "FETCH_ADD",
+        T::Rc,
+        O::FetchAdd,
+        Only,
+        [AtomicEth],
+        false
+    ),
+    row!(
+        0x16,
+        "SEND_LAST_WITH_INVALIDATE",
+        T::Rc,
+        O::Send,
+        Last,
+        [Ieth],
+        true
+    ),
+    row!(
+        0x17,
+        "SEND_ONLY_WITH_INVALIDATE",
+        T::Rc,
+        O::Send,
+        Only,
+        [Ieth],
+        true
+    ),
+    row!(0x1C, "FLUSH", T::Rc, O::Flush, Only, [Feth, Reth], false),
+    row!(
+        0x1D,
+        "ATOMIC_WRITE",
+        T::Rc,
+        O::AtomicWrite,
+        Only,
+        [Reth],
+        true
+    ),
+    // Unreliable Connected, 0x20..=0x2B.
+    row!(0x20, "SEND_FIRST", T::Uc, O::Send, First, [], true),
+    row!(0x21, "SEND_MIDDLE", T::Uc, O::Send, Middle, [], true),
+    row!(0x22, "SEND_LAST", T::Uc, O::Send, Last, [], true),
+    row!(
+        0x23,
+        "SEND_LAST_WITH_IMMEDIATE",
+        T::Uc,
+        O::Send,
+        Last,
+        [ImmDt],
+        true
+    ),
+    row!(0x24, "SEND_ONLY", T::Uc, O::Send, Only, [], true),
+    row!(
+        0x25,
+        "SEND_ONLY_WITH_IMMEDIATE",
+        T::Uc,
+        O::Send,
+        Only,
+        [ImmDt],
+        true
+    ),
+    row!(
+        0x26,
+        "RDMA_WRITE_FIRST",
+        T::Uc,
+        O::Write,
+        First,
+        [Reth],
+        true
+    ),
+    row!(0x27, "RDMA_WRITE_MIDDLE", T::Uc, O::Write, Middle, [], true),
+    row!(0x28, "RDMA_WRITE_LAST", T::Uc, O::Write, Last, [], true),
+    row!(
+        0x29,
+        "RDMA_WRITE_LAST_WITH_IMMEDIATE",
+        T::Uc,
+        O::Write,
+        Last,
+        [ImmDt],
+        true
+    ),
+    row!(0x2A, "RDMA_WRITE_ONLY", T::Uc, O::Write, Only, [Reth], true),
+    row!(
+        0x2B,
+        "RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+        T::Uc,
+        O::Write,
+        Only,
+        [Reth, ImmDt],
+        true
+    ),
+    // Unreliable Datagram, 0x64..=0x65.
+    row!(0x64, "SEND_ONLY", T::Ud, O::Send, Only, [Deth], true),
+    row!(
+        0x65,
+        "SEND_ONLY_WITH_IMMEDIATE",
+        T::Ud,
+        O::Send,
+        Only,
+        [Deth, ImmDt],
+        true
+    ),
+    // RoCEv2 CNP.
+    row!(0x81, "CNP", T::Cnp, O::Cnp, Only, [CnpPad], false),
+];
+
+/// Number of rows in [`OPCODES`].
+const ROWS: usize = OPCODES.len();
+
+/// `INDEX[op]` is 1 + the row of `op` in [`OPCODES`], or 0 when unknown: one load per
+/// lookup on the hot path.
+static INDEX: [u8; 256] = build_index();
+
+const fn build_index() -> [u8; 256] {
+    let mut idx = [0u8; 256];
+    let mut i = 0;
+    while i < ROWS {
+        idx[OPCODES[i].opcode.0 as usize] = (i + 1) as u8;
+        i += 1;
+    }
+    idx
+}
+
+impl Opcode {
+    /// RC SEND Only.
+    pub const RC_SEND_ONLY: Opcode = Opcode(0x04);
+    /// RC RDMA WRITE Only.
+    pub const RC_RDMA_WRITE_ONLY: Opcode = Opcode(0x0A);
+    /// RC RDMA READ Request.
+    pub const RC_RDMA_READ_REQUEST: Opcode = Opcode(0x0C);
+    /// RC Acknowledge.
+    pub const RC_ACKNOWLEDGE: Opcode = Opcode(0x11);
+    /// RC Atomic Acknowledge.
+    pub const RC_ATOMIC_ACKNOWLEDGE: Opcode = Opcode(0x12);
+    /// RC Compare & Swap.
+    pub const RC_COMPARE_SWAP: Opcode = Opcode(0x13);
+    /// RC Fetch & Add.
+    pub const RC_FETCH_ADD: Opcode = Opcode(0x14);
+    /// UD SEND Only.
+    pub const UD_SEND_ONLY: Opcode = Opcode(0x64);
+    /// RoCEv2 Congestion Notification Packet.
+    pub const CNP: Opcode = Opcode(0x81);
+
+    /// The table row of this opcode, or `None` when it is unknown.
+    #[inline]
+    pub fn info(self) -> Option<&'static OpcodeInfo> {
+        match INDEX[self.0 as usize] {
+            0 => None,
+            i => OPCODES.get(i as usize - 1),
+        }
+    }
+
+    /// Finds the opcode of `transport`, `operation` and `position`, with immediate data
+    /// or invalidate when `with` names that header. This is how a requester picks
+    /// opcodes: from the table, never from hand-written constants.
+    pub fn find(
+        transport: Transport,
+        operation: Operation,
+        position: Position,
+        with: Option<Header>,
+    ) -> Option<Opcode> {
+        OPCODES
+            .iter()
+            .find(|r| {
+                r.transport == transport
+                    && r.operation == operation
+                    && r.position == position
+                    && match with {
+                        Some(h) => r.has(h),
+                        None => !r.has(ImmDt) && !r.has(Ieth),
+                    }
+            })
+            .map(|r| r.opcode)
+    }
+
+    /// All known opcodes, in value order.
+    pub fn all() -> impl Iterator<Item = &'static OpcodeInfo> {
+        OPCODES.iter()
+    }
+
+    /// The table name (without transport prefix), or `None` when unknown.
+    pub fn name(self) -> Option<&'static str> {
+        self.info().map(|i| i.name)
+    }
+}
+
+impl fmt::Debug for Opcode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for Opcode {
+    /// Full IBTA-style name with the transport prefix, e.g. `RC_SEND_ONLY`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.info() {
+            Some(i) => {
+                let prefix = match i.transport {
+                    T::Rc => "RC_",
+                    T::Uc => "UC_",
+                    T::Ud => "UD_",
+                    T::Cnp => "",
+                };
+                write!(f, "{prefix}{}", i.name)
+            }
+            None => write!(f, "UNKNOWN_{:#04x}", self.0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_sorted_and_unique() {
+        for w in OPCODES.windows(2) {
+            assert!(w[0].opcode < w[1].opcode, "{:?} before {:?}", w[0], w[1]);
+        }
+        assert_eq!(Opcode::all().count(), 40);
+    }
+
+    #[test]
+    fn transport_prefix_matches_ibta_bits() {
+        for r in Opcode::all() {
+            let prefix = r.opcode.0 >> 5;
+            let want = match r.transport {
+                T::Rc => 0,
+                T::Uc => 1,
+                T::Ud => 3,
+                T::Cnp => 4,
+            };
+            assert_eq!(prefix, want, "{}", r.opcode);
+        }
+    }
+
+    #[test]
+    fn uc_rows_mirror_rc_rows() {
+        for uc in Opcode::all().filter(|r| r.transport == T::Uc) {
+            let rc = Opcode(uc.opcode.0 & 0x1F).info().expect("RC twin");
+            assert_eq!(
+                (rc.name, rc.operation, rc.position),
+                (uc.name, uc.operation, uc.position)
+            );
+            assert_eq!(rc.headers, uc.headers);
+        }
+    }
+
+    #[test]
+    fn unknown_opcodes() {
+        for op in [
+            0x15u8, 0x18, 0x1E, 0x1F, 0x2C, 0x40, 0x60, 0x63, 0x66, 0x80, 0xA0, 0xFF,
+        ] {
+            assert!(Opcode(op).info().is_none(), "{op:#x}");
+        }
+    }
+
+    #[test]
+    fn find_picks_from_the_table() {
+        assert_eq!(
+            Opcode::find(T::Rc, O::Write, Only, Some(ImmDt)),
+            Some(Opcode(0x0B))
+        );
+        assert_eq!(
+            Opcode::find(T::Rc, O::Send, Middle, None),
+            Some(Opcode(0x01))
+        );
+        assert_eq!(
+            Opcode::find(T::Uc, O::Send, Last, Some(ImmDt)),
+            Some(Opcode(0x23))
+        );
+        assert_eq!(
+            Opcode::find(T::Rc, O::Send, Only, Some(Ieth)),
+            Some(Opcode(0x17))
+        );
+        assert_eq!(
+            Opcode::find(T::Ud, O::Send, Only, Some(ImmDt)),
+            Some(Opcode(0x65))
+        );
+        assert_eq!(Opcode::find(T::Uc, O::ReadRequest, Only, None), None);
+    }
+
+    #[test]
+    fn offsets() {
+        let w = Opcode(0x0B).info().unwrap();
+        assert_eq!(w.offset_of(Reth), Some(12));
+        assert_eq!(w.offset_of(ImmDt), Some(28));
+        assert_eq!(w.ext_len(), 20);
+        let a = Opcode(0x12).info().unwrap();
+        assert_eq!(a.offset_of(AtomicAckEth), Some(16));
+        let f = Opcode(0x1C).info().unwrap();
+        assert_eq!(f.offset_of(Reth), Some(16));
+        assert_eq!(format!("{}", Opcode(0x64)), "UD_SEND_ONLY");
+        assert_eq!(format!("{}", Opcode(0x81)), "CNP");
+    }
+}

@@ -1,0 +1,410 @@
+//! A whole RoCEv2 packet: the UDP payload from the BTH to the ICRC.
+//!
+//! [`PacketRepr`] holds the BTH and whichever extension headers its opcode carries (as
+//! the opcode table says), plus the payload length. [`PacketRepr::parse`] checks a
+//! datagram completely — length of every header, known opcode, pad count, payload
+//! allowed — and returns the payload as a slice of the input, so nothing is copied.
+//! [`PacketRepr::emit_headers`] writes only the headers, so a NIC can place payload
+//! straight from registered memory into the packet buffer (one copy: the DMA), and
+//! [`PacketRepr::emit`] writes a complete packet from a payload slice.
+
+use crate::aeth::{Aeth, AethRepr};
+use crate::atomic_ack_eth::{AtomicAckEth, AtomicAckEthRepr};
+use crate::atomic_eth::{AtomicEth, AtomicEthRepr};
+use crate::bth::{self, Bth, BthRepr};
+use crate::deth::{Deth, DethRepr};
+use crate::error::{Error, Layer, Result};
+use crate::feth::{Feth, FethRepr};
+use crate::ieth::{Ieth, IethRepr};
+use crate::immdt::{ImmDt, ImmDtRepr};
+use crate::opcode::{Header, OpcodeInfo};
+use crate::ICRC_LEN;
+
+/// An owned RoCEv2 packet header stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PacketRepr {
+    /// Base transport header. On emit, `pad_count` is recomputed from `payload_len`.
+    pub bth: BthRepr,
+    /// RETH, when the opcode carries one.
+    pub reth: Option<crate::reth::RethRepr>,
+    /// AETH, when the opcode carries one.
+    pub aeth: Option<AethRepr>,
+    /// DETH, when the opcode carries one.
+    pub deth: Option<DethRepr>,
+    /// Immediate data, when the opcode carries it.
+    pub immdt: Option<ImmDtRepr>,
+    /// IETH, when the opcode carries one.
+    pub ieth: Option<IethRepr>,
+    /// AtomicETH, when the opcode carries one.
+    pub atomic_eth: Option<AtomicEthRepr>,
+    /// AtomicAckETH, when the opcode carries one.
+    pub atomic_ack_eth: Option<AtomicAckEthRepr>,
+    /// FETH, when the opcode carries one.
+    pub feth: Option<FethRepr>,
+    /// Payload bytes, excluding pad and ICRC.
+    pub payload_len: usize,
+}
+
+/// A parsed datagram: the headers, and where the payload and ICRC are in the input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParsedPacket<'a> {
+    /// The headers.
+    pub repr: PacketRepr,
+    /// Length of BTH + extension headers.
+    pub header_len: usize,
+    /// The payload (without pad).
+    pub payload: &'a [u8],
+    /// The ICRC carried by the packet (its 4 wire bytes read least-significant first,
+    /// the same convention [`crate::icrc`] computes in).
+    pub icrc: u32,
+}
+
+/// The pad count that makes `payload_len` a whole number of 4-byte words (IBTA 9.2).
+pub const fn pad_for(payload_len: usize) -> u8 {
+    ((4 - (payload_len & 3)) & 3) as u8
+}
+
+impl PacketRepr {
+    /// A packet with only a BTH and no payload; set the extension headers it needs.
+    pub const fn new(bth: BthRepr) -> Self {
+        PacketRepr {
+            bth,
+            reth: None,
+            aeth: None,
+            deth: None,
+            immdt: None,
+            ieth: None,
+            atomic_eth: None,
+            atomic_ack_eth: None,
+            feth: None,
+            payload_len: 0,
+        }
+    }
+
+    /// The opcode's table row, or `UnknownOpcode`.
+    pub fn info(&self) -> Result<&'static OpcodeInfo> {
+        self.bth
+            .opcode
+            .info()
+            .ok_or(Error::UnknownOpcode(self.bth.opcode.0))
+    }
+
+    /// Parses a whole RoCEv2 UDP payload (BTH … ICRC). The ICRC is returned, not checked:
+    /// checking needs the IP and UDP headers (see [`crate::icrc`]).
+    pub fn parse(buf: &[u8]) -> Result<ParsedPacket<'_>> {
+        let bth = BthRepr::parse(&Bth::new_checked(buf)?)?;
+        let info = bth
+            .opcode
+            .info()
+            .ok_or(Error::UnknownOpcode(bth.opcode.0))?;
+        let mut repr = PacketRepr::new(bth);
+        let mut off = bth::HEADER_LEN;
+        for &h in info.headers {
+            let rest = buf.get(off..).unwrap_or(&[]);
+            match h {
+                Header::Reth => {
+                    repr.reth = Some(crate::reth::RethRepr::parse(
+                        &crate::reth::Reth::new_checked(rest)?,
+                    )?)
+                }
+                Header::Aeth => repr.aeth = Some(AethRepr::parse(&Aeth::new_checked(rest)?)?),
+                Header::Deth => repr.deth = Some(DethRepr::parse(&Deth::new_checked(rest)?)?),
+                Header::ImmDt => repr.immdt = Some(ImmDtRepr::parse(&ImmDt::new_checked(rest)?)?),
+                Header::Ieth => repr.ieth = Some(IethRepr::parse(&Ieth::new_checked(rest)?)?),
+                Header::AtomicEth => {
+                    repr.atomic_eth = Some(AtomicEthRepr::parse(&AtomicEth::new_checked(rest)?)?)
+                }
+                Header::AtomicAckEth => {
+                    repr.atomic_ack_eth =
+                        Some(AtomicAckEthRepr::parse(&AtomicAckEth::new_checked(rest)?)?)
+                }
+                Header::Feth => repr.feth = Some(FethRepr::parse(&Feth::new_checked(rest)?)?),
+                Header::CnpPad => crate::error::check_len(Layer::Cnp, rest, h.size())?,
+            }
+            off += h.size();
+        }
+        let header_len = off;
+        let need = header_len + ICRC_LEN;
+        if buf.len() < need {
+            return Err(Error::Truncated {
+                layer: Layer::Payload,
+                need,
+                have: buf.len(),
+            });
+        }
+        let padded_len = buf.len() - need;
+        let pad = usize::from(bth.pad_count);
+        if pad > padded_len || padded_len % 4 != 0 {
+            return Err(Error::BadPad {
+                pad: bth.pad_count,
+                padded_len,
+            });
+        }
+        if !info.payload && padded_len != 0 {
+            return Err(Error::UnexpectedPayload {
+                opcode: bth.opcode.0,
+                len: padded_len,
+            });
+        }
+        let payload_len = padded_len - pad;
+        repr.payload_len = payload_len;
+        let payload = buf.get(header_len..header_len + payload_len).unwrap_or(&[]);
+        let mut c = [0u8; 4];
+        if let Some(s) = buf.get(buf.len() - ICRC_LEN..) {
+            c.copy_from_slice(s);
+        }
+        Ok(ParsedPacket {
+            repr,
+            header_len,
+            payload,
+            icrc: u32::from_le_bytes(c),
+        })
+    }
+
+    /// Length of BTH + extension headers.
+    pub fn header_len(&self) -> Result<usize> {
+        Ok(bth::HEADER_LEN + self.info()?.ext_len())
+    }
+
+    /// Length of the whole packet: headers, payload, pad and ICRC.
+    pub fn total_len(&self) -> Result<usize> {
+        Ok(self.header_len()?
+            + self.payload_len
+            + usize::from(pad_for(self.payload_len))
+            + ICRC_LEN)
+    }
+
+    /// Checks that the optional headers present are exactly those the opcode carries.
+    fn check_consistent(&self, info: &OpcodeInfo) -> Result<()> {
+        let present = [
+            (Header::Reth, self.reth.is_some()),
+            (Header::Aeth, self.aeth.is_some()),
+            (Header::Deth, self.deth.is_some()),
+            (Header::ImmDt, self.immdt.is_some()),
+            (Header::Ieth, self.ieth.is_some()),
+            (Header::AtomicEth, self.atomic_eth.is_some()),
+            (Header::AtomicAckEth, self.atomic_ack_eth.is_some()),
+            (Header::Feth, self.feth.is_some()),
+        ];
+        for (h, is) in present {
+            if info.has(h) != is {
+                return Err(Error::Inconsistent(if is {
+                    "extension header the opcode does not carry"
+                } else {
+                    "missing extension header the opcode requires"
+                }));
+            }
+        }
+        if !info.payload && self.payload_len != 0 {
+            return Err(Error::Inconsistent("payload on an opcode without payload"));
+        }
+        Ok(())
+    }
+
+    /// Writes the BTH (with the pad count for `payload_len`) and the extension headers.
+    /// Returns the header length; the payload goes right after it.
+    pub fn emit_headers(&self, buf: &mut [u8]) -> Result<usize> {
+        let info = self.info()?;
+        self.check_consistent(info)?;
+        let hlen = bth::HEADER_LEN + info.ext_len();
+        if buf.len() < hlen {
+            return Err(Error::BufferTooSmall {
+                need: hlen,
+                have: buf.len(),
+            });
+        }
+        let mut b = self.bth;
+        b.pad_count = pad_for(self.payload_len);
+        b.emit(&mut Bth::new_unchecked(&mut buf[..bth::HEADER_LEN]));
+        let mut off = bth::HEADER_LEN;
+        for &h in info.headers {
+            let end = off + h.size();
+            let s = &mut buf[off..end];
+            match h {
+                Header::Reth => {
+                    if let Some(r) = self.reth {
+                        r.emit(&mut crate::reth::Reth::new_unchecked(s))
+                    }
+                }
+                Header::Aeth => {
+                    if let Some(r) = self.aeth {
+                        r.emit(&mut Aeth::new_unchecked(s))
+                    }
+                }
+                Header::Deth => {
+                    if let Some(r) = self.deth {
+                        r.emit(&mut Deth::new_unchecked(s))
+                    }
+                }
+                Header::ImmDt => {
+                    if let Some(r) = self.immdt {
+                        r.emit(&mut ImmDt::new_unchecked(s))
+                    }
+                }
+                Header::Ieth => {
+                    if let Some(r) = self.ieth {
+                        r.emit(&mut Ieth::new_unchecked(s))
+                    }
+                }
+                Header::AtomicEth => {
+                    if let Some(r) = self.atomic_eth {
+                        r.emit(&mut AtomicEth::new_unchecked(s))
+                    }
+                }
+                Header::AtomicAckEth => {
+                    if let Some(r) = self.atomic_ack_eth {
+                        r.emit(&mut AtomicAckEth::new_unchecked(s))
+                    }
+                }
+                Header::Feth => {
+                    if let Some(r) = self.feth {
+                        r.emit(&mut Feth::new_unchecked(s))
+                    }
+                }
+                Header::CnpPad => s.fill(0),
+            }
+            off = end;
+        }
+        Ok(off)
+    }
+
+    /// Writes pad bytes (zero) after a payload already placed at `header_len`, and
+    /// zeroes the ICRC slot. Returns the total length.
+    pub fn emit_trailer(&self, buf: &mut [u8], header_len: usize) -> Result<usize> {
+        let pad = usize::from(pad_for(self.payload_len));
+        let start = header_len + self.payload_len;
+        let total = start + pad + ICRC_LEN;
+        match buf.get_mut(start..total) {
+            Some(s) => {
+                s.fill(0);
+                Ok(total)
+            }
+            None => Err(Error::BufferTooSmall {
+                need: total,
+                have: buf.len(),
+            }),
+        }
+    }
+
+    /// Writes the whole packet — headers, `payload`, pad — with a zero ICRC (fill it with
+    /// [`crate::icrc::IcrcParams::fill`]). Returns the packet length.
+    pub fn emit(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize> {
+        if payload.len() != self.payload_len {
+            return Err(Error::Inconsistent(
+                "payload length differs from payload_len",
+            ));
+        }
+        let total = self.total_len()?;
+        if buf.len() < total {
+            return Err(Error::BufferTooSmall {
+                need: total,
+                have: buf.len(),
+            });
+        }
+        let h = self.emit_headers(buf)?;
+        buf[h..h + payload.len()].copy_from_slice(payload);
+        self.emit_trailer(buf, h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::opcode::Opcode;
+    use crate::types::{Psn, Qpn};
+
+    fn bth(op: u8) -> BthRepr {
+        BthRepr {
+            opcode: Opcode(op),
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: 0xFFFF,
+            fecn: false,
+            becn: false,
+            dest_qpn: Qpn::new(0x11),
+            ack_req: true,
+            psn: Psn::new(100),
+        }
+    }
+
+    #[test]
+    fn write_only_round_trip_with_pad() {
+        let mut r = PacketRepr::new(bth(0x0A));
+        r.reth = Some(crate::reth::RethRepr {
+            va: 0x1000,
+            rkey: 7,
+            dma_len: 5,
+        });
+        r.payload_len = 5;
+        let mut buf = [0u8; 64];
+        let n = r.emit(&mut buf, b"hello").unwrap();
+        assert_eq!(n, 12 + 16 + 5 + 3 + 4);
+        assert_eq!(buf[1] >> 4 & 3, 3, "pad count");
+        let p = PacketRepr::parse(&buf[..n]).unwrap();
+        assert_eq!(p.payload, b"hello");
+        assert_eq!(p.header_len, 28);
+        r.bth.pad_count = 3;
+        assert_eq!(p.repr, r);
+    }
+
+    #[test]
+    fn rejects_bad_pad_and_unexpected_payload() {
+        let mut r = PacketRepr::new(bth(0x04));
+        r.payload_len = 4;
+        let mut buf = [0u8; 32];
+        let n = r.emit(&mut buf, b"abcd").unwrap();
+        // Claim a pad of 1 on a 4-byte payload: fine (payload 3 + pad 1).
+        buf[1] |= 0x10;
+        assert_eq!(PacketRepr::parse(&buf[..n]).unwrap().payload, b"abc");
+        // Remove one byte: padded length 3 is not a word multiple.
+        assert!(matches!(
+            PacketRepr::parse(&buf[..n - 1]),
+            Err(Error::BadPad { .. })
+        ));
+        // An ACK with 4 stray bytes.
+        let mut a = PacketRepr::new(bth(0x11));
+        a.aeth = Some(AethRepr {
+            syndrome: crate::aeth::Syndrome::Ack { credits: 31 },
+            msn: crate::types::Msn::new(1),
+        });
+        let n = a.emit(&mut buf, &[]).unwrap();
+        assert_eq!(n, 20);
+        assert!(matches!(
+            PacketRepr::parse(&buf[..n + 4]),
+            Err(Error::UnexpectedPayload { .. })
+        ));
+    }
+
+    #[test]
+    fn emit_rejects_inconsistent_reprs() {
+        let r = PacketRepr::new(bth(0x0A)); // RETH missing
+        assert!(matches!(
+            r.emit(&mut [0u8; 64], &[]),
+            Err(Error::Inconsistent(_))
+        ));
+        let mut s = PacketRepr::new(bth(0x04));
+        s.aeth = Some(AethRepr {
+            syndrome: crate::aeth::Syndrome::Ack { credits: 0 },
+            msn: crate::types::Msn::ZERO,
+        });
+        assert!(s.emit(&mut [0u8; 64], &[]).is_err());
+        assert!(matches!(
+            PacketRepr::new(bth(0x15)).emit(&mut [0u8; 64], &[]),
+            Err(Error::UnknownOpcode(0x15))
+        ));
+    }
+
+    #[test]
+    fn truncated_everywhere() {
+        let mut r = PacketRepr::new(bth(0x13));
+        r.atomic_eth = Some(AtomicEthRepr::default());
+        let mut buf = [0u8; 64];
+        let n = r.emit(&mut buf, &[]).unwrap();
+        assert_eq!(n, 12 + 28 + 4);
+        assert!(PacketRepr::parse(&buf[..n]).is_ok());
+        for k in 0..n {
+            assert!(PacketRepr::parse(&buf[..k]).is_err(), "len {k}");
+        }
+    }
+}
