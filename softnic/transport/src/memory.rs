@@ -1,0 +1,125 @@
+//! Registered memory as the transport reaches it.
+//!
+//! The NIC owns the memory-region table (lkey/rkey → mapping, length, access flags,
+//! protection domain) and implements [`Memory`] over it; every access the transport makes
+//! goes through a key and is checked there (IBTA 10.6: L_Key/R_Key checks, bounds and
+//! access rights on every use). Tests implement it over `Vec<u8>`s.
+
+use core::fmt;
+
+/// Memory access rights, with the bit values of `enum ibv_access_flags`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access(pub u32);
+
+impl Access {
+    /// No remote access, local read only.
+    pub const NONE: Access = Access(0);
+    /// IBV_ACCESS_LOCAL_WRITE: the NIC may write (receive buffers, READ responses).
+    pub const LOCAL_WRITE: Access = Access(1);
+    /// IBV_ACCESS_REMOTE_WRITE.
+    pub const REMOTE_WRITE: Access = Access(2);
+    /// IBV_ACCESS_REMOTE_READ.
+    pub const REMOTE_READ: Access = Access(4);
+    /// IBV_ACCESS_REMOTE_ATOMIC.
+    pub const REMOTE_ATOMIC: Access = Access(8);
+    /// Every bit softnic knows.
+    pub const ALL: Access = Access(0xF);
+
+    /// True when every right in `other` is in `self`.
+    pub const fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Union.
+    #[must_use]
+    pub const fn union(self, other: Access) -> Access {
+        Access(self.0 | other.0)
+    }
+}
+
+impl fmt::Debug for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = [
+            (Access::LOCAL_WRITE, "LOCAL_WRITE"),
+            (Access::REMOTE_WRITE, "REMOTE_WRITE"),
+            (Access::REMOTE_READ, "REMOTE_READ"),
+            (Access::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+        ];
+        let mut first = true;
+        write!(f, "Access(")?;
+        for (a, n) in names {
+            if self.contains(a) {
+                if !first {
+                    write!(f, "|")?;
+                }
+                write!(f, "{n}")?;
+                first = false;
+            }
+        }
+        write!(f, ")")
+    }
+}
+
+/// Why a memory access was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemError {
+    /// No region has this key, or it belongs to another protection domain.
+    InvalidKey,
+    /// `[va, va + len)` is not inside the region.
+    OutOfRange,
+    /// The region lacks the access right.
+    AccessDenied,
+    /// An atomic target not aligned to 8 bytes (IBTA 9.4.5).
+    Misaligned,
+}
+
+/// An atomic operation on an 8-byte target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AtomicOp {
+    /// If `*target == compare` then `*target = swap`.
+    CompareSwap {
+        /// Compare value.
+        compare: u64,
+        /// Swap value.
+        swap: u64,
+    },
+    /// `*target += add` (wrapping).
+    FetchAdd {
+        /// Value to add.
+        add: u64,
+    },
+}
+
+/// Access to registered memory, checked by key. `pd` is the protection domain of the
+/// QP making the access: a key from another PD is an [`MemError::InvalidKey`].
+pub trait Memory {
+    /// Copies `dst.len()` bytes at `va` of the region `lkey` into `dst` (gather for a
+    /// send; local read needs no access flag).
+    fn read_local(&self, pd: u32, lkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError>;
+
+    /// Copies `src` to `va` of the region `lkey` (scatter of a receive or a READ
+    /// response); requires [`Access::LOCAL_WRITE`].
+    fn write_local(&mut self, pd: u32, lkey: u32, va: u64, src: &[u8]) -> Result<(), MemError>;
+
+    /// Checks that `[va, va + len)` of region `rkey` grants `access`, without touching
+    /// memory (a responder validates the whole RETH range on the first packet).
+    fn check_remote(
+        &self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(), MemError>;
+
+    /// Copies from region `rkey` for an RDMA READ response; requires REMOTE_READ.
+    fn read_remote(&self, pd: u32, rkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError>;
+
+    /// Copies into region `rkey` for an RDMA WRITE; requires REMOTE_WRITE.
+    fn write_remote(&mut self, pd: u32, rkey: u32, va: u64, src: &[u8]) -> Result<(), MemError>;
+
+    /// Executes an atomic on the 8-byte target at `va` and returns the original value;
+    /// requires REMOTE_ATOMIC and 8-byte alignment. Must be atomic with respect to every
+    /// other access to that memory, including the client's own CPU atomics.
+    fn atomic(&mut self, pd: u32, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError>;
+}
