@@ -1,2 +1,34 @@
-//! The softnic command.
-fn main() {}
+//! `softnic`: the NIC process and its tools.
+//!
+//! Subcommands: `run` (the NIC), `decode` (pcap/pcapng → one line per RoCEv2 packet),
+//! `stats` (a running NIC's counters).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "softnic", version, about = "A userspace RDMA NIC speaking RoCEv2 over UDP 4791")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Decode the RoCEv2 packets of a pcap or pcapng file and verify their ICRCs.
+    Decode(softnic::decode::DecodeArgs),
+    /// Run a NIC: serve clients on its control socket and speak RoCEv2 on UDP.
+    Run(softnic::nic::RunArgs),
+    /// Print a running NIC's counters.
+    Stats(softnic::nic::StatsArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Decode(a) => softnic::decode::main(a),
+        Command::Run(a) => softnic::nic::run_main(a),
+        Command::Stats(a) => softnic::nic::stats_main(a),
+    }
+}
