@@ -1,0 +1,589 @@
+//! The control protocol between a client and the NIC (the slow path; syscalls allowed).
+//!
+//! Transport: a Unix stream socket at [`socket_path`]`(name)` =
+//! `$SOFTNIC_DIR/<name>.sock` (default `/tmp/softnic`; the NIC creates the directory).
+//!
+//! Framing: each message is a frame `[len: u32 LE][len bytes of serde_json]`, sent with
+//! one `sendmsg`; file descriptors travel as `SCM_RIGHTS` on that `sendmsg`, so they
+//! arrive with the frame's first bytes. The receiver ([`FrameReader`]) reads exactly one
+//! frame at a time, never past its end, so descriptors can't be attributed to the wrong
+//! frame. Limits, so a hostile client cannot make the NIC allocate without bound or
+//! hoard descriptors: a frame is at most [`MAX_FRAME`] bytes (checked before any
+//! allocation), carries at most [`MAX_FDS`] descriptors (more → the frame is refused and
+//! every descriptor is closed); the receiver should drop the connection on any error.
+//!
+//! Exchange: the client sends a [`Request`], the NIC answers with exactly one
+//! [`Response`]. Descriptors per message:
+//!
+//! | request            | fds sent by the client | fds in the reply       |
+//! |--------------------|------------------------|------------------------|
+//! | `OpenDevice`       | –                      | wake eventfd (1)       |
+//! | `RegMr`            | region memfd (1)       | –                      |
+//! | `CreateCq`         | CQ segment memfd (1)   | CQ eventfd (1)         |
+//! | `CreateQp`         | QP segment memfd (1)   | –                      |
+//! | everything else    | –                      | –                      |
+//!
+//! Segment sizes and ring offsets are never sent: both sides compute them from the
+//! numbers in the request with [`super::layout`].
+//!
+//! When the connection closes (client exit or crash) the NIC destroys everything the
+//! client created and unmaps its segments.
+
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::os;
+
+/// Largest frame payload accepted (bytes of JSON).
+pub const MAX_FRAME: usize = 64 * 1024;
+
+/// Most descriptors accepted with one frame.
+pub const MAX_FDS: usize = 4;
+
+/// Environment variable naming the directory of NIC sockets.
+pub const SOFTNIC_DIR_ENV: &str = "SOFTNIC_DIR";
+
+/// Directory of NIC sockets when [`SOFTNIC_DIR_ENV`] is unset.
+pub const DEFAULT_SOFTNIC_DIR: &str = "/tmp/softnic";
+
+/// `$SOFTNIC_DIR`, or [`DEFAULT_SOFTNIC_DIR`].
+pub fn softnic_dir() -> PathBuf {
+    match std::env::var_os(SOFTNIC_DIR_ENV) {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => PathBuf::from(DEFAULT_SOFTNIC_DIR),
+    }
+}
+
+/// The control socket of device `name`: `$SOFTNIC_DIR/<name>.sock`. Both the NIC (bind)
+/// and clients (connect) call this.
+pub fn socket_path(name: &str) -> PathBuf {
+    softnic_dir().join(format!("{name}.sock"))
+}
+
+/// A NIC-side object handle (PD, MR, CQ); QPs are named by their QPN.
+pub type Handle = u32;
+
+/// Transport service type (`enum ibv_qp_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum QpType {
+    /// Reliable connection (IBV_QPT_RC).
+    Rc,
+    /// Unreliable connection (IBV_QPT_UC).
+    Uc,
+    /// Unreliable datagram (IBV_QPT_UD).
+    Ud,
+}
+
+/// QP state (`enum ibv_qp_state`, IBTA 10.3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum QpState {
+    /// IBV_QPS_RESET.
+    Reset,
+    /// IBV_QPS_INIT.
+    Init,
+    /// IBV_QPS_RTR.
+    Rtr,
+    /// IBV_QPS_RTS.
+    Rts,
+    /// IBV_QPS_SQD.
+    Sqd,
+    /// IBV_QPS_SQE.
+    Sqe,
+    /// IBV_QPS_ERR.
+    Err,
+}
+
+/// QP capabilities (`struct ibv_qp_cap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct QpCaps {
+    /// Outstanding send work requests.
+    pub max_send_wr: u32,
+    /// Outstanding receive work requests.
+    pub max_recv_wr: u32,
+    /// SGEs per work request (≤ [`super::MAX_SGE`]).
+    pub max_sge: u32,
+    /// Inline bytes per send (≤ [`super::MAX_INLINE`]).
+    pub max_inline: u32,
+}
+
+/// QP attributes for ModifyQp: `None` = not in the attribute mask (`ibv_modify_qp`).
+/// The same shape as `softnic_transport::qp::QpAttr`; the NIC converts field by field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct QpAttr {
+    /// IBV_QP_STATE.
+    pub state: Option<QpState>,
+    /// IBV_QP_PATH_MTU, in bytes (256, 512, 1024, 2048, 4096).
+    pub path_mtu: Option<u32>,
+    /// IBV_QP_DEST_QPN.
+    pub dest_qpn: Option<u32>,
+    /// IBV_QP_RQ_PSN.
+    pub rq_psn: Option<u32>,
+    /// IBV_QP_SQ_PSN.
+    pub sq_psn: Option<u32>,
+    /// IBV_QP_AV: the peer NIC's UDP endpoint (from its GID; port 4791 unless the
+    /// peer is a softnic on another port).
+    pub remote: Option<SocketAddr>,
+    /// IBV_QP_TIMEOUT (4.096 µs × 2^timeout).
+    pub timeout: Option<u8>,
+    /// IBV_QP_RETRY_CNT.
+    pub retry_cnt: Option<u8>,
+    /// IBV_QP_RNR_RETRY (7 = infinite).
+    pub rnr_retry: Option<u8>,
+    /// IBV_QP_MIN_RNR_TIMER (encoded, IBTA table 45).
+    pub min_rnr_timer: Option<u8>,
+    /// IBV_QP_MAX_QP_RD_ATOMIC.
+    pub max_rd_atomic: Option<u8>,
+    /// IBV_QP_MAX_DEST_RD_ATOMIC.
+    pub max_dest_rd_atomic: Option<u8>,
+    /// IBV_QP_ACCESS_FLAGS (`ibv_access_flags` bits).
+    pub access: Option<u32>,
+    /// IBV_QP_QKEY.
+    pub qkey: Option<u32>,
+    /// IBV_QP_PKEY_INDEX.
+    pub pkey_index: Option<u16>,
+    /// IBV_QP_PORT.
+    pub port_num: Option<u8>,
+}
+
+/// Device attributes (`ibv_query_device` + `ibv_query_port` + GID 0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceAttr {
+    /// Device name (what clients open).
+    pub name: String,
+    /// GID index 0: the IPv4-mapped (`::ffff:a.b.c.d`) or IPv6 address, 16 bytes.
+    pub gid: [u8; 16],
+    /// Address the NIC's UDP socket is bound to.
+    pub addr: IpAddr,
+    /// UDP port of the NIC (4791 by default).
+    pub port: u16,
+    /// Largest path MTU (active MTU of the port), bytes.
+    pub mtu: u32,
+    /// Most QPs per client.
+    pub max_qp: u32,
+    /// Most work requests per queue.
+    pub max_qp_wr: u32,
+    /// Most SGEs per work request.
+    pub max_sge: u32,
+    /// Most entries per CQ.
+    pub max_cqe: u32,
+    /// Most inline bytes.
+    pub max_inline: u32,
+    /// Most memory regions per client.
+    pub max_mr: u32,
+    /// Largest memory region, bytes.
+    pub max_mr_size: u64,
+    /// Most outstanding RDMA READ/atomic requests per QP.
+    pub max_qp_rd_atom: u32,
+}
+
+/// Client → NIC.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// First message on a connection. Reply: [`Reply::Opened`] + wake eventfd.
+    OpenDevice {
+        /// Must equal [`super::ABI_VERSION`].
+        abi_version: u32,
+        /// Client process id (for logs and stats).
+        pid: u32,
+        /// Client program name (for logs).
+        program: String,
+    },
+    /// Reply: [`Reply::Device`].
+    QueryDevice,
+    /// Reply: [`Reply::Pd`].
+    AllocPd,
+    /// Reply: [`Reply::Done`].
+    DeallocPd {
+        /// PD handle.
+        pd: Handle,
+    },
+    /// Registers the memfd sent with this frame (size ≥ `len`, sealed against
+    /// shrinking), whose first byte the client addresses as `iova`.
+    /// Reply: [`Reply::Mr`].
+    RegMr {
+        /// PD handle.
+        pd: Handle,
+        /// Region length in bytes.
+        len: u64,
+        /// `ibv_access_flags` bits.
+        access: u32,
+        /// Client virtual address of the region's first byte.
+        iova: u64,
+    },
+    /// Reply: [`Reply::Done`].
+    DeregMr {
+        /// MR handle.
+        mr: Handle,
+    },
+    /// Attaches the CQ segment sent with this frame (layout
+    /// [`super::CqLayout::new`]`(depth)`, header initialised by the client).
+    /// Reply: [`Reply::Cq`] + CQ eventfd.
+    CreateCq {
+        /// Requested depth.
+        depth: u32,
+    },
+    /// Reply: [`Reply::Done`].
+    DestroyCq {
+        /// CQ handle.
+        cq: Handle,
+    },
+    /// Attaches the QP segment sent with this frame (layout
+    /// [`super::QpLayout::new`]`(caps.max_send_wr, caps.max_recv_wr)`).
+    /// Reply: [`Reply::Qp`].
+    CreateQp {
+        /// PD handle.
+        pd: Handle,
+        /// Service type.
+        qp_type: QpType,
+        /// CQ for send completions.
+        send_cq: Handle,
+        /// CQ for receive completions.
+        recv_cq: Handle,
+        /// Capabilities.
+        caps: QpCaps,
+    },
+    /// Reply: [`Reply::Done`].
+    ModifyQp {
+        /// QP number.
+        qpn: u32,
+        /// Attributes (mask = the `Some` fields).
+        attr: QpAttr,
+    },
+    /// Reply: [`Reply::QpInfo`].
+    QueryQp {
+        /// QP number.
+        qpn: u32,
+    },
+    /// Reply: [`Reply::Done`].
+    DestroyQp {
+        /// QP number.
+        qpn: u32,
+    },
+    /// Reply: [`Reply::Stats`].
+    Stats,
+}
+
+/// A successful answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// To OpenDevice; the wake eventfd comes with this frame.
+    Opened {
+        /// The device.
+        device: DeviceAttr,
+    },
+    /// To QueryDevice.
+    Device(DeviceAttr),
+    /// To AllocPd.
+    Pd {
+        /// New PD handle.
+        pd: Handle,
+    },
+    /// To RegMr.
+    Mr {
+        /// New MR handle.
+        mr: Handle,
+        /// Local key.
+        lkey: u32,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// To CreateCq; the CQ eventfd comes with this frame.
+    Cq {
+        /// New CQ handle.
+        cq: Handle,
+        /// Ring capacity (the depth rounded up to a power of two).
+        capacity: u32,
+    },
+    /// To CreateQp.
+    Qp {
+        /// New QP number.
+        qpn: u32,
+        /// Capabilities granted (≥ requested).
+        caps: QpCaps,
+    },
+    /// To QueryQp.
+    QpInfo {
+        /// Current state.
+        state: QpState,
+        /// Current attributes (every field the QP has set).
+        attr: QpAttr,
+    },
+    /// Done, nothing to return.
+    Done,
+    /// To Stats: named counters.
+    Stats {
+        /// `(name, value)` pairs.
+        counters: Vec<(String, u64)>,
+    },
+}
+
+/// Why a request failed (the class; the message says the details).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// A malformed or out-of-range argument (EINVAL).
+    InvalidArgument,
+    /// No such handle/QPN for this client (ENOENT).
+    NotFound,
+    /// The object is in the wrong state (e.g. an illegal QP transition) (EINVAL).
+    InvalidState,
+    /// Out of a resource or over a limit (ENOMEM).
+    NoResources,
+    /// The object is still in use (e.g. a PD with QPs, a CQ with QPs) (EBUSY).
+    Busy,
+    /// The client and NIC speak different ABI versions.
+    AbiMismatch,
+    /// The request arrived without the descriptors it needs, or with extra ones.
+    Protocol,
+    /// A bug or an OS error in the NIC.
+    Internal,
+}
+
+/// NIC → client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// Success.
+    Ok(Reply),
+    /// Failure, with a message that says what was wrong.
+    Err {
+        /// Class.
+        code: ErrorCode,
+        /// Human-readable detail, e.g. "QP 0x12: RTR needs dest_qpn, rq_psn, path_mtu, remote".
+        message: String,
+    },
+}
+
+/// Why a frame could not be sent or received.
+#[derive(Debug)]
+pub enum ControlError {
+    /// An OS error.
+    Io(io::Error),
+    /// The peer closed the connection between frames.
+    Closed,
+    /// The peer closed the connection in the middle of a frame.
+    Truncated {
+        /// Bytes of the frame received.
+        have: usize,
+        /// Bytes of the frame expected.
+        need: usize,
+    },
+    /// The length prefix exceeds [`MAX_FRAME`] (or is 0).
+    BadLength {
+        /// Announced length.
+        len: u32,
+    },
+    /// More than [`MAX_FDS`] descriptors arrived with one frame (all were closed).
+    TooManyFds,
+    /// The frame is not valid JSON for the expected message type.
+    Json(serde_json::Error),
+}
+
+impl fmt::Display for ControlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ControlError::Io(e) => write!(f, "control socket: {e}"),
+            ControlError::Closed => write!(f, "control connection closed"),
+            ControlError::Truncated { have, need } => write!(
+                f,
+                "control connection closed mid-frame ({have} of {need} bytes)"
+            ),
+            ControlError::BadLength { len } => {
+                write!(f, "control frame length {len} is outside 1..={MAX_FRAME}")
+            }
+            ControlError::TooManyFds => {
+                write!(f, "more than {MAX_FDS} descriptors with one control frame")
+            }
+            ControlError::Json(e) => write!(f, "malformed control message: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ControlError::Io(e) => Some(e),
+            ControlError::Json(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for ControlError {
+    fn from(e: io::Error) -> Self {
+        ControlError::Io(e)
+    }
+}
+
+/// Serialises `msg` as one frame (length prefix + JSON).
+pub fn encode<M: Serialize>(msg: &M) -> Result<Vec<u8>, ControlError> {
+    let mut buf = vec![0u8; 4];
+    serde_json::to_writer(&mut buf, msg).map_err(ControlError::Json)?;
+    let len = buf.len() - 4;
+    let len32 = u32::try_from(len).unwrap_or(u32::MAX);
+    if len == 0 || len > MAX_FRAME {
+        return Err(ControlError::BadLength { len: len32 });
+    }
+    buf[..4].copy_from_slice(&len32.to_le_bytes());
+    Ok(buf)
+}
+
+/// Sends `msg` as one frame with `fds` attached (blocking socket; a short write is
+/// completed with further writes, the descriptors going with the first).
+///
+/// Takes `BorrowedFd`s rather than raw integers so the caller cannot pass a closed
+/// descriptor by mistake; `owned.as_fd()` gives one.
+pub fn send_msg<M: Serialize>(
+    sock: BorrowedFd<'_>,
+    msg: &M,
+    fds: &[BorrowedFd<'_>],
+) -> Result<(), ControlError> {
+    if fds.len() > MAX_FDS {
+        return Err(ControlError::TooManyFds);
+    }
+    let frame = encode(msg)?;
+    let mut sent = os::send_with_fds(sock, &frame, fds)?;
+    // Bounded: each iteration sends at least one byte or returns an error.
+    while sent < frame.len() {
+        let n = os::send_with_fds(sock, &frame[sent..], &[])?;
+        if n == 0 {
+            return Err(ControlError::Io(io::ErrorKind::WriteZero.into()));
+        }
+        sent += n;
+    }
+    Ok(())
+}
+
+/// One received frame: its JSON bytes and the descriptors that came with it.
+pub type Frame = (Vec<u8>, Vec<OwnedFd>);
+
+/// Reassembles frames from a stream socket, blocking or non-blocking.
+///
+/// Keeps at most one partial frame (≤ 4 + [`MAX_FRAME`] bytes) and ≤ [`MAX_FDS`]
+/// descriptors per connection. For a non-blocking socket, call [`FrameReader::read`]
+/// whenever poll(2) says readable; it returns `Ok(None)` when the frame is incomplete.
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    header: [u8; 4],
+    header_have: usize,
+    body: Vec<u8>,
+    body_have: usize,
+    fds: Vec<OwnedFd>,
+}
+
+impl FrameReader {
+    /// A reader with no partial frame.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// True when part of a frame has been read.
+    pub fn in_frame(&self) -> bool {
+        self.header_have > 0
+    }
+
+    /// Reads until one frame is complete (returns its JSON bytes and descriptors), the
+    /// socket would block (`Ok(None)`), or an error. After an error the connection is
+    /// unusable: close it.
+    pub fn read(
+        &mut self,
+        sock: BorrowedFd<'_>,
+    ) -> Result<Option<Frame>, ControlError> {
+        // Bounded: every iteration reads ≥ 1 byte, returns, or errors, and a frame has
+        // at most 4 + MAX_FRAME bytes.
+        loop {
+            let (buf, need) = if self.header_have < 4 {
+                (&mut self.header[self.header_have..], 4)
+            } else {
+                let need = self.body.len();
+                (&mut self.body[self.body_have..], need)
+            };
+            let r = match os::recv_with_fds(sock, buf, MAX_FDS) {
+                Ok(r) => r,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            let truncated = r.fds_truncated;
+            self.fds.extend(r.fds);
+            if truncated || self.fds.len() > MAX_FDS {
+                self.fds.clear(); // closes them
+                return Err(ControlError::TooManyFds);
+            }
+            if r.len == 0 {
+                return Err(if self.header_have == 0 {
+                    ControlError::Closed
+                } else {
+                    let have = self.header_have + self.body_have;
+                    ControlError::Truncated {
+                        have,
+                        need: if self.header_have < 4 { 4 } else { 4 + need },
+                    }
+                });
+            }
+            if self.header_have < 4 {
+                self.header_have += r.len;
+                if self.header_have == 4 {
+                    let len = u32::from_le_bytes(self.header);
+                    if len == 0 || len as usize > MAX_FRAME {
+                        self.fds.clear();
+                        return Err(ControlError::BadLength { len });
+                    }
+                    self.body = vec![0u8; len as usize];
+                    self.body_have = 0;
+                }
+            } else {
+                self.body_have += r.len;
+            }
+            if self.header_have == 4 && self.body_have == self.body.len() {
+                let body = core::mem::take(&mut self.body);
+                let fds = core::mem::take(&mut self.fds);
+                self.header_have = 0;
+                self.body_have = 0;
+                return Ok(Some((body, fds)));
+            }
+        }
+    }
+
+    /// [`FrameReader::read`] and decode the JSON as `M`.
+    pub fn read_msg<M: DeserializeOwned>(
+        &mut self,
+        sock: BorrowedFd<'_>,
+    ) -> Result<Option<(M, Vec<OwnedFd>)>, ControlError> {
+        match self.read(sock)? {
+            None => Ok(None),
+            Some((body, fds)) => {
+                let m = serde_json::from_slice(&body).map_err(ControlError::Json)?;
+                Ok(Some((m, fds)))
+            }
+        }
+    }
+}
+
+/// Receives one message from a blocking socket.
+pub fn recv_msg<M: DeserializeOwned>(
+    sock: BorrowedFd<'_>,
+) -> Result<(M, Vec<OwnedFd>), ControlError> {
+    let mut r = FrameReader::new();
+    match r.read_msg(sock)? {
+        Some(v) => Ok(v),
+        // Only a non-blocking (or timed-out) socket gets here.
+        None => Err(ControlError::Io(io::ErrorKind::WouldBlock.into())),
+    }
+}
+
+/// Sends `req` with `fds` and waits for the response (the client's RPC).
+pub fn call(
+    sock: &impl AsFd,
+    req: &Request,
+    fds: &[BorrowedFd<'_>],
+) -> Result<(Response, Vec<OwnedFd>), ControlError> {
+    send_msg(sock.as_fd(), req, fds)?;
+    recv_msg(sock.as_fd())
+}
+
+#[cfg(test)]
+mod tests;

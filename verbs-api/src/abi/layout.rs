@@ -1,0 +1,247 @@
+//! Where rings sit in a shared segment, and how large segments are.
+//!
+//! Both sides compute the layout from the numbers in the control message (the QP's
+//! capabilities, the CQ's depth) with these functions, so the NIC never takes an offset
+//! or a size from client memory. Like io_uring's `sq_off`/`cq_off`, but computed rather
+//! than exchanged.
+
+use std::fmt;
+
+use super::ring::RING_HEADER_SIZE;
+use super::slots::{Cqe, RecvWqe, SendWqe, Slot};
+use super::MAX_RING_ENTRIES;
+
+/// Alignment of every ring inside a segment (a cache line).
+pub const RING_ALIGN: usize = 64;
+
+/// Segment sizes are rounded up to this (the page size on every platform softnic runs on).
+pub const SEGMENT_ALIGN: usize = 4096;
+
+/// Why a layout is impossible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayoutError {
+    /// Zero entries, or more than [`MAX_RING_ENTRIES`].
+    BadCapacity {
+        /// Entries requested.
+        requested: u32,
+    },
+    /// Capacity is not a power of two (ring constructors take exact capacities; use
+    /// [`ring_capacity`] to round a user's depth).
+    NotPowerOfTwo {
+        /// Capacity given.
+        capacity: u32,
+    },
+    /// The size does not fit in `usize`.
+    TooLarge {
+        /// Bytes wanted.
+        bytes: usize,
+    },
+    /// A ring offset (or the mapping) is not 64-byte aligned.
+    Misaligned {
+        /// The offending offset or address.
+        offset: usize,
+    },
+    /// The ring would extend past the end of the mapping.
+    OutsideMapping {
+        /// End offset of the ring.
+        end: usize,
+        /// Mapping length.
+        mapping_len: usize,
+    },
+    /// The ring header written by the peer does not describe the expected ring.
+    HeaderMismatch {
+        /// Capacity in the header.
+        capacity: u32,
+        /// Entry size in the header.
+        entry_size: u32,
+        /// Capacity expected.
+        expected_capacity: u32,
+        /// Entry size expected.
+        expected_entry_size: u32,
+    },
+}
+
+impl fmt::Display for LayoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            LayoutError::BadCapacity { requested } => write!(
+                f,
+                "ring depth {requested} is outside 1..={MAX_RING_ENTRIES}"
+            ),
+            LayoutError::NotPowerOfTwo { capacity } => {
+                write!(f, "ring capacity {capacity} is not a power of two")
+            }
+            LayoutError::TooLarge { bytes } => write!(f, "segment of {bytes} bytes is too large"),
+            LayoutError::Misaligned { offset } => {
+                write!(f, "ring offset {offset:#x} is not {RING_ALIGN}-byte aligned")
+            }
+            LayoutError::OutsideMapping { end, mapping_len } => write!(
+                f,
+                "ring ends at byte {end} but the mapping is only {mapping_len} bytes"
+            ),
+            LayoutError::HeaderMismatch {
+                capacity,
+                entry_size,
+                expected_capacity,
+                expected_entry_size,
+            } => write!(
+                f,
+                "ring header says {capacity} entries of {entry_size} bytes, expected {expected_capacity} of {expected_entry_size}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LayoutError {}
+
+/// The ring capacity for a requested depth: the next power of two, at least 1.
+pub fn ring_capacity(depth: u32) -> Result<u32, LayoutError> {
+    if depth == 0 || depth > MAX_RING_ENTRIES {
+        return Err(LayoutError::BadCapacity { requested: depth });
+    }
+    Ok(depth.next_power_of_two())
+}
+
+fn round_up(n: usize, to: usize) -> Option<usize> {
+    n.checked_add(to - 1).map(|v| v / to * to)
+}
+
+/// Bytes of a ring of `capacity` slots of `T` (header + slots, rounded to
+/// [`RING_ALIGN`]). `capacity` must be an exact power of two.
+pub fn ring_bytes<T: Slot>(capacity: u32) -> Result<usize, LayoutError> {
+    if capacity == 0 || capacity > MAX_RING_ENTRIES {
+        return Err(LayoutError::BadCapacity {
+            requested: capacity,
+        });
+    }
+    if !capacity.is_power_of_two() {
+        return Err(LayoutError::NotPowerOfTwo { capacity });
+    }
+    let slots = (capacity as usize)
+        .checked_mul(core::mem::size_of::<T>())
+        .ok_or(LayoutError::TooLarge { bytes: usize::MAX })?;
+    let total = slots
+        .checked_add(RING_HEADER_SIZE)
+        .and_then(|n| round_up(n, RING_ALIGN))
+        .ok_or(LayoutError::TooLarge { bytes: usize::MAX })?;
+    Ok(total)
+}
+
+/// The layout of a QP segment: the SQ ring at offset 0, then the RQ ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpLayout {
+    /// SQ capacity (power of two).
+    pub sq_capacity: u32,
+    /// RQ capacity (power of two).
+    pub rq_capacity: u32,
+    /// Offset of the SQ ring (always 0).
+    pub sq_offset: usize,
+    /// Offset of the RQ ring.
+    pub rq_offset: usize,
+    /// Segment length (page-rounded): the memfd size.
+    pub len: usize,
+}
+
+impl QpLayout {
+    /// The layout for a QP with room for `max_send_wr` and `max_recv_wr` outstanding
+    /// work requests (each rounded up to a power of two).
+    pub fn new(max_send_wr: u32, max_recv_wr: u32) -> Result<Self, LayoutError> {
+        let sq_capacity = ring_capacity(max_send_wr)?;
+        let rq_capacity = ring_capacity(max_recv_wr)?;
+        let sq_bytes = ring_bytes::<SendWqe>(sq_capacity)?;
+        let rq_bytes = ring_bytes::<RecvWqe>(rq_capacity)?;
+        let end = sq_bytes
+            .checked_add(rq_bytes)
+            .ok_or(LayoutError::TooLarge { bytes: usize::MAX })?;
+        let len = round_up(end, SEGMENT_ALIGN).ok_or(LayoutError::TooLarge { bytes: end })?;
+        Ok(QpLayout {
+            sq_capacity,
+            rq_capacity,
+            sq_offset: 0,
+            rq_offset: sq_bytes,
+            len,
+        })
+    }
+}
+
+/// The layout of a CQ segment: one CQ ring at offset 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CqLayout {
+    /// CQ capacity (power of two).
+    pub capacity: u32,
+    /// Offset of the ring (always 0).
+    pub offset: usize,
+    /// Segment length (page-rounded).
+    pub len: usize,
+}
+
+impl CqLayout {
+    /// The layout for a CQ of at least `depth` entries.
+    pub fn new(depth: u32) -> Result<Self, LayoutError> {
+        let capacity = ring_capacity(depth)?;
+        let bytes = ring_bytes::<Cqe>(capacity)?;
+        let len = round_up(bytes, SEGMENT_ALIGN).ok_or(LayoutError::TooLarge { bytes })?;
+        Ok(CqLayout {
+            capacity,
+            offset: 0,
+            len,
+        })
+    }
+}
+
+/// The memfd length for a memory region of `len` bytes (page-rounded, at least a page so
+/// that zero-length regions still have a mapping).
+pub fn mr_segment_len(len: usize) -> Result<usize, LayoutError> {
+    round_up(len.max(1), SEGMENT_ALIGN).ok_or(LayoutError::TooLarge { bytes: len })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacities_round_to_powers_of_two() {
+        assert_eq!(ring_capacity(1), Ok(1));
+        assert_eq!(ring_capacity(500), Ok(512));
+        assert_eq!(ring_capacity(512), Ok(512));
+        assert_eq!(
+            ring_capacity(0),
+            Err(LayoutError::BadCapacity { requested: 0 })
+        );
+        assert!(ring_capacity(MAX_RING_ENTRIES + 1).is_err());
+    }
+
+    #[test]
+    fn ring_bytes_is_header_plus_slots_rounded() {
+        assert_eq!(ring_bytes::<Cqe>(1), Ok(192 + 64)); // 40 rounded to 64
+        assert_eq!(ring_bytes::<Cqe>(8), Ok(192 + 320));
+        assert_eq!(ring_bytes::<SendWqe>(4), Ok(192 + 1600));
+        assert_eq!(
+            ring_bytes::<Cqe>(3),
+            Err(LayoutError::NotPowerOfTwo { capacity: 3 })
+        );
+    }
+
+    #[test]
+    fn qp_layout_places_rq_after_sq_and_page_rounds() {
+        let l = QpLayout::new(1, 500).unwrap();
+        assert_eq!(l.sq_capacity, 1);
+        assert_eq!(l.rq_capacity, 512);
+        assert_eq!(l.rq_offset, 192 + 448); // 400 rounded up to 64 with the header
+        assert_eq!(l.rq_offset % RING_ALIGN, 0);
+        let end = l.rq_offset + 192 + 512 * 80;
+        assert!(l.len >= end && l.len - end < SEGMENT_ALIGN);
+        assert_eq!(l.len % SEGMENT_ALIGN, 0);
+    }
+
+    #[test]
+    fn cq_and_mr_lengths() {
+        let c = CqLayout::new(100).unwrap();
+        assert_eq!(c.capacity, 128);
+        assert_eq!(c.len, 8192); // 192 + 128*40 = 5312 -> 8192
+        assert_eq!(mr_segment_len(0), Ok(4096));
+        assert_eq!(mr_segment_len(4096), Ok(4096));
+        assert_eq!(mr_segment_len(4097), Ok(8192));
+        assert!(mr_segment_len(usize::MAX).is_err());
+    }
+}

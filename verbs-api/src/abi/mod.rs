@@ -1,0 +1,91 @@
+//! The shared-memory ABI between a client (`verbs-api`) and the NIC process (`softnic run`).
+//!
+//! Both processes compile this module, so there is exactly one definition of every byte
+//! they share (as rdma-core keeps one ABI header for the kernel and user space).
+//!
+//! ```text
+//!  client process                                  softnic process
+//!  ──────────────                                  ───────────────
+//!  QP segment (memfd, created by the client) ─────► mapped by the NIC too
+//!    [SQ ring: RingHeader | SendWqe × cap]          client produces, NIC consumes
+//!    [RQ ring: RingHeader | RecvWqe × cap]          client produces, NIC consumes
+//!  CQ segment (memfd, created by the client) ─────► mapped by the NIC too
+//!    [CQ ring: RingHeader | Cqe × cap]              NIC produces, client consumes
+//!  MR segment (memfd per region)             ─────► the NIC's "DMA" target
+//! ```
+//!
+//! * [`ring`]: the single-producer single-consumer ring (io_uring / AF_XDP cursors) and the
+//!   wake-up flag protocol.
+//! * [`slots`]: the fixed-size entries ([`SendWqe`], [`RecvWqe`], [`Cqe`]).
+//! * [`layout`]: where each ring sits in a segment and how big segments are.
+//! * [`control`]: the control-socket messages and their framing (slow path).
+//!
+//! # Wake-ups: NEED_WAKEUP and CQ_ARMED (io_uring SQPOLL model)
+//!
+//! Bit 0 of a ring's `flags`, [`NEED_WAKEUP`], lives on SQ and RQ rings; bit 1,
+//! [`CQ_ARMED`], on CQ rings. Both are a Dekker-style handshake: each side *stores* its
+//! own variable, issues `fence(SeqCst)`, then *loads* the other side's variable, so at
+//! least one of the two sides sees the other's store and no wake-up is lost.
+//!
+//! NIC going to sleep (consumer of SQ/RQ):
+//! 1. `flags.fetch_or(NEED_WAKEUP, SeqCst)` on every SQ/RQ ring it serves;
+//! 2. `fence(SeqCst)`;
+//! 3. re-read every ring's `producer` (Acquire). If any ring has work, clear the flags
+//!    and keep polling; otherwise block in poll(2) on the wake eventfds;
+//! 4. after waking, clear NEED_WAKEUP (`fetch_and(!NEED_WAKEUP)`) while it polls.
+//!
+//! Client posting (producer of SQ/RQ), [`ring::Producer::publish_and_check`]:
+//! 1. write the entries, then `producer.store(tail, Release)`;
+//! 2. `fence(SeqCst)`;
+//! 3. `flags.load(Relaxed)`; only if NEED_WAKEUP is set, write(2) 1 to the wake eventfd
+//!    that the NIC passed at OpenDevice. Otherwise no syscall at all.
+//!
+//! Client waiting on a CQ (consumer), [`ring::Consumer::arm`]:
+//! 1. `flags.fetch_or(CQ_ARMED, SeqCst)`; 2. `fence(SeqCst)`; 3. re-check the ring
+//!    (Acquire). If it is non-empty, do not sleep. Otherwise block on the CQ's eventfd
+//!    (passed by the NIC at CreateCq); after waking, drain the eventfd and poll again.
+//!
+//! NIC pushing a CQE (producer), [`ring::Producer::publish_and_take`]:
+//! 1. write the CQE, `producer.store(tail, Release)`; 2. `fence(SeqCst)`;
+//! 3. if `flags` has CQ_ARMED, `fetch_and(!CQ_ARMED)`; if this call cleared it, write(2)
+//!    the CQ's eventfd (so one arm gives at most one wake-up, as `ibv_req_notify_cq`).
+//!
+//! # Trust
+//! The NIC treats every byte of a client segment as hostile: it never uses the header's
+//! `capacity`/`entry_size` except to check them against the values it computed itself
+//! from the control message, it validates every index it reads (`producer − consumer ≤
+//! capacity`, else the ring is corrupt: the NIC moves the QP to ERR and counts it), it
+//! copies each entry out before looking at it, and it never reads or writes outside the
+//! mapping. Memfds are sealed against shrinking ([`crate::os::check_shm`]) so that a
+//! client cannot make the NIC's mapping fault with SIGBUS.
+
+pub mod control;
+pub mod layout;
+pub mod ring;
+pub mod slots;
+
+pub use layout::{CqLayout, LayoutError, QpLayout};
+pub use ring::{CachePadded, Consumer, Producer, Ring, RingError, RingHeader};
+pub use slots::{Cqe, RecvWqe, SendWqe, Sge, Slot, UdDest};
+
+/// Ring flag bit 0 (SQ/RQ rings): the NIC is asleep or about to be; a producer that
+/// publishes entries must write the wake eventfd. Set and cleared by the NIC only.
+pub const NEED_WAKEUP: u32 = 1 << 0;
+
+/// Ring flag bit 1 (CQ rings): the client waits for a completion on this CQ; the NIC
+/// clears the bit and writes the CQ's eventfd when it next publishes a CQE. Set by the
+/// client, cleared by the NIC (or by the client when it gives up waiting).
+pub const CQ_ARMED: u32 = 1 << 1;
+
+/// Version of this ABI; sent in OpenDevice so that mismatched builds refuse each other.
+pub const ABI_VERSION: u32 = 1;
+
+/// Most scatter/gather entries in one work request (the same as the transport's limit).
+pub const MAX_SGE: usize = 4;
+
+/// Most inline bytes in one send work request.
+pub const MAX_INLINE: usize = 256;
+
+/// Most entries in one ring (a larger request is refused: it bounds what a client can
+/// make the NIC map).
+pub const MAX_RING_ENTRIES: u32 = 1 << 15;

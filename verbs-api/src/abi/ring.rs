@@ -1,0 +1,446 @@
+//! Single-producer single-consumer rings in shared memory (io_uring SQ/CQ, AF_XDP).
+//!
+//! A ring is a [`RingHeader`] followed by `capacity` (a power of two) slots of one
+//! [`Slot`] type. Indices are free-running `u32`s, masked on access, so `producer −
+//! consumer` (wrapping) is the number of filled slots and is never more than `capacity`.
+//!
+//! * The producer writes slots, then `producer.store(tail, Release)` ([`Producer::publish`]).
+//! * The consumer `producer.load(Acquire)`, copies slots out, then
+//!   `consumer.store(head, Release)` ([`Consumer::release`]) so the producer may reuse them.
+//!
+//! Each side keeps its own index privately and only ever *writes* it to shared memory;
+//! the other side's index is cached (`cached_*`) and reloaded only when the cache says
+//! the ring is full (producer) or empty (consumer), as AF_XDP's `xsk_ring_prod__reserve`
+//! and io_uring's SQ do. Every loaded index is validated: a difference larger than
+//! `capacity` means the peer corrupted the header, and the ring reports
+//! [`RingError::Corrupt`] forever after (the NIC then moves the QP to ERR).
+//!
+//! Memory safety does not depend on the peer: a [`Ring`] checks once, at construction,
+//! that header and slots lie inside the mapping, and afterwards every slot access is
+//! `index & mask` with the mask it computed itself; the header's `capacity` and
+//! `entry_size` words are only *compared* with the expected values.
+
+use core::marker::PhantomData;
+use core::ptr::NonNull;
+use core::sync::atomic::{fence, AtomicU32, Ordering};
+use std::fmt;
+use std::sync::Arc;
+
+use memmap2::MmapRaw;
+
+use super::layout::{ring_bytes, LayoutError, RING_ALIGN};
+use super::slots::Slot;
+
+/// Aligns (and pads) a value to a 64-byte cache line so that the producer's and the
+/// consumer's index never share a line (false sharing costs a cache miss per post).
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub struct CachePadded<T>(pub T);
+
+/// The header at the start of every ring.
+///
+/// `capacity` and `entry_size` are atomics only so that reading them while a hostile
+/// peer writes them is defined behaviour; they are written once by the creator.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RingHeader {
+    /// Free-running producer index (written by the producer only).
+    pub producer: CachePadded<AtomicU32>,
+    /// Free-running consumer index (written by the consumer only).
+    pub consumer: CachePadded<AtomicU32>,
+    /// [`super::NEED_WAKEUP`] / [`super::CQ_ARMED`] bits.
+    pub flags: AtomicU32,
+    /// Number of slots (a power of two).
+    pub capacity: AtomicU32,
+    /// Size of one slot in bytes.
+    pub entry_size: AtomicU32,
+    /// Zero.
+    pub _reserved: AtomicU32,
+}
+
+/// Size of [`RingHeader`]; slots start at this offset from the header.
+pub const RING_HEADER_SIZE: usize = 192;
+const _: () = assert!(core::mem::size_of::<RingHeader>() == RING_HEADER_SIZE);
+const _: () = assert!(core::mem::align_of::<RingHeader>() == 64);
+const _: () = assert!(core::mem::offset_of!(RingHeader, consumer) == 64);
+const _: () = assert!(core::mem::offset_of!(RingHeader, flags) == 128);
+const _: () = assert!(core::mem::offset_of!(RingHeader, capacity) == 132);
+const _: () = assert!(core::mem::offset_of!(RingHeader, entry_size) == 136);
+const _: () = assert!(RING_HEADER_SIZE % RING_ALIGN == 0);
+
+/// Why a ring operation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingError {
+    /// No free slot (producer).
+    Full,
+    /// The peer's index is impossible (`producer − consumer > capacity`); the ring is
+    /// unusable from now on.
+    Corrupt {
+        /// Producer index seen.
+        producer: u32,
+        /// Consumer index seen.
+        consumer: u32,
+    },
+}
+
+impl fmt::Display for RingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RingError::Full => write!(f, "ring full"),
+            RingError::Corrupt { producer, consumer } => write!(
+                f,
+                "ring header corrupt: producer {producer} consumer {consumer} differ by more than the capacity"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RingError {}
+
+/// A typed view of one ring inside a shared mapping. Holds the mapping alive.
+pub struct Ring<T: Slot> {
+    /// Keeps the mapping alive for as long as the raw pointers below are used.
+    _map: Arc<MmapRaw>,
+    header: NonNull<RingHeader>,
+    slots: NonNull<T>,
+    capacity: u32,
+    _slots: PhantomData<T>,
+}
+
+// SAFETY: the ring only touches shared memory through atomics (header) and volatile
+// copies of plain-data slots (`Slot`); the mapping is owned through an `Arc`. Moving a
+// `Ring` to another thread is therefore fine; `Producer`/`Consumer` enforce one user per
+// side by taking `&mut self`.
+unsafe impl<T: Slot> Send for Ring<T> {}
+
+impl<T: Slot> fmt::Debug for Ring<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ring")
+            .field("capacity", &self.capacity)
+            .field("entry_size", &core::mem::size_of::<T>())
+            .field(
+                "producer",
+                &self.header().producer.0.load(Ordering::Relaxed),
+            )
+            .field(
+                "consumer",
+                &self.header().consumer.0.load(Ordering::Relaxed),
+            )
+            .field("flags", &self.flags())
+            .finish()
+    }
+}
+
+impl<T: Slot> Ring<T> {
+    /// A view of the ring at `offset` in `map` with `capacity` slots of `T`.
+    ///
+    /// Checks that `capacity` is a power of two no larger than
+    /// [`super::MAX_RING_ENTRIES`], that `offset` is 64-byte aligned, and that the whole
+    /// ring lies inside the mapping. Does not read or write the header.
+    pub fn new(map: Arc<MmapRaw>, offset: usize, capacity: u32) -> Result<Self, LayoutError> {
+        let bytes = ring_bytes::<T>(capacity)?;
+        if offset % RING_ALIGN != 0 {
+            return Err(LayoutError::Misaligned { offset });
+        }
+        let end = offset
+            .checked_add(bytes)
+            .ok_or(LayoutError::TooLarge { bytes: usize::MAX })?;
+        if end > map.len() {
+            return Err(LayoutError::OutsideMapping {
+                end,
+                mapping_len: map.len(),
+            });
+        }
+        let base = map.as_mut_ptr();
+        if (base as usize) % RING_ALIGN != 0 {
+            return Err(LayoutError::Misaligned {
+                offset: base as usize,
+            });
+        }
+        // SAFETY: offset + bytes <= map.len() (checked above), so both pointers are
+        // inside the mapping, and base is non-null (a mapping).
+        let header = unsafe { base.add(offset) }.cast::<RingHeader>();
+        // SAFETY: as above; RING_HEADER_SIZE < bytes.
+        let slots = unsafe { base.add(offset + RING_HEADER_SIZE) }.cast::<T>();
+        Ok(Ring {
+            _map: map,
+            header: NonNull::new(header).ok_or(LayoutError::Misaligned { offset })?,
+            slots: NonNull::new(slots).ok_or(LayoutError::Misaligned { offset })?,
+            capacity,
+            _slots: PhantomData,
+        })
+    }
+
+    fn header(&self) -> &RingHeader {
+        // SAFETY: `header` points inside the live mapping (checked in `new`, kept alive
+        // by `_map`), is 64-byte aligned, and RingHeader consists of atomics only, which
+        // may be shared with another process writing them concurrently.
+        unsafe { self.header.as_ref() }
+    }
+
+    /// Writes a fresh header (indices 0, flags 0, capacity, entry size). Only the
+    /// segment's creator calls this, before passing the segment to the peer.
+    pub fn init(&self) {
+        let h = self.header();
+        h.producer.0.store(0, Ordering::Relaxed);
+        h.consumer.0.store(0, Ordering::Relaxed);
+        h.flags.store(0, Ordering::Relaxed);
+        h.capacity.store(self.capacity, Ordering::Relaxed);
+        h.entry_size
+            .store(core::mem::size_of::<T>() as u32, Ordering::Relaxed);
+        h._reserved.store(0, Ordering::Relaxed);
+        fence(Ordering::Release);
+    }
+
+    /// Checks that the header written by the peer describes this ring (the attacher
+    /// calls this once). The ring never uses the header's values for addressing anyway.
+    pub fn check_header(&self) -> Result<(), LayoutError> {
+        let h = self.header();
+        let capacity = h.capacity.load(Ordering::Acquire);
+        let entry_size = h.entry_size.load(Ordering::Acquire);
+        if capacity != self.capacity || entry_size as usize != core::mem::size_of::<T>() {
+            return Err(LayoutError::HeaderMismatch {
+                capacity,
+                entry_size,
+                expected_capacity: self.capacity,
+                expected_entry_size: core::mem::size_of::<T>() as u32,
+            });
+        }
+        Ok(())
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// Current flag bits.
+    pub fn flags(&self) -> u32 {
+        self.header().flags.load(Ordering::Acquire)
+    }
+
+    /// Sets flag bits (`fetch_or`, SeqCst); returns the previous bits.
+    pub fn set_flags(&self, bits: u32) -> u32 {
+        self.header().flags.fetch_or(bits, Ordering::SeqCst)
+    }
+
+    /// Clears flag bits (`fetch_and`, SeqCst); returns the previous bits.
+    pub fn clear_flags(&self, bits: u32) -> u32 {
+        self.header().flags.fetch_and(!bits, Ordering::SeqCst)
+    }
+
+    /// Number of filled slots as seen now (Acquire loads of both indices); an error
+    /// when the indices are inconsistent. For the NIC's pre-sleep re-check and for stats.
+    pub fn len(&self) -> Result<u32, RingError> {
+        let h = self.header();
+        let consumer = h.consumer.0.load(Ordering::Acquire);
+        let producer = h.producer.0.load(Ordering::Acquire);
+        let n = producer.wrapping_sub(consumer);
+        if n > self.capacity {
+            return Err(RingError::Corrupt { producer, consumer });
+        }
+        Ok(n)
+    }
+
+    /// True when [`Ring::len`] is 0.
+    pub fn is_empty(&self) -> Result<bool, RingError> {
+        self.len().map(|n| n == 0)
+    }
+
+    /// Becomes the producer side. The starting index is read from the header once.
+    pub fn into_producer(self) -> Producer<T> {
+        let h = self.header();
+        let tail = h.producer.0.load(Ordering::Acquire);
+        let cached_consumer = h.consumer.0.load(Ordering::Acquire);
+        Producer {
+            ring: self,
+            tail,
+            cached_consumer,
+            corrupt: None,
+        }
+    }
+
+    /// Becomes the consumer side. The starting index is read from the header once.
+    pub fn into_consumer(self) -> Consumer<T> {
+        let h = self.header();
+        let head = h.consumer.0.load(Ordering::Acquire);
+        Consumer {
+            ring: self,
+            head,
+            cached_producer: head,
+            corrupt: None,
+        }
+    }
+
+    fn slot_ptr(&self, index: u32) -> *mut T {
+        let i = (index & (self.capacity - 1)) as usize;
+        // SAFETY: i < capacity and the `capacity` slots after the header lie inside the
+        // mapping (checked in `new`), so the result is in bounds.
+        unsafe { self.slots.as_ptr().add(i) }
+    }
+}
+
+/// The producer side of a ring: writes slots and publishes them.
+#[derive(Debug)]
+pub struct Producer<T: Slot> {
+    ring: Ring<T>,
+    /// Our index: slots `[published.., tail)` are written but maybe not yet published.
+    tail: u32,
+    cached_consumer: u32,
+    corrupt: Option<RingError>,
+}
+
+impl<T: Slot> Producer<T> {
+    /// The ring (flags, capacity).
+    pub fn ring(&self) -> &Ring<T> {
+        &self.ring
+    }
+
+    /// Free slots, reloading the consumer index only when the cached value shows fewer
+    /// than `want` free. Errors when the consumer index is impossible.
+    pub fn free(&mut self, want: u32) -> Result<u32, RingError> {
+        if let Some(e) = self.corrupt {
+            return Err(e);
+        }
+        let cap = self.ring.capacity;
+        let used = self.tail.wrapping_sub(self.cached_consumer);
+        let free = cap.wrapping_sub(used);
+        if used <= cap && free >= want {
+            return Ok(free);
+        }
+        let consumer = self.ring.header().consumer.0.load(Ordering::Acquire);
+        let used = self.tail.wrapping_sub(consumer);
+        if used > cap {
+            let e = RingError::Corrupt {
+                producer: self.tail,
+                consumer,
+            };
+            self.corrupt = Some(e);
+            return Err(e);
+        }
+        self.cached_consumer = consumer;
+        Ok(cap - used)
+    }
+
+    /// Writes `value` into the next slot (not yet visible to the consumer: call
+    /// [`Producer::publish`] after a batch).
+    pub fn push(&mut self, value: &T) -> Result<(), RingError> {
+        if self.free(1)? == 0 {
+            return Err(RingError::Full);
+        }
+        let p = self.ring.slot_ptr(self.tail);
+        // SAFETY: `p` is an in-bounds, aligned slot (slot_ptr); the consumer does not
+        // read it until we publish (it is past the published producer index). A hostile
+        // consumer reading it early only races on plain data, hence the volatile write.
+        unsafe { core::ptr::write_volatile(p, *value) };
+        self.tail = self.tail.wrapping_add(1);
+        Ok(())
+    }
+
+    /// Makes every pushed slot visible to the consumer (`producer.store(Release)`).
+    pub fn publish(&mut self) {
+        self.ring
+            .header()
+            .producer
+            .0
+            .store(self.tail, Ordering::Release);
+    }
+
+    /// Publishes, then `fence(SeqCst)`, then returns whether any of `bits` is set in
+    /// `flags`. The client's post path: `publish_and_check(NEED_WAKEUP)` says whether
+    /// to write the wake eventfd (see the module docs of [`crate::abi`]).
+    pub fn publish_and_check(&mut self, bits: u32) -> bool {
+        self.publish();
+        fence(Ordering::SeqCst);
+        self.ring.header().flags.load(Ordering::Relaxed) & bits != 0
+    }
+
+    /// Publishes, then `fence(SeqCst)`, then clears `bits` if set and returns whether
+    /// this call cleared any. The NIC's CQ path: `publish_and_take(CQ_ARMED)` says
+    /// whether to write the CQ eventfd (one wake-up per arm).
+    pub fn publish_and_take(&mut self, bits: u32) -> bool {
+        self.publish();
+        fence(Ordering::SeqCst);
+        let h = self.ring.header();
+        if h.flags.load(Ordering::Relaxed) & bits == 0 {
+            return false;
+        }
+        h.flags.fetch_and(!bits, Ordering::SeqCst) & bits != 0
+    }
+}
+
+/// The consumer side of a ring: copies slots out and releases them.
+#[derive(Debug)]
+pub struct Consumer<T: Slot> {
+    ring: Ring<T>,
+    /// Our index: next slot to read.
+    head: u32,
+    cached_producer: u32,
+    corrupt: Option<RingError>,
+}
+
+impl<T: Slot> Consumer<T> {
+    /// The ring (flags, capacity).
+    pub fn ring(&self) -> &Ring<T> {
+        &self.ring
+    }
+
+    /// Filled slots, reloading the producer index (Acquire) only when the cached value
+    /// says the ring is empty. Errors when the producer index is impossible.
+    pub fn available(&mut self) -> Result<u32, RingError> {
+        if let Some(e) = self.corrupt {
+            return Err(e);
+        }
+        let n = self.cached_producer.wrapping_sub(self.head);
+        if n != 0 && n <= self.ring.capacity {
+            return Ok(n);
+        }
+        let producer = self.ring.header().producer.0.load(Ordering::Acquire);
+        let n = producer.wrapping_sub(self.head);
+        if n > self.ring.capacity {
+            let e = RingError::Corrupt {
+                producer,
+                consumer: self.head,
+            };
+            self.corrupt = Some(e);
+            return Err(e);
+        }
+        self.cached_producer = producer;
+        Ok(n)
+    }
+
+    /// Copies the next slot out, or `None` when the ring is empty. The slot is not
+    /// returned to the producer until [`Consumer::release`].
+    pub fn pop(&mut self) -> Result<Option<T>, RingError> {
+        if self.available()? == 0 {
+            return Ok(None);
+        }
+        let p = self.ring.slot_ptr(self.head);
+        // SAFETY: `p` is an in-bounds, aligned slot (slot_ptr). `T: Slot` makes every bit
+        // pattern valid, so a peer's garbage (even a concurrent write by a misbehaving
+        // producer) yields some valid `T`; the volatile read copies it out exactly once.
+        let v = unsafe { core::ptr::read_volatile(p) };
+        self.head = self.head.wrapping_add(1);
+        Ok(Some(v))
+    }
+
+    /// Returns consumed slots to the producer (`consumer.store(Release)`).
+    pub fn release(&mut self) {
+        self.ring
+            .header()
+            .consumer
+            .0
+            .store(self.head, Ordering::Release);
+    }
+
+    /// Sets `bits` (e.g. [`super::CQ_ARMED`]), `fence(SeqCst)`, then re-checks the
+    /// ring: returns `Ok(true)` when it is still empty, so the caller may sleep.
+    pub fn arm(&mut self, bits: u32) -> Result<bool, RingError> {
+        self.ring.set_flags(bits);
+        fence(Ordering::SeqCst);
+        Ok(self.available()? == 0)
+    }
+}
+
+#[cfg(test)]
+mod tests;

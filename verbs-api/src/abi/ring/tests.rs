@@ -1,0 +1,268 @@
+use super::*;
+use crate::abi::{CQ_ARMED, NEED_WAKEUP};
+use memmap2::MmapMut;
+use proptest::prelude::*;
+use std::collections::VecDeque;
+
+fn anon(len: usize) -> Arc<MmapRaw> {
+    Arc::new(MmapRaw::from(MmapMut::map_anon(len).unwrap()))
+}
+
+fn pair(cap: u32) -> (Producer<u64>, Consumer<u64>) {
+    let map = anon(ring_bytes::<u64>(cap).unwrap());
+    let r = Ring::<u64>::new(map.clone(), 0, cap).unwrap();
+    r.init();
+    let c = Ring::<u64>::new(map, 0, cap).unwrap();
+    c.check_header().unwrap();
+    (r.into_producer(), c.into_consumer())
+}
+
+fn header_of<T: Slot>(r: &Ring<T>) -> &RingHeader {
+    r.header()
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Push(u64),
+    Publish,
+    Pop,
+    Release,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => any::<u64>().prop_map(Op::Push),
+        1 => Just(Op::Publish),
+        3 => Just(Op::Pop),
+        1 => Just(Op::Release),
+    ]
+}
+
+proptest! {
+    /// The ring behaves like a bounded queue whose pushes become visible on publish and
+    /// whose slots become free on release.
+    #[test]
+    fn ring_matches_vecdeque_model(cap_log in 0u32..5, ops in proptest::collection::vec(op(), 0..300)) {
+        let cap = 1u32 << cap_log;
+        let (mut p, mut c) = pair(cap);
+        let mut pending: VecDeque<u64> = VecDeque::new();
+        let mut visible: VecDeque<u64> = VecDeque::new();
+        let mut unreleased = 0usize;
+        for op in ops {
+            match op {
+                Op::Push(v) => {
+                    let used = pending.len() + visible.len() + unreleased;
+                    let r = p.push(&v);
+                    if used == cap as usize {
+                        prop_assert_eq!(r, Err(RingError::Full));
+                    } else {
+                        prop_assert_eq!(r, Ok(()));
+                        pending.push_back(v);
+                    }
+                }
+                Op::Publish => {
+                    p.publish();
+                    visible.extend(pending.drain(..));
+                }
+                Op::Pop => {
+                    let got = c.pop().unwrap();
+                    let want = visible.pop_front();
+                    if want.is_some() {
+                        unreleased += 1;
+                    }
+                    prop_assert_eq!(got, want);
+                }
+                Op::Release => {
+                    c.release();
+                    unreleased = 0;
+                }
+            }
+            prop_assert_eq!(c.ring().len().unwrap() as usize, visible.len() + unreleased);
+        }
+    }
+}
+
+#[test]
+fn two_thread_spsc_delivers_every_value_in_order() {
+    const N: u64 = 100_000;
+    // Spins are bounded so a bug shows as a failure, not a hang.
+    const MAX_SPINS: u64 = 200_000_000;
+    let (mut p, mut c) = pair(64);
+    let producer = std::thread::spawn(move || {
+        let mut spins = 0u64;
+        let mut next = 0u64;
+        while next < N {
+            match p.push(&next) {
+                Ok(()) => {
+                    next += 1;
+                    if next % 7 == 0 {
+                        p.publish();
+                    }
+                }
+                Err(RingError::Full) => {
+                    p.publish();
+                    spins += 1;
+                    assert!(spins < MAX_SPINS, "producer starved");
+                    std::thread::yield_now();
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        p.publish();
+    });
+    let mut expect = 0u64;
+    let mut spins = 0u64;
+    while expect < N {
+        match c.pop().unwrap() {
+            Some(v) => {
+                assert_eq!(v, expect);
+                expect += 1;
+                if expect % 5 == 0 {
+                    c.release();
+                }
+            }
+            None => {
+                c.release();
+                spins += 1;
+                assert!(spins < MAX_SPINS, "consumer starved");
+                std::thread::yield_now();
+            }
+        }
+    }
+    producer.join().unwrap();
+    assert_eq!(c.pop().unwrap(), None);
+}
+
+#[test]
+fn consumer_refuses_producer_index_beyond_capacity() {
+    let (mut p, mut c) = pair(8);
+    p.push(&1).unwrap();
+    p.publish();
+    assert_eq!(c.pop().unwrap(), Some(1));
+    // A hostile producer claims 9 entries past our head (capacity 8).
+    header_of(c.ring())
+        .producer
+        .0
+        .store(1 + 9, Ordering::Release);
+    assert_eq!(
+        c.pop(),
+        Err(RingError::Corrupt {
+            producer: 10,
+            consumer: 1
+        })
+    );
+    // Sticky: even a repaired header is not trusted again.
+    header_of(c.ring()).producer.0.store(1, Ordering::Release);
+    assert!(c.pop().is_err());
+    assert!(c.ring().len().is_ok());
+}
+
+#[test]
+fn consumer_index_going_backwards_is_corrupt_for_the_producer() {
+    let (mut p, _c) = pair(4);
+    for v in 0..4 {
+        p.push(&v).unwrap();
+    }
+    p.publish();
+    // Consumer claims to be ahead of the producer (wraps to a huge used count).
+    header_of(p.ring()).consumer.0.store(100, Ordering::Release);
+    assert!(matches!(p.push(&9), Err(RingError::Corrupt { .. })));
+}
+
+#[test]
+fn wrapping_indices_near_u32_max_work() {
+    let map = anon(ring_bytes::<u64>(4).unwrap());
+    let r = Ring::<u64>::new(map.clone(), 0, 4).unwrap();
+    r.init();
+    header_of(&r)
+        .producer
+        .0
+        .store(u32::MAX - 1, Ordering::Relaxed);
+    header_of(&r)
+        .consumer
+        .0
+        .store(u32::MAX - 1, Ordering::Relaxed);
+    let mut p = r.into_producer();
+    let mut c = Ring::<u64>::new(map, 0, 4).unwrap().into_consumer();
+    for round in 0..5u64 {
+        for v in 0..4 {
+            p.push(&(round * 10 + v)).unwrap();
+        }
+        assert_eq!(p.push(&0), Err(RingError::Full));
+        p.publish();
+        for v in 0..4 {
+            assert_eq!(c.pop().unwrap(), Some(round * 10 + v));
+        }
+        assert_eq!(c.pop().unwrap(), None);
+        c.release();
+    }
+}
+
+#[test]
+fn corrupt_capacity_and_entry_size_never_change_addressing() {
+    let (mut p, mut c) = pair(4);
+    let h = header_of(p.ring());
+    h.capacity.store(u32::MAX, Ordering::Relaxed);
+    h.entry_size.store(1 << 30, Ordering::Relaxed);
+    assert!(matches!(
+        c.ring().check_header(),
+        Err(LayoutError::HeaderMismatch { .. })
+    ));
+    // Still a 4-slot ring inside the mapping.
+    for v in 0..4 {
+        p.push(&v).unwrap();
+    }
+    assert_eq!(p.push(&4), Err(RingError::Full));
+    p.publish();
+    for v in 0..4 {
+        assert_eq!(c.pop().unwrap(), Some(v));
+    }
+}
+
+#[test]
+fn ring_outside_mapping_is_refused() {
+    let map = anon(4096);
+    assert!(matches!(
+        Ring::<u64>::new(map.clone(), 0, 1024),
+        Err(LayoutError::OutsideMapping { .. })
+    ));
+    assert!(matches!(
+        Ring::<u64>::new(map.clone(), 8, 4),
+        Err(LayoutError::Misaligned { offset: 8 })
+    ));
+    assert!(matches!(
+        Ring::<u64>::new(map.clone(), usize::MAX - 63, 4),
+        Err(LayoutError::TooLarge { .. })
+    ));
+    assert!(matches!(
+        Ring::<u64>::new(map, 0, 3),
+        Err(LayoutError::NotPowerOfTwo { capacity: 3 })
+    ));
+}
+
+#[test]
+fn need_wakeup_is_seen_by_the_poster() {
+    let (mut p, c) = pair(4);
+    p.push(&1).unwrap();
+    assert!(!p.publish_and_check(NEED_WAKEUP));
+    c.ring().set_flags(NEED_WAKEUP);
+    p.push(&2).unwrap();
+    assert!(p.publish_and_check(NEED_WAKEUP));
+    c.ring().clear_flags(NEED_WAKEUP);
+    assert!(!p.publish_and_check(NEED_WAKEUP));
+}
+
+#[test]
+fn cq_armed_wakes_once_per_arm() {
+    let (mut p, mut c) = pair(4);
+    assert_eq!(c.arm(CQ_ARMED), Ok(true), "empty ring: may sleep");
+    p.push(&1).unwrap();
+    assert!(p.publish_and_take(CQ_ARMED));
+    assert_eq!(c.ring().flags() & CQ_ARMED, 0);
+    p.push(&2).unwrap();
+    assert!(
+        !p.publish_and_take(CQ_ARMED),
+        "not re-armed: no second wake-up"
+    );
+    assert_eq!(c.arm(CQ_ARMED), Ok(false), "entries waiting: don't sleep");
+}

@@ -1,0 +1,24 @@
+//! The operating-system seam: the few Linux-specific calls softnic needs, in one place.
+//!
+//! * shared memory: `memfd_create` + `ftruncate` + seals ([`memfd`], [`check_shm`],
+//!   [`map_shared`]);
+//! * wake-ups: `eventfd` ([`eventfd`], [`eventfd_signal`], [`eventfd_drain`],
+//!   [`wait_readable`]);
+//! * fd passing: `sendmsg`/`recvmsg` with `SCM_RIGHTS` ([`send_with_fds`],
+//!   [`recv_with_fds`]).
+//!
+//! A macOS port would substitute `shm_open` + `shm_unlink`, a pipe or kqueue user event,
+//! and the same SCM_RIGHTS (which BSD has) behind these signatures.
+//!
+//! Written directly against `libc` (already a workspace dependency) rather than `nix` or
+//! `rustix`: it is eight calls, and each wrapper here returns `OwnedFd` as soon as the
+//! kernel hands back a descriptor, which is the property that matters (no leaks on any
+//! error path). `rustix` would be the choice if this seam grew.
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+pub use linux::*;
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("verbs-api's os seam is implemented for Linux only (see src/os/mod.rs)");
