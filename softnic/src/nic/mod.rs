@@ -1,9 +1,15 @@
-//! The NIC process (being written).
+//! The NIC process behind `softnic run` (being written).
 use std::process::ExitCode;
 
-/// Arguments of `softnic run`.
-#[derive(clap::Args, Debug)]
-pub struct RunArgs {}
+pub mod clock;
+pub mod config;
+pub mod fault;
+pub mod pcap;
+pub mod rng;
+pub mod rx_icrc;
+pub mod udp;
+
+pub use config::RunArgs;
 
 /// Arguments of `softnic stats`.
 #[derive(clap::Args, Debug)]

@@ -1,0 +1,287 @@
+//! `softnic run` options and their validation.
+//!
+//! Everything a user can get wrong on the command line is rejected here, before any
+//! socket is opened, with a message that names the option and the accepted range.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The path MTUs RoCE defines (IBTA 9.4: IBV_MTU_256 … IBV_MTU_4096).
+pub const PATH_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
+
+/// Upper bound of `--delay-us`: 10 s. Delayed packets sit in a bounded queue; a longer
+/// delay is a configuration mistake rather than a network to emulate.
+pub const MAX_DELAY_US: u64 = 10_000_000;
+
+/// Arguments of `softnic run`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Device name clients open (the control socket is `$SOFTNIC_DIR/NAME.sock`).
+    #[arg(long, default_value = "softnic0")]
+    pub name: String,
+    /// Address to bind and to derive the GID from (IPv4 or IPv6).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub addr: IpAddr,
+    /// UDP port (RoCEv2 is 4791).
+    #[arg(long, default_value_t = wire::ROCEV2_UDP_PORT)]
+    pub port: u16,
+    /// Largest path MTU this NIC offers (the port's active MTU): 256, 512, 1024, 2048 or
+    /// 4096. Default 4096, which fits loopback (MTU 64 KiB); on a 1500-byte Ethernet
+    /// link use 1024, as rxe does.
+    #[arg(long, default_value_t = 4096)]
+    pub mtu: u32,
+    /// Write every packet sent and received to this pcap file (Ethernet/IP/UDP framing).
+    #[arg(long)]
+    pub pcap: Option<PathBuf>,
+    /// Fault injection: probability in [0,1] that a sent packet is dropped.
+    #[arg(long, default_value_t = 0.0)]
+    pub loss: f64,
+    /// Fault injection: probability in [0,1] that a sent packet is held back so later
+    /// packets overtake it.
+    #[arg(long, default_value_t = 0.0)]
+    pub reorder: f64,
+    /// Fault injection: probability in [0,1] that a sent packet is sent twice.
+    #[arg(long, default_value_t = 0.0)]
+    pub duplicate: f64,
+    /// Fault injection: probability in [0,1] that one bit of a sent packet is flipped
+    /// after its ICRC was computed (the receiver's ICRC check must catch it).
+    #[arg(long, default_value_t = 0.0)]
+    pub corrupt: f64,
+    /// Fault injection: delay every sent packet by this many microseconds.
+    #[arg(long, default_value_t = 0)]
+    pub delay_us: u64,
+    /// Seed of the fault injector's random generator (same seed, same decisions).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// Fault-injection settings, validated.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct FaultConfig {
+    /// P(drop).
+    pub loss: f64,
+    /// P(hold back to be overtaken).
+    pub reorder: f64,
+    /// P(send twice).
+    pub duplicate: f64,
+    /// P(flip one bit).
+    pub corrupt: f64,
+    /// Added to every packet.
+    pub delay: Duration,
+    /// PRNG seed.
+    pub seed: u64,
+}
+
+impl FaultConfig {
+    /// True when no fault is configured: packets go straight to the socket.
+    pub fn is_none(&self) -> bool {
+        self.loss == 0.0
+            && self.reorder == 0.0
+            && self.duplicate == 0.0
+            && self.corrupt == 0.0
+            && self.delay.is_zero()
+    }
+}
+
+/// A validated NIC configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Device name.
+    pub name: String,
+    /// UDP endpoint the NIC binds.
+    pub bind: SocketAddr,
+    /// Largest path MTU offered.
+    pub mtu: u32,
+    /// Capture file.
+    pub pcap: Option<PathBuf>,
+    /// Fault injection.
+    pub fault: FaultConfig,
+    /// Directory of the control socket (`$SOFTNIC_DIR`, default `/tmp/softnic`).
+    pub dir: PathBuf,
+}
+
+/// A rejected option.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The directory holding control sockets: `$SOFTNIC_DIR` or `/tmp/softnic`.
+pub fn socket_dir() -> PathBuf {
+    std::env::var_os("SOFTNIC_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp/softnic"))
+}
+
+/// Checks a device name: it becomes a file name, so only `[A-Za-z0-9_.-]`, 1–64 bytes,
+/// not starting with a dot.
+pub fn check_name(name: &str) -> Result<(), ConfigError> {
+    let ok_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
+    if name.is_empty() || name.len() > 64 || !ok_chars || name.starts_with('.') {
+        return Err(ConfigError(format!(
+            "--name {name:?}: a device name is 1-64 characters of A-Z a-z 0-9 _ . - and does not start with '.'"
+        )));
+    }
+    Ok(())
+}
+
+fn check_probability(opt: &str, p: f64) -> Result<f64, ConfigError> {
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(ConfigError(format!(
+            "--{opt} {p}: a probability must be between 0 and 1"
+        )))
+    }
+}
+
+impl Config {
+    /// Validates `a`; `dir` is the control-socket directory.
+    pub fn from_args(a: &RunArgs, dir: PathBuf) -> Result<Config, ConfigError> {
+        check_name(&a.name)?;
+        if !PATH_MTUS.contains(&a.mtu) {
+            return Err(ConfigError(format!(
+                "--mtu {}: must be one of 256, 512, 1024, 2048, 4096",
+                a.mtu
+            )));
+        }
+        if a.port == 0 {
+            return Err(ConfigError(
+                "--port 0: a NIC needs a fixed port its peers can address".into(),
+            ));
+        }
+        if a.addr.is_unspecified() || a.addr.is_multicast() {
+            return Err(ConfigError(format!(
+                "--addr {}: must be a unicast address of this host (it becomes the GID)",
+                a.addr
+            )));
+        }
+        if a.delay_us > MAX_DELAY_US {
+            return Err(ConfigError(format!(
+                "--delay-us {}: at most {MAX_DELAY_US}",
+                a.delay_us
+            )));
+        }
+        let fault = FaultConfig {
+            loss: check_probability("loss", a.loss)?,
+            reorder: check_probability("reorder", a.reorder)?,
+            duplicate: check_probability("duplicate", a.duplicate)?,
+            corrupt: check_probability("corrupt", a.corrupt)?,
+            delay: Duration::from_micros(a.delay_us),
+            seed: a.seed,
+        };
+        Ok(Config {
+            name: a.name.clone(),
+            bind: SocketAddr::new(a.addr, a.port),
+            mtu: a.mtu,
+            pcap: a.pcap.clone(),
+            fault,
+            dir,
+        })
+    }
+
+    /// Path of the control socket.
+    pub fn socket_path(&self) -> PathBuf {
+        self.dir.join(format!("{}.sock", self.name))
+    }
+}
+
+impl Default for RunArgs {
+    fn default() -> Self {
+        RunArgs {
+            name: "softnic0".into(),
+            addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: wire::ROCEV2_UDP_PORT,
+            mtu: 4096,
+            pcap: None,
+            loss: 0.0,
+            reorder: 0.0,
+            duplicate: 0.0,
+            corrupt: 0.0,
+            delay_us: 0,
+            seed: 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(a: RunArgs) -> Result<Config, ConfigError> {
+        Config::from_args(&a, PathBuf::from("/tmp/x"))
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = cfg(RunArgs::default()).unwrap();
+        assert_eq!(c.bind, "127.0.0.1:4791".parse().unwrap());
+        assert_eq!(c.mtu, 4096);
+        assert!(c.fault.is_none());
+        assert_eq!(c.socket_path(), PathBuf::from("/tmp/x/softnic0.sock"));
+    }
+
+    #[test]
+    fn rejects_probabilities_outside_unit_interval() {
+        for (p, ok) in [
+            (0.0, true),
+            (1.0, true),
+            (0.2, true),
+            (-0.1, false),
+            (1.5, false),
+        ] {
+            let r = cfg(RunArgs {
+                loss: p,
+                ..RunArgs::default()
+            });
+            assert_eq!(r.is_ok(), ok, "loss {p}");
+        }
+        let e = cfg(RunArgs {
+            corrupt: f64::NAN,
+            ..RunArgs::default()
+        })
+        .unwrap_err();
+        assert!(e.0.contains("--corrupt"), "{e}");
+    }
+
+    #[test]
+    fn rejects_bad_mtu_name_and_delay() {
+        assert!(cfg(RunArgs {
+            mtu: 1500,
+            ..RunArgs::default()
+        })
+        .unwrap_err()
+        .0
+        .contains("--mtu"));
+        for bad in ["", "../x", ".hidden", "a b", &"x".repeat(65)] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_name("softnic-1.b_c").is_ok());
+        assert!(cfg(RunArgs {
+            delay_us: MAX_DELAY_US + 1,
+            ..RunArgs::default()
+        })
+        .is_err());
+    }
+
+    #[test]
+    fn accepts_ipv6() {
+        let c = cfg(RunArgs {
+            addr: "::1".parse().unwrap(),
+            ..RunArgs::default()
+        })
+        .unwrap();
+        assert_eq!(c.bind, "[::1]:4791".parse().unwrap());
+    }
+}

@@ -1,0 +1,296 @@
+//! Seeded fault injection on the send path (`--loss --reorder --duplicate --corrupt
+//! --delay-us --seed`), so RC reliability (issue 4) can be exercised between real
+//! processes on a loopback that never loses anything by itself (this host's kernel has
+//! no netem).
+//!
+//! Every packet the NIC sends passes through [`FaultInjector::submit`], after its ICRC
+//! was computed. In order, with independent draws from one SplitMix64 stream:
+//! 1. **loss** — the packet is dropped;
+//! 2. **corrupt** — one uniformly chosen bit of the UDP payload (BTH … ICRC) is
+//!    flipped, so the receiver's ICRC check must catch it;
+//! 3. **duplicate** — the packet is sent twice;
+//! 4. **delay / reorder** — each copy is released `--delay-us` later, and a reordered
+//!    copy a further 50–500 µs later, so packets sent after it overtake it.
+//!
+//! Held packets wait in a bounded queue ordered by release time; when it is full a packet
+//! goes out at once (and is counted) rather than being dropped, so the configured loss
+//! rate stays the only source of loss. The same seed and the same sequence of
+//! submissions give the same decisions.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use softnic_transport::time::Instant;
+
+use super::config::FaultConfig;
+use super::rng::SplitMix64;
+
+/// Most packets held back at once.
+pub const MAX_HELD: usize = 8192;
+
+/// Extra hold of a reordered packet: uniform in this range.
+const REORDER_MIN: Duration = Duration::from_micros(50);
+const REORDER_SPAN_NS: u64 = 450_000;
+
+/// What the injector did, for `softnic stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultCounters {
+    /// Packets dropped on purpose.
+    pub dropped: u64,
+    /// Packets with one bit flipped.
+    pub corrupted: u64,
+    /// Extra copies sent.
+    pub duplicated: u64,
+    /// Packets held back to be overtaken.
+    pub reordered: u64,
+    /// Packets released immediately because the hold queue was full.
+    pub queue_full: u64,
+}
+
+#[derive(Debug)]
+struct Held {
+    release: Instant,
+    seq: u64,
+    dest: SocketAddr,
+    bytes: Vec<u8>,
+}
+
+impl PartialEq for Held {
+    fn eq(&self, o: &Self) -> bool {
+        (self.release, self.seq) == (o.release, o.seq)
+    }
+}
+impl Eq for Held {}
+impl PartialOrd for Held {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Held {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.release, self.seq).cmp(&(o.release, o.seq))
+    }
+}
+
+/// The fault injector. See the module documentation.
+#[derive(Debug)]
+pub struct FaultInjector {
+    cfg: FaultConfig,
+    rng: SplitMix64,
+    held: BinaryHeap<Reverse<Held>>,
+    /// Recycled packet buffers, so holding packets does not allocate in steady state.
+    pool: Vec<Vec<u8>>,
+    seq: u64,
+    counters: FaultCounters,
+}
+
+impl FaultInjector {
+    /// An injector for `cfg`.
+    pub fn new(cfg: FaultConfig) -> Self {
+        FaultInjector {
+            cfg,
+            rng: SplitMix64::new(cfg.seed),
+            held: BinaryHeap::new(),
+            pool: Vec::new(),
+            seq: 0,
+            counters: FaultCounters::default(),
+        }
+    }
+
+    /// True when no fault is configured (every packet is passed straight through).
+    pub fn is_passthrough(&self) -> bool {
+        self.cfg.is_none()
+    }
+
+    /// Counters so far.
+    pub fn counters(&self) -> FaultCounters {
+        self.counters
+    }
+
+    /// Applies the faults to one packet about to be sent to `dest`. Packets that go out
+    /// now are passed to `send` (zero, one or two times); the rest are held until
+    /// [`FaultInjector::release`] is called at or after their release time. `pkt` may be
+    /// modified (corruption).
+    pub fn submit(
+        &mut self,
+        now: Instant,
+        pkt: &mut [u8],
+        dest: SocketAddr,
+        send: &mut dyn FnMut(&[u8], SocketAddr),
+    ) {
+        if self.is_passthrough() {
+            send(pkt, dest);
+            return;
+        }
+        if self.rng.chance(self.cfg.loss) {
+            self.counters.dropped += 1;
+            return;
+        }
+        if self.rng.chance(self.cfg.corrupt) && !pkt.is_empty() {
+            let bit = self.rng.below(pkt.len() as u64 * 8);
+            if let Some(b) = pkt.get_mut((bit / 8) as usize) {
+                *b ^= 1 << (bit % 8);
+            }
+            self.counters.corrupted += 1;
+        }
+        let copies = if self.rng.chance(self.cfg.duplicate) {
+            self.counters.duplicated += 1;
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let mut hold = self.cfg.delay;
+            if self.rng.chance(self.cfg.reorder) {
+                self.counters.reordered += 1;
+                hold += REORDER_MIN + Duration::from_nanos(self.rng.below(REORDER_SPAN_NS));
+            }
+            if hold.is_zero() {
+                send(pkt, dest);
+            } else if self.held.len() >= MAX_HELD {
+                self.counters.queue_full += 1;
+                send(pkt, dest);
+            } else {
+                let mut bytes = self.pool.pop().unwrap_or_default();
+                bytes.clear();
+                bytes.extend_from_slice(pkt);
+                self.seq += 1;
+                self.held.push(Reverse(Held {
+                    release: now + hold,
+                    seq: self.seq,
+                    dest,
+                    bytes,
+                }));
+            }
+        }
+    }
+
+    /// Sends every held packet whose release time is at or before `now`, in release
+    /// order.
+    pub fn release(&mut self, now: Instant, send: &mut dyn FnMut(&[u8], SocketAddr)) {
+        while self.held.peek().is_some_and(|h| h.0.release <= now) {
+            if let Some(Reverse(h)) = self.held.pop() {
+                send(&h.bytes, h.dest);
+                self.pool.push(h.bytes);
+            }
+        }
+    }
+
+    /// When the next held packet is due.
+    pub fn next_release(&self) -> Option<Instant> {
+        self.held.peek().map(|h| h.0.release)
+    }
+
+    /// Packets currently held.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dest() -> SocketAddr {
+        "127.0.0.2:4791".parse().unwrap()
+    }
+
+    fn run(cfg: FaultConfig, n: usize) -> (Vec<Vec<u8>>, FaultCounters) {
+        let mut f = FaultInjector::new(cfg);
+        let mut out = Vec::new();
+        let mut now = Instant::ZERO;
+        for i in 0..n {
+            let mut pkt = (i as u32).to_be_bytes().repeat(4);
+            f.submit(now, &mut pkt, dest(), &mut |b, _| out.push(b.to_vec()));
+            now = now + Duration::from_micros(10);
+            f.release(now, &mut |b, _| out.push(b.to_vec()));
+        }
+        now = now + Duration::from_secs(1);
+        f.release(now, &mut |b, _| out.push(b.to_vec()));
+        assert_eq!(f.held(), 0);
+        (out, f.counters())
+    }
+
+    #[test]
+    fn passthrough_sends_everything_in_order() {
+        let (out, c) = run(FaultConfig::default(), 100);
+        assert_eq!(out.len(), 100);
+        for (i, p) in out.iter().enumerate() {
+            assert_eq!(p[..4], (i as u32).to_be_bytes());
+        }
+        assert_eq!(c, FaultCounters::default());
+    }
+
+    #[test]
+    fn loss_rate_is_close_to_p_and_reproducible() {
+        let cfg = FaultConfig {
+            loss: 0.2,
+            seed: 9,
+            ..FaultConfig::default()
+        };
+        let (a, ca) = run(cfg, 10_000);
+        let (b, _) = run(cfg, 10_000);
+        assert_eq!(a, b, "same seed, same survivors");
+        assert_eq!(a.len() as u64 + ca.dropped, 10_000);
+        assert!((1_800..2_200).contains(&ca.dropped), "{}", ca.dropped);
+        let (c, _) = run(FaultConfig { seed: 10, ..cfg }, 10_000);
+        assert_ne!(a, c, "different seed, different survivors");
+    }
+
+    #[test]
+    fn corruption_flips_exactly_one_bit() {
+        let cfg = FaultConfig {
+            corrupt: 1.0,
+            ..FaultConfig::default()
+        };
+        let (out, c) = run(cfg, 200);
+        assert_eq!(c.corrupted, 200);
+        for (i, p) in out.iter().enumerate() {
+            let orig = (i as u32).to_be_bytes().repeat(4);
+            let flipped: u32 = p.iter().zip(&orig).map(|(a, b)| (a ^ b).count_ones()).sum();
+            assert_eq!(flipped, 1);
+        }
+    }
+
+    #[test]
+    fn duplicates_and_reordering_keep_every_packet() {
+        let cfg = FaultConfig {
+            duplicate: 0.3,
+            reorder: 0.3,
+            seed: 3,
+            ..FaultConfig::default()
+        };
+        let (out, c) = run(cfg, 1000);
+        assert_eq!(out.len() as u64, 1000 + c.duplicated);
+        assert!(c.duplicated > 200 && c.reordered > 200);
+        let mut seen: Vec<u32> = out
+            .iter()
+            .map(|p| u32::from_be_bytes([p[0], p[1], p[2], p[3]]))
+            .collect();
+        let in_order = seen.windows(2).all(|w| w[0] <= w[1]);
+        assert!(!in_order, "reordering happened");
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen, (0..1000).collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn delay_holds_until_release_time() {
+        let mut f = FaultInjector::new(FaultConfig {
+            delay: Duration::from_micros(100),
+            ..FaultConfig::default()
+        });
+        let mut n = 0;
+        let t0 = Instant::from_nanos(1_000);
+        f.submit(t0, &mut [1, 2, 3, 4], dest(), &mut |_, _| n += 1);
+        assert_eq!(n, 0);
+        assert_eq!(f.next_release(), Some(t0 + Duration::from_micros(100)));
+        f.release(t0 + Duration::from_micros(99), &mut |_, _| n += 1);
+        assert_eq!(n, 0);
+        f.release(t0 + Duration::from_micros(100), &mut |_, _| n += 1);
+        assert_eq!(n, 1);
+        assert_eq!(f.next_release(), None);
+    }
+}
