@@ -17,5 +17,7 @@
 #![deny(missing_docs)]
 
 pub mod memory;
+pub mod qp;
+pub mod sgl;
 pub mod time;
 pub mod wr;

@@ -1,0 +1,342 @@
+//! The completer: responses → retired WQEs → completions (IBTA 9.7.5.2 "Requester
+//! Side — Response Processing", 10.7.3 completions).
+//!
+//! Acknowledgements are cumulative by PSN (IBTA 9.7.5.1.1): an ACK, a READ response
+//! or an atomic ACK with PSN `p` acknowledges every request packet up to `p`. WQEs
+//! retire strictly from the head of the send queue, so completions come out in
+//! posting order; a WQE yields a completion if it was signaled or if it failed
+//! (IBTA 10.7.3.1, C10-?: unsignaled successful WQEs complete silently).
+//!
+//! Retries (IBTA 9.7.5.2.1 go-back-N): a PSN sequence error NAK, an *implied NAK*
+//! (a response that acknowledges PSNs beyond an outstanding READ or atomic whose own
+//! response never arrived, or a READ response that skips response PSNs — IBTA
+//! 9.7.5.1.4), and a Local ACK Timeout all rewind the requester to the oldest
+//! unacknowledged PSN and count against `retry_cnt`. An RNR NAK (IBTA 9.7.5.2.8)
+//! pauses for the RNR timer and counts against `rnr_retry` (7 = infinite). Forward
+//! progress resets both counters, as in Linux rxe.
+
+use wire::aeth::rnr_timer_us;
+use wire::{NakCode, OpcodeInfo, Operation, ParsedPacket, Psn, Syndrome};
+
+use super::requester::{position, Kind};
+use super::timers::ack_timeout;
+use super::{Qp, QpState};
+use crate::memory::Memory;
+use crate::sgl;
+use crate::time::{Duration, Instant};
+use crate::wr::WcStatus;
+
+/// Why the requester goes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RetryCause {
+    Timeout,
+    SeqNak,
+    ImpliedNak,
+}
+
+impl Qp {
+    /// Retires the head WQE with `status`: a completion if signaled or failed, and on
+    /// failure the QP moves to Err (IBTA 10.3.1.7: an RC completion error puts the QP
+    /// in the error state, flushing the rest).
+    pub(super) fn retire_head(&mut self, status: WcStatus) {
+        let Some(e) = self.req.pop_front() else {
+            return;
+        };
+        if status == WcStatus::Success && e.started {
+            self.req.comp_psn = e.end_psn();
+        }
+        if e.wr.signaled || status != WcStatus::Success {
+            let byte_len = match e.kind {
+                Kind::Atomic => 8,
+                _ => e.len,
+            };
+            let c = self.send_completion(&e.wr, status, byte_len);
+            self.push_completion(c);
+        }
+        if status != WcStatus::Success {
+            self.enter_error();
+        }
+    }
+
+    /// Completes `sq[idx]` with `status`; the WQEs before it are flushed (they were
+    /// not acknowledged and the QP is going to Err), then the QP moves to Err.
+    pub(super) fn fail_wqe_at(&mut self, idx: usize, status: WcStatus) {
+        for _ in 0..idx {
+            if let Some(e) = self.req.pop_front() {
+                let c = self.send_completion(&e.wr, WcStatus::WrFlushErr, 0);
+                self.push_completion(c);
+            }
+        }
+        self.retire_head(status);
+        if self.state != QpState::Err {
+            self.enter_error();
+        }
+    }
+
+    /// Forward progress: counters reset, the ACK timer restarts or stops.
+    fn on_progress(&mut self, now: Instant) {
+        self.req.retry_left = self.attrs.retry_cnt;
+        self.req.rnr_left = self.attrs.rnr_retry;
+        self.timers.retransmit = if self.req.outstanding() {
+            ack_timeout(self.attrs.timeout).map(|d| now + d)
+        } else {
+            None
+        };
+    }
+
+    /// Retires the SEND/WRITE WQEs whose every PSN is ≤ `p` and records partial
+    /// progress inside a multi-packet one. Returns `(progress, blocked)`: `blocked` is
+    /// true when a READ/atomic at the head has PSNs ≤ `p` — its response is missing, an
+    /// implied NAK (IBTA 9.7.5.1.4).
+    fn retire_acked(&mut self, p: Psn) -> (bool, bool) {
+        let mut progress = false;
+        while let Some(head) = self.req.sq.front() {
+            if !head.started || head.first_psn.is_after(p) {
+                break;
+            }
+            if head.kind.is_rd_atomic() {
+                return (progress, true);
+            }
+            if head.last_psn().is_after(p) {
+                if self.req.comp_psn.distance_to(p) >= 0 {
+                    self.req.comp_psn = p.next();
+                    progress = true;
+                }
+                break;
+            }
+            self.retire_head(WcStatus::Success);
+            progress = true;
+        }
+        (progress, false)
+    }
+
+    /// Goes back to the oldest unacknowledged PSN, or fails the head WQE with
+    /// IBV_WC_RETRY_EXC_ERR when `retry_cnt` is used up (IBTA 9.7.6.1.3, C9-?).
+    fn retry(&mut self, cause: RetryCause) {
+        let infinite = self.compat.retry_cnt_7_is_infinite && self.attrs.retry_cnt == 7;
+        if self.req.retry_left == 0 && !infinite {
+            self.fail_wqe_at(0, WcStatus::RetryExcErr);
+            return;
+        }
+        if !infinite {
+            self.req.retry_left -= 1;
+        }
+        match cause {
+            RetryCause::Timeout => self.counters.retransmit_timeouts += 1,
+            RetryCause::SeqNak => self.counters.seq_nak_retries += 1,
+            RetryCause::ImpliedNak => self.counters.implied_nak_retries += 1,
+        }
+        self.req.rewind();
+        self.timers.retransmit = None;
+    }
+
+    /// A response packet (ACK, NAK, READ response, atomic ACK) for this requester.
+    pub(super) fn handle_response(
+        &mut self,
+        now: Instant,
+        pkt: &ParsedPacket<'_>,
+        info: &OpcodeInfo,
+        mem: &mut dyn Memory,
+    ) {
+        let p = pkt.repr.bth.psn;
+        // Only PSNs in [comp_psn, sent_psn) can be answered; older ones are stale
+        // duplicates, newer ones were never sent (a "ghost" response).
+        if p.is_before(self.req.comp_psn) || !p.is_before(self.req.sent_psn) {
+            self.counters.drop_unexpected_response += 1;
+            return;
+        }
+        match info.operation {
+            Operation::Acknowledge => {
+                let Some(aeth) = pkt.repr.aeth else {
+                    self.counters.drop_unexpected_response += 1;
+                    return;
+                };
+                self.handle_ack(now, p, aeth.syndrome);
+            }
+            Operation::ReadResponse => self.handle_read_response(now, pkt, info, mem),
+            Operation::AtomicAcknowledge => self.handle_atomic_ack(now, pkt, mem),
+            _ => self.counters.drop_unexpected_response += 1,
+        }
+    }
+
+    fn handle_ack(&mut self, now: Instant, p: Psn, syndrome: Syndrome) {
+        match syndrome {
+            Syndrome::Ack { .. } => {
+                self.counters.acks_received += 1;
+                let (progress, blocked) = self.retire_acked(p);
+                if progress {
+                    self.on_progress(now);
+                }
+                if blocked {
+                    self.retry(RetryCause::ImpliedNak);
+                }
+            }
+            Syndrome::RnrNak { timer } => {
+                self.counters.nak_rnr_received += 1;
+                // The NAK acknowledges everything before its PSN (IBTA 9.7.5.1.2).
+                let (progress, blocked) = self.retire_acked(p.wrapping_sub(1));
+                if progress {
+                    self.on_progress(now);
+                }
+                if blocked {
+                    self.retry(RetryCause::ImpliedNak);
+                    return;
+                }
+                if self.req.rnr_left == 0 {
+                    self.fail_wqe_at(0, WcStatus::RnrRetryExcErr);
+                    return;
+                }
+                if self.req.rnr_left != 7 {
+                    self.req.rnr_left -= 1;
+                }
+                self.counters.rnr_retries += 1;
+                self.req.rewind();
+                self.req.rnr_paused = true;
+                self.timers.retransmit = None;
+                self.timers.rnr = Some(now + Duration::from_micros(u64::from(rnr_timer_us(timer))));
+            }
+            Syndrome::Nak(NakCode::PsnSequenceError) => {
+                self.counters.nak_psn_seq_received += 1;
+                let (progress, _) = self.retire_acked(p.wrapping_sub(1));
+                if progress {
+                    self.on_progress(now);
+                }
+                // While waiting out an RNR NAK the rewind is already pending.
+                if !self.req.rnr_paused && matches!(self.state, QpState::Rts | QpState::Sqd) {
+                    self.retry(RetryCause::SeqNak);
+                }
+            }
+            Syndrome::Nak(code) => {
+                let status = match code {
+                    NakCode::InvalidRequest => {
+                        self.counters.nak_invalid_request_received += 1;
+                        WcStatus::RemInvReqErr
+                    }
+                    NakCode::RemoteAccessError => {
+                        self.counters.nak_remote_access_received += 1;
+                        WcStatus::RemAccessErr
+                    }
+                    NakCode::RemoteOperationalError => {
+                        self.counters.nak_remote_op_received += 1;
+                        WcStatus::RemOpErr
+                    }
+                    _ => WcStatus::BadRespErr,
+                };
+                let (progress, _) = self.retire_acked(p.wrapping_sub(1));
+                if progress {
+                    self.on_progress(now);
+                }
+                let idx = self
+                    .req
+                    .sq
+                    .iter()
+                    .position(|e| e.started && e.contains(p))
+                    .unwrap_or(0);
+                self.fail_wqe_at(idx, status);
+            }
+            Syndrome::Reserved(_) => self.counters.drop_unexpected_response += 1,
+        }
+    }
+
+    fn handle_read_response(
+        &mut self,
+        now: Instant,
+        pkt: &ParsedPacket<'_>,
+        info: &OpcodeInfo,
+        mem: &mut dyn Memory,
+    ) {
+        let p = pkt.repr.bth.psn;
+        let (progress, _) = self.retire_acked(p.wrapping_sub(1));
+        if progress {
+            self.on_progress(now);
+        }
+        let mtu = self.mtu();
+        let Some(head) = self.req.sq.front() else {
+            self.counters.drop_unexpected_response += 1;
+            return;
+        };
+        if head.kind != Kind::Read || !head.started || !head.contains(p) {
+            // A response for a later PSN while an earlier READ/atomic is unanswered:
+            // implied NAK.
+            if head.started && head.kind.is_rd_atomic() && head.first_psn.is_before(p) {
+                self.retry(RetryCause::ImpliedNak);
+            } else {
+                self.counters.drop_unexpected_response += 1;
+            }
+            return;
+        }
+        if p != self.req.comp_psn {
+            // Response PSNs skipped: the missing ones were lost (IBTA 9.7.5.1.4).
+            self.retry(RetryCause::ImpliedNak);
+            return;
+        }
+        let k = head.first_psn.distance_to(p) as u32;
+        let offset = u64::from(k) * u64::from(mtu);
+        let expect = u64::from(head.len)
+            .saturating_sub(offset)
+            .min(u64::from(mtu));
+        if info.position != position(k, head.npkts) || pkt.payload.len() as u64 != expect {
+            self.counters.drop_unexpected_response += 1;
+            return;
+        }
+        let sges = head.wr.sges;
+        let n = head.wr.num_sge;
+        if sgl::scatter(self.pd, sgl::used(&sges, n), offset, pkt.payload, mem).is_err() {
+            self.fail_wqe_at(0, WcStatus::LocProtErr);
+            return;
+        }
+        self.counters.bytes_received += pkt.payload.len() as u64;
+        self.req.comp_psn = p.next();
+        if info.position.ends() {
+            self.retire_head(WcStatus::Success);
+        }
+        self.on_progress(now);
+    }
+
+    fn handle_atomic_ack(&mut self, now: Instant, pkt: &ParsedPacket<'_>, mem: &mut dyn Memory) {
+        let p = pkt.repr.bth.psn;
+        let (progress, _) = self.retire_acked(p.wrapping_sub(1));
+        if progress {
+            self.on_progress(now);
+        }
+        let (Some(head), Some(ack)) = (self.req.sq.front(), pkt.repr.atomic_ack_eth) else {
+            self.counters.drop_unexpected_response += 1;
+            return;
+        };
+        if head.kind != Kind::Atomic || !head.started || head.first_psn != p {
+            if head.started && head.kind.is_rd_atomic() && head.first_psn.is_before(p) {
+                self.retry(RetryCause::ImpliedNak);
+            } else {
+                self.counters.drop_unexpected_response += 1;
+            }
+            return;
+        }
+        // The original value lands in the local 8-byte buffer in host byte order, as
+        // libibverbs applications read it.
+        let sge = head.wr.sges[0];
+        if mem
+            .write_local(self.pd, sge.lkey, sge.addr, &ack.orig.to_ne_bytes())
+            .is_err()
+        {
+            self.fail_wqe_at(0, WcStatus::LocProtErr);
+            return;
+        }
+        self.retire_head(WcStatus::Success);
+        self.on_progress(now);
+    }
+
+    /// Timer expiries.
+    pub(super) fn on_timeout(&mut self, now: Instant) {
+        if self.timers.rnr.is_some_and(|t| t <= now) {
+            self.timers.rnr = None;
+            self.req.rnr_paused = false;
+            self.req.rewind();
+        }
+        if self.timers.retransmit.is_some_and(|t| t <= now) {
+            self.timers.retransmit = None;
+            if self.req.outstanding() && matches!(self.state, QpState::Rts | QpState::Sqd) {
+                self.retry(RetryCause::Timeout);
+            }
+        }
+    }
+}

@@ -1,0 +1,790 @@
+//! The queue pair: one sans-IO state machine per QP (the quinn-proto `Connection`
+//! pattern).
+//!
+//! ```text
+//!   post_send ──► SQ ──► requester ──► poll_transmit ──► (NIC: ICRC, UDP send)
+//!                  ▲                                            
+//!                  └── completer ◄── handle_packet(ACK/NAK/READ resp/atomic ACK)
+//!   post_recv ──► RQ ──► responder ◄── handle_packet(requests) ──► responses queue
+//!                               └──► poll_transmit(ACK/NAK/READ resp/atomic ACK)
+//!   completions ◄── completer, responder, flush     poll_timeout / handle_timeout
+//! ```
+//!
+//! * [`state`] — states, and legal transitions declared as data.
+//! * `requester` — send WQEs → request packets: opcode choice from the `wire` table,
+//!   PSN assignment, the outstanding window, the AckReq policy, go-back-N rewinds.
+//! * `responder` — the receive pipeline for requests, and the queue of responses.
+//! * `completer` — responses → retired WQEs → completions; retry and RNR counters.
+//! * `timers` — the retransmission and RNR timers.
+//!
+//! The caller (the NIC runtime) owns all I/O: it parses the datagram and checks its
+//! ICRC, demultiplexes by destination QPN, calls [`Qp::handle_packet`]; it calls
+//! [`Qp::poll_transmit`] until `None`, fills the ICRC of each packet, and sends it to
+//! [`Transmit::dest`] from UDP source port [`Transmit::src_port`]; it drains
+//! [`Qp::poll_completion`]; and it calls [`Qp::handle_timeout`] when
+//! [`Qp::poll_timeout`] has passed. Nothing here blocks, allocates per packet, or
+//! panics on packet contents.
+
+mod completer;
+mod counters;
+mod requester;
+mod responder;
+mod responses;
+pub mod state;
+mod timers;
+mod ud;
+
+use std::collections::VecDeque;
+
+use core::net::SocketAddr;
+
+use crate::memory::{Access, Memory};
+use crate::time::Instant;
+use crate::wr::{Completion, Queue, RecvWr, SendOp, SendWr, WcOpcode, WcStatus, MAX_SGE};
+
+pub use counters::QpCounters;
+pub use responder::{disposition, Disposition, NakKind, RespError};
+pub use state::{AttrMask, QpState, QpType, TransitionError};
+pub use ud::synth_grh;
+
+use requester::Requester;
+use responder::Responder;
+use timers::Timers;
+
+/// Path MTUs a QP accepts, in bytes (IBTA 9.2: 256, 512, 1024, 2048, 4096).
+pub const PATH_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
+
+/// The MTU used for UD messages (which have no path MTU attribute) until
+/// [`Qp::set_port_mtu`] says otherwise.
+pub const DEFAULT_PORT_MTU: u32 = 4096;
+
+/// Bytes a receive buffer of a UD QP reserves for the Global Route Header: verbs
+/// applications expect the first 40 bytes of every UD receive to hold the GRH (IBTA
+/// 11.4.1.2 `Post Receive Request` for UD), and Linux rxe writes it for RoCEv2 too.
+pub const GRH_LEN: u32 = 40;
+
+/// Capacities of a QP's queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QpCaps {
+    /// Most send WQEs queued (posted and not yet completed).
+    pub max_send_wr: u32,
+    /// Most receive WQEs queued.
+    pub max_recv_wr: u32,
+    /// Most scatter/gather entries per WQE (at most [`MAX_SGE`]).
+    pub max_sge: u32,
+    /// Most inline bytes per send WQE (at most [`crate::wr::MAX_INLINE`]).
+    pub max_inline: u32,
+}
+
+/// Attributes for [`Qp::modify`]; `None` = not in the attribute mask (as
+/// `ibv_modify_qp` with a mask).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QpAttr {
+    /// IBV_QP_STATE: the state to move to. `None` keeps the current state (a
+    /// same-state modify such as RTS→RTS).
+    pub state: Option<QpState>,
+    /// IBV_QP_PATH_MTU, in bytes: one of [`PATH_MTUS`].
+    pub path_mtu: Option<u32>,
+    /// IBV_QP_DEST_QPN.
+    pub dest_qpn: Option<u32>,
+    /// IBV_QP_RQ_PSN: the first PSN the responder expects.
+    pub rq_psn: Option<u32>,
+    /// IBV_QP_SQ_PSN: the first PSN the requester sends.
+    pub sq_psn: Option<u32>,
+    /// IBV_QP_AV: the peer NIC's UDP endpoint (derived from its GID).
+    pub remote: Option<SocketAddr>,
+    /// IBV_QP_TIMEOUT: local ACK timeout 4.096 µs × 2^timeout; 0 = infinite
+    /// (IBTA 9.7.6.1.3).
+    pub timeout: Option<u8>,
+    /// IBV_QP_RETRY_CNT: retries after a timeout or NAK (0..=7; a plain count).
+    pub retry_cnt: Option<u8>,
+    /// IBV_QP_RNR_RETRY: retries after an RNR NAK (0..=7; 7 = infinite).
+    pub rnr_retry: Option<u8>,
+    /// IBV_QP_MIN_RNR_TIMER: the RNR timer code this responder puts in RNR NAKs.
+    pub min_rnr_timer: Option<u8>,
+    /// IBV_QP_MAX_QP_RD_ATOMIC: READ/atomic requests this requester keeps outstanding.
+    pub max_rd_atomic: Option<u8>,
+    /// IBV_QP_MAX_DEST_RD_ATOMIC: READ/atomic requests this responder serves at once.
+    pub max_dest_rd_atomic: Option<u8>,
+    /// IBV_QP_ACCESS_FLAGS: remote operations the responder allows on this QP.
+    pub access: Option<Access>,
+    /// IBV_QP_QKEY (UD).
+    pub qkey: Option<u32>,
+    /// IBV_QP_PKEY_INDEX (only index 0, the default P_Key 0xFFFF, exists).
+    pub pkey_index: Option<u16>,
+    /// IBV_QP_PORT (only port 1 exists).
+    pub port_num: Option<u8>,
+}
+
+impl QpAttr {
+    /// The attribute mask these fields make (`ibv_qp_attr_mask` bits).
+    pub fn mask(&self) -> AttrMask {
+        let bits = [
+            (self.state.is_some(), AttrMask::STATE),
+            (self.path_mtu.is_some(), AttrMask::PATH_MTU),
+            (self.dest_qpn.is_some(), AttrMask::DEST_QPN),
+            (self.rq_psn.is_some(), AttrMask::RQ_PSN),
+            (self.sq_psn.is_some(), AttrMask::SQ_PSN),
+            (self.remote.is_some(), AttrMask::AV),
+            (self.timeout.is_some(), AttrMask::TIMEOUT),
+            (self.retry_cnt.is_some(), AttrMask::RETRY_CNT),
+            (self.rnr_retry.is_some(), AttrMask::RNR_RETRY),
+            (self.min_rnr_timer.is_some(), AttrMask::MIN_RNR_TIMER),
+            (self.max_rd_atomic.is_some(), AttrMask::MAX_QP_RD_ATOMIC),
+            (
+                self.max_dest_rd_atomic.is_some(),
+                AttrMask::MAX_DEST_RD_ATOMIC,
+            ),
+            (self.access.is_some(), AttrMask::ACCESS_FLAGS),
+            (self.qkey.is_some(), AttrMask::QKEY),
+            (self.pkey_index.is_some(), AttrMask::PKEY_INDEX),
+            (self.port_num.is_some(), AttrMask::PORT),
+        ];
+        bits.iter()
+            .filter(|(on, _)| *on)
+            .fold(AttrMask::NONE, |a, (_, b)| a.or(*b))
+    }
+}
+
+/// Where the packet written by [`Qp::poll_transmit`] goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Bytes written at the start of the caller's buffer: BTH … a zeroed ICRC slot.
+    pub len: usize,
+    /// Destination UDP endpoint.
+    pub dest: SocketAddr,
+    /// UDP source port (rxe's flow-label formula, see [`rxe_udp_src_port`]).
+    pub src_port: u16,
+}
+
+/// Why [`Qp::modify`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModifyError {
+    /// The transition is illegal, or its attribute mask is wrong.
+    Transition(TransitionError),
+    /// An attribute value is out of range.
+    InvalidValue {
+        /// The attribute (`ibv_qp_attr` field name).
+        attr: &'static str,
+        /// The value given.
+        value: u64,
+    },
+}
+
+impl core::fmt::Display for ModifyError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ModifyError::Transition(TransitionError::Illegal { from, to }) => {
+                write!(f, "illegal QP state transition {from:?} -> {to:?}")
+            }
+            ModifyError::Transition(TransitionError::Missing { from, to, missing }) => write!(
+                f,
+                "QP transition {from:?} -> {to:?} requires attributes {missing}"
+            ),
+            ModifyError::Transition(TransitionError::NotAllowed { from, to, invalid }) => write!(
+                f,
+                "QP transition {from:?} -> {to:?} does not accept attributes {invalid}"
+            ),
+            ModifyError::InvalidValue { attr, value } => {
+                write!(f, "invalid value {value} for QP attribute {attr}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ModifyError {}
+
+/// Why a post was refused (the WQE is not queued and produces no completion).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostError {
+    /// The QP state does not accept posts to this queue (IBTA 10.8.2: Reset for
+    /// both queues; Init and RTR for the send queue).
+    InvalidState(QpState),
+    /// The queue holds `max_send_wr` / `max_recv_wr` WQEs already.
+    QueueFull,
+    /// More SGEs than `max_sge`.
+    TooManySge,
+    /// More inline bytes than `max_inline`.
+    InlineTooLong,
+    /// The operation does not exist on this transport service (e.g. READ on UC).
+    UnsupportedOp,
+    /// UD send without a destination, or a connected-QP send with one.
+    BadUdDest,
+    /// An atomic whose local buffer is not exactly one 8-byte SGE.
+    BadAtomicSge,
+    /// Message longer than 2^31 bytes (IBTA 9.4.1: DMA length limit).
+    TooLong,
+}
+
+impl core::fmt::Display for PostError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PostError::InvalidState(s) => write!(f, "QP in state {s:?} does not accept this post"),
+            PostError::QueueFull => write!(f, "queue full"),
+            PostError::TooManySge => write!(f, "too many scatter/gather entries"),
+            PostError::InlineTooLong => write!(f, "inline data longer than max_inline"),
+            PostError::UnsupportedOp => write!(f, "operation not supported on this QP type"),
+            PostError::BadUdDest => write!(f, "UD destination missing or not allowed"),
+            PostError::BadAtomicSge => write!(f, "atomic needs exactly one 8-byte SGE"),
+            PostError::TooLong => write!(f, "message longer than 2^31 bytes"),
+        }
+    }
+}
+
+impl std::error::Error for PostError {}
+
+/// Opt-in deviations from the IBTA that match Linux rxe (off by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RxeCompat {
+    /// Treat `retry_cnt == 7` as "retry forever", as rxe's completer does. The spec
+    /// (IBTA 9.7.6.1.3, and `ibv_modify_qp(3)`) gives the infinite meaning only to
+    /// `rnr_retry`; with this off, 7 is 7 retries.
+    pub retry_cnt_7_is_infinite: bool,
+}
+
+/// Attribute values in force (what `ibv_query_qp` would report).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attrs {
+    /// Path MTU in bytes.
+    pub path_mtu: u32,
+    /// Remote QPN.
+    pub dest_qpn: u32,
+    /// Peer endpoint.
+    pub remote: Option<SocketAddr>,
+    /// Initial receive PSN.
+    pub rq_psn: u32,
+    /// Initial send PSN.
+    pub sq_psn: u32,
+    /// Local ACK timeout exponent.
+    pub timeout: u8,
+    /// Retry count.
+    pub retry_cnt: u8,
+    /// RNR retry count (7 = infinite).
+    pub rnr_retry: u8,
+    /// RNR timer code sent in RNR NAKs.
+    pub min_rnr_timer: u8,
+    /// Outstanding READ/atomic limit as requester.
+    pub max_rd_atomic: u8,
+    /// Outstanding READ/atomic limit as responder.
+    pub max_dest_rd_atomic: u8,
+    /// Remote access allowed on this QP.
+    pub access: Access,
+    /// Q_Key (UD).
+    pub qkey: u32,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Port.
+    pub port_num: u8,
+}
+
+impl Default for Attrs {
+    fn default() -> Self {
+        Attrs {
+            path_mtu: 1024,
+            dest_qpn: 0,
+            remote: None,
+            rq_psn: 0,
+            sq_psn: 0,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            access: Access::NONE,
+            qkey: 0,
+            pkey_index: 0,
+            port_num: 1,
+        }
+    }
+}
+
+/// A queue pair.
+#[derive(Debug)]
+pub struct Qp {
+    qpn: u32,
+    qp_type: QpType,
+    pd: u32,
+    caps: QpCaps,
+    state: QpState,
+    attrs: Attrs,
+    compat: RxeCompat,
+    port_mtu: u32,
+    local: Option<SocketAddr>,
+    req: Requester,
+    resp: Responder,
+    timers: Timers,
+    completions: VecDeque<Completion>,
+    counters: QpCounters,
+}
+
+/// The UDP source port rxe uses for a QP pair (flow label from both QPNs, folded
+/// into 0xC000..=0xFFFF), so that softnic flows hash like rxe's. Checked on captures:
+/// QPN 0x11 ↔ 0x11 gives 49441.
+pub fn rxe_udp_src_port(local_qpn: u32, remote_qpn: u32) -> u16 {
+    let mut fl = u64::from(local_qpn) * u64::from(remote_qpn);
+    fl ^= fl >> 20;
+    fl ^= fl >> 40;
+    fl &= 0xF_FFFF;
+    0xC000 | ((fl & 0x3FFF) ^ ((fl & 0xF_C000) >> 14)) as u16
+}
+
+impl Qp {
+    /// A QP in state Reset. `pd` is the protection domain every memory access is made
+    /// under.
+    pub fn new(qpn: u32, qp_type: QpType, pd: u32, caps: QpCaps) -> Qp {
+        let caps = QpCaps {
+            max_sge: caps.max_sge.min(MAX_SGE as u32),
+            max_inline: caps.max_inline.min(crate::wr::MAX_INLINE as u32),
+            ..caps
+        };
+        Qp {
+            qpn: qpn & wire::types::MASK_24,
+            qp_type,
+            pd,
+            caps,
+            state: QpState::Reset,
+            attrs: Attrs::default(),
+            compat: RxeCompat::default(),
+            port_mtu: DEFAULT_PORT_MTU,
+            local: None,
+            req: Requester::new(caps.max_send_wr),
+            resp: Responder::new(caps.max_recv_wr),
+            timers: Timers::default(),
+            completions: VecDeque::new(),
+            counters: QpCounters::default(),
+        }
+    }
+
+    /// This QP's number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// Transport service.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// Protection domain.
+    pub fn pd(&self) -> u32 {
+        self.pd
+    }
+
+    /// Capacities.
+    pub fn caps(&self) -> QpCaps {
+        self.caps
+    }
+
+    /// Attribute values in force.
+    pub fn attrs(&self) -> &Attrs {
+        &self.attrs
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> &QpCounters {
+        &self.counters
+    }
+
+    /// Opts in to rxe-compatible deviations from the spec (see [`RxeCompat`]).
+    pub fn set_rxe_compat(&mut self, compat: RxeCompat) {
+        self.compat = compat;
+    }
+
+    /// The port MTU, used for UD messages (default [`DEFAULT_PORT_MTU`]). Values
+    /// outside [`PATH_MTUS`] are ignored.
+    pub fn set_port_mtu(&mut self, mtu: u32) {
+        if PATH_MTUS.contains(&mtu) {
+            self.port_mtu = mtu;
+        }
+    }
+
+    /// This NIC's own UDP endpoint, used only to fill the destination address of the
+    /// GRH written at the start of UD receive buffers (zero when unknown).
+    pub fn set_local_addr(&mut self, addr: SocketAddr) {
+        self.local = Some(addr);
+    }
+
+    /// Send WQEs queued (not yet completed).
+    pub fn send_queue_len(&self) -> usize {
+        self.req.sq.len()
+    }
+
+    /// Receive WQEs queued.
+    pub fn recv_queue_len(&self) -> usize {
+        self.resp.rq.len()
+    }
+
+    /// `ibv_modify_qp`: checks the transition and its attribute mask against
+    /// [`state::TRANSITIONS`], checks every value, then applies them. On error nothing
+    /// changes.
+    pub fn modify(&mut self, now: Instant, attr: &QpAttr) -> Result<(), ModifyError> {
+        let to = attr.state.unwrap_or(self.state);
+        state::check_transition(self.qp_type, self.state, to, attr.mask())
+            .map_err(ModifyError::Transition)?;
+        validate_values(attr)?;
+        self.apply_attrs(attr);
+        let from = self.state;
+        match to {
+            QpState::Reset => self.reset(),
+            QpState::Err => self.enter_error(),
+            QpState::Rtr if from == QpState::Init => {
+                self.state = QpState::Rtr;
+                self.resp.start(wire::Psn::new(self.attrs.rq_psn));
+            }
+            QpState::Rts if from == QpState::Rtr => {
+                self.state = QpState::Rts;
+                self.req.start(
+                    wire::Psn::new(self.attrs.sq_psn),
+                    self.attrs.retry_cnt,
+                    self.attrs.rnr_retry,
+                );
+            }
+            s => self.state = s,
+        }
+        let _ = now;
+        Ok(())
+    }
+
+    fn apply_attrs(&mut self, a: &QpAttr) {
+        let t = &mut self.attrs;
+        macro_rules! set {
+            ($($f:ident),*) => { $( if let Some(v) = a.$f { t.$f = v; } )* };
+        }
+        set!(
+            path_mtu,
+            timeout,
+            retry_cnt,
+            rnr_retry,
+            min_rnr_timer,
+            max_rd_atomic,
+            max_dest_rd_atomic,
+            access,
+            qkey,
+            pkey_index,
+            port_num
+        );
+        if let Some(v) = a.dest_qpn {
+            t.dest_qpn = v;
+        }
+        if a.remote.is_some() {
+            t.remote = a.remote;
+        }
+        if let Some(v) = a.rq_psn {
+            t.rq_psn = v & wire::types::MASK_24;
+        }
+        if let Some(v) = a.sq_psn {
+            t.sq_psn = v & wire::types::MASK_24;
+        }
+    }
+
+    /// IBTA 10.3.1: a QP moved to Reset loses all its WQEs without completions and
+    /// returns to its just-created condition.
+    fn reset(&mut self) {
+        let (qpn, qp_type, pd, caps, compat, port_mtu, local) = (
+            self.qpn,
+            self.qp_type,
+            self.pd,
+            self.caps,
+            self.compat,
+            self.port_mtu,
+            self.local,
+        );
+        let counters = self.counters;
+        *self = Qp::new(qpn, qp_type, pd, caps);
+        self.compat = compat;
+        self.port_mtu = port_mtu;
+        self.local = local;
+        self.counters = counters;
+    }
+
+    /// Moves to Err: every outstanding and posted WQE completes with
+    /// IBV_WC_WR_FLUSH_ERR, send queue first then receive queue, each in posting
+    /// order (IBTA 10.3.1.7, 11.6.2). Responses other than an already queued NAK are
+    /// dropped; timers stop.
+    pub(crate) fn enter_error(&mut self) {
+        self.state = QpState::Err;
+        self.timers.cancel_all();
+        while let Some(e) = self.req.pop_front() {
+            let c = self.send_completion(&e.wr, WcStatus::WrFlushErr, 0);
+            self.push_completion(c);
+        }
+        self.flush_recv_queue();
+        self.resp.on_error();
+    }
+
+    fn flush_recv_queue(&mut self) {
+        if let Some(r) = self.resp.take_current_recv() {
+            let c = self.recv_flush_completion(&r);
+            self.push_completion(c);
+        }
+        while let Some(r) = self.resp.rq.pop_front() {
+            let c = self.recv_flush_completion(&r);
+            self.push_completion(c);
+        }
+    }
+
+    fn recv_flush_completion(&self, r: &RecvWr) -> Completion {
+        Completion {
+            queue: Queue::Recv,
+            wr_id: r.wr_id,
+            status: WcStatus::WrFlushErr,
+            opcode: WcOpcode::Recv,
+            byte_len: 0,
+            imm: None,
+            qp_num: self.qpn,
+            src_qp: 0,
+        }
+    }
+
+    /// A send completion for `wr`.
+    fn send_completion(&self, wr: &SendWr, status: WcStatus, byte_len: u32) -> Completion {
+        Completion {
+            queue: Queue::Send,
+            wr_id: wr.wr_id,
+            status,
+            opcode: wc_opcode(wr.op),
+            byte_len,
+            imm: None,
+            qp_num: self.qpn,
+            src_qp: 0,
+        }
+    }
+
+    fn push_completion(&mut self, c: Completion) {
+        if c.status == WcStatus::Success {
+            self.counters.completions_success += 1;
+        } else {
+            self.counters.completions_error += 1;
+        }
+        self.completions.push_back(c);
+    }
+
+    /// `ibv_post_send`: queues a send WQE. Shape checks happen here; keys and ranges
+    /// are checked when the WQE is executed, and failures then complete it with an
+    /// error. In Err the WQE is accepted and flushed at once (IBTA 10.8.3.1).
+    pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        match self.state {
+            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
+            s => return Err(PostError::InvalidState(s)),
+        }
+        self.check_send_shape(&wr)?;
+        if self.req.sq.len() >= self.caps.max_send_wr as usize {
+            return Err(PostError::QueueFull);
+        }
+        if self.state == QpState::Err {
+            let c = self.send_completion(&wr, WcStatus::WrFlushErr, 0);
+            self.push_completion(c);
+            return Ok(());
+        }
+        self.req.push(wr, self.qp_type);
+        Ok(())
+    }
+
+    fn check_send_shape(&self, wr: &SendWr) -> Result<(), PostError> {
+        if wr.num_sge > self.caps.max_sge as usize {
+            return Err(PostError::TooManySge);
+        }
+        if let Some((_, n)) = &wr.inline {
+            if *n > self.caps.max_inline as usize {
+                return Err(PostError::InlineTooLong);
+            }
+        }
+        let supported = match self.qp_type {
+            QpType::Rc => true,
+            QpType::Uc => matches!(
+                wr.op,
+                SendOp::Send | SendOp::SendWithImm(_) | SendOp::Write | SendOp::WriteWithImm(_)
+            ),
+            QpType::Ud => matches!(wr.op, SendOp::Send | SendOp::SendWithImm(_)),
+        };
+        if !supported {
+            return Err(PostError::UnsupportedOp);
+        }
+        if (self.qp_type == QpType::Ud) != wr.ud.is_some() {
+            return Err(PostError::BadUdDest);
+        }
+        if matches!(wr.op, SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. })
+            && (wr.num_sge != 1 || wr.sges[0].length != 8 || wr.inline.is_some())
+        {
+            return Err(PostError::BadAtomicSge);
+        }
+        if wr.total_len() > 1 << 31 {
+            return Err(PostError::TooLong);
+        }
+        Ok(())
+    }
+
+    /// `ibv_post_recv`: queues a receive WQE (allowed from Init on; flushed at once
+    /// in Err).
+    pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
+        if self.state == QpState::Reset {
+            return Err(PostError::InvalidState(QpState::Reset));
+        }
+        if wr.num_sge > self.caps.max_sge as usize {
+            return Err(PostError::TooManySge);
+        }
+        if self.resp.rq.len() >= self.caps.max_recv_wr as usize {
+            return Err(PostError::QueueFull);
+        }
+        if self.state == QpState::Err {
+            let c = self.recv_flush_completion(&wr);
+            self.push_completion(c);
+            return Ok(());
+        }
+        self.resp.rq.push_back(wr);
+        Ok(())
+    }
+
+    /// Handles one packet addressed to this QP (BTH dest QPN already matched by the
+    /// caller, ICRC already checked). Requests go to the responder, responses to the
+    /// completer. Never panics; anything unusable is dropped and counted.
+    pub fn handle_packet(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        pkt: &wire::ParsedPacket<'_>,
+        mem: &mut dyn Memory,
+    ) {
+        self.counters.packets_received += 1;
+        let Some(info) = pkt.repr.bth.opcode.info() else {
+            self.counters.drop_bad_opcode += 1;
+            return;
+        };
+        // IBTA 9.6.1.1 / 10.9.1: only the default partition exists here; compare the
+        // 15-bit key, the membership bit aside.
+        if pkt.repr.bth.pkey & 0x7FFF != 0x7FFF {
+            self.counters.drop_bad_pkey += 1;
+            return;
+        }
+        if info.transport != self.qp_type.transport() {
+            self.counters.drop_bad_opcode += 1;
+            return;
+        }
+        if info.is_request() {
+            if !self.state.can_receive() {
+                self.counters.drop_bad_state += 1;
+                return;
+            }
+            self.handle_request(now, src, pkt, info, mem);
+        } else {
+            if !self.state.can_complete() || self.qp_type != QpType::Rc {
+                self.counters.drop_bad_state += 1;
+                return;
+            }
+            self.handle_response(now, pkt, info, mem);
+        }
+    }
+
+    /// Writes the next packet into `buf` (BTH … zeroed ICRC slot): responses first
+    /// (they unblock the peer), then requests. `None` when there is nothing to send
+    /// now. `buf` must hold path MTU + 128 bytes.
+    pub fn poll_transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        mem: &dyn Memory,
+    ) -> Option<Transmit> {
+        let t = match self.poll_response(buf, mem) {
+            Some(t) => Some(t),
+            None => self.poll_request(now, buf, mem),
+        };
+        if let Some(t) = &t {
+            self.counters.packets_sent += 1;
+            let _ = t;
+        }
+        t
+    }
+
+    /// Runs the timers that have expired at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.on_timeout(now);
+    }
+
+    /// The earliest instant at which [`Qp::handle_timeout`] has work, if any.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.next()
+    }
+
+    /// The next work completion.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
+    /// Path MTU in force for this QP's messages.
+    fn mtu(&self) -> u32 {
+        match self.qp_type {
+            QpType::Ud => self.port_mtu,
+            _ => self.attrs.path_mtu,
+        }
+    }
+
+    /// UDP source port for packets to `remote_qpn`.
+    fn src_port(&self, remote_qpn: u32) -> u16 {
+        rxe_udp_src_port(self.qpn, remote_qpn)
+    }
+}
+
+/// The completion opcode of a send operation.
+pub(crate) fn wc_opcode(op: SendOp) -> WcOpcode {
+    match op {
+        SendOp::Send | SendOp::SendWithImm(_) => WcOpcode::Send,
+        SendOp::Write | SendOp::WriteWithImm(_) => WcOpcode::RdmaWrite,
+        SendOp::Read => WcOpcode::RdmaRead,
+        SendOp::CompareSwap { .. } => WcOpcode::CompSwap,
+        SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+    }
+}
+
+fn validate_values(a: &QpAttr) -> Result<(), ModifyError> {
+    let bad = |attr: &'static str, value: u64| Err(ModifyError::InvalidValue { attr, value });
+    if let Some(v) = a.path_mtu {
+        if !PATH_MTUS.contains(&v) {
+            return bad("path_mtu", v.into());
+        }
+    }
+    for (name, v, max) in [
+        ("timeout", a.timeout, 31u8),
+        ("retry_cnt", a.retry_cnt, 7),
+        ("rnr_retry", a.rnr_retry, 7),
+        ("min_rnr_timer", a.min_rnr_timer, 31),
+    ] {
+        if let Some(v) = v {
+            if v > max {
+                return bad(name, v.into());
+            }
+        }
+    }
+    for (name, v) in [
+        ("dest_qpn", a.dest_qpn),
+        ("rq_psn", a.rq_psn),
+        ("sq_psn", a.sq_psn),
+    ] {
+        if let Some(v) = v {
+            if v > wire::types::MASK_24 {
+                return bad(name, v.into());
+            }
+        }
+    }
+    if let Some(v) = a.pkey_index {
+        if v != 0 {
+            return bad("pkey_index", v.into());
+        }
+    }
+    if let Some(v) = a.port_num {
+        if v != 1 {
+            return bad("port_num", v.into());
+        }
+    }
+    if let Some(v) = a.access {
+        if !Access::ALL.contains(v) {
+            return bad("qp_access_flags", v.0.into());
+        }
+    }
+    Ok(())
+}

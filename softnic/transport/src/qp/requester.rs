@@ -1,0 +1,470 @@
+//! The requester: send WQEs → request packets (IBTA 9.7.4.1 "Requester Side").
+//!
+//! The send queue holds every posted WQE until it completes. A cursor walks it: the
+//! WQE under the cursor and the PSN of its next packet. A WQE gets its PSNs when its
+//! first packet is sent (IBTA 9.7.1: one PSN per request packet, and one per expected
+//! response packet for an RDMA READ), so PSNs are contiguous in posting order and a
+//! go-back-N retry is just "move the cursor back to the oldest unacknowledged PSN".
+//!
+//! Opcodes come from the `wire` opcode table ([`wire::Opcode::find`]) by transport,
+//! operation and position; none is written by hand.
+//!
+//! AckReq policy (IBTA 9.7.6.1.1 lets the requester choose): set on the last packet of
+//! every message, and on one packet in every [`ACK_REQ_INTERVAL`] within long
+//! messages. Linux rxe acknowledges only packets with AckReq set, so this keeps the
+//! window moving against rxe as well as against hardware that coalesces.
+
+use std::collections::VecDeque;
+
+use wire::bth::DEFAULT_PKEY;
+use wire::{
+    AtomicEthRepr, BthRepr, DethRepr, Header, ImmDtRepr, Opcode, Operation, PacketRepr, Position,
+    Psn, Qpn, RethRepr,
+};
+
+use super::{Qp, QpState, QpType, Transmit};
+use crate::memory::Memory;
+use crate::sgl;
+use crate::time::Instant;
+use crate::wr::{SendOp, SendWr, WcStatus};
+
+/// Most request PSNs outstanding (sent and not acknowledged) on an RC QP. Far below
+/// the 2^23 limit of IBTA 9.7.1; large enough to fill a loopback path.
+pub const MAX_OUTSTANDING_PSNS: u32 = 1024;
+
+/// A packet with AckReq at least every this many request packets.
+pub const ACK_REQ_INTERVAL: u32 = 64;
+
+/// What a send WQE does, as far as packetisation is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// SEND (with or without immediate).
+    Send,
+    /// RDMA WRITE (with or without immediate).
+    Write,
+    /// RDMA READ.
+    Read,
+    /// Compare & Swap or Fetch & Add.
+    Atomic,
+}
+
+impl Kind {
+    fn of(op: SendOp) -> Kind {
+        match op {
+            SendOp::Send | SendOp::SendWithImm(_) => Kind::Send,
+            SendOp::Write | SendOp::WriteWithImm(_) => Kind::Write,
+            SendOp::Read => Kind::Read,
+            SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => Kind::Atomic,
+        }
+    }
+
+    /// READ and atomics use responder resources (IBTA 9.4.4, `max_rd_atomic`).
+    pub fn is_rd_atomic(self) -> bool {
+        matches!(self, Kind::Read | Kind::Atomic)
+    }
+}
+
+/// One send WQE and its transmission state.
+#[derive(Debug, Clone)]
+pub(super) struct SqEntry {
+    /// The work request.
+    pub wr: SendWr,
+    /// Message length in bytes.
+    pub len: u32,
+    /// Operation class.
+    pub kind: Kind,
+    /// PSN of its first packet (valid once `started`).
+    pub first_psn: Psn,
+    /// PSNs it uses: request packets, or expected READ response packets.
+    pub npkts: u32,
+    /// Whether PSNs have been assigned (first packet sent).
+    pub started: bool,
+}
+
+impl SqEntry {
+    /// PSN of the last packet.
+    pub fn last_psn(&self) -> Psn {
+        self.first_psn.wrapping_add(self.npkts.saturating_sub(1))
+    }
+
+    /// One past the last PSN.
+    pub fn end_psn(&self) -> Psn {
+        self.first_psn.wrapping_add(self.npkts)
+    }
+
+    /// True when `psn` is one of this WQE's PSNs.
+    pub fn contains(&self, psn: Psn) -> bool {
+        let d = self.first_psn.distance_to(psn);
+        d >= 0 && (d as u32) < self.npkts
+    }
+}
+
+/// Requester state.
+#[derive(Debug)]
+pub(super) struct Requester {
+    /// Posted, not yet completed WQEs in posting order.
+    pub sq: VecDeque<SqEntry>,
+    /// Index in `sq` of the WQE whose packet goes next.
+    pub cursor: usize,
+    /// PSN of the next packet of `sq[cursor]` (when it is started).
+    pub cursor_psn: Psn,
+    /// PSN the next new WQE starts at.
+    pub next_psn: Psn,
+    /// Oldest PSN not yet acknowledged (IBTA 9.7.5.1: the completer's expected PSN).
+    pub comp_psn: Psn,
+    /// One past the highest PSN ever sent.
+    pub sent_psn: Psn,
+    /// Request packets sent since the last one with AckReq.
+    pub noack_pkts: u32,
+    /// Started, uncompleted READ/atomic WQEs.
+    pub rd_atomic: u32,
+    /// Retries left before IBV_WC_RETRY_EXC_ERR.
+    pub retry_left: u8,
+    /// RNR retries left before IBV_WC_RNR_RETRY_EXC_ERR (7 = infinite).
+    pub rnr_left: u8,
+    /// Waiting out an RNR NAK: nothing is sent until the RNR timer fires.
+    pub rnr_paused: bool,
+}
+
+/// Position of packet `k` of an `n`-packet message (IBTA 9.4: First/Middle/Last/Only).
+pub(super) fn position(k: u32, n: u32) -> Position {
+    if n <= 1 {
+        Position::Only
+    } else if k == 0 {
+        Position::First
+    } else if k + 1 >= n {
+        Position::Last
+    } else {
+        Position::Middle
+    }
+}
+
+/// Packets a message of `len` bytes takes at `mtu` (at least one).
+pub(super) fn packets_for(len: u32, mtu: u32) -> u32 {
+    len.div_ceil(mtu.max(1)).max(1)
+}
+
+impl Requester {
+    pub fn new(cap: u32) -> Requester {
+        Requester {
+            sq: VecDeque::with_capacity(cap.min(1 << 16) as usize),
+            cursor: 0,
+            cursor_psn: Psn::ZERO,
+            next_psn: Psn::ZERO,
+            comp_psn: Psn::ZERO,
+            sent_psn: Psn::ZERO,
+            noack_pkts: 0,
+            rd_atomic: 0,
+            retry_left: 0,
+            rnr_left: 0,
+            rnr_paused: false,
+        }
+    }
+
+    /// Entering RTS: the first PSN is `sq_psn`.
+    pub fn start(&mut self, sq_psn: Psn, retry_cnt: u8, rnr_retry: u8) {
+        self.cursor_psn = sq_psn;
+        self.next_psn = sq_psn;
+        self.comp_psn = sq_psn;
+        self.sent_psn = sq_psn;
+        self.retry_left = retry_cnt;
+        self.rnr_left = rnr_retry;
+    }
+
+    /// Queues a WQE (shape already checked).
+    pub fn push(&mut self, wr: SendWr, _qp_type: QpType) {
+        let len = u32::try_from(wr.total_len()).unwrap_or(u32::MAX);
+        let kind = Kind::of(wr.op);
+        self.sq.push_back(SqEntry {
+            wr,
+            len,
+            kind,
+            first_psn: Psn::ZERO,
+            npkts: 0,
+            started: false,
+        });
+    }
+
+    /// Removes the oldest WQE, keeping the cursor on the same entry.
+    pub fn pop_front(&mut self) -> Option<SqEntry> {
+        let e = self.sq.pop_front()?;
+        self.cursor = self.cursor.saturating_sub(1);
+        if e.started && e.kind.is_rd_atomic() {
+            self.rd_atomic = self.rd_atomic.saturating_sub(1);
+        }
+        Some(e)
+    }
+
+    /// True while some request PSN is sent and not acknowledged.
+    pub fn outstanding(&self) -> bool {
+        self.comp_psn.distance_to(self.sent_psn) > 0
+    }
+
+    /// Go-back-N: the next packet sent is the one at `comp_psn` (IBTA 9.7.5.2.1).
+    pub fn rewind(&mut self) {
+        self.cursor = 0;
+        self.cursor_psn = self.comp_psn;
+        self.noack_pkts = 0;
+    }
+}
+
+/// What one call to `emit_request` produced.
+struct Emitted {
+    len: usize,
+    payload_len: usize,
+    psn: Psn,
+    next_psn: Psn,
+    wqe_done: bool,
+    ack_req: bool,
+    dest_qpn: u32,
+}
+
+impl Qp {
+    /// The next request packet, if the requester may send one now.
+    pub(super) fn poll_request(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        mem: &dyn Memory,
+    ) -> Option<Transmit> {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_paused {
+            return None;
+        }
+        let idx = self.req.cursor;
+        let e = self.req.sq.get(idx)?;
+        if !e.started {
+            // IBTA 10.3.1.2: in SQD no new WQE is started.
+            if self.state != QpState::Rts {
+                return None;
+            }
+            let npkts = match e.kind {
+                Kind::Atomic => 1,
+                _ => packets_for(e.len, self.mtu()),
+            };
+            if self.qp_type == QpType::Rc {
+                let in_flight = self.req.comp_psn.distance_to(self.req.next_psn);
+                if in_flight > 0 && in_flight as u32 + 1 > MAX_OUTSTANDING_PSNS {
+                    return None;
+                }
+                // IBTA 9.4.4 / 10.3.1: at most max_rd_atomic READ/atomic outstanding.
+                if e.kind.is_rd_atomic()
+                    && self.req.rd_atomic >= u32::from(self.attrs.max_rd_atomic.max(1))
+                {
+                    return None;
+                }
+            }
+            let first = self.req.next_psn;
+            let is_rd = e.kind.is_rd_atomic();
+            if let Some(e) = self.req.sq.get_mut(idx) {
+                e.first_psn = first;
+                e.npkts = npkts;
+                e.started = true;
+            }
+            self.req.next_psn = first.wrapping_add(npkts);
+            self.req.cursor_psn = first;
+            if is_rd {
+                self.req.rd_atomic += 1;
+            }
+        } else if self.qp_type == QpType::Rc {
+            let ahead = self.req.comp_psn.distance_to(self.req.cursor_psn);
+            if ahead >= 0 && ahead as u32 >= MAX_OUTSTANDING_PSNS {
+                return None;
+            }
+        }
+        let em = match self.emit_request(idx, buf, mem) {
+            Ok(Some(em)) => em,
+            Ok(None) => return None,
+            Err(status) => {
+                self.fail_wqe_at(idx, status);
+                return None;
+            }
+        };
+        let e = self.req.sq.get(idx)?;
+        let dest = match (&e.wr.ud, self.attrs.remote) {
+            (Some(ud), _) => ud.addr,
+            (None, Some(r)) => r,
+            (None, None) => return None,
+        };
+        self.counters.bytes_sent += em.payload_len as u64;
+        if em.psn.is_before(self.req.sent_psn) {
+            self.counters.retransmitted_packets += 1;
+        }
+        if self.req.sent_psn.is_before(em.next_psn) {
+            self.req.sent_psn = em.next_psn;
+        }
+        self.req.noack_pkts = if em.ack_req {
+            0
+        } else {
+            self.req.noack_pkts + 1
+        };
+        self.req.cursor_psn = em.next_psn;
+        if em.wqe_done {
+            self.req.cursor += 1;
+        }
+        let t = Transmit {
+            len: em.len,
+            dest,
+            src_port: self.src_port(em.dest_qpn),
+        };
+        match self.qp_type {
+            QpType::Rc => {
+                if self.timers.retransmit.is_none() {
+                    self.timers.retransmit =
+                        super::timers::ack_timeout(self.attrs.timeout).map(|d| now + d);
+                }
+            }
+            // UC and UD have no acknowledgements: a WQE is complete once its last
+            // packet is on the wire (IBTA 9.8.2, 9.8.3).
+            QpType::Uc | QpType::Ud => {
+                if em.wqe_done {
+                    self.req.comp_psn = em.next_psn;
+                    self.retire_head(WcStatus::Success);
+                }
+            }
+        }
+        Some(t)
+    }
+
+    /// Writes the packet of `sq[idx]` at `cursor_psn`. `Err` is a local error that
+    /// completes the WQE (IBTA 10.7.3.1: local protection error when a gather fails).
+    fn emit_request(
+        &mut self,
+        idx: usize,
+        buf: &mut [u8],
+        mem: &dyn Memory,
+    ) -> Result<Option<Emitted>, WcStatus> {
+        let mtu = self.mtu();
+        let Some(e) = self.req.sq.get(idx) else {
+            return Ok(None);
+        };
+        let psn = self.req.cursor_psn;
+        let k = e.first_psn.distance_to(psn);
+        if k < 0 || k as u32 >= e.npkts {
+            return Err(WcStatus::GeneralErr);
+        }
+        let k = k as u32;
+        let offset = u64::from(k) * u64::from(mtu);
+        let transport = self.qp_type.transport();
+        let (operation, payload_len, pos, next_psn, wqe_done) = match e.kind {
+            Kind::Send | Kind::Write => {
+                let rem = u64::from(e.len).saturating_sub(offset);
+                let plen = rem.min(u64::from(mtu)) as usize;
+                let pos = position(k, e.npkts);
+                let op = if e.kind == Kind::Send {
+                    Operation::Send
+                } else {
+                    Operation::Write
+                };
+                (op, plen, pos, psn.next(), pos.ends())
+            }
+            Kind::Read => (Operation::ReadRequest, 0, Position::Only, e.end_psn(), true),
+            Kind::Atomic => {
+                let op = match e.wr.op {
+                    SendOp::CompareSwap { .. } => Operation::CompareSwap,
+                    _ => Operation::FetchAdd,
+                };
+                (op, 0, Position::Only, psn.next(), true)
+            }
+        };
+        if self.qp_type == QpType::Ud && e.len > mtu {
+            // IBTA 9.8.2: a UD message is one packet; longer is a local length error.
+            return Err(WcStatus::LocLenErr);
+        }
+        let imm = match e.wr.op {
+            SendOp::SendWithImm(i) | SendOp::WriteWithImm(i) if pos.ends() => Some(i),
+            _ => None,
+        };
+        let Some(opcode) = Opcode::find(transport, operation, pos, imm.map(|_| Header::ImmDt))
+        else {
+            return Err(WcStatus::LocQpOpErr);
+        };
+        let ack_req = self.qp_type == QpType::Rc
+            && (pos.ends() || self.req.noack_pkts + 1 >= ACK_REQ_INTERVAL);
+        let dest_qpn = match &e.wr.ud {
+            Some(ud) => ud.qpn,
+            None => self.attrs.dest_qpn,
+        };
+        let mut repr = PacketRepr::new(BthRepr {
+            opcode,
+            solicited: e.wr.solicited && pos.ends(),
+            // Linux rxe sets MigReq on every packet (APM state "migrated").
+            mig_req: true,
+            pad_count: 0,
+            pkey: DEFAULT_PKEY,
+            fecn: false,
+            becn: false,
+            dest_qpn: Qpn::new(dest_qpn),
+            ack_req,
+            psn,
+        });
+        match e.kind {
+            Kind::Write if pos.starts() => {
+                repr.reth = Some(RethRepr {
+                    va: e.wr.remote_addr,
+                    rkey: e.wr.rkey,
+                    dma_len: e.len,
+                });
+            }
+            // A READ resent from the middle asks for the rest only (IBTA 9.7.5.2.1:
+            // the retried request starts at the first missing response PSN).
+            Kind::Read => {
+                repr.reth = Some(RethRepr {
+                    va: e.wr.remote_addr.wrapping_add(offset),
+                    rkey: e.wr.rkey,
+                    dma_len: e.len.saturating_sub(offset as u32),
+                });
+            }
+            Kind::Atomic => {
+                let (swap_add, compare) = match e.wr.op {
+                    SendOp::CompareSwap { compare, swap } => (swap, compare),
+                    SendOp::FetchAdd { add } => (add, 0),
+                    _ => (0, 0),
+                };
+                repr.atomic_eth = Some(AtomicEthRepr {
+                    va: e.wr.remote_addr,
+                    rkey: e.wr.rkey,
+                    swap_add,
+                    compare,
+                });
+            }
+            _ => {}
+        }
+        if let Some(imm) = imm {
+            repr.immdt = Some(ImmDtRepr { imm });
+        }
+        if let Some(ud) = &e.wr.ud {
+            // IBTA 10.2.4: a Q_Key with the high bit set means "use the QP's Q_Key".
+            let qkey = if ud.qkey & 0x8000_0000 != 0 {
+                self.attrs.qkey
+            } else {
+                ud.qkey
+            };
+            repr.deth = Some(DethRepr {
+                qkey,
+                src_qpn: Qpn::new(self.qpn),
+            });
+        }
+        repr.payload_len = payload_len;
+        let Ok(h) = repr.emit_headers(buf) else {
+            return Ok(None);
+        };
+        let Some(dst) = buf.get_mut(h..h + payload_len) else {
+            return Ok(None);
+        };
+        if sgl::gather(self.pd, &e.wr, offset, dst, mem).is_err() {
+            return Err(WcStatus::LocProtErr);
+        }
+        let Ok(len) = repr.emit_trailer(buf, h) else {
+            return Ok(None);
+        };
+        Ok(Some(Emitted {
+            len,
+            payload_len,
+            psn,
+            next_psn,
+            wqe_done,
+            ack_req,
+            dest_qpn,
+        }))
+    }
+}

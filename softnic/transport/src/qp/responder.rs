@@ -1,0 +1,642 @@
+//! The responder: request packets → memory effects, receive completions and
+//! responses (IBTA 9.7.4.2 "Responder Side", 9.7.5.1 "Responder Response
+//! Generation").
+//!
+//! Each new RC request runs one pipeline, every step a function that returns
+//! `Result<_, RespError>`:
+//!
+//! ```text
+//!   PSN check ─► opcode sequence ─► QP access ─► resources ─► length ─► R_Key ─► execute ─► ACK
+//!   (9.7.4.2.1)  (9.7.4.2.2)        (9.7.4.2.3)  (9.7.4.2.4)  (9.7.4.2.5) (9.7.4.2.6)
+//! ```
+//!
+//! and [`disposition`] is the one table that says what each error means on the wire
+//! (NAK syndrome), to the receive WQE in hand (completion status), and to the QP (next
+//! state).
+//!
+//! PSN check (IBTA 9.7.4.2.1): PSN = expected → new request. PSN behind (within half
+//! the PSN space) → duplicate: SEND/WRITE are re-acknowledged without executing again;
+//! a READ is executed again from the duplicate's own PSN and RETH; an atomic is
+//! answered from the cache of recent atomic results and never executed twice. PSN
+//! ahead → out of sequence: one PSN sequence error NAK, then silence until the
+//! expected PSN arrives (IBTA 9.7.5.1.3, C9-?).
+//!
+//! Responses (ACKs, NAKs, READ response packets, atomic ACKs) leave in PSN order from
+//! one queue. Consecutive positive ACKs coalesce into the latest (they are cumulative);
+//! NAKs are never coalesced away.
+
+use std::collections::VecDeque;
+
+use core::net::SocketAddr;
+
+use wire::{Msn, NakCode, OpcodeInfo, Operation, ParsedPacket, Position, Psn, Syndrome};
+
+use super::requester::packets_for;
+use super::{Qp, QpState, QpType};
+use crate::memory::{Access, AtomicOp, MemError, Memory};
+use crate::sgl;
+use crate::time::Instant;
+use crate::wr::{Completion, Queue, RecvWr, WcOpcode, WcStatus};
+
+/// Atomic results remembered for duplicate atomics (at least this many, or
+/// `max_dest_rd_atomic` if larger; IBTA 9.7.5.2.? requires at least the latter).
+pub const ATOMIC_CACHE_MIN: usize = 16;
+
+/// Most entries in the response queue; beyond it a response is dropped and counted
+/// (the requester's timer recovers). Positive ACKs coalesce, so this is only reached
+/// if the caller stops draining `poll_transmit`.
+pub const MAX_RESPONSES: usize = 4096;
+
+/// Why a request was not executed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RespError {
+    /// A SEND (or WRITE with immediate) found no receive WQE (IBTA 9.7.5.2.8).
+    RnrNoRecv,
+    /// Opcode out of sequence: a Middle/Last without a First, or a First/Only inside
+    /// an unfinished message (IBTA 9.7.4.2.2).
+    OpcodeSequence,
+    /// An operation softnic does not implement (FLUSH, ATOMIC WRITE, SEND with
+    /// invalidate).
+    Unsupported,
+    /// The QP's access flags do not allow the operation (IBTA 9.7.4.2.3: remote
+    /// operation not enabled on the QP).
+    QpAccess,
+    /// READ/atomic beyond `max_dest_rd_atomic` (IBTA 9.7.4.2.4).
+    NoResources,
+    /// Packet length wrong for its position, WRITE total differs from the RETH DMA
+    /// length, or the message is longer than the receive buffer (IBTA 9.7.4.2.5).
+    Length,
+    /// Atomic target not 8-byte aligned (IBTA 9.4.5).
+    Misaligned,
+    /// R_Key invalid, range outside the region, or region without the access right
+    /// (IBTA 9.7.4.2.6, 10.6.3).
+    RemoteAccess,
+    /// Writing into the receive WQE's own buffers failed (bad lkey): a local problem
+    /// of the responder, reported as a remote operational error.
+    LocalWrite,
+}
+
+/// NAK kinds a responder sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NakKind {
+    /// RNR NAK with the QP's `min_rnr_timer`.
+    Rnr,
+    /// NAK Invalid Request.
+    InvalidRequest,
+    /// NAK Remote Access Error.
+    RemoteAccess,
+    /// NAK Remote Operational Error.
+    RemoteOperational,
+}
+
+/// What an RC responder error means: the NAK sent with the offending PSN, the status
+/// of the receive WQE in hand (if any; otherwise it is flushed), and the next state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Disposition {
+    /// NAK sent.
+    pub nak: NakKind,
+    /// Status for a receive WQE being filled, `None` = flushed like the others.
+    pub wc: Option<WcStatus>,
+    /// The QP's next state (`None` = unchanged).
+    pub next: Option<QpState>,
+}
+
+/// The table (IBTA 9.7.5.1 NAK codes; 10.7.3.1 completion errors; 10.3.1.7 error
+/// state). Classes follow IBTA 9.9.3.1.3: RNR is transient, everything else is fatal
+/// to the connection, and the responder enters Err after the NAK goes out, as Linux
+/// rxe does (`do_class_ac_error`).
+pub const fn disposition(e: RespError) -> Disposition {
+    use NakKind as N;
+    const ERR: Option<QpState> = Some(QpState::Err);
+    let (nak, wc, next) = match e {
+        RespError::RnrNoRecv => (N::Rnr, None, None),
+        RespError::OpcodeSequence => (N::InvalidRequest, None, ERR),
+        RespError::Unsupported => (N::InvalidRequest, None, ERR),
+        RespError::QpAccess => (N::InvalidRequest, None, ERR),
+        RespError::NoResources => (N::InvalidRequest, None, ERR),
+        RespError::Length => (N::InvalidRequest, Some(WcStatus::LocLenErr), ERR),
+        RespError::Misaligned => (N::InvalidRequest, None, ERR),
+        RespError::RemoteAccess => (N::RemoteAccess, None, ERR),
+        RespError::LocalWrite => (N::RemoteOperational, Some(WcStatus::LocProtErr), ERR),
+    };
+    Disposition { nak, wc, next }
+}
+
+/// A queued response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Response {
+    /// ACK or NAK.
+    Ack {
+        psn: Psn,
+        msn: Msn,
+        syndrome: Syndrome,
+    },
+    /// RDMA READ response packets still to send.
+    Read {
+        /// PSN of the next response packet.
+        psn: Psn,
+        va: u64,
+        rkey: u32,
+        /// Bytes still to send.
+        remaining: u32,
+        /// Index of the next packet, and packet count.
+        k: u32,
+        npkts: u32,
+    },
+    /// Atomic ACK with the original value.
+    Atomic { psn: Psn, orig: u64, msn: Msn },
+}
+
+/// A multi-packet SEND or WRITE being received.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct InMsg {
+    /// SEND or WRITE.
+    pub op: Operation,
+    /// The receive WQE consumed (SEND; WRITE with immediate at its last packet).
+    pub recv: Option<RecvWr>,
+    /// Bytes placed so far.
+    pub written: u64,
+    /// WRITE: RETH target.
+    pub va: u64,
+    /// WRITE: RETH R_Key.
+    pub rkey: u32,
+    /// WRITE: RETH DMA length.
+    pub dma_len: u64,
+}
+
+/// Responder state.
+#[derive(Debug)]
+pub(super) struct Responder {
+    /// Posted receive WQEs.
+    pub rq: VecDeque<RecvWr>,
+    /// Expected PSN.
+    pub epsn: Psn,
+    /// Messages completed (IBTA 9.7.5.1.1).
+    pub msn: Msn,
+    /// A PSN sequence NAK was sent for `epsn` and no packet at `epsn` came since.
+    pub nak_sent: bool,
+    /// Message in progress.
+    pub cur: Option<InMsg>,
+    /// Responses to send, in PSN order.
+    pub responses: VecDeque<Response>,
+    /// Recent atomic results: (PSN, original value).
+    pub atomic_cache: VecDeque<(Psn, u64)>,
+}
+
+impl Responder {
+    pub fn new(cap: u32) -> Responder {
+        Responder {
+            rq: VecDeque::with_capacity(cap.min(1 << 16) as usize),
+            epsn: Psn::ZERO,
+            msn: Msn::ZERO,
+            nak_sent: false,
+            cur: None,
+            responses: VecDeque::new(),
+            atomic_cache: VecDeque::new(),
+        }
+    }
+
+    /// Entering RTR: the first expected PSN.
+    pub fn start(&mut self, rq_psn: Psn) {
+        self.epsn = rq_psn;
+    }
+
+    /// The receive WQE of the message in progress, if any.
+    pub fn take_current_recv(&mut self) -> Option<RecvWr> {
+        self.cur.take().and_then(|c| c.recv)
+    }
+
+    /// Entering Err: only ACK/NAK responses still go out (the final NAK).
+    pub fn on_error(&mut self) {
+        self.cur = None;
+        self.responses.retain(|r| matches!(r, Response::Ack { .. }));
+    }
+
+    fn rd_atomic_in_use(&self) -> usize {
+        self.responses
+            .iter()
+            .filter(|r| !matches!(r, Response::Ack { .. }))
+            .count()
+    }
+}
+
+/// Checks a RC/UC request payload length against its position (IBTA 9.7.4.2.5 / C9-?):
+/// First and Middle carry exactly one path MTU, Last 1..=MTU, Only 0..=MTU.
+fn check_packet_len(pos: Position, len: usize, mtu: u32) -> Result<(), RespError> {
+    let mtu = mtu as usize;
+    let ok = match pos {
+        Position::First | Position::Middle => len == mtu,
+        Position::Last => len >= 1 && len <= mtu,
+        Position::Only => len <= mtu,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(RespError::Length)
+    }
+}
+
+fn map_remote(e: MemError) -> RespError {
+    match e {
+        MemError::Misaligned => RespError::Misaligned,
+        _ => RespError::RemoteAccess,
+    }
+}
+
+impl Qp {
+    /// A request packet (state already checked).
+    pub(super) fn handle_request(
+        &mut self,
+        _now: Instant,
+        src: SocketAddr,
+        pkt: &ParsedPacket<'_>,
+        info: &OpcodeInfo,
+        mem: &mut dyn Memory,
+    ) {
+        match self.qp_type {
+            QpType::Rc => self.handle_rc_request(pkt, info, mem),
+            QpType::Uc => self.handle_uc_request(pkt, info, mem),
+            QpType::Ud => self.handle_ud_request(src, pkt, mem),
+        }
+    }
+
+    fn handle_rc_request(
+        &mut self,
+        pkt: &ParsedPacket<'_>,
+        info: &OpcodeInfo,
+        mem: &mut dyn Memory,
+    ) {
+        let p = pkt.repr.bth.psn;
+        let d = self.resp.epsn.distance_to(p);
+        if d < 0 {
+            self.duplicate(pkt, info, mem);
+            return;
+        }
+        if d > 0 {
+            self.counters.out_of_sequence += 1;
+            if !self.resp.nak_sent {
+                self.resp.nak_sent = true;
+                self.queue_nak(self.resp.epsn, Syndrome::Nak(NakCode::PsnSequenceError));
+            }
+            return;
+        }
+        self.resp.nak_sent = false;
+        match self.execute(pkt, info, mem) {
+            Ok(npsn) => {
+                self.counters.bytes_received += pkt.payload.len() as u64;
+                self.resp.epsn = p.wrapping_add(npsn);
+                // IBTA 9.7.5.1: acknowledge when asked; READ and atomics answer with
+                // their own responses.
+                if pkt.repr.bth.ack_req
+                    && matches!(info.operation, Operation::Send | Operation::Write)
+                {
+                    self.queue_ack(p);
+                }
+            }
+            Err(e) => self.respond_error(e, p),
+        }
+    }
+
+    /// IBTA 9.8.3 (UC): no ACKs; a PSN gap or any error silently drops the message in
+    /// progress, whose receive WQE is reused for the next message.
+    fn handle_uc_request(
+        &mut self,
+        pkt: &ParsedPacket<'_>,
+        info: &OpcodeInfo,
+        mem: &mut dyn Memory,
+    ) {
+        let p = pkt.repr.bth.psn;
+        if p != self.resp.epsn {
+            self.abandon_message();
+            self.resp.epsn = p;
+        }
+        match self.execute(pkt, info, mem) {
+            Ok(n) => {
+                self.counters.bytes_received += pkt.payload.len() as u64;
+                self.resp.epsn = p.wrapping_add(n);
+            }
+            Err(e) => {
+                if e == RespError::RnrNoRecv {
+                    self.counters.drop_no_recv_wqe += 1;
+                }
+                self.abandon_message();
+                self.resp.epsn = p.next();
+            }
+        }
+    }
+
+    fn abandon_message(&mut self) {
+        if let Some(c) = self.resp.cur.take() {
+            self.counters.drop_uc_message += 1;
+            if let Some(r) = c.recv {
+                self.resp.rq.push_front(r);
+            }
+        }
+    }
+
+    /// Runs the pipeline for a new request; returns the PSNs it uses.
+    fn execute(
+        &mut self,
+        pkt: &ParsedPacket<'_>,
+        info: &OpcodeInfo,
+        mem: &mut dyn Memory,
+    ) -> Result<u32, RespError> {
+        self.check_opcode_sequence(info)?;
+        self.check_qp_access(info)?;
+        match info.operation {
+            Operation::Send => self.rx_send(pkt, info, mem).map(|()| 1),
+            Operation::Write => self.rx_write(pkt, info, mem).map(|()| 1),
+            Operation::ReadRequest => self.rx_read(pkt, mem),
+            Operation::CompareSwap | Operation::FetchAdd => {
+                self.rx_atomic(pkt, info, mem).map(|()| 1)
+            }
+            _ => Err(RespError::Unsupported),
+        }
+    }
+
+    /// IBTA 9.7.4.2.2: Middle/Last only continue the same operation; First/Only only
+    /// start a message.
+    fn check_opcode_sequence(&self, info: &OpcodeInfo) -> Result<(), RespError> {
+        let ok = match (&self.resp.cur, info.position.starts()) {
+            (Some(c), false) => c.op == info.operation,
+            (None, true) => true,
+            _ => false,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(RespError::OpcodeSequence)
+        }
+    }
+
+    /// IBTA 9.7.4.2.3 / 10.2.3: the QP's own access flags gate remote operations.
+    fn check_qp_access(&self, info: &OpcodeInfo) -> Result<(), RespError> {
+        let need = match info.operation {
+            Operation::Write => Access::REMOTE_WRITE,
+            Operation::ReadRequest => Access::REMOTE_READ,
+            Operation::CompareSwap | Operation::FetchAdd => Access::REMOTE_ATOMIC,
+            Operation::Send => Access::NONE,
+            _ => return Err(RespError::Unsupported),
+        };
+        if info.has(wire::Header::Ieth) {
+            return Err(RespError::Unsupported);
+        }
+        if self.attrs.access.contains(need) {
+            Ok(())
+        } else {
+            Err(RespError::QpAccess)
+        }
+    }
+
+    fn take_recv(&mut self) -> Result<RecvWr, RespError> {
+        self.resp.rq.pop_front().ok_or(RespError::RnrNoRecv)
+    }
+
+    fn rx_send(
+        &mut self,
+        pkt: &ParsedPacket<'_>,
+        info: &OpcodeInfo,
+        mem: &mut dyn Memory,
+    ) -> Result<(), RespError> {
+        let pos = info.position;
+        // Length before resources would be kinder to the WQE, but IBTA orders
+        // resources first; a bad length is fatal anyway.
+        if pos.starts() {
+            let recv = self.take_recv()?;
+            self.resp.cur = Some(InMsg {
+                op: Operation::Send,
+                recv: Some(recv),
+                written: 0,
+                va: 0,
+                rkey: 0,
+                dma_len: 0,
+            });
+        }
+        check_packet_len(pos, pkt.payload.len(), self.mtu())?;
+        let Some(cur) = self.resp.cur.as_mut() else {
+            return Err(RespError::OpcodeSequence);
+        };
+        let Some(recv) = cur.recv else {
+            return Err(RespError::OpcodeSequence);
+        };
+        let sges = sgl::used(&recv.sges, recv.num_sge);
+        if cur.written + pkt.payload.len() as u64 > sgl::total_len(sges) {
+            return Err(RespError::Length);
+        }
+        let at = cur.written;
+        sgl::scatter(self.pd, sges, at, pkt.payload, mem).map_err(|_| RespError::LocalWrite)?;
+        cur.written += pkt.payload.len() as u64;
+        if pos.ends() {
+            let written = cur.written;
+            self.resp.cur = None;
+            self.resp.msn = self.resp.msn.next();
+            let c = Completion {
+                queue: Queue::Recv,
+                wr_id: recv.wr_id,
+                status: WcStatus::Success,
+                opcode: WcOpcode::Recv,
+                byte_len: written as u32,
+                imm: pkt.repr.immdt.map(|i| i.imm),
+                qp_num: self.qpn,
+                src_qp: self.attrs.dest_qpn,
+            };
+            self.push_completion(c);
+        }
+        Ok(())
+    }
+
+    fn rx_write(
+        &mut self,
+        pkt: &ParsedPacket<'_>,
+        info: &OpcodeInfo,
+        mem: &mut dyn Memory,
+    ) -> Result<(), RespError> {
+        let pos = info.position;
+        let imm = pkt.repr.immdt.map(|i| i.imm);
+        // Resources: a WRITE with immediate consumes a receive WQE at its last packet.
+        let recv = if imm.is_some() {
+            Some(self.take_recv()?)
+        } else {
+            None
+        };
+        let r = self.rx_write_inner(pkt, pos, mem);
+        match r {
+            Ok(true) => {
+                let dma_len = self.resp.cur.map_or(0, |c| c.dma_len);
+                self.resp.cur = None;
+                self.resp.msn = self.resp.msn.next();
+                if let (Some(recv), Some(imm)) = (recv, imm) {
+                    let c = Completion {
+                        queue: Queue::Recv,
+                        wr_id: recv.wr_id,
+                        status: WcStatus::Success,
+                        opcode: WcOpcode::RecvRdmaWithImm,
+                        byte_len: dma_len as u32,
+                        imm: Some(imm),
+                        qp_num: self.qpn,
+                        src_qp: self.attrs.dest_qpn,
+                    };
+                    self.push_completion(c);
+                }
+                Ok(())
+            }
+            Ok(false) => Ok(()),
+            Err(e) => {
+                if let (Some(recv), Some(c)) = (recv, self.resp.cur.as_mut()) {
+                    c.recv = Some(recv);
+                } else if let Some(recv) = recv {
+                    self.resp.cur = Some(InMsg {
+                        op: Operation::Write,
+                        recv: Some(recv),
+                        written: 0,
+                        va: 0,
+                        rkey: 0,
+                        dma_len: 0,
+                    });
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Places one WRITE packet; `Ok(true)` when the message is complete.
+    fn rx_write_inner(
+        &mut self,
+        pkt: &ParsedPacket<'_>,
+        pos: Position,
+        mem: &mut dyn Memory,
+    ) -> Result<bool, RespError> {
+        check_packet_len(pos, pkt.payload.len(), self.mtu())?;
+        if pos.starts() {
+            let Some(reth) = pkt.repr.reth else {
+                return Err(RespError::OpcodeSequence);
+            };
+            let dma_len = u64::from(reth.dma_len);
+            if pos == Position::Only && pkt.payload.len() as u64 != dma_len {
+                return Err(RespError::Length);
+            }
+            // IBTA 9.7.4.2.6: a zero-length RDMA operation does not check the R_Key.
+            if dma_len > 0 {
+                mem.check_remote(self.pd, reth.rkey, reth.va, dma_len, Access::REMOTE_WRITE)
+                    .map_err(map_remote)?;
+            }
+            self.resp.cur = Some(InMsg {
+                op: Operation::Write,
+                recv: None,
+                written: 0,
+                va: reth.va,
+                rkey: reth.rkey,
+                dma_len,
+            });
+        }
+        let Some(cur) = self.resp.cur.as_mut() else {
+            return Err(RespError::OpcodeSequence);
+        };
+        let plen = pkt.payload.len() as u64;
+        if cur.written + plen > cur.dma_len {
+            return Err(RespError::Length);
+        }
+        if plen > 0 {
+            mem.write_remote(
+                self.pd,
+                cur.rkey,
+                cur.va.wrapping_add(cur.written),
+                pkt.payload,
+            )
+            .map_err(map_remote)?;
+        }
+        cur.written += plen;
+        if pos.ends() {
+            if cur.written != cur.dma_len {
+                return Err(RespError::Length);
+            }
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    fn rd_atomic_limit(&self) -> usize {
+        usize::from(self.attrs.max_dest_rd_atomic)
+    }
+
+    fn rx_read(&mut self, pkt: &ParsedPacket<'_>, mem: &dyn Memory) -> Result<u32, RespError> {
+        if self.resp.rd_atomic_in_use() >= self.rd_atomic_limit() {
+            return Err(RespError::NoResources);
+        }
+        let Some(reth) = pkt.repr.reth else {
+            return Err(RespError::OpcodeSequence);
+        };
+        self.queue_read(pkt.repr.bth.psn, reth, mem)?;
+        self.resp.msn = self.resp.msn.next();
+        Ok(packets_for(reth.dma_len, self.mtu()))
+    }
+
+    /// Checks the R_Key of a READ and queues its response packets from PSN `p`.
+    pub(super) fn queue_read(
+        &mut self,
+        p: Psn,
+        reth: wire::RethRepr,
+        mem: &dyn Memory,
+    ) -> Result<(), RespError> {
+        if reth.dma_len > 0 {
+            mem.check_remote(
+                self.pd,
+                reth.rkey,
+                reth.va,
+                u64::from(reth.dma_len),
+                Access::REMOTE_READ,
+            )
+            .map_err(map_remote)?;
+        }
+        self.push_response(Response::Read {
+            psn: p,
+            va: reth.va,
+            rkey: reth.rkey,
+            remaining: reth.dma_len,
+            k: 0,
+            npkts: packets_for(reth.dma_len, self.mtu()),
+        });
+        Ok(())
+    }
+
+    fn rx_atomic(
+        &mut self,
+        pkt: &ParsedPacket<'_>,
+        info: &OpcodeInfo,
+        mem: &mut dyn Memory,
+    ) -> Result<(), RespError> {
+        if self.resp.rd_atomic_in_use() >= self.rd_atomic_limit() {
+            return Err(RespError::NoResources);
+        }
+        let Some(a) = pkt.repr.atomic_eth else {
+            return Err(RespError::OpcodeSequence);
+        };
+        if a.va % 8 != 0 {
+            return Err(RespError::Misaligned);
+        }
+        mem.check_remote(self.pd, a.rkey, a.va, 8, Access::REMOTE_ATOMIC)
+            .map_err(map_remote)?;
+        let op = if info.operation == Operation::CompareSwap {
+            AtomicOp::CompareSwap {
+                compare: a.compare,
+                swap: a.swap_add,
+            }
+        } else {
+            AtomicOp::FetchAdd { add: a.swap_add }
+        };
+        let orig = mem.atomic(self.pd, a.rkey, a.va, op).map_err(map_remote)?;
+        let p = pkt.repr.bth.psn;
+        let cap = ATOMIC_CACHE_MIN.max(self.rd_atomic_limit());
+        while self.resp.atomic_cache.len() >= cap {
+            self.resp.atomic_cache.pop_front();
+        }
+        self.resp.atomic_cache.push_back((p, orig));
+        self.resp.msn = self.resp.msn.next();
+        self.push_response(Response::Atomic {
+            psn: p,
+            orig,
+            msn: self.resp.msn,
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,270 @@
+//! The responder's output: the response queue (ACK, NAK, READ response, atomic ACK),
+//! duplicate handling, the error table applied, and packet emission.
+
+use wire::bth::DEFAULT_PKEY;
+use wire::{
+    AethRepr, AtomicAckEthRepr, BthRepr, NakCode, Opcode, OpcodeInfo, Operation, PacketRepr,
+    ParsedPacket, Position, Psn, Qpn, Syndrome, Transport,
+};
+
+use super::requester::position;
+use super::responder::{disposition, NakKind, RespError, Response, MAX_RESPONSES};
+use super::{Qp, QpState, QpType, Transmit};
+use crate::memory::Memory;
+use crate::wr::{Completion, Queue, WcOpcode};
+
+/// Credit field of the ACKs softnic sends: 31 = "no end-to-end credits" (IBTA
+/// 9.7.7.2.5), what rxe sends (`AETH_ACK_UNLIMITED`).
+const CREDITS_UNLIMITED: u8 = 0x1F;
+
+impl Qp {
+    /// Queues a response, dropping (and counting) it if the queue is full.
+    pub(super) fn push_response(&mut self, r: Response) {
+        if self.resp.responses.len() >= MAX_RESPONSES {
+            self.counters.drop_duplicate += 1;
+            return;
+        }
+        self.resp.responses.push_back(r);
+    }
+
+    /// Queues a positive ACK of every PSN up to `psn`, replacing an unsent positive
+    /// ACK at the tail (ACKs are cumulative, IBTA 9.7.5.1.1: coalescing loses nothing).
+    pub(super) fn queue_ack(&mut self, psn: Psn) {
+        if self.qp_type != QpType::Rc {
+            return;
+        }
+        let ack = Response::Ack {
+            psn,
+            msn: self.resp.msn,
+            syndrome: Syndrome::Ack {
+                credits: CREDITS_UNLIMITED,
+            },
+        };
+        if let Some(
+            last @ Response::Ack {
+                syndrome: Syndrome::Ack { .. },
+                ..
+            },
+        ) = self.resp.responses.back_mut()
+        {
+            *last = ack;
+            return;
+        }
+        self.push_response(ack);
+    }
+
+    /// Queues a NAK (never coalesced away).
+    pub(super) fn queue_nak(&mut self, psn: Psn, syndrome: Syndrome) {
+        if self.qp_type != QpType::Rc {
+            return;
+        }
+        match syndrome {
+            Syndrome::RnrNak { .. } => self.counters.nak_rnr_sent += 1,
+            Syndrome::Nak(NakCode::PsnSequenceError) => self.counters.nak_psn_seq_sent += 1,
+            Syndrome::Nak(NakCode::InvalidRequest) => self.counters.nak_invalid_request_sent += 1,
+            Syndrome::Nak(NakCode::RemoteAccessError) => self.counters.nak_remote_access_sent += 1,
+            Syndrome::Nak(NakCode::RemoteOperationalError) => self.counters.nak_remote_op_sent += 1,
+            _ => {}
+        }
+        self.push_response(Response::Ack {
+            psn,
+            msn: self.resp.msn,
+            syndrome,
+        });
+    }
+
+    /// Applies [`disposition`] to an RC request error at PSN `p`.
+    pub(super) fn respond_error(&mut self, e: RespError, p: Psn) {
+        let d = disposition(e);
+        let syndrome = match d.nak {
+            NakKind::Rnr => Syndrome::RnrNak {
+                timer: self.attrs.min_rnr_timer,
+            },
+            NakKind::InvalidRequest => Syndrome::Nak(NakCode::InvalidRequest),
+            NakKind::RemoteAccess => Syndrome::Nak(NakCode::RemoteAccessError),
+            NakKind::RemoteOperational => Syndrome::Nak(NakCode::RemoteOperationalError),
+        };
+        self.queue_nak(p, syndrome);
+        if let Some(status) = d.wc {
+            if let Some(recv) = self.resp.take_current_recv() {
+                let c = Completion {
+                    queue: Queue::Recv,
+                    wr_id: recv.wr_id,
+                    status,
+                    opcode: WcOpcode::Recv,
+                    byte_len: 0,
+                    imm: None,
+                    qp_num: self.qpn,
+                    src_qp: self.attrs.dest_qpn,
+                };
+                self.push_completion(c);
+            }
+        }
+        if d.next == Some(QpState::Err) {
+            self.enter_error();
+        }
+    }
+
+    /// A request with a PSN behind the expected one (IBTA 9.7.4.2.1, 9.7.5.1.3).
+    pub(super) fn duplicate(
+        &mut self,
+        pkt: &ParsedPacket<'_>,
+        info: &OpcodeInfo,
+        mem: &dyn Memory,
+    ) {
+        self.counters.duplicate_requests += 1;
+        let p = pkt.repr.bth.psn;
+        match info.operation {
+            // Re-acknowledge with the latest PSN, without executing again (C9-105
+            // as quoted in rxe_resp.c).
+            Operation::Send | Operation::Write => self.queue_ack(self.resp.epsn.wrapping_sub(1)),
+            // Executed again from the duplicate's own PSN and RETH: reads have no side
+            // effect, and a retried READ may ask for the tail of the original only.
+            Operation::ReadRequest => {
+                let busy = self
+                    .resp
+                    .responses
+                    .iter()
+                    .filter(|r| !matches!(r, Response::Ack { .. }))
+                    .count();
+                let limit = usize::from(self.attrs.max_dest_rd_atomic);
+                match pkt.repr.reth {
+                    Some(reth) if busy < limit => {
+                        if self.queue_read(p, reth, mem).is_err() {
+                            self.counters.drop_duplicate += 1;
+                        }
+                    }
+                    _ => self.counters.drop_duplicate += 1,
+                }
+            }
+            // Never executed twice: answered from the cache, or dropped.
+            Operation::CompareSwap | Operation::FetchAdd => {
+                match self.resp.atomic_cache.iter().find(|(q, _)| *q == p) {
+                    Some(&(_, orig)) => {
+                        self.counters.atomic_replays += 1;
+                        self.push_response(Response::Atomic {
+                            psn: p,
+                            orig,
+                            msn: self.resp.msn,
+                        });
+                    }
+                    None => self.counters.drop_duplicate += 1,
+                }
+            }
+            _ => self.counters.drop_duplicate += 1,
+        }
+    }
+
+    /// Emits the next queued response.
+    pub(super) fn poll_response(&mut self, buf: &mut [u8], mem: &dyn Memory) -> Option<Transmit> {
+        if self.qp_type != QpType::Rc {
+            return None;
+        }
+        let dest = self.attrs.remote?;
+        let front = *self.resp.responses.front()?;
+        let mut bth = BthRepr {
+            opcode: Opcode(0),
+            solicited: false,
+            mig_req: true,
+            pad_count: 0,
+            pkey: DEFAULT_PKEY,
+            fecn: false,
+            becn: false,
+            dest_qpn: Qpn::new(self.attrs.dest_qpn),
+            ack_req: false,
+            psn: Psn::ZERO,
+        };
+        let t = |len| Transmit {
+            len,
+            dest,
+            src_port: super::rxe_udp_src_port(self.qpn, self.attrs.dest_qpn),
+        };
+        match front {
+            Response::Ack { psn, msn, syndrome } => {
+                self.resp.responses.pop_front();
+                bth.opcode = find(Operation::Acknowledge, Position::Only)?;
+                bth.psn = psn;
+                let mut r = PacketRepr::new(bth);
+                r.aeth = Some(AethRepr { syndrome, msn });
+                let len = r.emit(buf, &[]).ok()?;
+                if syndrome.is_ack() {
+                    self.counters.acks_sent += 1;
+                }
+                Some(t(len))
+            }
+            Response::Atomic { psn, orig, msn } => {
+                self.resp.responses.pop_front();
+                bth.opcode = find(Operation::AtomicAcknowledge, Position::Only)?;
+                bth.psn = psn;
+                let mut r = PacketRepr::new(bth);
+                r.aeth = Some(AethRepr {
+                    syndrome: Syndrome::Ack {
+                        credits: CREDITS_UNLIMITED,
+                    },
+                    msn,
+                });
+                r.atomic_ack_eth = Some(AtomicAckEthRepr { orig });
+                let len = r.emit(buf, &[]).ok()?;
+                self.counters.atomic_acks_sent += 1;
+                Some(t(len))
+            }
+            Response::Read {
+                psn,
+                va,
+                rkey,
+                remaining,
+                k,
+                npkts,
+            } => {
+                let mtu = self.mtu();
+                let plen = remaining.min(mtu);
+                let pos = position(k, npkts);
+                bth.opcode = find(Operation::ReadResponse, pos)?;
+                bth.psn = psn;
+                let mut r = PacketRepr::new(bth);
+                // IBTA 9.3.5: READ response First, Last and Only carry an AETH.
+                if pos != Position::Middle {
+                    r.aeth = Some(AethRepr {
+                        syndrome: Syndrome::Ack {
+                            credits: CREDITS_UNLIMITED,
+                        },
+                        msn: self.resp.msn,
+                    });
+                }
+                r.payload_len = plen as usize;
+                let h = r.emit_headers(buf).ok()?;
+                let dst = buf.get_mut(h..h + plen as usize)?;
+                if plen > 0 && mem.read_remote(self.pd, rkey, va, dst).is_err() {
+                    // The region went away under the READ (deregistered): fatal.
+                    self.resp.responses.pop_front();
+                    self.queue_nak(psn, Syndrome::Nak(NakCode::RemoteAccessError));
+                    self.enter_error();
+                    return self.poll_response(buf, mem);
+                }
+                let len = r.emit_trailer(buf, h).ok()?;
+                if pos.ends() {
+                    self.resp.responses.pop_front();
+                } else if let Some(Response::Read {
+                    psn: p2,
+                    va: v2,
+                    remaining: r2,
+                    k: k2,
+                    ..
+                }) = self.resp.responses.front_mut()
+                {
+                    *p2 = psn.next();
+                    *v2 = va.wrapping_add(u64::from(plen));
+                    *r2 = remaining - plen;
+                    *k2 = k + 1;
+                }
+                self.counters.read_responses_sent += 1;
+                self.counters.bytes_sent += u64::from(plen);
+                Some(t(len))
+            }
+        }
+    }
+}
+
+fn find(op: Operation, pos: Position) -> Option<Opcode> {
+    Opcode::find(Transport::Rc, op, pos, None)
+}

@@ -1,0 +1,116 @@
+//! Unreliable Datagram receive (IBTA 9.8.2, 10.2.4).
+//!
+//! A UD message is one SEND Only packet with a DETH. The Q_Key in the DETH must equal
+//! the QP's Q_Key, or the packet is silently dropped (IBTA 10.2.4, C10-?). There are no
+//! ACKs and no PSN checks.
+//!
+//! **GRH.** Verbs applications expect the first 40 bytes of every UD receive buffer
+//! to hold the Global Route Header and the payload to start at offset 40; `byte_len`
+//! counts those 40 bytes (IBTA 11.4.1.2, `ibv_post_recv(3)`). For RoCEv2 there is no
+//! GRH on the wire; Linux rxe writes the IP header in its place, and so does softnic:
+//! for IPv4, bytes 0..20 are zero and bytes 20..40 hold an IPv4 header (version 4,
+//! IHL 5, TOS 0, total length, ID 0, DF, TTL 64, protocol UDP, checksum 0, source,
+//! destination); for IPv6 the 40 bytes are an IPv6 header (traffic class and flow
+//! label 0, payload length, next header UDP, hop limit 64, source, destination). The
+//! destination is the address given to `Qp::set_local_addr` (zero if none).
+
+use core::net::{IpAddr, SocketAddr};
+
+use wire::{ParsedPacket, ICRC_LEN};
+
+use super::{Qp, GRH_LEN};
+use crate::memory::Memory;
+use crate::sgl;
+use crate::wr::{Completion, Queue, WcOpcode, WcStatus};
+
+/// Builds the 40-byte GRH stand-in for a datagram of `udp_payload_len` bytes.
+pub fn synth_grh(src: IpAddr, dst: Option<IpAddr>, udp_payload_len: usize) -> [u8; 40] {
+    let mut g = [0u8; 40];
+    let udp_len = (udp_payload_len + 8) as u16;
+    match src {
+        IpAddr::V4(s) => {
+            let d = match dst {
+                Some(IpAddr::V4(d)) => d.octets(),
+                _ => [0; 4],
+            };
+            let h = &mut g[20..40];
+            h[0] = 0x45;
+            h[2..4].copy_from_slice(&(udp_len.wrapping_add(20)).to_be_bytes());
+            h[6] = 0x40; // DF
+            h[8] = 64;
+            h[9] = 17;
+            h[12..16].copy_from_slice(&s.octets());
+            h[16..20].copy_from_slice(&d);
+        }
+        IpAddr::V6(s) => {
+            let d = match dst {
+                Some(IpAddr::V6(d)) => d.octets(),
+                _ => [0; 16],
+            };
+            g[0] = 0x60;
+            g[4..6].copy_from_slice(&udp_len.to_be_bytes());
+            g[6] = 17;
+            g[7] = 64;
+            g[8..24].copy_from_slice(&s.octets());
+            g[24..40].copy_from_slice(&d);
+        }
+    }
+    g
+}
+
+impl Qp {
+    pub(super) fn handle_ud_request(
+        &mut self,
+        src: SocketAddr,
+        pkt: &ParsedPacket<'_>,
+        mem: &mut dyn Memory,
+    ) {
+        let Some(deth) = pkt.repr.deth else {
+            self.counters.drop_bad_opcode += 1;
+            return;
+        };
+        if deth.qkey != self.attrs.qkey {
+            self.counters.drop_bad_qkey += 1;
+            return;
+        }
+        if pkt.payload.len() > self.mtu() as usize {
+            self.counters.drop_bad_opcode += 1;
+            return;
+        }
+        let Some(recv) = self.resp.rq.pop_front() else {
+            self.counters.drop_no_recv_wqe += 1;
+            return;
+        };
+        let sges = sgl::used(&recv.sges, recv.num_sge);
+        let total = u64::from(GRH_LEN) + pkt.payload.len() as u64;
+        let mut completion = Completion {
+            queue: Queue::Recv,
+            wr_id: recv.wr_id,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            byte_len: total as u32,
+            imm: pkt.repr.immdt.map(|i| i.imm),
+            qp_num: self.qpn,
+            src_qp: deth.src_qpn.value(),
+        };
+        if total > sgl::total_len(sges) {
+            // IBTA 10.7.3.1: a receive buffer too small is a local length error.
+            completion.status = WcStatus::LocLenErr;
+            completion.byte_len = 0;
+            self.push_completion(completion);
+            return;
+        }
+        let pad = usize::from(pkt.repr.bth.pad_count);
+        let udp_payload_len = pkt.header_len + pkt.payload.len() + pad + ICRC_LEN;
+        let grh = synth_grh(src.ip(), self.local.map(|l| l.ip()), udp_payload_len);
+        let placed = sgl::scatter(self.pd, sges, 0, &grh, mem)
+            .and_then(|()| sgl::scatter(self.pd, sges, u64::from(GRH_LEN), pkt.payload, mem));
+        if placed.is_err() {
+            completion.status = WcStatus::LocProtErr;
+            completion.byte_len = 0;
+        } else {
+            self.counters.bytes_received += pkt.payload.len() as u64;
+        }
+        self.push_completion(completion);
+    }
+}
