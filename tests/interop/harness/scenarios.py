@@ -1,0 +1,121 @@
+"""The scenario table: issue 5's RC matrix, as data.
+
+Each row runs in both directions unless it says otherwise:
+  rxe-server      the guest's stock tool is the server; the softnic side connects to it
+  softnic-server  the softnic side is the server; the guest's tool connects to it
+The client gets the server's address appended, as ibv_rc_pingpong and perftest expect.
+
+Placeholders in `softnic`: {softnic} (the binary), {rc_pingpong} (the example), {dev} (the
+NIC's name), {addr} (its address), {fakepeer} (the harness's Python peer). GID index: rxe's IPv4-mapped GID is
+index 1 (`-g 1` / `-x 1`); softnic's is index 0.
+
+`needs` lists softnic capabilities (nic.Softnic.CAPS); a row whose needs are not built
+is reported SKIP with the reason.
+"""
+
+from dataclasses import dataclass, field
+
+DIRECTIONS = ("rxe-server", "softnic-server")
+
+
+@dataclass
+class Scenario:
+    name: str
+    rxe: str                     # the guest's command (server form)
+    softnic: str                 # the softnic side's command (server form)
+    needs: tuple = ("run",)
+    link_mtu: int = 1500         # link MTU of the guest, bridge and veth (9000 for path MTU 4096)
+    nic_args: tuple = ()         # extra `softnic run` arguments
+    guest_setup: str = ""        # shell lines run in the guest before the tool
+    guest_post: str = ""         # shell lines run in the guest after it
+    timeout: int = 45            # seconds for the whole exchange
+    expect_rxe: str = ""         # regex the guest tool's output must contain
+    directions: tuple = DIRECTIONS
+    port: int = 18515
+    group: str = ""
+    note: str = field(default="", repr=False)
+
+    @property
+    def nic_mtu(self):
+        """softnic's --mtu: the largest IB MTU the link carries (IBTA 9.6.1.1 / rxe)."""
+        return 4096 if self.link_mtu >= 4096 + 100 else 1024
+
+
+PINGPONG_OK = r"\d+ iters in [0-9.]+ seconds"
+PERF_OK = r"#bytes"
+NETEM = "/usr/sbin/tc qdisc add dev eth0 root netem loss 5%"
+NETEM_SHOW = "/usr/sbin/tc -s qdisc show dev eth0"
+
+
+def _pingpong():
+    rows = []
+    for mtu, link in ((1024, 1500), (4096, 9000)):
+        for size in (1, 3000, 8192):
+            args = "-s %d -m %d -n 20 -c" % (size, mtu)
+            rows.append(Scenario(
+                name="pingpong_s%d_m%d" % (size, mtu), group="rc_pingpong",
+                rxe="ibv_rc_pingpong -d rxe0 -g 1 " + args,
+                softnic="{rc_pingpong} -d {dev} -g 0 " + args,
+                needs=("run", "rc_pingpong"), link_mtu=link, expect_rxe=PINGPONG_OK))
+    return rows
+
+
+def _perf(name, tool, args, test, extra_needs=(), **kw):
+    return Scenario(
+        name=name, group=kw.pop("group", "perftest"),
+        rxe="%s -d rxe0 -x 1 -F %s" % (tool, args),
+        softnic="{softnic} perf %s -d {dev} -x 0 -F %s" % (test, args),
+        needs=("run", "perf") + tuple(extra_needs), expect_rxe=PERF_OK, **kw)
+
+
+BW = "-s 65536 -n 50"
+LAT = "-s 64 -n 200"
+
+SCENARIOS = [
+    # Harness self-test: the guest's ibv_rc_pingpong against the Python peer. Needs no softnic.
+    Scenario(name="selftest_fakepeer", group="selftest",
+             rxe="ibv_rc_pingpong -d rxe0 -g 1 -s 3000 -m 1024 -n 8 -c",
+             softnic="{fakepeer} --local {addr} -s 3000 -m 1024 -n 8",
+             needs=(), expect_rxe=PINGPONG_OK, timeout=40),
+] + _pingpong() + [
+    _perf("send_bw", "ib_send_bw", BW, "send_bw"),
+    _perf("write_bw", "ib_write_bw", BW, "write_bw"),
+    _perf("read_bw", "ib_read_bw", BW, "read_bw"),
+    _perf("atomic_bw_fadd", "ib_atomic_bw", "-A FETCH_AND_ADD -n 200", "atomic_bw"),
+    _perf("atomic_bw_cas", "ib_atomic_bw", "-A CMP_AND_SWAP -n 200", "atomic_bw"),
+    _perf("write_lat", "ib_write_lat", LAT, "write_lat"),
+    _perf("send_lat", "ib_send_lat", LAT, "send_lat"),
+    _perf("read_lat", "ib_read_lat", LAT, "read_lat"),
+    # several QPs at once
+    _perf("write_bw_q4", "ib_write_bw", BW + " -q 4", "write_bw", group="multi-qp"),
+    _perf("send_bw_q4", "ib_send_bw", BW + " -q 4", "send_bw", group="multi-qp"),
+    # 5% loss inside the guest (netem; the host kernel has no sch_netem)
+    Scenario(name="loss_guest_pingpong", group="loss-guest",
+             rxe="ibv_rc_pingpong -d rxe0 -g 1 -s 3000 -m 1024 -n 100 -c",
+             softnic="{rc_pingpong} -d {dev} -g 0 -s 3000 -m 1024 -n 100 -c",
+             needs=("run", "rc_pingpong"), guest_setup=NETEM, guest_post=NETEM_SHOW,
+             expect_rxe=PINGPONG_OK, timeout=90),
+    _perf("loss_guest_write_bw", "ib_write_bw", BW, "write_bw", group="loss-guest",
+          guest_setup=NETEM, guest_post=NETEM_SHOW, timeout=90),
+    _perf("loss_guest_read_bw", "ib_read_bw", BW, "read_bw", group="loss-guest",
+          guest_setup=NETEM, guest_post=NETEM_SHOW, timeout=90),
+    # 5% loss from softnic's own fault injection (seeded: reproducible)
+    Scenario(name="loss_softnic_pingpong", group="loss-softnic",
+             rxe="ibv_rc_pingpong -d rxe0 -g 1 -s 3000 -m 1024 -n 100 -c",
+             softnic="{rc_pingpong} -d {dev} -g 0 -s 3000 -m 1024 -n 100 -c",
+             needs=("run", "rc_pingpong", "loss"), nic_args=("--loss", "0.05", "--seed", "1"),
+             expect_rxe=PINGPONG_OK, timeout=90),
+    _perf("loss_softnic_write_bw", "ib_write_bw", BW, "write_bw", extra_needs=("loss",),
+          group="loss-softnic", nic_args=("--loss", "0.05", "--seed", "2"), timeout=90),
+    _perf("loss_softnic_read_bw", "ib_read_bw", BW, "read_bw", extra_needs=("loss",),
+          group="loss-softnic", nic_args=("--loss", "0.05", "--seed", "3"), timeout=90),
+]
+
+
+def expand(scenarios=None):
+    """(scenario, direction) pairs in table order."""
+    return [(s, d) for s in (scenarios or SCENARIOS) for d in s.directions]
+
+
+def ident(s, d):
+    return "%s.%s" % (s.name, d)
