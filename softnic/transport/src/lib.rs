@@ -19,5 +19,7 @@
 pub mod memory;
 pub mod qp;
 pub mod sgl;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod time;
 pub mod wr;

@@ -1,0 +1,683 @@
+//! Test support (feature `testing`): a `Vec<u8>`-backed [`Memory`], and [`Pair`], two
+//! QPs over a simulated network in virtual time with seeded faults.
+//!
+//! The network is the real wire format: every packet [`Qp::poll_transmit`] writes gets
+//! its ICRC filled by [`wire::IcrcParams`] as the NIC would (IPv4, ID 0, DF), may be
+//! dropped, duplicated, delayed (reordered) or corrupted (one bit flipped anywhere in
+//! the UDP payload), and on arrival is ICRC-checked, parsed and demultiplexed by
+//! destination QPN exactly like the NIC does. Corruption is therefore caught by the
+//! ICRC, never by luck. Time only moves when the harness moves it: to the next
+//! delivery or the next QP timeout; there are no sleeps.
+
+use core::net::{IpAddr, SocketAddr};
+
+use crate::memory::{Access, AtomicOp, MemError, Memory};
+use crate::qp::{Qp, QpAttr, QpCaps, QpState, QpType};
+use crate::time::{Duration, Instant};
+
+/// One registered region.
+#[derive(Debug, Clone)]
+pub struct Region {
+    /// Protection domain.
+    pub pd: u32,
+    /// lkey and rkey (the same value).
+    pub key: u32,
+    /// Address of byte 0 (the iova).
+    pub addr: u64,
+    /// Access rights.
+    pub access: Access,
+    /// The bytes.
+    pub data: Vec<u8>,
+}
+
+/// Registered memory over plain vectors, with real key, PD, range and access checks.
+#[derive(Debug, Clone, Default)]
+pub struct MemVec {
+    /// Regions.
+    pub regions: Vec<Region>,
+    next_key: u32,
+}
+
+impl MemVec {
+    /// Registers `len` zero bytes at `addr`; returns the key (lkey = rkey).
+    pub fn register(&mut self, pd: u32, addr: u64, len: usize, access: Access) -> u32 {
+        self.next_key += 1;
+        // A recognisable high byte so a key from another MemVec rarely matches.
+        let key = 0x5A00_0000 | self.next_key;
+        self.regions.push(Region {
+            pd,
+            key,
+            addr,
+            access,
+            data: vec![0; len],
+        });
+        key
+    }
+
+    /// The region with this key.
+    pub fn region(&self, key: u32) -> Option<&Region> {
+        self.regions.iter().find(|r| r.key == key)
+    }
+
+    /// The bytes of region `key`.
+    pub fn bytes(&self, key: u32) -> &[u8] {
+        self.region(key).map_or(&[], |r| &r.data)
+    }
+
+    /// The bytes of region `key`, mutable.
+    pub fn bytes_mut(&mut self, key: u32) -> &mut [u8] {
+        match self.regions.iter_mut().find(|r| r.key == key) {
+            Some(r) => &mut r.data,
+            None => &mut [],
+        }
+    }
+
+    fn find(
+        &self,
+        pd: u32,
+        key: u32,
+        va: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(usize, usize), MemError> {
+        let (i, r) = self
+            .regions
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.key == key && r.pd == pd)
+            .ok_or(MemError::InvalidKey)?;
+        let off = va.checked_sub(r.addr).ok_or(MemError::OutOfRange)?;
+        let end = off.checked_add(len).ok_or(MemError::OutOfRange)?;
+        if end > r.data.len() as u64 {
+            return Err(MemError::OutOfRange);
+        }
+        if !r.access.contains(access) {
+            return Err(MemError::AccessDenied);
+        }
+        Ok((i, off as usize))
+    }
+}
+
+impl Memory for MemVec {
+    fn read_local(&self, pd: u32, lkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
+        let (i, off) = self.find(pd, lkey, va, dst.len() as u64, Access::NONE)?;
+        dst.copy_from_slice(&self.regions[i].data[off..off + dst.len()]);
+        Ok(())
+    }
+
+    fn write_local(&mut self, pd: u32, lkey: u32, va: u64, src: &[u8]) -> Result<(), MemError> {
+        let (i, off) = self.find(pd, lkey, va, src.len() as u64, Access::LOCAL_WRITE)?;
+        self.regions[i].data[off..off + src.len()].copy_from_slice(src);
+        Ok(())
+    }
+
+    fn check_remote(
+        &self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(), MemError> {
+        self.find(pd, rkey, va, len, access).map(|_| ())
+    }
+
+    fn read_remote(&self, pd: u32, rkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
+        let (i, off) = self.find(pd, rkey, va, dst.len() as u64, Access::REMOTE_READ)?;
+        dst.copy_from_slice(&self.regions[i].data[off..off + dst.len()]);
+        Ok(())
+    }
+
+    fn write_remote(&mut self, pd: u32, rkey: u32, va: u64, src: &[u8]) -> Result<(), MemError> {
+        let (i, off) = self.find(pd, rkey, va, src.len() as u64, Access::REMOTE_WRITE)?;
+        self.regions[i].data[off..off + src.len()].copy_from_slice(src);
+        Ok(())
+    }
+
+    fn atomic(&mut self, pd: u32, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
+        if va % 8 != 0 {
+            return Err(MemError::Misaligned);
+        }
+        let (i, off) = self.find(pd, rkey, va, 8, Access::REMOTE_ATOMIC)?;
+        let cell = &mut self.regions[i].data[off..off + 8];
+        let mut b = [0u8; 8];
+        b.copy_from_slice(cell);
+        let orig = u64::from_ne_bytes(b);
+        let new = match op {
+            AtomicOp::CompareSwap { compare, swap } => {
+                if orig == compare {
+                    swap
+                } else {
+                    orig
+                }
+            }
+            AtomicOp::FetchAdd { add } => orig.wrapping_add(add),
+        };
+        cell.copy_from_slice(&new.to_ne_bytes());
+        Ok(orig)
+    }
+}
+
+/// A small, seeded PRNG (SplitMix64): reproducible fault schedules without a
+/// dependency.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+    /// Uniform in `0..n` (0 when n is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next_u64() % n
+        }
+    }
+}
+
+/// Random faults applied to every packet (each a probability in 0..=1).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Faults {
+    /// Drop.
+    pub loss: f64,
+    /// Deliver late (after packets sent later).
+    pub reorder: f64,
+    /// Deliver twice.
+    pub duplicate: f64,
+    /// Flip one bit.
+    pub corrupt: f64,
+}
+
+/// Which side of a [`Pair`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// The first node.
+    A,
+    /// The second node.
+    B,
+}
+
+/// What a [`Pair`] filter does with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Deliver normally (random faults still apply).
+    Pass,
+    /// Drop it.
+    Drop,
+    /// Deliver it twice.
+    Duplicate,
+    /// Deliver it this much later than normal.
+    Delay(Duration),
+}
+
+/// A packet as a filter sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen {
+    /// Sender.
+    pub from: Side,
+    /// Headers.
+    pub repr: wire::PacketRepr,
+    /// Index of this packet among all packets sent by the pair.
+    pub index: u64,
+}
+
+/// A node: one QP and its memory.
+#[derive(Debug)]
+pub struct Node {
+    /// The QP.
+    pub qp: Qp,
+    /// Its registered memory.
+    pub mem: MemVec,
+    /// Its UDP endpoint.
+    pub addr: SocketAddr,
+}
+
+struct InFlight {
+    at: Instant,
+    seq: u64,
+    to: Side,
+    src: SocketAddr,
+    src_port: u16,
+    bytes: Vec<u8>,
+}
+
+/// Pair-level counters (what the network did).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetStats {
+    /// Packets sent by both QPs.
+    pub sent: u64,
+    /// Packets delivered to a QP.
+    pub delivered: u64,
+    /// Dropped by loss or a filter.
+    pub dropped: u64,
+    /// Duplicated.
+    pub duplicated: u64,
+    /// Delayed for reordering.
+    pub reordered: u64,
+    /// Corrupted (bit flipped).
+    pub corrupted: u64,
+    /// Caught by the ICRC check on arrival.
+    pub icrc_errors: u64,
+    /// Failed to parse on arrival.
+    pub parse_errors: u64,
+    /// For a QPN the receiver does not have.
+    pub wrong_qpn: u64,
+}
+
+/// The packet filter type.
+pub type Filter = Box<dyn FnMut(&Seen) -> Verdict>;
+
+/// Two QPs connected over a simulated network in virtual time.
+pub struct Pair {
+    /// Node A.
+    pub a: Node,
+    /// Node B.
+    pub b: Node,
+    /// Virtual now.
+    pub now: Instant,
+    /// One-way latency.
+    pub latency: Duration,
+    /// Random faults.
+    pub faults: Faults,
+    /// Per-packet deterministic filter (runs before random faults).
+    pub filter: Option<Filter>,
+    /// What the network did.
+    pub stats: NetStats,
+    rng: Rng,
+    in_flight: Vec<InFlight>,
+    seq: u64,
+    buf: Vec<u8>,
+}
+
+impl core::fmt::Debug for Pair {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Pair")
+            .field("now", &self.now)
+            .field("stats", &self.stats)
+            .field("in_flight", &self.in_flight.len())
+            .finish()
+    }
+}
+
+/// Connection parameters for [`Pair::connect`].
+#[derive(Debug, Clone, Copy)]
+pub struct PairConfig {
+    /// Transport service.
+    pub qp_type: QpType,
+    /// Path MTU.
+    pub mtu: u32,
+    /// QPN of A and B.
+    pub qpns: (u32, u32),
+    /// Initial PSN of A's and B's send queues.
+    pub psns: (u32, u32),
+    /// Local ACK timeout exponent.
+    pub timeout: u8,
+    /// retry_cnt.
+    pub retry_cnt: u8,
+    /// rnr_retry.
+    pub rnr_retry: u8,
+    /// min_rnr_timer.
+    pub min_rnr_timer: u8,
+    /// max_rd_atomic and max_dest_rd_atomic.
+    pub rd_atomic: u8,
+    /// QP access flags.
+    pub access: Access,
+    /// Queue depths.
+    pub caps: QpCaps,
+    /// UD Q_Key.
+    pub qkey: u32,
+}
+
+impl Default for PairConfig {
+    fn default() -> Self {
+        PairConfig {
+            qp_type: QpType::Rc,
+            mtu: 1024,
+            qpns: (0x11, 0x22),
+            psns: (100, 5000),
+            timeout: 10,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            rd_atomic: 4,
+            access: Access::ALL,
+            caps: QpCaps {
+                max_send_wr: 256,
+                max_recv_wr: 256,
+                max_sge: 4,
+                max_inline: 256,
+            },
+            qkey: 0x1111,
+        }
+    }
+}
+
+/// Brings `qp` to RTS (RTR for nothing else) with `cfg`, peer `dest_qpn` at `remote`.
+pub fn connect_qp(
+    qp: &mut Qp,
+    cfg: &PairConfig,
+    dest_qpn: u32,
+    remote: SocketAddr,
+    rq_psn: u32,
+    sq_psn: u32,
+) {
+    let now = Instant::ZERO;
+    let t = qp.qp_type();
+    let init = QpAttr {
+        state: Some(QpState::Init),
+        pkey_index: Some(0),
+        port_num: Some(1),
+        access: (t != QpType::Ud).then_some(cfg.access),
+        qkey: (t == QpType::Ud).then_some(cfg.qkey),
+        ..Default::default()
+    };
+    qp.modify(now, &init).expect("to Init");
+    let rtr = match t {
+        QpType::Ud => QpAttr {
+            state: Some(QpState::Rtr),
+            ..Default::default()
+        },
+        _ => QpAttr {
+            state: Some(QpState::Rtr),
+            path_mtu: Some(cfg.mtu),
+            dest_qpn: Some(dest_qpn),
+            rq_psn: Some(rq_psn),
+            remote: Some(remote),
+            max_dest_rd_atomic: (t == QpType::Rc).then_some(cfg.rd_atomic),
+            min_rnr_timer: (t == QpType::Rc).then_some(cfg.min_rnr_timer),
+            ..Default::default()
+        },
+    };
+    qp.modify(now, &rtr).expect("to RTR");
+    let rts = QpAttr {
+        state: Some(QpState::Rts),
+        sq_psn: Some(sq_psn),
+        timeout: (t == QpType::Rc).then_some(cfg.timeout),
+        retry_cnt: (t == QpType::Rc).then_some(cfg.retry_cnt),
+        rnr_retry: (t == QpType::Rc).then_some(cfg.rnr_retry),
+        max_rd_atomic: (t == QpType::Rc).then_some(cfg.rd_atomic),
+        ..Default::default()
+    };
+    qp.modify(now, &rts).expect("to RTS");
+}
+
+impl Pair {
+    /// Two connected QPs in RTS with empty memories, no faults, 1 µs latency.
+    pub fn connect(cfg: PairConfig, seed: u64) -> Pair {
+        let addr_a: SocketAddr = "127.0.0.1:4791".parse().expect("addr");
+        let addr_b: SocketAddr = "127.0.0.2:4791".parse().expect("addr");
+        let mut qa = Qp::new(cfg.qpns.0, cfg.qp_type, 1, cfg.caps);
+        let mut qb = Qp::new(cfg.qpns.1, cfg.qp_type, 1, cfg.caps);
+        connect_qp(&mut qa, &cfg, cfg.qpns.1, addr_b, cfg.psns.1, cfg.psns.0);
+        connect_qp(&mut qb, &cfg, cfg.qpns.0, addr_a, cfg.psns.0, cfg.psns.1);
+        qa.set_port_mtu(cfg.mtu);
+        qb.set_port_mtu(cfg.mtu);
+        qa.set_local_addr(addr_a);
+        qb.set_local_addr(addr_b);
+        Pair {
+            a: Node {
+                qp: qa,
+                mem: MemVec::default(),
+                addr: addr_a,
+            },
+            b: Node {
+                qp: qb,
+                mem: MemVec::default(),
+                addr: addr_b,
+            },
+            now: Instant::ZERO,
+            latency: Duration::from_micros(1),
+            faults: Faults::default(),
+            filter: None,
+            stats: NetStats::default(),
+            rng: Rng::new(seed),
+            in_flight: Vec::new(),
+            seq: 0,
+            buf: vec![0; 4096 + 128],
+        }
+    }
+
+    /// The node on `side`.
+    pub fn node(&mut self, side: Side) -> &mut Node {
+        match side {
+            Side::A => &mut self.a,
+            Side::B => &mut self.b,
+        }
+    }
+
+    fn icrc_params(src: SocketAddr, dst: SocketAddr, src_port: u16) -> wire::IcrcParams {
+        let ip = match (src.ip(), dst.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => wire::IpParams::V4 {
+                src: s,
+                dst: d,
+                id: 0,
+                dont_fragment: true,
+            },
+            (s, d) => wire::IpParams::V6 {
+                src: match s {
+                    IpAddr::V6(x) => x,
+                    IpAddr::V4(x) => x.to_ipv6_mapped(),
+                },
+                dst: match d {
+                    IpAddr::V6(x) => x,
+                    IpAddr::V4(x) => x.to_ipv6_mapped(),
+                },
+            },
+        };
+        wire::IcrcParams {
+            ip,
+            src_port,
+            dst_port: dst.port(),
+        }
+    }
+
+    /// Collects every packet both QPs want to send now and puts it on the wire.
+    /// Returns how many were sent.
+    pub fn transmit(&mut self) -> u64 {
+        let mut n = 0;
+        for side in [Side::A, Side::B] {
+            // Bounded: a QP emits at most its window plus its queued responses.
+            for _ in 0..100_000 {
+                let now = self.now;
+                let node = match side {
+                    Side::A => &mut self.a,
+                    Side::B => &mut self.b,
+                };
+                let Some(t) = node.qp.poll_transmit(now, &mut self.buf, &node.mem) else {
+                    break;
+                };
+                let src = node.addr;
+                let mut bytes = self.buf[..t.len].to_vec();
+                let params = Pair::icrc_params(src, t.dest, t.src_port);
+                params.fill(&mut bytes).expect("ICRC fill");
+                let to = if t.dest == self.a.addr {
+                    Side::A
+                } else if t.dest == self.b.addr {
+                    Side::B
+                } else {
+                    continue;
+                };
+                n += 1;
+                self.put_on_wire(side, to, src, t.src_port, bytes);
+            }
+        }
+        n
+    }
+
+    fn put_on_wire(
+        &mut self,
+        from: Side,
+        to: Side,
+        src: SocketAddr,
+        src_port: u16,
+        bytes: Vec<u8>,
+    ) {
+        let index = self.stats.sent;
+        self.stats.sent += 1;
+        let verdict = match (&mut self.filter, wire::PacketRepr::parse(&bytes)) {
+            (Some(f), Ok(p)) => f(&Seen {
+                from,
+                repr: p.repr,
+                index,
+            }),
+            _ => Verdict::Pass,
+        };
+        let mut copies = 1;
+        let mut at = self.now + self.latency;
+        match verdict {
+            Verdict::Drop => {
+                self.stats.dropped += 1;
+                return;
+            }
+            Verdict::Duplicate => {
+                copies = 2;
+                self.stats.duplicated += 1;
+            }
+            Verdict::Delay(d) => {
+                at = at + d;
+                self.stats.reordered += 1;
+            }
+            Verdict::Pass => {}
+        }
+        if self.rng.chance(self.faults.loss) {
+            self.stats.dropped += 1;
+            return;
+        }
+        if self.rng.chance(self.faults.duplicate) {
+            copies += 1;
+            self.stats.duplicated += 1;
+        }
+        if self.rng.chance(self.faults.reorder) {
+            at = at + Duration::from_micros(1 + self.rng.below(20));
+            self.stats.reordered += 1;
+        }
+        for _ in 0..copies {
+            let mut b = bytes.clone();
+            if self.rng.chance(self.faults.corrupt) && !b.is_empty() {
+                let bit = self.rng.below(b.len() as u64 * 8);
+                b[(bit / 8) as usize] ^= 1 << (bit % 8);
+                self.stats.corrupted += 1;
+            }
+            self.seq += 1;
+            self.in_flight.push(InFlight {
+                at,
+                seq: self.seq,
+                to,
+                src,
+                src_port,
+                bytes: b,
+            });
+        }
+    }
+
+    /// Delivers every packet due at `now`, in arrival order. Returns how many.
+    pub fn deliver(&mut self) -> u64 {
+        let now = self.now;
+        let mut due: Vec<InFlight> = Vec::new();
+        let mut i = 0;
+        while i < self.in_flight.len() {
+            if self.in_flight[i].at <= now {
+                due.push(self.in_flight.swap_remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        due.sort_by_key(|p| (p.at, p.seq));
+        let n = due.len() as u64;
+        for p in due {
+            let node = match p.to {
+                Side::A => &mut self.a,
+                Side::B => &mut self.b,
+            };
+            let dst = node.addr;
+            if Pair::icrc_params(p.src, dst, p.src_port)
+                .verify(&p.bytes)
+                .is_err()
+            {
+                self.stats.icrc_errors += 1;
+                continue;
+            }
+            let Ok(parsed) = wire::PacketRepr::parse(&p.bytes) else {
+                self.stats.parse_errors += 1;
+                continue;
+            };
+            if parsed.repr.bth.dest_qpn.value() != node.qp.qpn() {
+                self.stats.wrong_qpn += 1;
+                continue;
+            }
+            self.stats.delivered += 1;
+            node.qp.handle_packet(now, p.src, &parsed, &mut node.mem);
+        }
+        n
+    }
+
+    /// The next instant something happens: a delivery or a QP timeout.
+    pub fn next_event(&self) -> Option<Instant> {
+        let d = self.in_flight.iter().map(|p| p.at).min();
+        [d, self.a.qp.poll_timeout(), self.b.qp.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// One step: transmit, deliver what is due, or jump time to the next event and
+    /// run timeouts. Returns false when nothing is left to do.
+    pub fn step(&mut self) -> bool {
+        if self.transmit() > 0 {
+            return true;
+        }
+        if self.deliver() > 0 {
+            return true;
+        }
+        let Some(t) = self.next_event() else {
+            return false;
+        };
+        if t > self.now {
+            self.now = t;
+        }
+        let now = self.now;
+        self.a.qp.handle_timeout(now);
+        self.b.qp.handle_timeout(now);
+        true
+    }
+
+    /// Steps until idle; panics after `max_steps` (a livelock is a bug).
+    pub fn drive(&mut self, max_steps: u64) {
+        for _ in 0..max_steps {
+            if !self.step() {
+                return;
+            }
+        }
+        panic!("pair did not go idle within {max_steps} steps: {self:?}");
+    }
+
+    /// Steps until idle or `max_steps`; returns whether it went idle.
+    pub fn drive_bounded(&mut self, max_steps: u64) -> bool {
+        for _ in 0..max_steps {
+            if !self.step() {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Packets in flight.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+}
