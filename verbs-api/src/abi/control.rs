@@ -489,10 +489,7 @@ impl FrameReader {
     /// Reads until one frame is complete (returns its JSON bytes and descriptors), the
     /// socket would block (`Ok(None)`), or an error. After an error the connection is
     /// unusable: close it.
-    pub fn read(
-        &mut self,
-        sock: BorrowedFd<'_>,
-    ) -> Result<Option<Frame>, ControlError> {
+    pub fn read(&mut self, sock: BorrowedFd<'_>) -> Result<Option<Frame>, ControlError> {
         // Bounded: every iteration reads ≥ 1 byte, returns, or errors, and a frame has
         // at most 4 + MAX_FRAME bytes.
         loop {

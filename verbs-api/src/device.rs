@@ -1,0 +1,242 @@
+//! Devices and device contexts (`ibv_get_device_list`, `ibv_open_device`).
+//!
+//! A softnic device is a running `softnic run --name NAME` process; its control socket
+//! is `$SOFTNIC_DIR/NAME.sock`. Opening it connects to that socket and sends
+//! OpenDevice; the NIC answers with its attributes and the *wake eventfd*, which a
+//! client writes only when a ring says NEED_WAKEUP (see [`crate::abi`]).
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use crate::abi::control::{self, DeviceAttr, Reply, Request, Response};
+use crate::abi::ABI_VERSION;
+use crate::error::{io, Error, Result};
+use crate::gid::Gid;
+use crate::pd::ProtectionDomain;
+
+/// A device that can be opened: a NIC control socket found in `$SOFTNIC_DIR`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    name: String,
+    path: PathBuf,
+}
+
+impl Device {
+    /// Every `*.sock` in `$SOFTNIC_DIR` (`ibv_get_device_list`), sorted by name. A stale
+    /// socket of a dead NIC is listed too; opening it fails.
+    pub fn list() -> Result<Vec<Device>> {
+        let dir = control::softnic_dir();
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io("listing $SOFTNIC_DIR")(e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "sock") {
+                if let Some(stem) = path.file_stem().and_then(|s| s.to_str()) {
+                    out.push(Device {
+                        name: stem.to_string(),
+                        path,
+                    });
+                }
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// The device called `name` (its socket need not exist yet).
+    pub fn named(name: &str) -> Device {
+        Device {
+            name: name.to_string(),
+            path: control::socket_path(name),
+        }
+    }
+
+    /// Device name (`ibv_get_device_name`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Control socket path.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Opens the device called `name` (`ibv_open_device`).
+    pub fn open(name: &str) -> Result<Context> {
+        Device::named(name).open_context()
+    }
+
+    /// Opens this device.
+    pub fn open_context(&self) -> Result<Context> {
+        Context::open(self)
+    }
+}
+
+pub(crate) struct ContextInner {
+    sock: Mutex<UnixStream>,
+    wake: OwnedFd,
+    attr: DeviceAttr,
+}
+
+impl ContextInner {
+    /// One request/response round trip; a NIC error becomes [`Error::Nic`].
+    pub(crate) fn call(
+        &self,
+        verb: &'static str,
+        req: &Request,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<(Reply, Vec<OwnedFd>)> {
+        // A poisoned lock only means another thread panicked mid-call; the stream is
+        // still a stream (a broken frame would surface as a control error).
+        let sock = self.sock.lock().unwrap_or_else(|e| e.into_inner());
+        let (resp, fds) = control::call(&*sock, req, fds)?;
+        match resp {
+            Response::Ok(reply) => Ok((reply, fds)),
+            Response::Err { code, message } => Err(Error::Nic {
+                verb,
+                code,
+                message,
+            }),
+        }
+    }
+
+    pub(crate) fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.wake.as_fd()
+    }
+
+    pub(crate) fn attr(&self) -> &DeviceAttr {
+        &self.attr
+    }
+}
+
+/// An open device (`struct ibv_context`). Cheap to clone; every object created from it
+/// keeps the connection alive. `Send + Sync`: control calls are serialised by a lock
+/// (they are the slow path; the data path never takes it).
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("device", &self.inner.attr.name)
+            .finish()
+    }
+}
+
+/// Device and port attributes (`ibv_query_device`, `ibv_query_port`).
+pub type DeviceAttributes = DeviceAttr;
+
+impl Context {
+    /// Connects to the device's NIC and performs OpenDevice.
+    pub fn open(device: &Device) -> Result<Context> {
+        let sock = UnixStream::connect(&device.path).map_err(|source| Error::NoDevice {
+            name: device.name.clone(),
+            path: device.path.clone(),
+            source,
+        })?;
+        let program = std::env::args()
+            .next()
+            .unwrap_or_default()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let req = Request::OpenDevice {
+            abi_version: ABI_VERSION,
+            pid: std::process::id(),
+            program,
+        };
+        let (resp, mut fds) = control::call(&sock, &req, &[])?;
+        let device_attr = match resp {
+            Response::Ok(Reply::Opened { device }) => device,
+            Response::Ok(other) => {
+                return Err(Error::Protocol(format!(
+                    "OpenDevice answered with {other:?}"
+                )))
+            }
+            Response::Err { code, message } => {
+                return Err(Error::Nic {
+                    verb: "ibv_open_device",
+                    code,
+                    message,
+                })
+            }
+        };
+        if fds.len() != 1 {
+            return Err(Error::Protocol(format!(
+                "OpenDevice reply carried {} descriptors, expected the wake eventfd",
+                fds.len()
+            )));
+        }
+        let wake = fds.remove(0);
+        Ok(Context {
+            inner: Arc::new(ContextInner {
+                sock: Mutex::new(sock),
+                wake,
+                attr: device_attr,
+            }),
+        })
+    }
+
+    /// Device name.
+    pub fn name(&self) -> &str {
+        &self.inner.attr.name
+    }
+
+    /// Attributes as of OpenDevice (no round trip).
+    pub fn attributes(&self) -> &DeviceAttributes {
+        &self.inner.attr
+    }
+
+    /// Asks the NIC for its attributes (`ibv_query_device` + `ibv_query_port`).
+    pub fn query_device(&self) -> Result<DeviceAttributes> {
+        match self
+            .inner
+            .call("ibv_query_device", &Request::QueryDevice, &[])?
+            .0
+        {
+            Reply::Device(d) => Ok(d),
+            other => Err(Error::Protocol(format!(
+                "QueryDevice answered with {other:?}"
+            ))),
+        }
+    }
+
+    /// GID at `index` (`ibv_query_gid`). softnic has one GID: index 0, the NIC's
+    /// address (IPv4-mapped `::ffff:a.b.c.d` for IPv4).
+    pub fn query_gid(&self, index: u32) -> Result<Gid> {
+        if index != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "GID index {index} does not exist: softnic has only GID 0 ({})",
+                Gid(self.inner.attr.gid)
+            )));
+        }
+        Ok(Gid(self.inner.attr.gid))
+    }
+
+    /// The NIC's counters (`softnic stats`), as `(name, value)` pairs.
+    pub fn stats(&self) -> Result<Vec<(String, u64)>> {
+        match self.inner.call("stats", &Request::Stats, &[])?.0 {
+            Reply::Stats { counters } => Ok(counters),
+            other => Err(Error::Protocol(format!("Stats answered with {other:?}"))),
+        }
+    }
+
+    /// Allocates a protection domain (`ibv_alloc_pd`).
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
+        ProtectionDomain::alloc(self)
+    }
+
+    /// Creates a completion queue of at least `depth` entries (`ibv_create_cq`).
+    pub fn create_cq(&self, depth: u32) -> Result<crate::cq::CompletionQueue> {
+        crate::cq::CompletionQueue::create(self, depth)
+    }
+}

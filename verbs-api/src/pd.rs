@@ -1,0 +1,92 @@
+//! Protection domains (`ibv_alloc_pd`).
+//!
+//! A PD groups memory regions and queue pairs: a QP may only use regions of its own
+//! PD (IBTA 10.6.3.1). The client keeps a small table of its PD's regions so that
+//! `post_send`/`post_recv` can say which SGE names a wrong key *before* the NIC fails
+//! the work request; the NIC still checks every key on every use.
+
+use std::sync::{Arc, RwLock};
+
+use crate::abi::control::{Handle, Reply, Request};
+use crate::device::Context;
+use crate::error::{Error, Result};
+use crate::mr::{AccessFlags, MemoryRegion};
+use crate::qp::{QpInitAttr, QueuePair};
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MrEntry {
+    pub lkey: u32,
+    pub addr: u64,
+    pub len: u64,
+    pub access: AccessFlags,
+}
+
+pub(crate) struct PdShared {
+    pub ctx: Context,
+    pub handle: Handle,
+    /// Regions of this PD. Read-locked on every post (uncontended: no syscall);
+    /// write-locked only by registration and deregistration.
+    pub mrs: RwLock<Vec<MrEntry>>,
+}
+
+impl Drop for PdShared {
+    fn drop(&mut self) {
+        // Best effort: if the NIC is gone, everything is gone with the connection.
+        let _ = self.ctx.inner.call(
+            "ibv_dealloc_pd",
+            &Request::DeallocPd { pd: self.handle },
+            &[],
+        );
+    }
+}
+
+/// A protection domain (`struct ibv_pd`). Cheap to clone; regions and QPs keep it alive,
+/// and it is deallocated when the last of them is dropped.
+#[derive(Clone)]
+pub struct ProtectionDomain {
+    pub(crate) inner: Arc<PdShared>,
+}
+
+impl std::fmt::Debug for ProtectionDomain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProtectionDomain")
+            .field("handle", &self.inner.handle)
+            .finish()
+    }
+}
+
+impl ProtectionDomain {
+    pub(crate) fn alloc(ctx: &Context) -> Result<Self> {
+        match ctx.inner.call("ibv_alloc_pd", &Request::AllocPd, &[])?.0 {
+            Reply::Pd { pd } => Ok(ProtectionDomain {
+                inner: Arc::new(PdShared {
+                    ctx: ctx.clone(),
+                    handle: pd,
+                    mrs: RwLock::new(Vec::new()),
+                }),
+            }),
+            other => Err(Error::Protocol(format!("AllocPd answered with {other:?}"))),
+        }
+    }
+
+    /// The NIC's handle of this PD.
+    pub fn handle(&self) -> Handle {
+        self.inner.handle
+    }
+
+    /// The context this PD belongs to.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    /// Allocates and registers `len` bytes of shared memory (`ibv_reg_mr` on a fresh
+    /// buffer); see [`MemoryRegion`] for why softnic allocates the memory itself.
+    pub fn alloc_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
+        MemoryRegion::alloc(self, len, access)
+    }
+
+    /// Creates a queue pair (`ibv_create_qp`).
+    pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<QueuePair> {
+        QueuePair::create(self, attr)
+    }
+}

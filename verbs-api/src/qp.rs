@@ -1,0 +1,979 @@
+//! Queue pairs (`ibv_create_qp`, `ibv_modify_qp`, `ibv_post_send`, `ibv_post_recv`).
+//!
+//! A QP's send and receive queues are two rings in one client-created memfd (layout
+//! [`crate::abi::QpLayout`]). Posting validates each work request, writes its slot,
+//! publishes the ring, and — only if the NIC has set NEED_WAKEUP because it is about
+//! to sleep — writes the context's wake eventfd. The usual post makes no syscall.
+//!
+//! Ownership: a `QueuePair` is the single producer of both rings, so `post_send` and
+//! `post_recv` take `&mut self` (no lock on the data path). Move it to the thread that
+//! posts (`QueuePair: Send`). State changes go through the NIC, which enforces the
+//! state machine (IBTA 10.3.1); the client checks the same table first so a mistake
+//! is reported with the missing attribute's name.
+
+use std::fmt;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+use crate::abi::control::{self, Reply, Request};
+use crate::abi::{Producer, QpLayout, RecvWqe, Ring, SendWqe, MAX_INLINE, MAX_SGE, NEED_WAKEUP};
+use crate::cq::{CompletionQueue, CqShared};
+use crate::error::{io, Error, PostError, Result};
+use crate::gid::{Gid, ROCE_V2_PORT};
+use crate::mr::AccessFlags;
+use crate::os;
+use crate::pd::{PdShared, ProtectionDomain};
+use crate::wr::{build_recv_wqe, build_send_wqe, QpLimits, RecvWr, SendWr};
+
+pub use crate::abi::control::{QpState, QpType};
+
+/// Q_Key used by [`QueuePair::to_init`] for UD QPs (the value of `ibv_ud_pingpong`).
+pub const DEFAULT_QKEY: u32 = 0x1111_1111;
+
+/// Path MTU (`enum ibv_mtu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mtu {
+    /// 256 bytes.
+    Mtu256,
+    /// 512 bytes.
+    Mtu512,
+    /// 1024 bytes.
+    Mtu1024,
+    /// 2048 bytes.
+    Mtu2048,
+    /// 4096 bytes.
+    Mtu4096,
+}
+
+impl Mtu {
+    /// Payload bytes per packet.
+    pub fn bytes(self) -> u32 {
+        match self {
+            Mtu::Mtu256 => 256,
+            Mtu::Mtu512 => 512,
+            Mtu::Mtu1024 => 1024,
+            Mtu::Mtu2048 => 2048,
+            Mtu::Mtu4096 => 4096,
+        }
+    }
+
+    /// From a byte count (what `ibv_rc_pingpong -m` takes); only the five IB MTUs.
+    pub fn from_bytes(b: u32) -> Option<Mtu> {
+        Some(match b {
+            256 => Mtu::Mtu256,
+            512 => Mtu::Mtu512,
+            1024 => Mtu::Mtu1024,
+            2048 => Mtu::Mtu2048,
+            4096 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+}
+
+/// Requested queue sizes (`struct ibv_qp_cap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QpCap {
+    /// Outstanding send work requests.
+    pub max_send_wr: u32,
+    /// Outstanding receive work requests.
+    pub max_recv_wr: u32,
+    /// SGEs per send work request (≤ 4).
+    pub max_send_sge: u32,
+    /// SGEs per receive work request (≤ 4).
+    pub max_recv_sge: u32,
+    /// Inline bytes per send (≤ 256).
+    pub max_inline_data: u32,
+}
+
+/// `struct ibv_qp_init_attr`.
+#[derive(Debug, Clone, Copy)]
+pub struct QpInitAttr<'a> {
+    /// Service type.
+    pub qp_type: QpType,
+    /// CQ for send completions.
+    pub send_cq: &'a CompletionQueue,
+    /// CQ for receive completions (may be the same CQ).
+    pub recv_cq: &'a CompletionQueue,
+    /// Queue sizes.
+    pub cap: QpCap,
+    /// Every send work request is signaled, whatever its flags.
+    pub sq_sig_all: bool,
+}
+
+/// Address vector (`struct ibv_ah_attr` with its GRH, as RoCE needs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AhAttr {
+    /// Destination GID: the peer NIC's address.
+    pub dgid: Gid,
+    /// Source GID index (softnic has only 0).
+    pub sgid_index: u8,
+    /// IP TTL / hop limit (informational).
+    pub hop_limit: u8,
+    /// Peer NIC's UDP port; 0 = 4791 (softnic extension for several NICs on one
+    /// address).
+    pub udp_port: u16,
+}
+
+/// `struct ibv_qp_attr` with its mask folded in: `None` = not in the mask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QpAttr {
+    /// IBV_QP_STATE: the state to move to.
+    pub qp_state: Option<QpState>,
+    /// IBV_QP_PATH_MTU.
+    pub path_mtu: Option<Mtu>,
+    /// IBV_QP_DEST_QPN.
+    pub dest_qp_num: Option<u32>,
+    /// IBV_QP_RQ_PSN: first PSN expected from the peer.
+    pub rq_psn: Option<u32>,
+    /// IBV_QP_SQ_PSN: first PSN this QP sends.
+    pub sq_psn: Option<u32>,
+    /// IBV_QP_AV: the peer's address.
+    pub ah_attr: Option<AhAttr>,
+    /// IBV_QP_TIMEOUT: local ACK timeout, 4.096 µs × 2^timeout (0 = infinite).
+    pub timeout: Option<u8>,
+    /// IBV_QP_RETRY_CNT (0..=7).
+    pub retry_cnt: Option<u8>,
+    /// IBV_QP_RNR_RETRY (0..=7, 7 = infinite).
+    pub rnr_retry: Option<u8>,
+    /// IBV_QP_MIN_RNR_TIMER (0..=31, IBTA table 45 encoding).
+    pub min_rnr_timer: Option<u8>,
+    /// IBV_QP_MAX_QP_RD_ATOMIC: outstanding READ/atomics this QP initiates.
+    pub max_rd_atomic: Option<u8>,
+    /// IBV_QP_MAX_DEST_RD_ATOMIC: outstanding READ/atomics this QP serves.
+    pub max_dest_rd_atomic: Option<u8>,
+    /// IBV_QP_ACCESS_FLAGS: remote operations the peer may perform (RC/UC).
+    pub qp_access_flags: Option<AccessFlags>,
+    /// IBV_QP_QKEY (UD).
+    pub qkey: Option<u32>,
+    /// IBV_QP_PKEY_INDEX (softnic has one P_Key, index 0).
+    pub pkey_index: Option<u16>,
+    /// IBV_QP_PORT (softnic has port 1).
+    pub port_num: Option<u8>,
+}
+
+/// What the other side tells us out of band (`struct pingpong_dest`), plus the UDP
+/// port of its NIC (not in the pingpong wire format; 0 = 4791).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QpEndpoint {
+    /// LID (0 on RoCE).
+    pub lid: u16,
+    /// QP number.
+    pub qpn: u32,
+    /// First PSN.
+    pub psn: u32,
+    /// GID of the QP's NIC.
+    pub gid: Gid,
+    /// UDP port of the QP's NIC (0 = 4791).
+    pub udp_port: u16,
+}
+
+/// An attribute of the modify mask, named as in `enum ibv_qp_attr_mask`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttrId {
+    /// IBV_QP_STATE.
+    State,
+    /// IBV_QP_PKEY_INDEX.
+    PkeyIndex,
+    /// IBV_QP_PORT.
+    Port,
+    /// IBV_QP_ACCESS_FLAGS.
+    AccessFlags,
+    /// IBV_QP_QKEY.
+    Qkey,
+    /// IBV_QP_AV.
+    Av,
+    /// IBV_QP_PATH_MTU.
+    PathMtu,
+    /// IBV_QP_DEST_QPN.
+    DestQpn,
+    /// IBV_QP_RQ_PSN.
+    RqPsn,
+    /// IBV_QP_MAX_DEST_RD_ATOMIC.
+    MaxDestRdAtomic,
+    /// IBV_QP_MIN_RNR_TIMER.
+    MinRnrTimer,
+    /// IBV_QP_SQ_PSN.
+    SqPsn,
+    /// IBV_QP_TIMEOUT.
+    Timeout,
+    /// IBV_QP_RETRY_CNT.
+    RetryCnt,
+    /// IBV_QP_RNR_RETRY.
+    RnrRetry,
+    /// IBV_QP_MAX_QP_RD_ATOMIC.
+    MaxQpRdAtomic,
+}
+
+impl fmt::Display for AttrId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            AttrId::State => "IBV_QP_STATE",
+            AttrId::PkeyIndex => "IBV_QP_PKEY_INDEX",
+            AttrId::Port => "IBV_QP_PORT",
+            AttrId::AccessFlags => "IBV_QP_ACCESS_FLAGS",
+            AttrId::Qkey => "IBV_QP_QKEY",
+            AttrId::Av => "IBV_QP_AV",
+            AttrId::PathMtu => "IBV_QP_PATH_MTU",
+            AttrId::DestQpn => "IBV_QP_DEST_QPN",
+            AttrId::RqPsn => "IBV_QP_RQ_PSN",
+            AttrId::MaxDestRdAtomic => "IBV_QP_MAX_DEST_RD_ATOMIC",
+            AttrId::MinRnrTimer => "IBV_QP_MIN_RNR_TIMER",
+            AttrId::SqPsn => "IBV_QP_SQ_PSN",
+            AttrId::Timeout => "IBV_QP_TIMEOUT",
+            AttrId::RetryCnt => "IBV_QP_RETRY_CNT",
+            AttrId::RnrRetry => "IBV_QP_RNR_RETRY",
+            AttrId::MaxQpRdAtomic => "IBV_QP_MAX_QP_RD_ATOMIC",
+        };
+        f.write_str(s)
+    }
+}
+
+impl QpAttr {
+    fn has(&self, a: AttrId) -> bool {
+        match a {
+            AttrId::State => self.qp_state.is_some(),
+            AttrId::PkeyIndex => self.pkey_index.is_some(),
+            AttrId::Port => self.port_num.is_some(),
+            AttrId::AccessFlags => self.qp_access_flags.is_some(),
+            AttrId::Qkey => self.qkey.is_some(),
+            AttrId::Av => self.ah_attr.is_some(),
+            AttrId::PathMtu => self.path_mtu.is_some(),
+            AttrId::DestQpn => self.dest_qp_num.is_some(),
+            AttrId::RqPsn => self.rq_psn.is_some(),
+            AttrId::MaxDestRdAtomic => self.max_dest_rd_atomic.is_some(),
+            AttrId::MinRnrTimer => self.min_rnr_timer.is_some(),
+            AttrId::SqPsn => self.sq_psn.is_some(),
+            AttrId::Timeout => self.timeout.is_some(),
+            AttrId::RetryCnt => self.retry_cnt.is_some(),
+            AttrId::RnrRetry => self.rnr_retry.is_some(),
+            AttrId::MaxQpRdAtomic => self.max_rd_atomic.is_some(),
+        }
+    }
+
+    /// The control-message form (GID → UDP endpoint of the peer NIC).
+    pub fn to_control(&self) -> control::QpAttr {
+        control::QpAttr {
+            state: self.qp_state,
+            path_mtu: self.path_mtu.map(Mtu::bytes),
+            dest_qpn: self.dest_qp_num,
+            rq_psn: self.rq_psn,
+            sq_psn: self.sq_psn,
+            remote: self.ah_attr.map(|ah| {
+                let port = if ah.udp_port == 0 {
+                    ROCE_V2_PORT
+                } else {
+                    ah.udp_port
+                };
+                ah.dgid.to_socket_addr(port)
+            }),
+            timeout: self.timeout,
+            retry_cnt: self.retry_cnt,
+            rnr_retry: self.rnr_retry,
+            min_rnr_timer: self.min_rnr_timer,
+            max_rd_atomic: self.max_rd_atomic,
+            max_dest_rd_atomic: self.max_dest_rd_atomic,
+            access: self.qp_access_flags.map(AccessFlags::bits),
+            qkey: self.qkey,
+            pkey_index: self.pkey_index,
+            port_num: self.port_num,
+        }
+    }
+}
+
+/// True when `from → to` is a transition of the QP state diagram (IBTA 10.3.1, figure
+/// 124; `ibv_modify_qp(3)`). Reset and Err are reachable from every state.
+pub fn transition_allowed(from: QpState, to: QpState) -> bool {
+    use QpState::*;
+    matches!(
+        (from, to),
+        (_, Reset)
+            | (_, Err)
+            | (Reset, Init)
+            | (Init, Init)
+            | (Init, Rtr)
+            | (Rtr, Rts)
+            | (Rts, Rts)
+            | (Rts, Sqd)
+            | (Sqd, Sqd)
+            | (Sqd, Rts)
+            | (Sqe, Rts)
+    )
+}
+
+/// The attributes `ibv_modify_qp(3)` requires for `from → to` on `qp_type` (besides
+/// IBV_QP_STATE).
+pub fn required_attrs(qp_type: QpType, from: QpState, to: QpState) -> &'static [AttrId] {
+    use AttrId::*;
+    use QpState::*;
+    match (from, to, qp_type) {
+        (Reset, Init, QpType::Rc | QpType::Uc) => &[PkeyIndex, Port, AccessFlags],
+        (Reset, Init, QpType::Ud) => &[PkeyIndex, Port, Qkey],
+        (Init, Rtr, QpType::Rc) => &[Av, PathMtu, DestQpn, RqPsn, MaxDestRdAtomic, MinRnrTimer],
+        (Init, Rtr, QpType::Uc) => &[Av, PathMtu, DestQpn, RqPsn],
+        (Rtr, Rts, QpType::Rc) => &[SqPsn, Timeout, RetryCnt, RnrRetry, MaxQpRdAtomic],
+        (Rtr, Rts, QpType::Uc | QpType::Ud) => &[SqPsn],
+        _ => &[],
+    }
+}
+
+/// Everything about a modify that the client can check: transition, required
+/// attributes, value ranges. `port_mtu` is the device's MTU, `max_rd_atom` its limit.
+pub fn check_modify(
+    qp_type: QpType,
+    current: QpState,
+    attr: &QpAttr,
+    port_mtu: u32,
+    max_rd_atom: u32,
+) -> std::result::Result<(), String> {
+    let to = attr.qp_state.unwrap_or(current);
+    if !transition_allowed(current, to) {
+        return Err(format!(
+            "{current:?} -> {to:?} is not a legal QP state transition (IBTA 10.3.1)"
+        ));
+    }
+    let missing: Vec<String> = required_attrs(qp_type, current, to)
+        .iter()
+        .filter(|a| !attr.has(**a))
+        .map(|a| a.to_string())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "{current:?} -> {to:?} on a {qp_type:?} QP requires {}",
+            missing.join(", ")
+        ));
+    }
+    let range = |name: &str, v: Option<u8>, max: u8| match v {
+        Some(v) if v > max => Err(format!("{name} {v} is outside 0..={max}")),
+        _ => Ok(()),
+    };
+    range("timeout", attr.timeout, 31)?;
+    range("retry_cnt", attr.retry_cnt, 7)?;
+    range("rnr_retry", attr.rnr_retry, 7)?;
+    range("min_rnr_timer", attr.min_rnr_timer, 31)?;
+    for (name, v) in [
+        ("rq_psn", attr.rq_psn),
+        ("sq_psn", attr.sq_psn),
+        ("dest_qp_num", attr.dest_qp_num),
+    ] {
+        if let Some(v) = v {
+            if v > 0xFF_FFFF {
+                return Err(format!("{name} {v:#x} does not fit in 24 bits"));
+            }
+        }
+    }
+    for (name, v) in [
+        ("max_rd_atomic", attr.max_rd_atomic),
+        ("max_dest_rd_atomic", attr.max_dest_rd_atomic),
+    ] {
+        if let Some(v) = v {
+            if u32::from(v) > max_rd_atom {
+                return Err(format!(
+                    "{name} {v} exceeds the device's max_qp_rd_atom {max_rd_atom}"
+                ));
+            }
+        }
+    }
+    if let Some(m) = attr.path_mtu {
+        if m.bytes() > port_mtu {
+            return Err(format!(
+                "path_mtu {} exceeds the port's active MTU {port_mtu}",
+                m.bytes()
+            ));
+        }
+    }
+    if let Some(p) = attr.port_num {
+        if p != 1 {
+            return Err(format!("port {p} does not exist: softnic has port 1"));
+        }
+    }
+    if let Some(i) = attr.pkey_index {
+        if i != 0 {
+            return Err(format!(
+                "pkey_index {i} does not exist: softnic has one P_Key (index 0)"
+            ));
+        }
+    }
+    if let Some(a) = attr.qp_access_flags {
+        if a.bits() & !AccessFlags::ALL.bits() != 0 {
+            return Err(format!("qp_access_flags {:#x} has unknown bits", a.bits()));
+        }
+    }
+    if let Some(ah) = attr.ah_attr {
+        if ah.sgid_index != 0 {
+            return Err(format!(
+                "sgid_index {} does not exist: softnic has only GID 0",
+                ah.sgid_index
+            ));
+        }
+        if ah.dgid.is_zero() {
+            return Err("ah_attr.dgid is all zeros: set the peer's GID".into());
+        }
+    }
+    Ok(())
+}
+
+/// A queue pair (`struct ibv_qp`). `Send`; single producer (`&mut self` to post).
+pub struct QueuePair {
+    qpn: u32,
+    qp_type: QpType,
+    state: QpState,
+    cap: QpCap,
+    sq_sig_all: bool,
+    sq: Producer<SendWqe>,
+    rq: Producer<RecvWqe>,
+    pd: Arc<PdShared>,
+    _send_cq: Arc<CqShared>,
+    _recv_cq: Arc<CqShared>,
+}
+
+impl fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueuePair")
+            .field("qpn", &format_args!("{:#x}", self.qpn))
+            .field("qp_type", &self.qp_type)
+            .field("state", &self.state)
+            .field("cap", &self.cap)
+            .finish()
+    }
+}
+
+/// Checks requested capabilities against the device and the ABI.
+pub(crate) fn check_cap(cap: &QpCap, dev: &control::DeviceAttr) -> std::result::Result<(), String> {
+    let max_wr = dev.max_qp_wr.min(crate::abi::MAX_RING_ENTRIES);
+    for (name, v) in [
+        ("max_send_wr", cap.max_send_wr),
+        ("max_recv_wr", cap.max_recv_wr),
+    ] {
+        if v == 0 || v > max_wr {
+            return Err(format!("{name} {v} is outside 1..={max_wr}"));
+        }
+    }
+    let max_sge = dev.max_sge.min(MAX_SGE as u32);
+    for (name, v) in [
+        ("max_send_sge", cap.max_send_sge),
+        ("max_recv_sge", cap.max_recv_sge),
+    ] {
+        if v > max_sge {
+            return Err(format!("{name} {v} exceeds the device's max_sge {max_sge}"));
+        }
+    }
+    let max_inline = dev.max_inline.min(MAX_INLINE as u32);
+    if cap.max_inline_data > max_inline {
+        return Err(format!(
+            "max_inline_data {} exceeds the device's {max_inline}",
+            cap.max_inline_data
+        ));
+    }
+    Ok(())
+}
+
+impl QueuePair {
+    pub(crate) fn create(pd: &ProtectionDomain, attr: &QpInitAttr<'_>) -> Result<Self> {
+        let ctx = &pd.inner.ctx;
+        check_cap(&attr.cap, ctx.inner.attr()).map_err(Error::InvalidArgument)?;
+        for cq in [attr.send_cq, attr.recv_cq] {
+            if !Arc::ptr_eq(&cq.shared.ctx.inner, &ctx.inner) {
+                return Err(Error::InvalidArgument(
+                    "the CQ belongs to another device context".into(),
+                ));
+            }
+        }
+        let cap = attr.cap;
+        let layout = QpLayout::new(cap.max_send_wr, cap.max_recv_wr)?;
+        let fd = os::memfd("softnic-qp", layout.len).map_err(io("creating the QP memfd"))?;
+        let map = Arc::new(os::map_shared(fd.as_fd(), layout.len).map_err(io("mapping the QP"))?);
+        let sq = Ring::<SendWqe>::new(map.clone(), layout.sq_offset, layout.sq_capacity)?;
+        let rq = Ring::<RecvWqe>::new(map, layout.rq_offset, layout.rq_capacity)?;
+        sq.init();
+        rq.init();
+        let req = Request::CreateQp {
+            pd: pd.inner.handle,
+            qp_type: attr.qp_type,
+            send_cq: attr.send_cq.shared.handle,
+            recv_cq: attr.recv_cq.shared.handle,
+            caps: control::QpCaps {
+                max_send_wr: cap.max_send_wr,
+                max_recv_wr: cap.max_recv_wr,
+                max_sge: cap.max_send_sge.max(cap.max_recv_sge),
+                max_inline: cap.max_inline_data,
+            },
+        };
+        let (reply, _) = ctx.inner.call("ibv_create_qp", &req, &[fd.as_fd()])?;
+        let qpn = match reply {
+            Reply::Qp { qpn, .. } => qpn,
+            other => return Err(Error::Protocol(format!("CreateQp answered with {other:?}"))),
+        };
+        Ok(QueuePair {
+            qpn,
+            qp_type: attr.qp_type,
+            state: QpState::Reset,
+            cap,
+            sq_sig_all: attr.sq_sig_all,
+            sq: sq.into_producer(),
+            rq: rq.into_producer(),
+            pd: pd.inner.clone(),
+            _send_cq: attr.send_cq.shared.clone(),
+            _recv_cq: attr.recv_cq.shared.clone(),
+        })
+    }
+
+    /// QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+
+    /// Service type.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// State as of the last modify/query by this client (the NIC may since have moved
+    /// it to Err; [`Self::query`] refreshes).
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// Capabilities.
+    pub fn cap(&self) -> QpCap {
+        self.cap
+    }
+
+    /// Changes attributes and/or state (`ibv_modify_qp`).
+    pub fn modify(&mut self, attr: &QpAttr) -> Result<()> {
+        let dev = self.pd.ctx.inner.attr();
+        check_modify(self.qp_type, self.state, attr, dev.mtu, dev.max_qp_rd_atom).map_err(
+            |what| Error::InvalidState {
+                qpn: self.qpn,
+                state: self.state,
+                what,
+            },
+        )?;
+        let req = Request::ModifyQp {
+            qpn: self.qpn,
+            attr: attr.to_control(),
+        };
+        match self.pd.ctx.inner.call("ibv_modify_qp", &req, &[])?.0 {
+            Reply::Done => {}
+            other => return Err(Error::Protocol(format!("ModifyQp answered with {other:?}"))),
+        }
+        if let Some(s) = attr.qp_state {
+            self.state = s;
+        }
+        Ok(())
+    }
+
+    /// Asks the NIC for the QP's state and attributes (`ibv_query_qp`).
+    pub fn query(&mut self) -> Result<(QpState, control::QpAttr)> {
+        let req = Request::QueryQp { qpn: self.qpn };
+        match self.pd.ctx.inner.call("ibv_query_qp", &req, &[])?.0 {
+            Reply::QpInfo { state, attr } => {
+                self.state = state;
+                Ok((state, attr))
+            }
+            other => Err(Error::Protocol(format!("QueryQp answered with {other:?}"))),
+        }
+    }
+
+    /// RESET → INIT with P_Key index 0, port 1 and `access` (RC/UC) or
+    /// [`DEFAULT_QKEY`] (UD), as `ibv_rc_pingpong` does.
+    pub fn to_init(&mut self, access: AccessFlags) -> Result<()> {
+        let mut a = QpAttr {
+            qp_state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            ..QpAttr::default()
+        };
+        if self.qp_type == QpType::Ud {
+            a.qkey = Some(DEFAULT_QKEY);
+        } else {
+            a.qp_access_flags = Some(access);
+        }
+        self.modify(&a)
+    }
+
+    /// INIT → RTR towards `remote`, with `ibv_rc_pingpong`'s defaults
+    /// (max_dest_rd_atomic 1, min_rnr_timer 12).
+    pub fn to_rtr(&mut self, remote: &QpEndpoint, mtu: Mtu) -> Result<()> {
+        let mut a = QpAttr {
+            qp_state: Some(QpState::Rtr),
+            ..QpAttr::default()
+        };
+        if self.qp_type != QpType::Ud {
+            a.path_mtu = Some(mtu);
+            a.dest_qp_num = Some(remote.qpn);
+            a.rq_psn = Some(remote.psn);
+            a.ah_attr = Some(AhAttr {
+                dgid: remote.gid,
+                sgid_index: 0,
+                hop_limit: 1,
+                udp_port: remote.udp_port,
+            });
+        }
+        if self.qp_type == QpType::Rc {
+            a.max_dest_rd_atomic = Some(1);
+            a.min_rnr_timer = Some(12);
+        }
+        self.modify(&a)
+    }
+
+    /// RTR → RTS with first PSN `sq_psn` and `ibv_rc_pingpong`'s defaults (timeout 14,
+    /// retry_cnt 7, rnr_retry 7, max_rd_atomic 1).
+    pub fn to_rts(&mut self, sq_psn: u32) -> Result<()> {
+        let mut a = QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(sq_psn),
+            ..QpAttr::default()
+        };
+        if self.qp_type == QpType::Rc {
+            a.timeout = Some(14);
+            a.retry_cnt = Some(7);
+            a.rnr_retry = Some(7);
+            a.max_rd_atomic = Some(1);
+        }
+        self.modify(&a)
+    }
+
+    fn limits(&self) -> QpLimits {
+        QpLimits {
+            qp_type: self.qp_type,
+            state: self.state,
+            max_send_sge: self.cap.max_send_sge,
+            max_recv_sge: self.cap.max_recv_sge,
+            max_inline: self.cap.max_inline_data,
+            sq_sig_all: self.sq_sig_all,
+        }
+    }
+
+    /// Posts send work requests (`ibv_post_send`). On error, the requests before the
+    /// refused one are posted ([`Error::Post`] says which, like `bad_wr`). No syscall
+    /// unless the NIC is asleep (NEED_WAKEUP).
+    pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+        let q = self.limits();
+        let mut result = Ok(());
+        let mut pushed = 0usize;
+        {
+            // Held across the inline copies so no region can be unmapped meanwhile.
+            let mrs = self.pd.mrs.read().unwrap_or_else(|e| e.into_inner());
+            for (index, wr) in wrs.iter().enumerate() {
+                // SAFETY: the table's entries are live mappings while its lock is held
+                // (a MemoryRegion removes its entry before unmapping).
+                let built = unsafe { build_send_wqe(wr, &q, &mrs) };
+                let pushed_one = built.and_then(|wqe| {
+                    self.sq.push(&wqe).map_err(|e| match e {
+                        crate::abi::RingError::Full => PostError::QueueFull {
+                            capacity: self.sq.ring().capacity(),
+                        },
+                        e => PostError::Ring(e),
+                    })
+                });
+                if let Err(reason) = pushed_one {
+                    result = Err(Error::Post {
+                        index,
+                        wr_id: wr.wr_id,
+                        reason,
+                    });
+                    break;
+                }
+                pushed += 1;
+            }
+        }
+        if pushed > 0 && self.sq.publish_and_check(NEED_WAKEUP) {
+            self.wake()?;
+        }
+        result
+    }
+
+    /// Posts receive work requests (`ibv_post_recv`), same conventions as
+    /// [`Self::post_send`].
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        let q = self.limits();
+        let mut result = Ok(());
+        let mut pushed = 0usize;
+        {
+            let mrs = self.pd.mrs.read().unwrap_or_else(|e| e.into_inner());
+            for (index, wr) in wrs.iter().enumerate() {
+                let pushed_one = build_recv_wqe(wr, &q, &mrs).and_then(|wqe| {
+                    self.rq.push(&wqe).map_err(|e| match e {
+                        crate::abi::RingError::Full => PostError::QueueFull {
+                            capacity: self.rq.ring().capacity(),
+                        },
+                        e => PostError::Ring(e),
+                    })
+                });
+                if let Err(reason) = pushed_one {
+                    result = Err(Error::Post {
+                        index,
+                        wr_id: wr.wr_id,
+                        reason,
+                    });
+                    break;
+                }
+                pushed += 1;
+            }
+        }
+        if pushed > 0 && self.rq.publish_and_check(NEED_WAKEUP) {
+            self.wake()?;
+        }
+        result
+    }
+
+    fn wake(&self) -> Result<()> {
+        os::eventfd_signal(self.pd.ctx.inner.wake_fd()).map_err(io("waking the NIC"))
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        let _ =
+            self.pd
+                .ctx
+                .inner
+                .call("ibv_destroy_qp", &Request::DestroyQp { qpn: self.qpn }, &[]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rtr_attr() -> QpAttr {
+        QpAttr {
+            qp_state: Some(QpState::Rtr),
+            path_mtu: Some(Mtu::Mtu1024),
+            dest_qp_num: Some(0x12),
+            rq_psn: Some(0x345),
+            ah_attr: Some(AhAttr {
+                dgid: "::ffff:127.0.0.2".parse().unwrap(),
+                ..AhAttr::default()
+            }),
+            max_dest_rd_atomic: Some(1),
+            min_rnr_timer: Some(12),
+            ..QpAttr::default()
+        }
+    }
+
+    #[test]
+    fn legal_and_illegal_transitions() {
+        use QpState::*;
+        assert!(transition_allowed(Reset, Init));
+        assert!(transition_allowed(Rts, Err));
+        assert!(transition_allowed(Err, Reset));
+        assert!(!transition_allowed(Reset, Rts));
+        assert!(!transition_allowed(Init, Rts));
+        assert!(!transition_allowed(Err, Rts));
+        let e = check_modify(
+            QpType::Rc,
+            Reset,
+            &QpAttr {
+                qp_state: Some(Rts),
+                ..QpAttr::default()
+            },
+            4096,
+            16,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "Reset -> Rts is not a legal QP state transition (IBTA 10.3.1)"
+        );
+    }
+
+    #[test]
+    fn missing_required_attributes_are_named() {
+        let mut a = rtr_attr();
+        assert_eq!(
+            check_modify(QpType::Rc, QpState::Init, &a, 4096, 16),
+            Ok(())
+        );
+        a.rq_psn = None;
+        a.min_rnr_timer = None;
+        assert_eq!(
+            check_modify(QpType::Rc, QpState::Init, &a, 4096, 16).unwrap_err(),
+            "Init -> Rtr on a Rc QP requires IBV_QP_RQ_PSN, IBV_QP_MIN_RNR_TIMER"
+        );
+        // UC does not need the RC-only attributes.
+        a.rq_psn = Some(1);
+        a.max_dest_rd_atomic = None;
+        assert_eq!(
+            check_modify(QpType::Uc, QpState::Init, &a, 4096, 16),
+            Ok(())
+        );
+        // UD needs only the state.
+        let ud = QpAttr {
+            qp_state: Some(QpState::Rtr),
+            ..QpAttr::default()
+        };
+        assert_eq!(
+            check_modify(QpType::Ud, QpState::Init, &ud, 4096, 16),
+            Ok(())
+        );
+        let init = QpAttr {
+            qp_state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            ..QpAttr::default()
+        };
+        assert!(check_modify(QpType::Rc, QpState::Reset, &init, 4096, 16)
+            .unwrap_err()
+            .contains("IBV_QP_ACCESS_FLAGS"));
+        assert!(check_modify(QpType::Ud, QpState::Reset, &init, 4096, 16)
+            .unwrap_err()
+            .contains("IBV_QP_QKEY"));
+    }
+
+    #[test]
+    fn ranges_are_checked() {
+        let base = rtr_attr();
+        let cases: Vec<(QpAttr, &str)> = vec![
+            (
+                QpAttr {
+                    rq_psn: Some(1 << 24),
+                    ..base
+                },
+                "rq_psn 0x1000000 does not fit in 24 bits",
+            ),
+            (
+                QpAttr {
+                    dest_qp_num: Some(u32::MAX),
+                    ..base
+                },
+                "dest_qp_num 0xffffffff does not fit in 24 bits",
+            ),
+            (
+                QpAttr {
+                    path_mtu: Some(Mtu::Mtu4096),
+                    ..base
+                },
+                "path_mtu 4096 exceeds the port's active MTU 1024",
+            ),
+            (
+                QpAttr {
+                    max_dest_rd_atomic: Some(17),
+                    ..base
+                },
+                "max_dest_rd_atomic 17 exceeds the device's max_qp_rd_atom 16",
+            ),
+            (
+                QpAttr {
+                    min_rnr_timer: Some(32),
+                    ..base
+                },
+                "min_rnr_timer 32 is outside 0..=31",
+            ),
+            (
+                QpAttr {
+                    ah_attr: Some(AhAttr::default()),
+                    ..base
+                },
+                "ah_attr.dgid is all zeros: set the peer's GID",
+            ),
+        ];
+        for (a, want) in cases {
+            assert_eq!(
+                check_modify(QpType::Rc, QpState::Init, &a, 1024, 16).unwrap_err(),
+                want
+            );
+        }
+        let rts = QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(0),
+            timeout: Some(14),
+            retry_cnt: Some(8),
+            rnr_retry: Some(7),
+            max_rd_atomic: Some(1),
+            ..QpAttr::default()
+        };
+        assert_eq!(
+            check_modify(QpType::Rc, QpState::Rtr, &rts, 1024, 16).unwrap_err(),
+            "retry_cnt 8 is outside 0..=7"
+        );
+    }
+
+    #[test]
+    fn control_form_maps_gid_to_udp_endpoint() {
+        let mut a = rtr_attr();
+        let c = a.to_control();
+        assert_eq!(c.remote, Some("127.0.0.2:4791".parse().unwrap()));
+        assert_eq!(c.path_mtu, Some(1024));
+        assert_eq!(c.state, Some(QpState::Rtr));
+        a.ah_attr = Some(AhAttr {
+            dgid: "fd00::1".parse().unwrap(),
+            udp_port: 4792,
+            ..AhAttr::default()
+        });
+        assert_eq!(
+            a.to_control().remote,
+            Some("[fd00::1]:4792".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn caps_are_checked_against_the_device() {
+        let dev = control::DeviceAttr {
+            name: "t".into(),
+            gid: [0; 16],
+            addr: "127.0.0.1".parse().unwrap(),
+            port: 4791,
+            mtu: 4096,
+            max_qp: 16,
+            max_qp_wr: 1024,
+            max_sge: 4,
+            max_cqe: 1024,
+            max_inline: 256,
+            max_mr: 16,
+            max_mr_size: 1 << 30,
+            max_qp_rd_atom: 16,
+        };
+        let ok = QpCap {
+            max_send_wr: 1,
+            max_recv_wr: 500,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        assert_eq!(check_cap(&ok, &dev), Ok(()));
+        assert_eq!(
+            check_cap(
+                &QpCap {
+                    max_recv_wr: 2000,
+                    ..ok
+                },
+                &dev
+            )
+            .unwrap_err(),
+            "max_recv_wr 2000 is outside 1..=1024"
+        );
+        assert!(check_cap(
+            &QpCap {
+                max_send_sge: 5,
+                ..ok
+            },
+            &dev
+        )
+        .is_err());
+        assert!(check_cap(
+            &QpCap {
+                max_inline_data: 257,
+                ..ok
+            },
+            &dev
+        )
+        .is_err());
+        assert!(check_cap(
+            &QpCap {
+                max_send_wr: 0,
+                ..ok
+            },
+            &dev
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn mtu_bytes_round_trip() {
+        for b in [256, 512, 1024, 2048, 4096] {
+            assert_eq!(Mtu::from_bytes(b).unwrap().bytes(), b);
+        }
+        assert_eq!(Mtu::from_bytes(1500), None);
+    }
+}

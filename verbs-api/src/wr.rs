@@ -1,0 +1,807 @@
+//! Work requests (`struct ibv_send_wr`, `struct ibv_recv_wr`) and their translation into
+//! ring slots, with the client-side checks that give precise errors.
+//!
+//! The checks here are a courtesy: they catch what the client can see (SGE count, keys
+//! of this PD, ranges, LOCAL_WRITE where the NIC must write, atomic shape, opcodes the
+//! QP type forbids). The NIC re-validates every slot it copies out of the ring.
+
+use std::fmt;
+use std::ops::BitOr;
+
+use crate::abi::slots::{send_flags, wr_opcode};
+use crate::abi::{RecvWqe, SendWqe, UdDest, MAX_INLINE, MAX_SGE};
+use crate::error::PostError;
+use crate::gid::{Gid, ROCE_V2_PORT};
+use crate::mr::AccessFlags;
+use crate::pd::MrEntry;
+use crate::qp::{QpState, QpType};
+
+pub use crate::abi::Sge;
+
+/// What a send work request does, with the operation's arguments (`ibv_wr_opcode` and
+/// the `wr.rdma` / `wr.atomic` unions, typed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WrOpcode {
+    /// IBV_WR_SEND.
+    Send,
+    /// IBV_WR_SEND_WITH_IMM, with the immediate data (a number; it travels big-endian).
+    SendWithImm(u32),
+    /// IBV_WR_RDMA_WRITE to `remote_addr` in the peer's region `rkey`.
+    RdmaWrite {
+        /// Remote virtual address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// IBV_WR_RDMA_WRITE_WITH_IMM (consumes a receive at the peer).
+    RdmaWriteWithImm {
+        /// Remote virtual address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Immediate data.
+        imm: u32,
+    },
+    /// IBV_WR_RDMA_READ from `remote_addr` into the local SGEs.
+    RdmaRead {
+        /// Remote virtual address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// IBV_WR_ATOMIC_CMP_AND_SWP on the 8 bytes at `remote_addr`; the original value
+    /// lands in the one 8-byte local SGE.
+    AtomicCmpAndSwp {
+        /// Remote virtual address (8-byte aligned).
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Compare value.
+        compare: u64,
+        /// Swap value.
+        swap: u64,
+    },
+    /// IBV_WR_ATOMIC_FETCH_AND_ADD.
+    AtomicFetchAndAdd {
+        /// Remote virtual address (8-byte aligned).
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Value to add.
+        add: u64,
+    },
+}
+
+impl WrOpcode {
+    fn is_atomic(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::AtomicCmpAndSwp { .. } | WrOpcode::AtomicFetchAndAdd { .. }
+        )
+    }
+
+    /// The verbs name.
+    pub fn name(self) -> &'static str {
+        match self {
+            WrOpcode::Send => "SEND",
+            WrOpcode::SendWithImm(_) => "SEND_WITH_IMM",
+            WrOpcode::RdmaWrite { .. } => "RDMA_WRITE",
+            WrOpcode::RdmaWriteWithImm { .. } => "RDMA_WRITE_WITH_IMM",
+            WrOpcode::RdmaRead { .. } => "RDMA_READ",
+            WrOpcode::AtomicCmpAndSwp { .. } => "ATOMIC_CMP_AND_SWP",
+            WrOpcode::AtomicFetchAndAdd { .. } => "ATOMIC_FETCH_AND_ADD",
+        }
+    }
+}
+
+/// `enum ibv_send_flags`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SendFlags(pub u8);
+
+impl SendFlags {
+    /// No flags: unsignaled (no completion on success unless the QP has sq_sig_all).
+    pub const NONE: SendFlags = SendFlags(0);
+    /// IBV_SEND_FENCE.
+    pub const FENCE: SendFlags = SendFlags(send_flags::FENCE);
+    /// IBV_SEND_SIGNALED.
+    pub const SIGNALED: SendFlags = SendFlags(send_flags::SIGNALED);
+    /// IBV_SEND_SOLICITED.
+    pub const SOLICITED: SendFlags = SendFlags(send_flags::SOLICITED);
+    /// IBV_SEND_INLINE: the payload is copied into the work request at post time, so the
+    /// buffer may be reused at once. SGEs must still lie in regions of this PD (softnic
+    /// reads them from the region's mapping, never from an arbitrary address).
+    pub const INLINE: SendFlags = SendFlags(send_flags::INLINE);
+
+    /// True when every flag in `other` is set.
+    pub const fn contains(self, other: SendFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for SendFlags {
+    type Output = SendFlags;
+    fn bitor(self, rhs: SendFlags) -> SendFlags {
+        SendFlags(self.0 | rhs.0)
+    }
+}
+
+impl fmt::Debug for SendFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = [
+            (Self::FENCE, "FENCE"),
+            (Self::SIGNALED, "SIGNALED"),
+            (Self::SOLICITED, "SOLICITED"),
+            (Self::INLINE, "INLINE"),
+        ];
+        let set: Vec<&str> = names
+            .iter()
+            .filter(|(b, _)| self.contains(*b))
+            .map(|(_, n)| *n)
+            .collect();
+        write!(
+            f,
+            "{}",
+            if set.is_empty() {
+                "NONE".into()
+            } else {
+                set.join("|")
+            }
+        )
+    }
+}
+
+/// UD destination (what an address handle holds, plus the remote QPN and Q_Key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdAddress {
+    /// Remote GID.
+    pub gid: Gid,
+    /// Remote UDP port (0 = 4791).
+    pub udp_port: u16,
+    /// Remote QP number.
+    pub qpn: u32,
+    /// Q_Key.
+    pub qkey: u32,
+}
+
+/// A send work request.
+#[derive(Debug, Clone, Copy)]
+pub struct SendWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Operation and its arguments.
+    pub opcode: WrOpcode,
+    /// Gather list (SEND/WRITE), scatter list (READ), or the 8-byte result buffer
+    /// (atomics).
+    pub sg_list: &'a [Sge],
+    /// Flags.
+    pub send_flags: SendFlags,
+    /// UD QPs: the destination.
+    pub ud: Option<UdAddress>,
+}
+
+impl<'a> SendWr<'a> {
+    /// An unsignaled work request.
+    pub fn new(wr_id: u64, opcode: WrOpcode, sg_list: &'a [Sge]) -> Self {
+        SendWr {
+            wr_id,
+            opcode,
+            sg_list,
+            send_flags: SendFlags::NONE,
+            ud: None,
+        }
+    }
+
+    /// Adds IBV_SEND_SIGNALED.
+    pub fn signaled(mut self) -> Self {
+        self.send_flags = self.send_flags | SendFlags::SIGNALED;
+        self
+    }
+
+    /// Adds IBV_SEND_INLINE.
+    pub fn inline(mut self) -> Self {
+        self.send_flags = self.send_flags | SendFlags::INLINE;
+        self
+    }
+
+    /// Adds IBV_SEND_SOLICITED.
+    pub fn solicited(mut self) -> Self {
+        self.send_flags = self.send_flags | SendFlags::SOLICITED;
+        self
+    }
+
+    /// Sets the UD destination.
+    pub fn to(mut self, ud: UdAddress) -> Self {
+        self.ud = Some(ud);
+        self
+    }
+}
+
+/// A receive work request.
+#[derive(Debug, Clone, Copy)]
+pub struct RecvWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Scatter list.
+    pub sg_list: &'a [Sge],
+}
+
+impl<'a> RecvWr<'a> {
+    /// A receive into `sg_list`.
+    pub fn new(wr_id: u64, sg_list: &'a [Sge]) -> Self {
+        RecvWr { wr_id, sg_list }
+    }
+}
+
+/// What the checks need to know about the QP.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QpLimits {
+    pub qp_type: QpType,
+    pub state: QpState,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline: u32,
+    pub sq_sig_all: bool,
+}
+
+/// Finds the region of `sge` and checks range and (when `need_write`) LOCAL_WRITE.
+fn check_sge(i: usize, sge: &Sge, mrs: &[MrEntry], need_write: bool) -> Result<MrEntry, PostError> {
+    let mr = mrs
+        .iter()
+        .find(|m| m.lkey == sge.lkey)
+        .copied()
+        .ok_or(PostError::BadLkey {
+            sge: i,
+            lkey: sge.lkey,
+        })?;
+    let inside = sge.addr >= mr.addr
+        && sge
+            .addr
+            .checked_add(u64::from(sge.length))
+            .is_some_and(|end| end <= mr.addr + mr.len);
+    if !inside {
+        return Err(PostError::OutOfRange {
+            sge: i,
+            addr: sge.addr,
+            length: sge.length,
+            mr_addr: mr.addr,
+            mr_len: mr.len,
+        });
+    }
+    if need_write && !mr.access.contains(AccessFlags::LOCAL_WRITE) {
+        return Err(PostError::NoLocalWrite {
+            sge: i,
+            lkey: sge.lkey,
+        });
+    }
+    Ok(mr)
+}
+
+/// Checks `wr` and builds its ring slot.
+///
+/// # Safety
+/// Every entry of `mrs` must describe memory (`addr .. addr + len` in this process)
+/// that is mapped and readable for the duration of the call: the INLINE flag copies
+/// payload bytes from there. The PD's region table guarantees this while its read lock
+/// is held (a region removes itself before it unmaps).
+pub(crate) unsafe fn build_send_wqe(
+    wr: &SendWr<'_>,
+    q: &QpLimits,
+    mrs: &[MrEntry],
+) -> Result<SendWqe, PostError> {
+    match q.state {
+        QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
+        s => return Err(PostError::WrongState(s)),
+    }
+    let n = wr.sg_list.len();
+    let max_sge = q.max_send_sge.min(MAX_SGE as u32);
+    if n > max_sge as usize {
+        return Err(PostError::TooManySge {
+            count: n,
+            max: max_sge,
+        });
+    }
+    let op = wr.opcode;
+    let inline = wr.send_flags.contains(SendFlags::INLINE);
+    match (q.qp_type, op) {
+        (QpType::Ud, WrOpcode::Send | WrOpcode::SendWithImm(_)) if wr.ud.is_none() => {
+            return Err(PostError::Unsupported(
+                "a UD send needs a destination (SendWr::to)".into(),
+            ));
+        }
+        (QpType::Ud, WrOpcode::Send | WrOpcode::SendWithImm(_)) => {}
+        (QpType::Ud, _) => {
+            return Err(PostError::Unsupported(format!(
+                "{} is not supported on a UD QP (only SEND and SEND_WITH_IMM)",
+                op.name()
+            )))
+        }
+        (QpType::Uc, WrOpcode::RdmaRead { .. })
+        | (QpType::Uc, WrOpcode::AtomicCmpAndSwp { .. })
+        | (QpType::Uc, WrOpcode::AtomicFetchAndAdd { .. }) => {
+            return Err(PostError::Unsupported(format!(
+                "{} is not supported on a UC QP (IBTA 9.8.1: no READ or atomics)",
+                op.name()
+            )))
+        }
+        _ => {}
+    }
+    // The NIC writes into the local SGEs of READ responses and atomic results.
+    let need_write = matches!(op, WrOpcode::RdmaRead { .. }) || op.is_atomic();
+    if inline && need_write {
+        return Err(PostError::Unsupported(format!(
+            "IBV_SEND_INLINE is meaningless for {} (the NIC writes the local buffer)",
+            op.name()
+        )));
+    }
+    let mut total: u64 = 0;
+    let mut wqe = SendWqe::default();
+    for (i, sge) in wr.sg_list.iter().enumerate() {
+        check_sge(i, sge, mrs, need_write)?;
+        total += u64::from(sge.length);
+        wqe.sges[i] = *sge;
+    }
+    if total > 1 << 31 {
+        return Err(PostError::TooLong(total));
+    }
+    let (opcode, remote_addr, rkey, compare_add, swap, imm) = match op {
+        WrOpcode::Send => (wr_opcode::SEND, 0, 0, 0, 0, 0),
+        WrOpcode::SendWithImm(imm) => (wr_opcode::SEND_WITH_IMM, 0, 0, 0, 0, imm),
+        WrOpcode::RdmaWrite { remote_addr, rkey } => {
+            (wr_opcode::RDMA_WRITE, remote_addr, rkey, 0, 0, 0)
+        }
+        WrOpcode::RdmaWriteWithImm {
+            remote_addr,
+            rkey,
+            imm,
+        } => (wr_opcode::RDMA_WRITE_WITH_IMM, remote_addr, rkey, 0, 0, imm),
+        WrOpcode::RdmaRead { remote_addr, rkey } => {
+            (wr_opcode::RDMA_READ, remote_addr, rkey, 0, 0, 0)
+        }
+        WrOpcode::AtomicCmpAndSwp {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        } => (
+            wr_opcode::ATOMIC_CMP_AND_SWP,
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+            0,
+        ),
+        WrOpcode::AtomicFetchAndAdd {
+            remote_addr,
+            rkey,
+            add,
+        } => (
+            wr_opcode::ATOMIC_FETCH_AND_ADD,
+            remote_addr,
+            rkey,
+            add,
+            0,
+            0,
+        ),
+    };
+    if op.is_atomic() {
+        //= IBTA 1.4 §9.4.5: the atomic operand is a naturally aligned 64-bit word.
+        if remote_addr % 8 != 0 {
+            return Err(PostError::BadAtomic(format!(
+                "{}: remote address {remote_addr:#x} is not 8-byte aligned",
+                op.name()
+            )));
+        }
+        if n != 1 || wr.sg_list.first().is_some_and(|s| s.length != 8) {
+            return Err(PostError::BadAtomic(format!(
+                "{} needs exactly one 8-byte SGE for the original value",
+                op.name()
+            )));
+        }
+    }
+    wqe.wr_id = wr.wr_id;
+    wqe.opcode = opcode;
+    wqe.remote_addr = remote_addr;
+    wqe.rkey = rkey;
+    wqe.compare_add = compare_add;
+    wqe.swap = swap;
+    wqe.imm = imm;
+    let mut flags =
+        wr.send_flags.0 & (send_flags::FENCE | send_flags::SIGNALED | send_flags::SOLICITED);
+    if q.sq_sig_all {
+        flags |= send_flags::SIGNALED;
+    }
+    if inline {
+        let max = q.max_inline.min(MAX_INLINE as u32);
+        if total > u64::from(max) {
+            return Err(PostError::InlineTooLarge {
+                len: total as usize,
+                max,
+            });
+        }
+        let mut at = 0usize;
+        for sge in wr.sg_list {
+            let len = sge.length as usize;
+            // SAFETY: check_sge proved [addr, addr+len) lies inside a table entry, which
+            // the caller guarantees is mapped and readable; at + len ≤ total ≤ MAX_INLINE
+            // bounds the destination. The source is shared memory the NIC may write,
+            // so it is copied byte-wise without forming a reference.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    sge.addr as usize as *const u8,
+                    wqe.inline_data.as_mut_ptr().add(at),
+                    len,
+                );
+            }
+            at += len;
+        }
+        wqe.inline_len = at as u32;
+        wqe.num_sge = 0;
+        wqe.sges = [Sge::default(); MAX_SGE];
+        flags |= send_flags::INLINE;
+    } else {
+        wqe.num_sge = n as u8;
+    }
+    wqe.flags = flags;
+    if let Some(ud) = wr.ud {
+        wqe.ud = UdDest {
+            qpn: ud.qpn,
+            qkey: ud.qkey,
+            gid: ud.gid.0,
+            port: if ud.udp_port == 0 {
+                ROCE_V2_PORT
+            } else {
+                ud.udp_port
+            },
+            _reserved: [0; 6],
+        };
+    }
+    Ok(wqe)
+}
+
+/// Checks `wr` and builds its ring slot.
+pub(crate) fn build_recv_wqe(
+    wr: &RecvWr<'_>,
+    q: &QpLimits,
+    mrs: &[MrEntry],
+) -> Result<RecvWqe, PostError> {
+    if q.state == QpState::Reset {
+        return Err(PostError::WrongState(q.state));
+    }
+    let n = wr.sg_list.len();
+    let max_sge = q.max_recv_sge.min(MAX_SGE as u32);
+    if n > max_sge as usize {
+        return Err(PostError::TooManySge {
+            count: n,
+            max: max_sge,
+        });
+    }
+    let mut wqe = RecvWqe {
+        wr_id: wr.wr_id,
+        num_sge: n as u32,
+        ..RecvWqe::default()
+    };
+    for (i, sge) in wr.sg_list.iter().enumerate() {
+        check_sge(i, sge, mrs, true)?;
+        wqe.sges[i] = *sge;
+    }
+    Ok(wqe)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(state: QpState) -> QpLimits {
+        QpLimits {
+            qp_type: QpType::Rc,
+            state,
+            max_send_sge: 2,
+            max_recv_sge: 1,
+            max_inline: 64,
+            sq_sig_all: false,
+        }
+    }
+
+    /// A fake region table over test-owned buffers.
+    fn table(bufs: &[(u32, &[u8], AccessFlags)]) -> Vec<MrEntry> {
+        bufs.iter()
+            .map(|(lkey, b, access)| MrEntry {
+                lkey: *lkey,
+                addr: b.as_ptr() as u64,
+                len: b.len() as u64,
+                access: *access,
+            })
+            .collect()
+    }
+
+    fn post(wr: &SendWr<'_>, q: &QpLimits, mrs: &[MrEntry]) -> Result<SendWqe, PostError> {
+        // SAFETY: every table entry in these tests points at a live test buffer.
+        unsafe { build_send_wqe(wr, q, mrs) }
+    }
+
+    #[test]
+    fn write_builds_the_slot_fields() {
+        let buf = [0u8; 128];
+        let mrs = table(&[(0x10, &buf, AccessFlags::NONE)]);
+        let base = buf.as_ptr() as u64;
+        let sgl = [Sge {
+            addr: base + 8,
+            length: 100,
+            lkey: 0x10,
+        }];
+        let wr = SendWr::new(
+            7,
+            WrOpcode::RdmaWriteWithImm {
+                remote_addr: 0x1000,
+                rkey: 0x55,
+                imm: 0xabcd,
+            },
+            &sgl,
+        )
+        .signaled();
+        let w = post(&wr, &limits(QpState::Rts), &mrs).unwrap();
+        assert_eq!(w.wr_id, 7);
+        assert_eq!(w.opcode, wr_opcode::RDMA_WRITE_WITH_IMM);
+        assert_eq!(w.flags, send_flags::SIGNALED);
+        assert_eq!(w.num_sge, 1);
+        assert_eq!(w.sges[0], sgl[0]);
+        assert_eq!((w.remote_addr, w.rkey, w.imm), (0x1000, 0x55, 0xabcd));
+    }
+
+    #[test]
+    fn bad_lkey_names_the_sge() {
+        let buf = [0u8; 64];
+        let mrs = table(&[(0x10, &buf, AccessFlags::NONE)]);
+        let base = buf.as_ptr() as u64;
+        let sgl = [
+            Sge {
+                addr: base,
+                length: 8,
+                lkey: 0x10,
+            },
+            Sge {
+                addr: base,
+                length: 8,
+                lkey: 0x1234,
+            },
+        ];
+        let err = post(
+            &SendWr::new(1, WrOpcode::Send, &sgl),
+            &limits(QpState::Rts),
+            &mrs,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            PostError::BadLkey {
+                sge: 1,
+                lkey: 0x1234
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "SGE 1: lkey 0x1234 is not a memory region of this protection domain"
+        );
+    }
+
+    #[test]
+    fn out_of_range_and_overflow_are_caught() {
+        let buf = [0u8; 64];
+        let mrs = table(&[(1, &buf, AccessFlags::NONE)]);
+        let base = buf.as_ptr() as u64;
+        for sge in [
+            Sge {
+                addr: base + 60,
+                length: 8,
+                lkey: 1,
+            },
+            Sge {
+                addr: base - 1,
+                length: 1,
+                lkey: 1,
+            },
+            Sge {
+                addr: u64::MAX - 2,
+                length: 8,
+                lkey: 1,
+            },
+        ] {
+            let e = post(
+                &SendWr::new(1, WrOpcode::Send, &[sge]),
+                &limits(QpState::Rts),
+                &mrs,
+            )
+            .unwrap_err();
+            assert!(matches!(e, PostError::OutOfRange { sge: 0, .. }), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn read_and_atomics_need_local_write_and_shape() {
+        let ro = [0u8; 64];
+        let mut rw = [0u8; 64];
+        let rw_ptr = rw.as_mut_ptr() as u64;
+        let mrs = table(&[
+            (1, &ro, AccessFlags::NONE),
+            (2, &rw, AccessFlags::LOCAL_WRITE),
+        ]);
+        let q = limits(QpState::Rts);
+        let read = WrOpcode::RdmaRead {
+            remote_addr: 0,
+            rkey: 9,
+        };
+        let ro_sge = [Sge {
+            addr: ro.as_ptr() as u64,
+            length: 8,
+            lkey: 1,
+        }];
+        assert_eq!(
+            post(&SendWr::new(1, read, &ro_sge), &q, &mrs),
+            Err(PostError::NoLocalWrite { sge: 0, lkey: 1 })
+        );
+        let rw8 = [Sge {
+            addr: rw_ptr,
+            length: 8,
+            lkey: 2,
+        }];
+        assert!(post(&SendWr::new(1, read, &rw8), &q, &mrs).is_ok());
+        let faa = |addr| WrOpcode::AtomicFetchAndAdd {
+            remote_addr: addr,
+            rkey: 3,
+            add: 1,
+        };
+        let w = post(&SendWr::new(1, faa(0x1008), &rw8), &q, &mrs).unwrap();
+        assert_eq!(
+            (w.opcode, w.compare_add),
+            (wr_opcode::ATOMIC_FETCH_AND_ADD, 1)
+        );
+        assert!(matches!(
+            post(&SendWr::new(1, faa(0x1004), &rw8), &q, &mrs),
+            Err(PostError::BadAtomic(_))
+        ));
+        let rw4 = [Sge {
+            addr: rw_ptr,
+            length: 4,
+            lkey: 2,
+        }];
+        assert!(matches!(
+            post(&SendWr::new(1, faa(0x1000), &rw4), &q, &mrs),
+            Err(PostError::BadAtomic(_))
+        ));
+        assert!(matches!(
+            post(&SendWr::new(1, faa(0x1000), &[]), &q, &mrs),
+            Err(PostError::BadAtomic(_))
+        ));
+    }
+
+    #[test]
+    fn inline_copies_the_bytes_and_respects_max_inline() {
+        let a = *b"hello ";
+        let b = *b"world";
+        let mrs = table(&[(1, &a, AccessFlags::NONE), (2, &b, AccessFlags::NONE)]);
+        let sgl = [
+            Sge {
+                addr: a.as_ptr() as u64,
+                length: 6,
+                lkey: 1,
+            },
+            Sge {
+                addr: b.as_ptr() as u64,
+                length: 5,
+                lkey: 2,
+            },
+        ];
+        let w = post(
+            &SendWr::new(1, WrOpcode::Send, &sgl).inline(),
+            &limits(QpState::Rts),
+            &mrs,
+        )
+        .unwrap();
+        assert_eq!(&w.inline_data[..w.inline_len as usize], b"hello world");
+        assert_eq!(w.num_sge, 0);
+        assert_eq!(w.flags & send_flags::INLINE, send_flags::INLINE);
+        let mut q = limits(QpState::Rts);
+        q.max_inline = 10;
+        assert_eq!(
+            post(&SendWr::new(1, WrOpcode::Send, &sgl).inline(), &q, &mrs),
+            Err(PostError::InlineTooLarge { len: 11, max: 10 })
+        );
+    }
+
+    #[test]
+    fn state_type_and_sge_count_rules() {
+        let buf = [0u8; 64];
+        let mrs = table(&[(1, &buf, AccessFlags::LOCAL_WRITE)]);
+        let s = Sge {
+            addr: buf.as_ptr() as u64,
+            length: 1,
+            lkey: 1,
+        };
+        for st in [QpState::Reset, QpState::Init, QpState::Rtr] {
+            assert_eq!(
+                post(&SendWr::new(1, WrOpcode::Send, &[]), &limits(st), &mrs),
+                Err(PostError::WrongState(st))
+            );
+        }
+        assert_eq!(
+            post(
+                &SendWr::new(1, WrOpcode::Send, &[s, s, s]),
+                &limits(QpState::Rts),
+                &mrs
+            ),
+            Err(PostError::TooManySge { count: 3, max: 2 })
+        );
+        let mut uc = limits(QpState::Rts);
+        uc.qp_type = QpType::Uc;
+        let read = WrOpcode::RdmaRead {
+            remote_addr: 0,
+            rkey: 1,
+        };
+        assert!(matches!(
+            post(&SendWr::new(1, read, &[s]), &uc, &mrs),
+            Err(PostError::Unsupported(_))
+        ));
+        let mut ud = limits(QpState::Rts);
+        ud.qp_type = QpType::Ud;
+        assert!(matches!(
+            post(&SendWr::new(1, WrOpcode::Send, &[s]), &ud, &mrs),
+            Err(PostError::Unsupported(_))
+        ));
+        let dest = UdAddress {
+            gid: Gid::default(),
+            udp_port: 0,
+            qpn: 5,
+            qkey: 0x11,
+        };
+        let w = post(&SendWr::new(1, WrOpcode::Send, &[s]).to(dest), &ud, &mrs).unwrap();
+        assert_eq!((w.ud.qpn, w.ud.qkey, w.ud.port), (5, 0x11, 4791));
+        let mut all = limits(QpState::Rts);
+        all.sq_sig_all = true;
+        let w = post(&SendWr::new(1, WrOpcode::Send, &[]), &all, &mrs).unwrap();
+        assert_eq!(w.flags, send_flags::SIGNALED);
+    }
+
+    #[test]
+    fn recv_needs_local_write_and_state() {
+        let buf = [0u8; 64];
+        let mrs = table(&[
+            (1, &buf, AccessFlags::NONE),
+            (2, &buf, AccessFlags::LOCAL_WRITE),
+        ]);
+        let p = buf.as_ptr() as u64;
+        let q = limits(QpState::Init);
+        assert_eq!(
+            build_recv_wqe(
+                &RecvWr::new(
+                    1,
+                    &[Sge {
+                        addr: p,
+                        length: 8,
+                        lkey: 1
+                    }]
+                ),
+                &q,
+                &mrs
+            ),
+            Err(PostError::NoLocalWrite { sge: 0, lkey: 1 })
+        );
+        let w = build_recv_wqe(
+            &RecvWr::new(
+                9,
+                &[Sge {
+                    addr: p,
+                    length: 8,
+                    lkey: 2,
+                }],
+            ),
+            &q,
+            &mrs,
+        )
+        .unwrap();
+        assert_eq!((w.wr_id, w.num_sge, w.sges[0].lkey), (9, 1, 2));
+        assert_eq!(
+            build_recv_wqe(&RecvWr::new(1, &[]), &limits(QpState::Reset), &mrs),
+            Err(PostError::WrongState(QpState::Reset))
+        );
+    }
+}
