@@ -1,0 +1,425 @@
+//! The client library against a mock NIC: a thread that speaks the control protocol
+//! and attaches the shared segments exactly as the real NIC must (layouts computed from
+//! the request, memfds checked and mapped, ring headers checked). It proves that both
+//! sides of the ABI agree, without the softnic runtime.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixListener;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use memmap2::MmapRaw;
+use verbs_api::abi::control::{
+    self, DeviceAttr, ErrorCode, QpAttr as WireAttr, Reply, Request, Response,
+};
+use verbs_api::abi::slots::{send_flags, wc_flags, wc_opcode, wc_status, wr_opcode};
+use verbs_api::abi::{
+    Consumer, CqLayout, Cqe, Producer, QpLayout, RecvWqe, Ring, SendWqe, CQ_ARMED, NEED_WAKEUP,
+};
+use verbs_api::*;
+
+#[derive(Default)]
+struct Nic {
+    wake: Option<OwnedFd>,
+    mrs: Vec<(u32, Arc<MmapRaw>)>,
+    cqs: Vec<(u32, Producer<Cqe>, OwnedFd)>,
+    qps: Vec<(u32, Consumer<SendWqe>, Consumer<RecvWqe>)>,
+    modifies: Vec<(u32, WireAttr)>,
+    destroyed: Vec<String>,
+}
+
+fn device_attr(name: &str) -> DeviceAttr {
+    DeviceAttr {
+        name: name.into(),
+        gid: Gid::from(std::net::Ipv4Addr::new(127, 0, 0, 9)).0,
+        addr: "127.0.0.9".parse().unwrap(),
+        port: 4791,
+        mtu: 4096,
+        max_qp: 64,
+        max_qp_wr: 4096,
+        max_sge: 4,
+        max_cqe: 4096,
+        max_inline: 256,
+        max_mr: 64,
+        max_mr_size: 1 << 30,
+        max_qp_rd_atom: 16,
+    }
+}
+
+fn err(message: &str) -> Response {
+    Response::Err {
+        code: ErrorCode::InvalidArgument,
+        message: message.into(),
+    }
+}
+
+/// Handles one request the way the NIC must; returns the response and fds to send.
+fn handle(
+    nic: &Mutex<Nic>,
+    name: &str,
+    req: Request,
+    mut fds: Vec<OwnedFd>,
+) -> (Response, Vec<OwnedFd>) {
+    let mut n = nic.lock().unwrap();
+    match req {
+        Request::OpenDevice { abi_version, .. } => {
+            assert_eq!(abi_version, verbs_api::abi::ABI_VERSION);
+            let e = verbs_api::os::eventfd().unwrap();
+            let client_copy = e.try_clone().unwrap();
+            n.wake = Some(e);
+            (
+                Response::Ok(Reply::Opened {
+                    device: device_attr(name),
+                }),
+                vec![client_copy],
+            )
+        }
+        Request::QueryDevice => (Response::Ok(Reply::Device(device_attr(name))), vec![]),
+        Request::AllocPd => (Response::Ok(Reply::Pd { pd: 7 }), vec![]),
+        Request::RegMr { len, iova, .. } => {
+            let Some(fd) = fds.pop() else {
+                return (err("RegMr needs the region's memfd"), vec![]);
+            };
+            let seg = verbs_api::abi::layout::mr_segment_len(len as usize).unwrap();
+            verbs_api::os::check_shm(fd.as_fd(), seg).unwrap();
+            let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), seg).unwrap());
+            assert_ne!(iova, 0);
+            let lkey = 0x100 + n.mrs.len() as u32;
+            n.mrs.push((lkey, map));
+            (
+                Response::Ok(Reply::Mr {
+                    mr: lkey,
+                    lkey,
+                    rkey: lkey | 0xAB00_0000,
+                }),
+                vec![],
+            )
+        }
+        Request::CreateCq { depth } => {
+            let fd = fds.pop().expect("CQ memfd");
+            let l = CqLayout::new(depth).unwrap();
+            verbs_api::os::check_shm(fd.as_fd(), l.len).unwrap();
+            let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
+            let ring = Ring::<Cqe>::new(map, l.offset, l.capacity).unwrap();
+            ring.check_header().unwrap();
+            let e = verbs_api::os::eventfd().unwrap();
+            let client_copy = e.try_clone().unwrap();
+            let handle = 30 + n.cqs.len() as u32;
+            n.cqs.push((handle, ring.into_producer(), e));
+            (
+                Response::Ok(Reply::Cq {
+                    cq: handle,
+                    capacity: l.capacity,
+                }),
+                vec![client_copy],
+            )
+        }
+        Request::CreateQp { caps, .. } => {
+            let fd = fds.pop().expect("QP memfd");
+            let l = QpLayout::new(caps.max_send_wr, caps.max_recv_wr).unwrap();
+            verbs_api::os::check_shm(fd.as_fd(), l.len).unwrap();
+            let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
+            let sq = Ring::<SendWqe>::new(map.clone(), l.sq_offset, l.sq_capacity).unwrap();
+            let rq = Ring::<RecvWqe>::new(map, l.rq_offset, l.rq_capacity).unwrap();
+            sq.check_header().unwrap();
+            rq.check_header().unwrap();
+            let qpn = 0x11 + n.qps.len() as u32;
+            n.qps.push((qpn, sq.into_consumer(), rq.into_consumer()));
+            (Response::Ok(Reply::Qp { qpn, caps }), vec![])
+        }
+        Request::ModifyQp { qpn, attr } => {
+            n.modifies.push((qpn, attr));
+            (Response::Ok(Reply::Done), vec![])
+        }
+        Request::DestroyQp { qpn } => {
+            n.destroyed.push(format!("qp {qpn:#x}"));
+            (Response::Ok(Reply::Done), vec![])
+        }
+        other => {
+            n.destroyed.push(format!("{other:?}"));
+            (Response::Ok(Reply::Done), vec![])
+        }
+    }
+}
+
+/// Starts a mock NIC named `name` serving one client; returns its state.
+fn start(name: &str) -> Arc<Mutex<Nic>> {
+    static DIR: OnceLock<std::path::PathBuf> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("softnic-mock-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        // Set once, before any test reads it; every test uses the same directory.
+        std::env::set_var(control::SOFTNIC_DIR_ENV, &d);
+        d
+    });
+    let path = dir.join(format!("{name}.sock"));
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(path, control::socket_path(name));
+    let listener = UnixListener::bind(&path).unwrap();
+    let nic = Arc::new(Mutex::new(Nic::default()));
+    let state = nic.clone();
+    let name = name.to_string();
+    std::thread::spawn(move || {
+        let (conn, _) = listener.accept().unwrap();
+        loop {
+            let (req, fds): (Request, _) = match control::recv_msg(conn.as_fd()) {
+                Ok(v) => v,
+                Err(_) => return, // client gone
+            };
+            let (resp, out) = handle(&state, &name, req, fds);
+            let borrowed: Vec<_> = out.iter().map(|f| f.as_fd()).collect();
+            if control::send_msg(conn.as_fd(), &resp, &borrowed).is_err() {
+                return;
+            }
+        }
+    });
+    nic
+}
+
+const CAP: QpCap = QpCap {
+    max_send_wr: 2,
+    max_recv_wr: 4,
+    max_send_sge: 2,
+    max_recv_sge: 1,
+    max_inline_data: 64,
+};
+
+#[test]
+fn open_query_and_list() {
+    let _nic = start("mock-list");
+    assert!(Device::list()
+        .unwrap()
+        .iter()
+        .any(|d| d.name() == "mock-list"));
+    let ctx = Device::open("mock-list").unwrap();
+    assert_eq!(ctx.query_gid(0).unwrap().to_string(), "::ffff:127.0.0.9");
+    let e = ctx.query_gid(1).unwrap_err().to_string();
+    assert!(e.contains("GID index 1 does not exist"), "{e}");
+    assert_eq!(ctx.query_device().unwrap().mtu, 4096);
+    let missing = Device::open("no-such-nic").unwrap_err().to_string();
+    assert!(
+        missing.contains("no softnic device \"no-such-nic\""),
+        "{missing}"
+    );
+}
+
+#[test]
+fn memory_region_is_shared_with_the_nic() {
+    let nic = start("mock-mr");
+    let ctx = Device::open("mock-mr").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut mr = pd
+        .alloc_mr(10_000, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+        .unwrap();
+    assert_eq!(mr.len(), 10_000);
+    assert_eq!(mr.rkey(), mr.lkey() | 0xAB00_0000);
+    mr.as_mut_slice()[9_990..].copy_from_slice(b"0123456789");
+    let n = nic.lock().unwrap();
+    let map = &n.mrs[0].1;
+    // SAFETY: 10_000 < mapping length; the client wrote these bytes above.
+    let nic_view = unsafe { std::slice::from_raw_parts(map.as_ptr().add(9_990), 10) };
+    assert_eq!(nic_view, b"0123456789");
+    // SAFETY: as above; the "NIC" writes, the client reads.
+    unsafe { *map.as_mut_ptr() = 0x5a };
+    assert_eq!(mr.as_slice()[0], 0x5a);
+    let bad = pd
+        .alloc_mr(16, AccessFlags::REMOTE_WRITE)
+        .unwrap_err()
+        .to_string();
+    assert!(bad.contains("require LOCAL_WRITE"), "{bad}");
+}
+
+#[test]
+fn qp_lifecycle_posts_and_completions() {
+    let nic = start("mock-qp");
+    let ctx = Device::open("mock-qp").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mr = pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let mut cq = ctx.create_cq(10).unwrap();
+    assert_eq!(cq.capacity(), 16);
+    let mut qp = pd
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: &cq,
+            recv_cq: &cq,
+            cap: CAP,
+            sq_sig_all: false,
+        })
+        .unwrap();
+    assert_eq!(qp.qp_num(), 0x11);
+
+    // Not yet RTS: the client refuses sends, names the state.
+    let sge = [mr.sge(0, 64)];
+    let e = qp
+        .post_send(&[SendWr::new(1, WrOpcode::Send, &sge)])
+        .unwrap_err()
+        .to_string();
+    assert_eq!(e, "work request 0 (wr_id 0x1): the QP is in state Reset");
+    // Illegal transition is caught before the NIC sees it.
+    assert!(qp
+        .to_rts(0)
+        .unwrap_err()
+        .to_string()
+        .contains("Reset -> Rts is not a legal"));
+
+    qp.to_init(AccessFlags::REMOTE_WRITE).unwrap();
+    qp.post_recv(&[RecvWr::new(77, &[mr.sge(1024, 1024)])])
+        .unwrap();
+    let remote = QpEndpoint {
+        lid: 0,
+        qpn: 0x99,
+        psn: 0x1234,
+        gid: "::ffff:127.0.0.3".parse().unwrap(),
+        udp_port: 0,
+    };
+    qp.to_rtr(&remote, Mtu::Mtu1024).unwrap();
+    qp.to_rts(0x4321).unwrap();
+    assert_eq!(qp.state(), QpState::Rts);
+    {
+        let n = nic.lock().unwrap();
+        let rtr = &n.modifies[1].1;
+        assert_eq!(rtr.remote, Some("127.0.0.3:4791".parse().unwrap()));
+        assert_eq!(
+            (rtr.dest_qpn, rtr.rq_psn, rtr.path_mtu),
+            (Some(0x99), Some(0x1234), Some(1024))
+        );
+        assert_eq!(n.modifies[2].1.sq_psn, Some(0x4321));
+    }
+
+    // A WRITE lands in the SQ ring as the NIC expects it; the NIC is awake: no wake-up.
+    let gather = [mr.sge(0, 100), mr.sge(200, 28)];
+    qp.post_send(&[SendWr::new(
+        5,
+        WrOpcode::RdmaWrite {
+            remote_addr: 0x7000,
+            rkey: 0xbeef,
+        },
+        &gather,
+    )
+    .signaled()])
+        .unwrap();
+    {
+        let mut n = nic.lock().unwrap();
+        let wake = n.wake.as_ref().unwrap().as_fd();
+        assert_eq!(verbs_api::os::eventfd_drain(wake).unwrap(), 0);
+        let (_, sq, rq) = &mut n.qps[0];
+        let w = sq.pop().unwrap().unwrap();
+        sq.release();
+        assert_eq!(
+            (w.wr_id, w.opcode, w.flags, w.num_sge),
+            (5, wr_opcode::RDMA_WRITE, send_flags::SIGNALED, 2)
+        );
+        assert_eq!((w.remote_addr, w.rkey), (0x7000, 0xbeef));
+        assert_eq!(w.sges[1].addr, mr.addr() + 200);
+        assert_eq!(w.sges[1].length, 28);
+        let r = rq.pop().unwrap().unwrap();
+        rq.release();
+        assert_eq!(
+            (r.wr_id, r.num_sge, r.sges[0].addr),
+            (77, 1, mr.addr() + 1024)
+        );
+        // The NIC goes to sleep.
+        sq.ring().set_flags(NEED_WAKEUP);
+    }
+    qp.post_send(&[SendWr::new(6, WrOpcode::Send, &[])])
+        .unwrap();
+    {
+        let n = nic.lock().unwrap();
+        assert_eq!(
+            verbs_api::os::eventfd_drain(n.wake.as_ref().unwrap().as_fd()).unwrap(),
+            1
+        );
+    }
+
+    // Queue full: capacity 2, one slot already used by wr 6.
+    let e = qp
+        .post_send(&[
+            SendWr::new(8, WrOpcode::Send, &[]),
+            SendWr::new(9, WrOpcode::Send, &[]),
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Post {
+                index: 1,
+                wr_id: 9,
+                reason: PostError::QueueFull { capacity: 2 }
+            }
+        ),
+        "{e}"
+    );
+
+    // Bad key, named precisely.
+    let bogus = [Sge {
+        addr: mr.addr(),
+        length: 8,
+        lkey: 0x1234,
+    }];
+    let e = qp
+        .post_send(&[SendWr::new(10, WrOpcode::Send, &bogus)])
+        .unwrap_err()
+        .to_string();
+    assert_eq!(e, "work request 0 (wr_id 0xa): SGE 0: lkey 0x1234 is not a memory region of this protection domain");
+
+    // Completions: none yet, then one with immediate data.
+    let mut wc = [WorkCompletion::default(); 4];
+    assert_eq!(cq.poll(&mut wc).unwrap(), 0);
+    assert!(!cq.wait(Some(std::time::Duration::ZERO)).unwrap());
+    {
+        let mut n = nic.lock().unwrap();
+        let (_, cqp, _) = &mut n.cqs[0];
+        cqp.push(&Cqe {
+            wr_id: 77,
+            status: wc_status::SUCCESS,
+            opcode: wc_opcode::RECV_RDMA_WITH_IMM,
+            flags: wc_flags::WITH_IMM,
+            byte_len: 0,
+            imm: 0x1234_5678,
+            qp_num: 0x11,
+            ..Cqe::default()
+        })
+        .unwrap();
+        cqp.publish();
+    }
+    assert_eq!(cq.poll(&mut wc).unwrap(), 1);
+    assert_eq!(wc[0].wr_id, 77);
+    assert_eq!(wc[0].opcode, WcOpcode::RecvRdmaWithImm);
+    assert_eq!(wc[0].imm_data, Some(0x1234_5678));
+    assert!(wc[0].status.is_success());
+
+    // Blocking wait: the "NIC" thread waits for CQ_ARMED, then completes and signals.
+    let nic2 = nic.clone();
+    let notifier = std::thread::spawn(move || {
+        for _ in 0..10_000_000u32 {
+            let mut n = nic2.lock().unwrap();
+            let (_, cqp, ev) = &mut n.cqs[0];
+            if cqp.ring().flags() & CQ_ARMED != 0 {
+                cqp.push(&Cqe {
+                    wr_id: 5,
+                    status: wc_status::REM_ACCESS_ERR,
+                    qp_num: 0x11,
+                    ..Cqe::default()
+                })
+                .unwrap();
+                assert!(cqp.publish_and_take(CQ_ARMED));
+                verbs_api::os::eventfd_signal(ev.as_fd()).unwrap();
+                return;
+            }
+            drop(n);
+            std::thread::yield_now();
+        }
+        panic!("the client never armed the CQ");
+    });
+    assert!(cq.wait(Some(std::time::Duration::from_secs(30))).unwrap());
+    notifier.join().unwrap();
+    assert_eq!(cq.poll(&mut wc).unwrap(), 1);
+    assert_eq!(wc[0].status, WcStatus::RemAccessErr);
+    assert_eq!(wc[0].status.to_string(), "remote access error");
+
+    drop(qp);
+    assert!(nic
+        .lock()
+        .unwrap()
+        .destroyed
+        .contains(&"qp 0x11".to_string()));
+}
