@@ -114,14 +114,6 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// The directory holding control sockets: `$SOFTNIC_DIR` or `/tmp/softnic`.
-pub fn socket_dir() -> PathBuf {
-    std::env::var_os("SOFTNIC_DIR")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp/softnic"))
-}
-
 /// Checks a device name: it becomes a file name, so only `[A-Za-z0-9_.-]`, 1–64 bytes,
 /// not starting with a dot.
 pub fn check_name(name: &str) -> Result<(), ConfigError> {

@@ -1,26 +1,127 @@
-//! The NIC process behind `softnic run` (being written).
+//! The NIC process behind `softnic run`, and `softnic stats`.
+//!
+//! ```text
+//!   clients ──Unix socket──► control.rs (threads) ──channel──► runtime.rs (one thread)
+//!   client rings (shared memory) ◄──────────────── rings.rs, cq.rs ◄─┤
+//!   registered memory (shared memory) ◄──────────── memory.rs ◄──────┤ softnic_transport::Qp
+//!   UDP :4791 ◄──► udp.rs ◄── fault.rs ◄── pcap.rs ◄── rx_icrc.rs ◄──┘
+//! ```
+//!
+//! One job per file: [`config`] (options), [`udp`] (socket and I/O seam), [`rx_icrc`]
+//! (receive-side ICRC without the IP header), [`pcap`] (capture), [`fault`] (fault
+//! injection), [`memory`] (memory regions: the DMA), [`wqe`] (ring entries → work
+//! requests), [`rings`] (one QP with its rings), [`cq`] (completion queues), [`state`]
+//! (the object tables and control requests), [`control`] (the control socket server),
+//! [`runtime`] (the loop), [`counters`] (what `softnic stats` prints), [`gid`],
+//! [`clock`], [`rng`], [`signals`].
+
 use std::process::ExitCode;
 
 pub mod clock;
 pub mod config;
+pub mod control;
+pub mod counters;
+pub mod cq;
 pub mod fault;
+pub mod gid;
+pub mod memory;
 pub mod pcap;
+pub mod rings;
 pub mod rng;
+pub mod runtime;
 pub mod rx_icrc;
+pub mod signals;
+pub mod state;
 pub mod udp;
+pub mod wqe;
 
 pub use config::RunArgs;
 
+use verbs_api::abi::control::{call, socket_path, Reply, Request, Response};
+
 /// Arguments of `softnic stats`.
 #[derive(clap::Args, Debug)]
-pub struct StatsArgs {}
+pub struct StatsArgs {
+    /// Device name of the running NIC.
+    #[arg(long, default_value = "softnic0")]
+    pub name: String,
+    /// Print one JSON object instead of `counter value` lines.
+    #[arg(long)]
+    pub json: bool,
+}
 
-/// Runs `softnic run`.
-pub fn run_main(_a: RunArgs) -> ExitCode {
-    ExitCode::FAILURE
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Runs `softnic run`: exit 0 after SIGINT/SIGTERM, 2 on a bad option, 1 on a runtime
+/// error (e.g. the address is not local or the port is taken).
+pub fn run_main(a: RunArgs) -> ExitCode {
+    init_logging();
+    let cfg = match config::Config::from_args(&a, verbs_api::abi::control::softnic_dir()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("softnic run: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match runtime::Runtime::start(&cfg) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!(
+                "softnic run: cannot start NIC {:?} on {}: {e}",
+                cfg.name, cfg.bind
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("softnic run: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Fetches a running NIC's counters over its control socket.
+pub fn fetch_stats(name: &str) -> Result<Vec<(String, u64)>, String> {
+    config::check_name(name).map_err(|e| e.to_string())?;
+    let path = socket_path(name);
+    let sock = std::os::unix::net::UnixStream::connect(&path).map_err(|e| {
+        format!(
+            "cannot reach NIC {name:?} at {}: {e} (is `softnic run --name {name}` running? SOFTNIC_DIR must match)",
+            path.display()
+        )
+    })?;
+    let _ = sock.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    match call(&sock, &Request::Stats, &[]) {
+        Ok((Response::Ok(Reply::Stats { counters }), _)) => Ok(counters),
+        Ok((Response::Err { code, message }, _)) => Err(format!("{code:?}: {message}")),
+        Ok((other, _)) => Err(format!("unexpected answer {other:?}")),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Runs `softnic stats`.
-pub fn stats_main(_a: StatsArgs) -> ExitCode {
-    ExitCode::FAILURE
+pub fn stats_main(a: StatsArgs) -> ExitCode {
+    match fetch_stats(&a.name) {
+        Ok(list) => {
+            if a.json {
+                println!("{}", counters::to_json(&list));
+            } else {
+                print!("{}", counters::to_text(&list));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("softnic stats: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

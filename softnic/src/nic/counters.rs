@@ -1,0 +1,327 @@
+//! NIC-wide counters, and the list `softnic stats` prints.
+//!
+//! Three sources, one flat list of `(name, value)`:
+//! * [`NicCounters`] — what the runtime itself saw: datagrams and bytes in and out,
+//!   which ICRC path verified each received packet, and every drop by reason;
+//! * the sum of every QP's [`QpCounters`] (retransmissions, NAKs by kind, RNR retries,
+//!   per-QP drops), including QPs already destroyed, so totals never go backwards;
+//! * the fault injector's [`FaultCounters`].
+
+use softnic_transport::qp::QpCounters;
+
+use super::fault::FaultCounters;
+
+macro_rules! counters {
+    ($(#[$m:meta])* pub struct $name:ident { $($(#[$fm:meta])* $f:ident,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct $name { $($(#[$fm])* pub $f: u64,)* }
+        impl $name {
+            /// `(name, value)` of every field, in declaration order.
+            pub fn list(&self, out: &mut Vec<(String, u64)>, prefix: &str) {
+                $( out.push((format!("{prefix}{}", stringify!($f)), self.$f)); )*
+            }
+        }
+    };
+}
+
+counters! {
+    /// Counters of the NIC runtime.
+    pub struct NicCounters {
+        /// Datagrams received on the UDP socket.
+        rx_datagrams,
+        /// Bytes of those datagrams (UDP payload).
+        rx_bytes,
+        /// Datagrams sent (after fault injection).
+        tx_datagrams,
+        /// Bytes sent.
+        tx_bytes,
+        /// IPv4 packets whose ICRC matched with IPv4 ID 0 (full 32-bit check).
+        rx_icrc_id0,
+        /// IPv4 packets whose ICRC matched under a solved non-zero ID (16-bit check).
+        rx_icrc_solved,
+        /// IPv6 packets whose ICRC matched (full check).
+        rx_icrc_ipv6,
+        /// Dropped: bad ICRC.
+        rx_drop_bad_icrc,
+        /// Dropped: datagram larger than the receive slot (truncated by the kernel).
+        rx_drop_truncated,
+        /// Dropped: no source address, or a source of the other IP family.
+        rx_drop_bad_source,
+        /// Dropped: shorter than a header it needs.
+        rx_drop_parse_truncated,
+        /// Dropped: unknown, reserved or unsupported opcode.
+        rx_drop_parse_unknown_opcode,
+        /// Dropped: BTH transport version not 0.
+        rx_drop_parse_bad_tver,
+        /// Dropped: pad count inconsistent with the payload.
+        rx_drop_parse_bad_pad,
+        /// Dropped: payload on an opcode that carries none.
+        rx_drop_parse_unexpected_payload,
+        /// Dropped: any other parse error.
+        rx_drop_parse_other,
+        /// Dropped: no QP with the BTH destination QPN.
+        rx_drop_unknown_qpn,
+        /// Not sent: the socket buffer stayed full.
+        tx_drop_socket_full,
+        /// Not sent: the kernel refused the datagram.
+        tx_drop_send_error,
+        /// Not sent: the destination is of the other IP family.
+        tx_drop_bad_dest,
+        /// Work requests refused when taken from a ring (completed with LOC_QP_OP_ERR).
+        wqe_invalid,
+        /// Rings found corrupt (impossible indices); their QP was moved to ERR.
+        ring_corrupt,
+        /// Completions that found their CQ full; the QP was moved to ERR.
+        cq_overrun,
+        /// Times the runtime went to sleep in poll(2).
+        sleeps,
+        /// Control requests served.
+        control_requests,
+        /// Clients connected so far.
+        clients_opened,
+        /// Clients gone (closed or crashed) and cleaned up.
+        clients_closed,
+    }
+}
+
+counters! {
+    /// Copy of the transport's per-QP counters, summed (field names as in
+    /// `softnic_transport::qp::QpCounters`).
+    pub struct QpTotals {
+        /// See `QpCounters`.
+        packets_sent,
+        /// See `QpCounters`.
+        bytes_sent,
+        /// See `QpCounters`.
+        packets_received,
+        /// See `QpCounters`.
+        bytes_received,
+        /// See `QpCounters`.
+        retransmitted_packets,
+        /// See `QpCounters`.
+        retransmit_timeouts,
+        /// See `QpCounters`.
+        seq_nak_retries,
+        /// See `QpCounters`.
+        implied_nak_retries,
+        /// See `QpCounters`.
+        rnr_retries,
+        /// See `QpCounters`.
+        acks_sent,
+        /// See `QpCounters`.
+        acks_received,
+        /// See `QpCounters`.
+        nak_psn_seq_sent,
+        /// See `QpCounters`.
+        nak_rnr_sent,
+        /// See `QpCounters`.
+        nak_invalid_request_sent,
+        /// See `QpCounters`.
+        nak_remote_access_sent,
+        /// See `QpCounters`.
+        nak_remote_op_sent,
+        /// See `QpCounters`.
+        nak_psn_seq_received,
+        /// See `QpCounters`.
+        nak_rnr_received,
+        /// See `QpCounters`.
+        nak_invalid_request_received,
+        /// See `QpCounters`.
+        nak_remote_access_received,
+        /// See `QpCounters`.
+        nak_remote_op_received,
+        /// See `QpCounters`.
+        read_responses_sent,
+        /// See `QpCounters`.
+        atomic_acks_sent,
+        /// See `QpCounters`.
+        duplicate_requests,
+        /// See `QpCounters`.
+        atomic_replays,
+        /// See `QpCounters`.
+        out_of_sequence,
+        /// See `QpCounters`.
+        drop_bad_state,
+        /// See `QpCounters`.
+        drop_bad_opcode,
+        /// See `QpCounters`.
+        drop_bad_pkey,
+        /// See `QpCounters`.
+        drop_bad_qkey,
+        /// See `QpCounters`.
+        drop_no_recv_wqe,
+        /// See `QpCounters`.
+        drop_uc_message,
+        /// See `QpCounters`.
+        drop_unexpected_response,
+        /// See `QpCounters`.
+        drop_duplicate,
+        /// See `QpCounters`.
+        completions_error,
+        /// See `QpCounters`.
+        completions_success,
+    }
+}
+
+impl QpTotals {
+    /// Adds one QP's counters.
+    pub fn add(&mut self, c: &QpCounters) {
+        macro_rules! add {
+            ($($f:ident),*) => { $( self.$f = self.$f.wrapping_add(c.$f); )* };
+        }
+        add!(
+            packets_sent,
+            bytes_sent,
+            packets_received,
+            bytes_received,
+            retransmitted_packets,
+            retransmit_timeouts,
+            seq_nak_retries,
+            implied_nak_retries,
+            rnr_retries,
+            acks_sent,
+            acks_received,
+            nak_psn_seq_sent,
+            nak_rnr_sent,
+            nak_invalid_request_sent,
+            nak_remote_access_sent,
+            nak_remote_op_sent,
+            nak_psn_seq_received,
+            nak_rnr_received,
+            nak_invalid_request_received,
+            nak_remote_access_received,
+            nak_remote_op_received,
+            read_responses_sent,
+            atomic_acks_sent,
+            duplicate_requests,
+            atomic_replays,
+            out_of_sequence,
+            drop_bad_state,
+            drop_bad_opcode,
+            drop_bad_pkey,
+            drop_bad_qkey,
+            drop_no_recv_wqe,
+            drop_uc_message,
+            drop_unexpected_response,
+            drop_duplicate,
+            completions_error,
+            completions_success
+        );
+    }
+}
+
+/// Counts a parse error under its kind.
+pub fn count_parse_error(c: &mut NicCounters, e: &wire::Error) {
+    use wire::Error as E;
+    let slot = match e {
+        E::Truncated { .. } => &mut c.rx_drop_parse_truncated,
+        E::UnknownOpcode(_) => &mut c.rx_drop_parse_unknown_opcode,
+        E::BadTver(_) => &mut c.rx_drop_parse_bad_tver,
+        E::BadPad { .. } => &mut c.rx_drop_parse_bad_pad,
+        E::UnexpectedPayload { .. } => &mut c.rx_drop_parse_unexpected_payload,
+        _ => &mut c.rx_drop_parse_other,
+    };
+    *slot += 1;
+}
+
+/// The full list `softnic stats` prints: NIC counters, QP totals (prefixed `qp_`),
+/// fault-injection counters (prefixed `fault_`), and gauges.
+pub fn report(
+    nic: &NicCounters,
+    qps: &QpTotals,
+    fault: &FaultCounters,
+    gauges: &[(&str, u64)],
+) -> Vec<(String, u64)> {
+    let mut out = Vec::with_capacity(80);
+    nic.list(&mut out, "");
+    qps.list(&mut out, "qp_");
+    for (n, v) in [
+        ("fault_dropped", fault.dropped),
+        ("fault_corrupted", fault.corrupted),
+        ("fault_duplicated", fault.duplicated),
+        ("fault_reordered", fault.reordered),
+        ("fault_queue_full", fault.queue_full),
+    ] {
+        out.push((n.to_string(), v));
+    }
+    for (n, v) in gauges {
+        out.push(((*n).to_string(), *v));
+    }
+    out
+}
+
+/// Formats counters one `name value` per line.
+pub fn to_text(list: &[(String, u64)]) -> String {
+    let mut s = String::new();
+    for (n, v) in list {
+        s.push_str(n);
+        s.push(' ');
+        s.push_str(&v.to_string());
+        s.push('\n');
+    }
+    s
+}
+
+/// Formats counters as one JSON object `{"name": value, ...}` (declaration order).
+pub fn to_json(list: &[(String, u64)]) -> String {
+    let mut s = String::from("{");
+    for (i, (n, v)) in list.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        // Names are escaped by serde_json; values are plain integers.
+        s.push_str(&serde_json::Value::from(n.as_str()).to_string());
+        s.push(':');
+        s.push_str(&v.to_string());
+    }
+    s.push('}');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_add_and_report_lists_every_source() {
+        let mut t = QpTotals::default();
+        let c = QpCounters {
+            retransmitted_packets: 3,
+            nak_rnr_received: 2,
+            ..QpCounters::default()
+        };
+        t.add(&c);
+        t.add(&c);
+        let nic = NicCounters {
+            rx_icrc_solved: 7,
+            ..NicCounters::default()
+        };
+        let f = FaultCounters {
+            dropped: 4,
+            ..FaultCounters::default()
+        };
+        let list = report(&nic, &t, &f, &[("qps", 2)]);
+        let get = |n: &str| list.iter().find(|(k, _)| k == n).map(|(_, v)| *v);
+        assert_eq!(get("qp_retransmitted_packets"), Some(6));
+        assert_eq!(get("qp_nak_rnr_received"), Some(4));
+        assert_eq!(get("rx_icrc_solved"), Some(7));
+        assert_eq!(get("fault_dropped"), Some(4));
+        assert_eq!(get("qps"), Some(2));
+        let text = to_text(&list);
+        assert!(text.contains("\nqp_retransmitted_packets 6\n"));
+        let json: serde_json::Value = serde_json::from_str(&to_json(&list)).unwrap();
+        assert_eq!(json["rx_icrc_solved"], 7);
+    }
+
+    #[test]
+    fn parse_errors_are_counted_by_kind() {
+        let mut c = NicCounters::default();
+        count_parse_error(&mut c, &wire::Error::UnknownOpcode(0xFF));
+        count_parse_error(&mut c, &wire::Error::BadTver(1));
+        count_parse_error(&mut c, &wire::Error::NotRoce("x"));
+        assert_eq!(c.rx_drop_parse_unknown_opcode, 1);
+        assert_eq!(c.rx_drop_parse_bad_tver, 1);
+        assert_eq!(c.rx_drop_parse_other, 1);
+    }
+}

@@ -1,0 +1,184 @@
+//! A completion queue as the NIC sees it: the producer side of a CQ ring in the client's
+//! shared segment, and the eventfd that wakes a client blocked on it.
+//!
+//! The NIC writes CQEs as completions come out of its QPs and publishes them in a batch
+//! ([`CompletionQueue::flush`]) once per runtime iteration: one release-store of the
+//! producer index for many CQEs. If the client armed the CQ (CQ_ARMED, the
+//! `ibv_req_notify_cq` analogue), the publishing call clears the bit and writes the
+//! eventfd, so one arm gives at most one wake-up (see `verbs_api::abi` for the fences).
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+
+use memmap2::MmapRaw;
+use softnic_transport::wr::Completion;
+use verbs_api::abi::ring::Producer;
+use verbs_api::abi::slots::wc_flags;
+use verbs_api::abi::{CqLayout, Cqe, LayoutError, Ring, RingError, CQ_ARMED};
+
+/// Result of [`CompletionQueue::push`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushError {
+    /// No free slot: the client has not polled (a CQ overrun).
+    Full,
+    /// The client corrupted the ring's consumer index; the CQ is unusable.
+    Corrupt,
+}
+
+/// One CQ.
+#[derive(Debug)]
+pub struct CompletionQueue {
+    /// Owning client.
+    pub client: u32,
+    ring: Producer<Cqe>,
+    event: OwnedFd,
+    dirty: bool,
+}
+
+/// The CQE for a transport completion.
+pub fn cqe_of(c: &Completion, vendor_err: u32) -> Cqe {
+    Cqe {
+        wr_id: c.wr_id,
+        status: c.status as u32,
+        opcode: c.opcode as u32,
+        flags: if c.imm.is_some() {
+            wc_flags::WITH_IMM
+        } else {
+            0
+        },
+        byte_len: c.byte_len,
+        imm: c.imm.unwrap_or(0),
+        qp_num: c.qp_num,
+        src_qp: c.src_qp,
+        vendor_err,
+    }
+}
+
+impl CompletionQueue {
+    /// Attaches the CQ ring in `map` (laid out as `layout`), checking the header the
+    /// client initialised; `event` is the eventfd the NIC created for it.
+    pub fn attach(
+        client: u32,
+        map: Arc<MmapRaw>,
+        layout: &CqLayout,
+        event: OwnedFd,
+    ) -> Result<Self, LayoutError> {
+        let ring = Ring::<Cqe>::new(map, layout.offset, layout.capacity)?;
+        ring.check_header()?;
+        Ok(CompletionQueue {
+            client,
+            ring: ring.into_producer(),
+            event,
+            dirty: false,
+        })
+    }
+
+    /// Ring capacity.
+    pub fn capacity(&self) -> u32 {
+        self.ring.ring().capacity()
+    }
+
+    /// The eventfd clients block on.
+    pub fn event_fd(&self) -> BorrowedFd<'_> {
+        self.event.as_fd()
+    }
+
+    /// Writes one CQE (visible to the client after [`CompletionQueue::flush`]).
+    pub fn push(&mut self, cqe: &Cqe) -> Result<(), PushError> {
+        match self.ring.push(cqe) {
+            Ok(()) => {
+                self.dirty = true;
+                Ok(())
+            }
+            Err(RingError::Full) => {
+                // Publish what is written so the client can make room.
+                self.flush();
+                Err(PushError::Full)
+            }
+            Err(RingError::Corrupt { .. }) => Err(PushError::Corrupt),
+        }
+    }
+
+    /// Publishes written CQEs and wakes an armed client. Returns whether it woke one.
+    pub fn flush(&mut self) -> bool {
+        if !self.dirty {
+            return false;
+        }
+        self.dirty = false;
+        if self.ring.publish_and_take(CQ_ARMED) {
+            let _ = verbs_api::os::eventfd_signal(self.event.as_fd());
+            return true;
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use softnic_transport::wr::{Queue, WcOpcode, WcStatus};
+    use std::os::fd::AsFd;
+
+    fn cq(
+        depth: u32,
+    ) -> (
+        CompletionQueue,
+        verbs_api::abi::ring::Consumer<Cqe>,
+        OwnedFd,
+    ) {
+        let layout = CqLayout::new(depth).unwrap();
+        let fd = verbs_api::os::memfd("cq", layout.len).unwrap();
+        let client_map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), layout.len).unwrap());
+        let client_ring = Ring::<Cqe>::new(client_map, 0, layout.capacity).unwrap();
+        client_ring.init();
+        let nic_map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), layout.len).unwrap());
+        let ev = verbs_api::os::eventfd().unwrap();
+        let ev2 = ev.try_clone().unwrap();
+        let q = CompletionQueue::attach(1, nic_map, &layout, ev).unwrap();
+        (q, client_ring.into_consumer(), ev2)
+    }
+
+    fn completion(wr_id: u64) -> Completion {
+        Completion {
+            queue: Queue::Recv,
+            wr_id,
+            status: WcStatus::Success,
+            opcode: WcOpcode::RecvRdmaWithImm,
+            byte_len: 10,
+            imm: Some(0xABCD),
+            qp_num: 0x11,
+            src_qp: 0,
+        }
+    }
+
+    #[test]
+    fn cqes_become_visible_on_flush_and_wake_only_when_armed() {
+        let (mut q, mut client, ev) = cq(2);
+        q.push(&cqe_of(&completion(1), 0)).unwrap();
+        assert_eq!(client.pop().unwrap(), None, "not published yet");
+        assert!(!q.flush(), "not armed: no wake-up");
+        let c = client.pop().unwrap().unwrap();
+        assert_eq!(
+            (c.wr_id, c.opcode, c.flags, c.imm, c.byte_len),
+            (1, 129, 2, 0xABCD, 10)
+        );
+        client.release();
+        assert!(client.arm(CQ_ARMED).unwrap(), "empty: may sleep");
+        q.push(&cqe_of(&completion(2), 0)).unwrap();
+        assert!(q.flush(), "armed: wake-up");
+        assert_eq!(verbs_api::os::eventfd_drain(ev.as_fd()).unwrap(), 1);
+        q.push(&cqe_of(&completion(3), 0)).unwrap();
+        assert!(!q.flush(), "one wake-up per arm");
+    }
+
+    #[test]
+    fn full_ring_reports_full_and_recovers_after_poll() {
+        let (mut q, mut client, _ev) = cq(2);
+        q.push(&cqe_of(&completion(1), 0)).unwrap();
+        q.push(&cqe_of(&completion(2), 0)).unwrap();
+        assert_eq!(q.push(&cqe_of(&completion(3), 0)), Err(PushError::Full));
+        assert_eq!(client.pop().unwrap().unwrap().wr_id, 1);
+        client.release();
+        q.push(&cqe_of(&completion(3), 0)).unwrap();
+    }
+}

@@ -1,0 +1,589 @@
+//! The memory-region table: the NIC's "DMA".
+//!
+//! A client registers a region by sending the memfd that backs it (see
+//! `verbs_api::abi::control::Request::RegMr`); the NIC maps the same file, so the bytes
+//! the client sees at `iova + k` are the bytes the NIC sees at `mapping + k`. Every
+//! access the transport makes goes through [`Memory`] with a key, and is checked here
+//! on every use, as IBTA 10.6 asks of L_Key and R_Key checks:
+//! the key exists and belongs to the accessing QP's protection domain, the whole range
+//! `[va, va + len)` lies inside the region (overflow-safe arithmetic), the region grants
+//! the access, and atomics target an 8-byte-aligned address (IBTA 9.4.5).
+//!
+//! # Keys
+//! L_Keys and R_Keys are separate 32-bit values drawn from an OS-seeded generator, so an
+//! R_Key cannot be guessed from another (IBTA 10.6.3.2 leaves the key format to the
+//! CA; unpredictable R_Keys are what keeps a remote peer from reaching memory it was
+//! never given a key for).
+//!
+//! # Shared memory and soundness
+//! The client may read and write its region while the NIC does, exactly as a CPU may
+//! touch a buffer a real NIC is DMA-ing. So this module never forms a `&[u8]` or
+//! `&mut [u8]` to a mapping — a reference would promise Rust that nobody else writes the
+//! bytes. Bulk copies are `ptr::copy_nonoverlapping` between the raw mapping pointer and
+//! the NIC's own buffer: a concurrent client write can only make the copied bytes a mix
+//! of old and new values (what a DMA engine gives too), never undefined behaviour in the
+//! NIC's own memory. Atomics use `AtomicU64::from_ptr` on the 8-byte target, which on
+//! x86-64 and aarch64 compiles to the same locked instructions the client's CPU atomics
+//! use, so a FETCH_ADD from the network and a `fetch_add` by the client serialize.
+//! Files are sealed against shrinking and their size checked before mapping
+//! (`verbs_api::os::check_shm`), so no access can fault with SIGBUS.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use memmap2::MmapRaw;
+use softnic_transport::memory::{Access, AtomicOp, MemError, Memory};
+
+use super::rng::SplitMix64;
+
+/// Largest region, bytes (a sanity bound on what one client can make the NIC map).
+pub const MAX_MR_SIZE: u64 = 1 << 40;
+
+/// Most regions per client.
+pub const MAX_MR_PER_CLIENT: usize = 1 << 16;
+
+/// Fibonacci hashing of a u32 key (keys are random already; this only spreads them
+/// over the table's control bytes). Cheaper than SipHash on the per-packet path.
+#[derive(Default, Clone, Copy)]
+pub struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.0 = u64::from(v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// A `HashMap` keyed by small integers with [`KeyHasher`].
+pub type KeyMap<V> = HashMap<u32, V, BuildHasherDefault<KeyHasher>>;
+
+/// One registered region.
+pub struct Region {
+    /// Owning client.
+    pub client: u32,
+    /// Protection domain.
+    pub pd: u32,
+    /// The NIC's mapping of the client's memfd (at least `len` bytes).
+    map: MmapRaw,
+    /// Client virtual address of byte 0.
+    pub iova: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Access rights.
+    pub access: Access,
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("client", &self.client)
+            .field("pd", &self.pd)
+            .field("iova", &format_args!("{:#x}", self.iova))
+            .field("len", &self.len)
+            .field("access", &self.access)
+            .finish()
+    }
+}
+
+impl Region {
+    /// The offset of `[va, va + len)` in the region, if it lies inside.
+    fn offset(&self, va: u64, len: u64) -> Result<usize, MemError> {
+        let off = va.checked_sub(self.iova).ok_or(MemError::OutOfRange)?;
+        let end = off.checked_add(len).ok_or(MemError::OutOfRange)?;
+        if end > self.len {
+            return Err(MemError::OutOfRange);
+        }
+        usize::try_from(off).map_err(|_| MemError::OutOfRange)
+    }
+
+    /// Pointer to byte `off` of the mapping. `off + n <= len <= map.len()` must hold for
+    /// any `n` bytes accessed through it (callers got `off` from [`Region::offset`]).
+    fn ptr(&self, off: usize) -> *mut u8 {
+        // SAFETY: `off <= self.len <= self.map.len()` (register() checks the mapping is
+        // at least `len` bytes), so the result is inside or one past the mapping.
+        unsafe { self.map.as_mut_ptr().add(off) }
+    }
+}
+
+/// Why registration was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegError {
+    /// Unknown access bits, or remote write/atomic without local write.
+    BadAccess(u32),
+    /// Length zero-mapping or above [`MAX_MR_SIZE`], or `iova + len` overflows.
+    BadRange(String),
+    /// Too many regions.
+    TooMany,
+}
+
+impl std::fmt::Display for RegError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RegError::BadAccess(a) => write!(
+                f,
+                "access flags {a:#x}: only LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC (0xf) are supported, and REMOTE_WRITE or REMOTE_ATOMIC require LOCAL_WRITE"
+            ),
+            RegError::BadRange(m) => f.write_str(m),
+            RegError::TooMany => write!(f, "more than {MAX_MR_PER_CLIENT} memory regions"),
+        }
+    }
+}
+
+/// Checks access flags as `ibv_reg_mr` does: known bits only, and remote write or
+/// remote atomic only together with local write (IBTA 10.6.3.1: a region that a remote
+/// peer may write must be writable locally).
+pub fn check_access(bits: u32) -> Result<Access, RegError> {
+    let a = Access(bits);
+    if !Access::ALL.contains(a) {
+        return Err(RegError::BadAccess(bits));
+    }
+    let needs_local = a.contains(Access::REMOTE_WRITE) || a.contains(Access::REMOTE_ATOMIC);
+    if needs_local && !a.contains(Access::LOCAL_WRITE) {
+        return Err(RegError::BadAccess(bits));
+    }
+    Ok(a)
+}
+
+/// The memory-region table.
+pub struct MrTable {
+    regions: KeyMap<Region>,
+    /// rkey → handle.
+    by_rkey: KeyMap<u32>,
+    /// lkey → handle.
+    by_lkey: KeyMap<u32>,
+    next_handle: u32,
+    rng: SplitMix64,
+}
+
+impl std::fmt::Debug for MrTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MrTable")
+            .field("regions", &self.regions.len())
+            .finish()
+    }
+}
+
+impl Default for MrTable {
+    fn default() -> Self {
+        MrTable::new(SplitMix64::from_os())
+    }
+}
+
+impl MrTable {
+    /// An empty table drawing keys from `rng`.
+    pub fn new(rng: SplitMix64) -> Self {
+        MrTable {
+            regions: KeyMap::default(),
+            by_rkey: KeyMap::default(),
+            by_lkey: KeyMap::default(),
+            next_handle: 1,
+            rng,
+        }
+    }
+
+    fn fresh_key(&mut self) -> u32 {
+        // Bounded: the tables hold far fewer than 2^32 keys, so a free one is found in a
+        // few draws; 0 is avoided so an all-zero WQE never names a region.
+        for _ in 0..64 {
+            let k = self.rng.next_u32();
+            if k != 0 && !self.by_rkey.contains_key(&k) && !self.by_lkey.contains_key(&k) {
+                return k;
+            }
+        }
+        // Practically unreachable; fall back to a linear scan from a random start.
+        let mut k = self.rng.next_u32() | 1;
+        while self.by_rkey.contains_key(&k) || self.by_lkey.contains_key(&k) {
+            k = k.wrapping_add(2);
+        }
+        k
+    }
+
+    /// Regions owned by `client`.
+    pub fn count_for_client(&self, client: u32) -> usize {
+        self.regions.values().filter(|r| r.client == client).count()
+    }
+
+    /// Regions in protection domain `pd`.
+    pub fn count_for_pd(&self, pd: u32) -> usize {
+        self.regions.values().filter(|r| r.pd == pd).count()
+    }
+
+    /// Registers `len` bytes of the file `fd` (already checked to be at least
+    /// `map_len >= len` bytes and sealed) as addressed from `iova`. Returns
+    /// `(handle, lkey, rkey)`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn register(
+        &mut self,
+        client: u32,
+        pd: u32,
+        fd: BorrowedFd<'_>,
+        map_len: usize,
+        len: u64,
+        access: u32,
+        iova: u64,
+    ) -> Result<(u32, u32, u32), RegError> {
+        let access = check_access(access)?;
+        if len > MAX_MR_SIZE {
+            return Err(RegError::BadRange(format!(
+                "region length {len} exceeds the largest region ({MAX_MR_SIZE} bytes)"
+            )));
+        }
+        if iova.checked_add(len).is_none() {
+            return Err(RegError::BadRange(format!(
+                "iova {iova:#x} + length {len} overflows 64 bits"
+            )));
+        }
+        if (map_len as u64) < len {
+            return Err(RegError::BadRange(format!(
+                "mapping of {map_len} bytes is shorter than the region ({len} bytes)"
+            )));
+        }
+        if self.count_for_client(client) >= MAX_MR_PER_CLIENT {
+            return Err(RegError::TooMany);
+        }
+        let map = verbs_api::os::map_shared(fd, map_len)
+            .map_err(|e| RegError::BadRange(format!("cannot map the region's memfd: {e}")))?;
+        let lkey = self.fresh_key();
+        self.by_lkey.insert(lkey, 0);
+        let rkey = self.fresh_key();
+        let handle = self.next_handle;
+        self.next_handle = self.next_handle.wrapping_add(1).max(1);
+        self.by_lkey.insert(lkey, handle);
+        self.by_rkey.insert(rkey, handle);
+        self.regions.insert(
+            handle,
+            Region {
+                client,
+                pd,
+                map,
+                iova,
+                len,
+                access,
+                lkey,
+                rkey,
+            },
+        );
+        Ok((handle, lkey, rkey))
+    }
+
+    /// The region `handle` if `client` owns it.
+    pub fn get(&self, client: u32, handle: u32) -> Option<&Region> {
+        self.regions.get(&handle).filter(|r| r.client == client)
+    }
+
+    /// Deregisters (and unmaps) `handle` if `client` owns it.
+    pub fn deregister(&mut self, client: u32, handle: u32) -> bool {
+        if self.get(client, handle).is_none() {
+            return false;
+        }
+        if let Some(r) = self.regions.remove(&handle) {
+            self.by_lkey.remove(&r.lkey);
+            self.by_rkey.remove(&r.rkey);
+        }
+        true
+    }
+
+    /// Deregisters every region of `client` (on disconnect). Returns how many.
+    pub fn remove_client(&mut self, client: u32) -> usize {
+        let handles: Vec<u32> = self
+            .regions
+            .iter()
+            .filter(|(_, r)| r.client == client)
+            .map(|(h, _)| *h)
+            .collect();
+        for h in &handles {
+            self.deregister(client, *h);
+        }
+        handles.len()
+    }
+
+    /// Number of regions.
+    pub fn len(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// True when no region is registered.
+    pub fn is_empty(&self) -> bool {
+        self.regions.is_empty()
+    }
+
+    fn by_key(&self, map: &KeyMap<u32>, pd: u32, key: u32) -> Result<&Region, MemError> {
+        let h = map.get(&key).ok_or(MemError::InvalidKey)?;
+        let r = self.regions.get(h).ok_or(MemError::InvalidKey)?;
+        if r.pd != pd {
+            return Err(MemError::InvalidKey);
+        }
+        Ok(r)
+    }
+
+    fn local(&self, pd: u32, lkey: u32) -> Result<&Region, MemError> {
+        self.by_key(&self.by_lkey, pd, lkey)
+    }
+
+    fn remote(&self, pd: u32, rkey: u32, access: Access) -> Result<&Region, MemError> {
+        let r = self.by_key(&self.by_rkey, pd, rkey)?;
+        if !r.access.contains(access) {
+            return Err(MemError::AccessDenied);
+        }
+        Ok(r)
+    }
+
+    fn copy_out(r: &Region, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
+        let off = r.offset(va, dst.len() as u64)?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: [off, off + dst.len()) lies inside the mapping (Region::offset), and
+        // `dst` is the NIC's own buffer, which cannot overlap a shared mapping. No
+        // reference to the shared bytes is formed (see the module docs).
+        unsafe { std::ptr::copy_nonoverlapping(r.ptr(off), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    fn copy_in(r: &Region, va: u64, src: &[u8]) -> Result<(), MemError> {
+        let off = r.offset(va, src.len() as u64)?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: as in copy_out, with the direction reversed.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), r.ptr(off), src.len()) };
+        Ok(())
+    }
+}
+
+impl Memory for MrTable {
+    fn read_local(&self, pd: u32, lkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
+        let r = self.local(pd, lkey)?;
+        Self::copy_out(r, va, dst)
+    }
+
+    fn write_local(&mut self, pd: u32, lkey: u32, va: u64, src: &[u8]) -> Result<(), MemError> {
+        let r = self.local(pd, lkey)?;
+        if !r.access.contains(Access::LOCAL_WRITE) {
+            return Err(MemError::AccessDenied);
+        }
+        Self::copy_in(r, va, src)
+    }
+
+    fn check_remote(
+        &self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(), MemError> {
+        let r = self.remote(pd, rkey, access)?;
+        r.offset(va, len).map(|_| ())
+    }
+
+    fn read_remote(&self, pd: u32, rkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
+        let r = self.remote(pd, rkey, Access::REMOTE_READ)?;
+        Self::copy_out(r, va, dst)
+    }
+
+    fn write_remote(&mut self, pd: u32, rkey: u32, va: u64, src: &[u8]) -> Result<(), MemError> {
+        let r = self.remote(pd, rkey, Access::REMOTE_WRITE)?;
+        Self::copy_in(r, va, src)
+    }
+
+    fn atomic(&mut self, pd: u32, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
+        let r = self.remote(pd, rkey, Access::REMOTE_ATOMIC)?;
+        if va % 8 != 0 {
+            return Err(MemError::Misaligned);
+        }
+        let off = r.offset(va, 8)?;
+        let p = r.ptr(off);
+        if (p as usize) % 8 != 0 {
+            // The iova and the mapping disagree on alignment (an iova that is not
+            // page-aligned); the hardware atomic would not be atomic.
+            return Err(MemError::Misaligned);
+        }
+        // SAFETY: `p` is 8-byte aligned and the 8 bytes lie inside the live mapping
+        // (checked above). The memory is shared with the client process, which may
+        // access it with its own atomics; all accesses made through this AtomicU64 are
+        // atomic, and no non-atomic Rust reference to these bytes exists in this process.
+        let a = unsafe { AtomicU64::from_ptr(p.cast::<u64>()) };
+        Ok(match op {
+            AtomicOp::FetchAdd { add } => a.fetch_add(add, Ordering::SeqCst),
+            AtomicOp::CompareSwap { compare, swap } => {
+                match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(v) | Err(v) => v,
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    fn table_with(access: u32, len: u64) -> (MrTable, u32, u32, u32, MmapRaw) {
+        let fd = verbs_api::os::memfd("mr", 8192).unwrap();
+        let client_view = verbs_api::os::map_shared(fd.as_fd(), 8192).unwrap();
+        let mut t = MrTable::new(SplitMix64::new(5));
+        let iova = 0x7000_0000_0000;
+        let (h, lkey, rkey) = t
+            .register(1, 10, fd.as_fd(), 8192, len, access, iova)
+            .unwrap();
+        (t, h, lkey, rkey, client_view)
+    }
+
+    const IOVA: u64 = 0x7000_0000_0000;
+
+    #[test]
+    fn local_and_remote_accesses_reach_the_clients_bytes() {
+        let (mut t, _, lkey, rkey, view) = table_with(0xF, 4096);
+        t.write_remote(10, rkey, IOVA + 100, b"hello").unwrap();
+        // The client's own mapping sees the write.
+        let mut got = [0u8; 5];
+        // SAFETY: test reads 5 bytes inside its own 8192-byte mapping.
+        unsafe { std::ptr::copy_nonoverlapping(view.as_ptr().add(100), got.as_mut_ptr(), 5) };
+        assert_eq!(&got, b"hello");
+        let mut back = [0u8; 5];
+        t.read_local(10, lkey, IOVA + 100, &mut back).unwrap();
+        assert_eq!(&back, b"hello");
+        t.read_remote(10, rkey, IOVA + 100, &mut back).unwrap();
+        assert_eq!(&back, b"hello");
+    }
+
+    #[test]
+    fn keys_pd_range_and_access_are_checked() {
+        let (mut t, _, lkey, rkey, _v) = table_with(1 | 4, 4096);
+        let mut b = [0u8; 8];
+        assert_eq!(
+            t.read_local(10, rkey ^ lkey ^ 1, IOVA, &mut b),
+            Err(MemError::InvalidKey)
+        );
+        assert_eq!(
+            t.read_local(11, lkey, IOVA, &mut b),
+            Err(MemError::InvalidKey),
+            "other PD"
+        );
+        assert_eq!(
+            t.read_remote(10, lkey, IOVA, &mut b),
+            Err(MemError::InvalidKey),
+            "lkey is not an rkey"
+        );
+        assert_eq!(
+            t.read_local(10, lkey, IOVA - 1, &mut b),
+            Err(MemError::OutOfRange)
+        );
+        assert_eq!(
+            t.read_local(10, lkey, IOVA + 4089, &mut b),
+            Err(MemError::OutOfRange)
+        );
+        assert!(t.read_local(10, lkey, IOVA + 4088, &mut b).is_ok());
+        assert_eq!(
+            t.read_local(10, lkey, u64::MAX - 2, &mut b),
+            Err(MemError::OutOfRange)
+        );
+        assert_eq!(
+            t.write_remote(10, rkey, IOVA, &b),
+            Err(MemError::AccessDenied)
+        );
+        assert_eq!(
+            t.atomic(10, rkey, IOVA, AtomicOp::FetchAdd { add: 1 }),
+            Err(MemError::AccessDenied)
+        );
+        assert_eq!(
+            t.check_remote(10, rkey, IOVA, 4096, Access::REMOTE_READ),
+            Ok(())
+        );
+        assert_eq!(
+            t.check_remote(10, rkey, IOVA, 4097, Access::REMOTE_READ),
+            Err(MemError::OutOfRange)
+        );
+        assert_eq!(
+            t.check_remote(10, rkey, IOVA + 1, u64::MAX, Access::REMOTE_READ),
+            Err(MemError::OutOfRange)
+        );
+    }
+
+    #[test]
+    fn atomics_are_aligned_and_return_the_original_value() {
+        let (mut t, _, _, rkey, _v) = table_with(0xF, 4096);
+        assert_eq!(
+            t.atomic(10, rkey, IOVA + 8, AtomicOp::FetchAdd { add: 5 }),
+            Ok(0)
+        );
+        assert_eq!(
+            t.atomic(10, rkey, IOVA + 8, AtomicOp::FetchAdd { add: 5 }),
+            Ok(5)
+        );
+        assert_eq!(
+            t.atomic(
+                10,
+                rkey,
+                IOVA + 8,
+                AtomicOp::CompareSwap {
+                    compare: 10,
+                    swap: 99
+                }
+            ),
+            Ok(10)
+        );
+        assert_eq!(
+            t.atomic(
+                10,
+                rkey,
+                IOVA + 8,
+                AtomicOp::CompareSwap {
+                    compare: 10,
+                    swap: 1
+                }
+            ),
+            Ok(99),
+            "failed compare leaves the value"
+        );
+        assert_eq!(
+            t.atomic(10, rkey, IOVA + 4, AtomicOp::FetchAdd { add: 1 }),
+            Err(MemError::Misaligned)
+        );
+        assert_eq!(
+            t.atomic(10, rkey, IOVA + 4096, AtomicOp::FetchAdd { add: 1 }),
+            Err(MemError::OutOfRange)
+        );
+    }
+
+    #[test]
+    fn registration_rules_and_deregistration() {
+        assert!(check_access(2).is_err(), "remote write without local write");
+        assert!(
+            check_access(8).is_err(),
+            "remote atomic without local write"
+        );
+        assert!(check_access(0x10).is_err(), "unknown bit");
+        assert!(check_access(4).is_ok());
+        let (mut t, h, lkey, rkey, _v) = table_with(0xF, 4096);
+        assert_ne!(lkey, rkey);
+        assert!(!t.deregister(2, h), "another client's region");
+        assert!(t.deregister(1, h));
+        let mut b = [0u8; 1];
+        assert_eq!(
+            t.read_local(10, lkey, IOVA, &mut b),
+            Err(MemError::InvalidKey)
+        );
+        assert!(t.is_empty());
+        let fd = verbs_api::os::memfd("mr", 4096).unwrap();
+        assert!(t.register(1, 10, fd.as_fd(), 4096, 4097, 0, 0).is_err());
+        assert!(t
+            .register(1, 10, fd.as_fd(), 4096, 16, 0, u64::MAX - 8)
+            .is_err());
+    }
+}

@@ -1,0 +1,328 @@
+//! One QP as the NIC runtime holds it: the transport's [`Qp`], the consumer side of the
+//! client's SQ and RQ rings, and the completions waiting for room in a CQ.
+//!
+//! Per runtime iteration, for each QP:
+//! * [`QpEntry::drain_rings`] copies work requests out of the SQ and RQ rings, checks
+//!   and converts each (`wqe.rs`) and posts it to the [`Qp`]. A ring is consumed only
+//!   while the QP can take the entry (state accepts posts, queue not full), so a QP that
+//!   is not yet in RTS, or is busy, leaves entries in the ring (back-pressure: the
+//!   client's ring fills up and its post fails with "queue full").
+//!   A refused entry completes with `IBV_WC_LOC_QP_OP_ERR` and moves the QP to ERR
+//!   (IBTA 10.10.3: a Local QP Operation Error is a QP-fatal completion error). Order
+//!   is kept: the QP's earlier work requests are flushed first, then the bad entry's
+//!   error completes, then later entries are flushed.
+//!   A ring whose indices are impossible is corrupt: the QP goes to ERR and the ring
+//!   is never read again.
+//! * [`QpEntry::take_completions`] moves the QP's completions to a per-QP queue, and
+//!   [`QpEntry::deliver`] writes them to the send or receive CQ. A full CQ is an overrun,
+//!   which verbs reports as an asynchronous error that moves the QP to ERR (IBTA
+//!   11.6.2); softnic does that but loses no completion: the rest wait here until the
+//!   client polls and makes room. While completions wait, the rings are not drained,
+//!   which bounds the queue.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+use softnic_transport::qp::{PostError, Qp, QpAttr, QpCaps, QpState};
+use softnic_transport::time::Instant;
+use softnic_transport::wr::{Completion, Queue, WcOpcode, WcStatus};
+use verbs_api::abi::ring::Consumer;
+use verbs_api::abi::{RecvWqe, SendWqe, NEED_WAKEUP};
+
+use super::counters::NicCounters;
+use super::cq::{cqe_of, CompletionQueue, PushError};
+use super::memory::KeyMap;
+use super::wqe;
+
+/// Most entries taken from one ring per iteration (fairness between QPs).
+pub const DRAIN_BUDGET: usize = 64;
+
+/// vendor_err of a completion whose CQ was full when it was first delivered.
+pub const VENDOR_ERR_CQ_OVERRUN: u32 = 0x201;
+
+/// A QP and its rings.
+#[derive(Debug)]
+pub struct QpEntry {
+    /// The transport state machine.
+    pub qp: Qp,
+    /// Owning client.
+    pub client: u32,
+    /// CQ handle for send completions.
+    pub send_cq: u32,
+    /// CQ handle for receive completions.
+    pub recv_cq: u32,
+    /// Capabilities granted.
+    pub caps: QpCaps,
+    sq: Consumer<SendWqe>,
+    rq: Consumer<RecvWqe>,
+    /// Completions taken from the QP (or made by the NIC) not yet in a CQ, with their
+    /// vendor_err code.
+    pending: VecDeque<(Completion, u32)>,
+    ring_broken: bool,
+    overrun: bool,
+}
+
+impl QpEntry {
+    /// A QP entry over attached rings.
+    pub fn new(
+        qp: Qp,
+        client: u32,
+        send_cq: u32,
+        recv_cq: u32,
+        caps: QpCaps,
+        sq: Consumer<SendWqe>,
+        rq: Consumer<RecvWqe>,
+    ) -> Self {
+        QpEntry {
+            qp,
+            client,
+            send_cq,
+            recv_cq,
+            caps,
+            sq,
+            rq,
+            pending: VecDeque::new(),
+            ring_broken: false,
+            overrun: false,
+        }
+    }
+
+    /// Moves the QP to ERR (flushing its work requests into its completion queue).
+    fn move_to_error(&mut self, now: Instant) {
+        if self.qp.state() != QpState::Err {
+            let attr = QpAttr {
+                state: Some(QpState::Err),
+                ..QpAttr::default()
+            };
+            // Any state may move to ERR (IBTA 10.3.1); an error here is impossible.
+            let _ = self.qp.modify(now, &attr);
+        }
+    }
+
+    /// Fails one entry taken from a ring: earlier work is flushed, then this entry
+    /// completes with LOC_QP_OP_ERR.
+    fn fail_entry(&mut self, now: Instant, c: Completion, vendor_err: u32, n: &mut NicCounters) {
+        n.wqe_invalid += 1;
+        self.move_to_error(now);
+        self.take_completions();
+        self.pending.push_back((c, vendor_err));
+    }
+
+    fn corrupt(&mut self, now: Instant, n: &mut NicCounters) {
+        if !self.ring_broken {
+            n.ring_corrupt += 1;
+            self.ring_broken = true;
+            tracing::warn!(qpn = self.qp.qpn(), "client ring corrupt; QP moved to ERR");
+        }
+        self.move_to_error(now);
+    }
+
+    /// Takes entries from the SQ and RQ rings into the QP. Returns how many.
+    pub fn drain_rings(&mut self, now: Instant, local: SocketAddr, n: &mut NicCounters) -> usize {
+        if self.ring_broken || !self.pending.is_empty() {
+            return 0;
+        }
+        self.drain_recv(now, n) + self.drain_send(now, local, n)
+    }
+
+    fn drain_send(&mut self, now: Instant, local: SocketAddr, n: &mut NicCounters) -> usize {
+        let mut taken = 0;
+        while taken < DRAIN_BUDGET && !self.ring_broken {
+            let accepts = matches!(
+                self.qp.state(),
+                QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err
+            );
+            if !accepts || self.qp.send_queue_len() >= self.caps.max_send_wr as usize {
+                break;
+            }
+            let w = match self.sq.pop() {
+                Ok(Some(w)) => w,
+                Ok(None) => break,
+                Err(_) => {
+                    self.corrupt(now, n);
+                    break;
+                }
+            };
+            taken += 1;
+            let err = match wqe::send_wr(&w, self.qp.qp_type(), &self.caps, local) {
+                Ok(wr) => match self.qp.post_send(wr) {
+                    Ok(()) => None,
+                    Err(e) => Some(post_vendor_err(e)),
+                },
+                Err(e) => Some(e.vendor_err()),
+            };
+            if let Some(vendor_err) = err {
+                let c = Completion {
+                    queue: Queue::Send,
+                    wr_id: w.wr_id,
+                    status: WcStatus::LocQpOpErr,
+                    opcode: wqe::wc_opcode_of(w.opcode).unwrap_or(WcOpcode::Send),
+                    byte_len: 0,
+                    imm: None,
+                    qp_num: self.qp.qpn(),
+                    src_qp: 0,
+                };
+                self.fail_entry(now, c, vendor_err, n);
+                break;
+            }
+        }
+        if taken > 0 {
+            self.sq.release();
+        }
+        taken
+    }
+
+    fn drain_recv(&mut self, now: Instant, n: &mut NicCounters) -> usize {
+        let mut taken = 0;
+        while taken < DRAIN_BUDGET && !self.ring_broken {
+            if self.qp.state() == QpState::Reset
+                || self.qp.recv_queue_len() >= self.caps.max_recv_wr as usize
+            {
+                break;
+            }
+            let w = match self.rq.pop() {
+                Ok(Some(w)) => w,
+                Ok(None) => break,
+                Err(_) => {
+                    self.corrupt(now, n);
+                    break;
+                }
+            };
+            taken += 1;
+            let err = match wqe::recv_wr(&w, &self.caps) {
+                Ok(wr) => match self.qp.post_recv(wr) {
+                    Ok(()) => None,
+                    Err(e) => Some(post_vendor_err(e)),
+                },
+                Err(e) => Some(e.vendor_err()),
+            };
+            if let Some(vendor_err) = err {
+                let c = Completion {
+                    queue: Queue::Recv,
+                    wr_id: w.wr_id,
+                    status: WcStatus::LocQpOpErr,
+                    opcode: WcOpcode::Recv,
+                    byte_len: 0,
+                    imm: None,
+                    qp_num: self.qp.qpn(),
+                    src_qp: 0,
+                };
+                self.fail_entry(now, c, vendor_err, n);
+                break;
+            }
+        }
+        if taken > 0 {
+            self.rq.release();
+        }
+        taken
+    }
+
+    /// Moves the QP's completions into the pending queue. Returns how many.
+    pub fn take_completions(&mut self) -> usize {
+        let mut k = 0;
+        while let Some(c) = self.qp.poll_completion() {
+            self.pending.push_back((c, 0));
+            k += 1;
+        }
+        k
+    }
+
+    /// Writes pending completions to their CQs (found by handle in `cqs`). Returns how
+    /// many were written.
+    pub fn deliver(
+        &mut self,
+        now: Instant,
+        n: &mut NicCounters,
+        cqs: &mut KeyMap<CompletionQueue>,
+    ) -> usize {
+        let mut written = 0;
+        while let Some((c, vendor_err)) = self.pending.front().copied() {
+            let handle = match c.queue {
+                Queue::Send => self.send_cq,
+                Queue::Recv => self.recv_cq,
+            };
+            let Some(cq) = cqs.get_mut(&handle) else {
+                // The CQ is gone (cannot happen: a CQ in use cannot be destroyed).
+                self.pending.pop_front();
+                continue;
+            };
+            match cq.push(&cqe_of(&c, vendor_err)) {
+                Ok(()) => {
+                    self.pending.pop_front();
+                    written += 1;
+                }
+                Err(PushError::Full) => {
+                    if !self.overrun {
+                        self.overrun = true;
+                        n.cq_overrun += 1;
+                        tracing::warn!(qpn = self.qp.qpn(), "CQ overrun; QP moved to ERR");
+                        self.move_to_error(now);
+                        self.take_completions();
+                    }
+                    break;
+                }
+                Err(PushError::Corrupt) => {
+                    // Nobody can ever read this CQ again: drop what is for it.
+                    self.pending.pop_front();
+                    self.corrupt(now, n);
+                    self.take_completions();
+                }
+            }
+        }
+        written
+    }
+
+    /// Completions waiting for CQ room.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Sets NEED_WAKEUP on both rings before the NIC sleeps, then re-checks them.
+    /// Returns true when a ring has entries the QP could take now (do not sleep).
+    pub fn arm_wakeup(&mut self) -> bool {
+        if self.ring_broken {
+            return false;
+        }
+        self.sq.ring().set_flags(NEED_WAKEUP);
+        self.rq.ring().set_flags(NEED_WAKEUP);
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        let sq = self.sq.available().map(|k| k > 0).unwrap_or(true);
+        let rq = self.rq.available().map(|k| k > 0).unwrap_or(true);
+        (sq && self.can_take_send()) || (rq && self.can_take_recv())
+    }
+
+    /// Clears NEED_WAKEUP on both rings (the NIC is polling again).
+    pub fn disarm_wakeup(&mut self) {
+        self.sq.ring().clear_flags(NEED_WAKEUP);
+        self.rq.ring().clear_flags(NEED_WAKEUP);
+    }
+
+    fn can_take_send(&self) -> bool {
+        matches!(
+            self.qp.state(),
+            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err
+        ) && self.qp.send_queue_len() < self.caps.max_send_wr as usize
+            && self.pending.is_empty()
+    }
+
+    fn can_take_recv(&self) -> bool {
+        self.qp.state() != QpState::Reset
+            && self.qp.recv_queue_len() < self.caps.max_recv_wr as usize
+            && self.pending.is_empty()
+    }
+}
+
+/// vendor_err for an entry the transport refused (0x180 + the reason).
+fn post_vendor_err(e: PostError) -> u32 {
+    0x180
+        + match e {
+            PostError::InvalidState(_) => 1,
+            PostError::QueueFull => 2,
+            PostError::TooManySge => 3,
+            PostError::InlineTooLong => 4,
+            PostError::UnsupportedOp => 5,
+            PostError::BadUdDest => 6,
+            PostError::BadAtomicSge => 7,
+            PostError::TooLong => 8,
+        }
+}

@@ -1,0 +1,488 @@
+//! The NIC's only loop (the data-plane thread).
+//!
+//! ```text
+//!  loop:
+//!    control requests (channel) ─► object tables            (state.rs)
+//!    SQ/RQ rings ─► copy, check ─► Qp::post_send/post_recv  (rings.rs, wqe.rs)
+//!    UDP batch ─► ICRC ─► parse ─► demux by QPN ─► Qp::handle_packet
+//!    timers: Qp::handle_timeout when Qp::poll_timeout ≤ now
+//!    Qp::poll_transmit ─► ICRC (ID 0, DF) ─► fault injector ─► pcap ─► UDP send
+//!    Qp::poll_completion ─► CQ rings (publish once; wake armed CQs)
+//!    idle ≥ SPIN: NEED_WAKEUP on every SQ/RQ, re-check, poll(2) until the next timer
+//! ```
+//!
+//! Everything runs on this one thread: the transport, the memory-region table and the
+//! rings are never shared, so there are no locks. Time is sampled once per iteration
+//! (vDSO `clock_gettime`, ~20 ns) and passed to the sans-IO transport.
+//!
+//! Sleeping follows io_uring's SQPOLL: after [`SPIN`] without work the runtime sets
+//! NEED_WAKEUP on every SQ and RQ ring, fences, re-checks the rings (a post that raced
+//! with the flag is seen here), and only then blocks in `poll(2)` on the UDP socket,
+//! the control wake eventfd and every client's wake eventfd, with the earliest QP timer
+//! (or held fault-injection packet) as timeout. A client post that sees NEED_WAKEUP
+//! writes its wake eventfd; one that does not see it needs no syscall because the NIC
+//! is polling.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam::channel::{unbounded, Receiver};
+use softnic_transport::time::Instant;
+use verbs_api::abi::control::{Reply, Request, Response};
+use wire::icrc::{IcrcParams, IpParams};
+use wire::PacketRepr;
+
+use super::clock::Clock;
+use super::config::Config;
+use super::control::{ControlMsg, ControlServer};
+use super::counters::{self, NicCounters};
+use super::fault::FaultInjector;
+use super::pcap::PcapWriter;
+use super::rx_icrc::{self, IcrcPath};
+use super::signals;
+use super::state::{Nic, NicInfo};
+use super::udp::{PacketIo, RecvBatch, SendOutcome, UdpIo};
+
+/// How long the loop spins without work before it sleeps.
+pub const SPIN: Duration = Duration::from_micros(100);
+
+/// Longest sleep (so a pcap is flushed and a lost wake-up costs at most this).
+pub const MAX_SLEEP: Duration = Duration::from_millis(100);
+
+/// Receive batches per iteration (then the loop transmits, so ACKs keep flowing).
+const RX_BATCHES: usize = 4;
+
+/// Packets one QP may send per iteration (fairness between QPs).
+const TX_BUDGET: usize = 64;
+
+/// The ICRC parameters of a packet this NIC sends to `dest` (IPv4 ID 0 with DF: see
+/// `udp.rs`), or `None` when `dest` is of the other IP family.
+pub fn tx_params(local: SocketAddr, dest: SocketAddr, id: u16) -> Option<IcrcParams> {
+    let ip = match (local.ip(), dest.ip()) {
+        (std::net::IpAddr::V4(src), std::net::IpAddr::V4(dst)) => IpParams::V4 {
+            src,
+            dst,
+            id,
+            dont_fragment: true,
+        },
+        (std::net::IpAddr::V6(src), std::net::IpAddr::V6(dst)) => IpParams::V6 { src, dst },
+        _ => return None,
+    };
+    Some(IcrcParams {
+        ip,
+        src_port: local.port(),
+        dst_port: dest.port(),
+    })
+}
+
+/// The packet path: socket, fault injector, capture and their counters.
+struct PacketPath {
+    io: UdpIo,
+    local: SocketAddr,
+    fault: FaultInjector,
+    pcap: Option<PcapWriter>,
+    counters: NicCounters,
+}
+
+impl PacketPath {
+    /// Sends one packet (ICRC already filled), recording it in the capture.
+    fn send_now(
+        io: &mut UdpIo,
+        pcap: &mut Option<PcapWriter>,
+        counters: &mut NicCounters,
+        local: SocketAddr,
+        pkt: &[u8],
+        dest: SocketAddr,
+    ) {
+        if let Some(p) = pcap.as_mut() {
+            if let Some(params) = tx_params(local, dest, io.ipv4_id(0)) {
+                if let Err(e) = p.record(&params, pkt) {
+                    tracing::warn!(error = %e, "pcap write failed; capture stopped");
+                    *pcap = None;
+                }
+            }
+        }
+        match io.send(pkt, dest) {
+            SendOutcome::Sent => {
+                counters.tx_datagrams += 1;
+                counters.tx_bytes += pkt.len() as u64;
+            }
+            SendOutcome::DroppedFull => counters.tx_drop_socket_full += 1,
+            SendOutcome::Failed => counters.tx_drop_send_error += 1,
+        }
+    }
+
+    /// Fills the ICRC of `pkt` for `dest` and hands it to the fault injector.
+    fn transmit(&mut self, now: Instant, pkt: &mut [u8], dest: SocketAddr) {
+        let Some(params) = tx_params(self.local, dest, self.io.ipv4_id(0)) else {
+            self.counters.tx_drop_bad_dest += 1;
+            return;
+        };
+        if params.fill(pkt).is_err() {
+            self.counters.tx_drop_send_error += 1;
+            return;
+        }
+        let (io, pcap, counters, local) =
+            (&mut self.io, &mut self.pcap, &mut self.counters, self.local);
+        self.fault.submit(now, pkt, dest, &mut |b, d| {
+            Self::send_now(io, pcap, counters, local, b, d)
+        });
+    }
+
+    /// Sends held packets that are due.
+    fn release(&mut self, now: Instant) {
+        let (io, pcap, counters, local) =
+            (&mut self.io, &mut self.pcap, &mut self.counters, self.local);
+        self.fault.release(now, &mut |b, d| {
+            Self::send_now(io, pcap, counters, local, b, d)
+        });
+    }
+}
+
+/// The data-plane state.
+pub struct Runtime {
+    nic: Nic,
+    path: PacketPath,
+    clock: Clock,
+    ctl_rx: Receiver<ControlMsg>,
+    ctl_wake: Arc<OwnedFd>,
+    batch: RecvBatch,
+    tx_buf: Vec<u8>,
+    _server: ControlServer,
+}
+
+impl Runtime {
+    /// Binds the socket, opens the capture, starts the control server.
+    pub fn start(cfg: &Config) -> io::Result<Self> {
+        let io = UdpIo::bind(cfg.bind)?;
+        let local = io.local_addr();
+        let pcap =
+            match &cfg.pcap {
+                Some(p) => Some(PcapWriter::create(p).map_err(|e| {
+                    io::Error::new(e.kind(), format!("--pcap {}: {e}", p.display()))
+                })?),
+                None => None,
+            };
+        let ctl_wake = Arc::new(verbs_api::os::eventfd()?);
+        signals::install(ctl_wake.as_raw_fd())?;
+        let (tx, ctl_rx) = unbounded();
+        let server = ControlServer::start(&cfg.socket_path(), tx, ctl_wake.clone())?;
+        tracing::info!(
+            name = %cfg.name,
+            addr = %local,
+            mtu = cfg.mtu,
+            socket = %server.path().display(),
+            gid = %std::net::Ipv6Addr::from(super::gid::gid_of(local.ip())),
+            "softnic running"
+        );
+        if !cfg.fault.is_none() {
+            tracing::info!(fault = ?cfg.fault, "fault injection on every sent packet");
+        }
+        Ok(Runtime {
+            nic: Nic::new(NicInfo {
+                name: cfg.name.clone(),
+                local,
+                mtu: cfg.mtu,
+            }),
+            path: PacketPath {
+                io,
+                local,
+                fault: FaultInjector::new(cfg.fault),
+                pcap,
+                counters: NicCounters::default(),
+            },
+            clock: Clock::new(),
+            ctl_rx,
+            ctl_wake,
+            batch: RecvBatch::new(),
+            tx_buf: vec![0u8; 4096 + 512],
+            _server: server,
+        })
+    }
+
+    /// Runs until SIGINT/SIGTERM.
+    pub fn run(mut self) -> io::Result<()> {
+        let mut last_work = self.clock.now();
+        while !signals::stop_requested() {
+            let now = self.clock.now();
+            let work = self.iterate(now)?;
+            if work > 0 {
+                last_work = now;
+                continue;
+            }
+            if now.saturating_duration_since(last_work) < SPIN {
+                std::hint::spin_loop();
+                continue;
+            }
+            self.sleep(now)?;
+            last_work = self.clock.now();
+        }
+        tracing::info!("stopping");
+        if let Some(p) = self.path.pcap.as_mut() {
+            p.flush()?;
+        }
+        Ok(())
+    }
+
+    /// One pass over everything. Returns a measure of the work done (0 = idle).
+    fn iterate(&mut self, now: Instant) -> io::Result<usize> {
+        let mut work = self.control(now);
+        let local = self.path.local;
+        for e in self.nic.qps.values_mut() {
+            work += e.drain_rings(now, local, &mut self.path.counters);
+        }
+        work += self.receive(now)?;
+        for e in self.nic.qps.values_mut() {
+            if e.qp.poll_timeout().is_some_and(|t| t <= now) {
+                e.qp.handle_timeout(now);
+                work += 1;
+            }
+        }
+        work += self.transmit(now);
+        self.path.release(now);
+        work += self.complete(now);
+        Ok(work)
+    }
+
+    fn control(&mut self, now: Instant) -> usize {
+        let mut n = 0;
+        while let Ok(msg) = self.ctl_rx.try_recv() {
+            n += 1;
+            match msg {
+                ControlMsg::Request {
+                    client,
+                    req: Request::Stats,
+                    reply,
+                    ..
+                } => {
+                    self.path.counters.control_requests += 1;
+                    let _ = client;
+                    let list = self.stats();
+                    let _ = reply.send((Response::Ok(Reply::Stats { counters: list }), Vec::new()));
+                }
+                ControlMsg::Request {
+                    client,
+                    req,
+                    fds,
+                    reply,
+                } => {
+                    let answer = self
+                        .nic
+                        .request(now, client, req, fds, &mut self.path.counters);
+                    let _ = reply.send(answer);
+                }
+                ControlMsg::Disconnect { client } => {
+                    let opened = self.nic.clients.contains_key(&client);
+                    let (q, c, m, p) = self.nic.remove_client(client);
+                    if opened {
+                        self.path.counters.clients_closed += 1;
+                        tracing::info!(
+                            client,
+                            qps = q,
+                            cqs = c,
+                            mrs = m,
+                            pds = p,
+                            "client gone; its objects were destroyed"
+                        );
+                    }
+                }
+            }
+        }
+        n
+    }
+
+    /// The counter list of `softnic stats`.
+    fn stats(&self) -> Vec<(String, u64)> {
+        let gauges = [
+            ("clients", self.nic.clients.len() as u64),
+            ("qps", self.nic.qps.len() as u64),
+            ("cqs", self.nic.cqs.len() as u64),
+            ("mrs", self.nic.mrs.len() as u64),
+            ("fault_held", self.path.fault.held() as u64),
+        ];
+        counters::report(
+            &self.path.counters,
+            &self.nic.qp_totals(),
+            &self.path.fault.counters(),
+            &gauges,
+        )
+    }
+
+    fn receive(&mut self, now: Instant) -> io::Result<usize> {
+        let mut total = 0;
+        for _ in 0..RX_BATCHES {
+            let n = self.path.io.recv_batch(&mut self.batch)?;
+            for i in 0..n {
+                let Some((bytes, peer, truncated)) = self.batch.get(i) else {
+                    continue;
+                };
+                rx_one(&mut self.nic, &mut self.path, now, bytes, peer, truncated);
+            }
+            total += n;
+            if n < super::udp::RECV_BATCH {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    fn transmit(&mut self, now: Instant) -> usize {
+        let mut sent = 0;
+        let mrs = &self.nic.mrs;
+        for e in self.nic.qps.values_mut() {
+            for _ in 0..TX_BUDGET {
+                let Some(t) = e.qp.poll_transmit(now, &mut self.tx_buf, mrs) else {
+                    break;
+                };
+                let Some(pkt) = self.tx_buf.get_mut(..t.len) else {
+                    break;
+                };
+                self.path.transmit(now, pkt, t.dest);
+                sent += 1;
+            }
+        }
+        sent
+    }
+
+    fn complete(&mut self, now: Instant) -> usize {
+        let mut n = 0;
+        for e in self.nic.qps.values_mut() {
+            e.take_completions();
+            if e.pending() > 0 {
+                n += e.deliver(now, &mut self.path.counters, &mut self.nic.cqs);
+            }
+        }
+        if n > 0 {
+            for cq in self.nic.cqs.values_mut() {
+                cq.flush();
+            }
+        }
+        n
+    }
+
+    /// Earliest instant something is due without external input.
+    fn next_deadline(&self) -> Option<Instant> {
+        let qp = self
+            .nic
+            .qps
+            .values()
+            .filter_map(|e| e.qp.poll_timeout())
+            .min();
+        match (qp, self.path.fault.next_release()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn sleep(&mut self, now: Instant) -> io::Result<()> {
+        let mut busy = !self.ctl_rx.is_empty();
+        for e in self.nic.qps.values_mut() {
+            busy |= e.arm_wakeup();
+        }
+        if !busy {
+            let timeout = self
+                .next_deadline()
+                .map(|d| d.saturating_duration_since(now))
+                .unwrap_or(MAX_SLEEP)
+                .min(MAX_SLEEP);
+            let mut fds = Vec::with_capacity(2 + self.nic.clients.len());
+            fds.push(pollfd(self.path.io.poll_fd()));
+            fds.push(pollfd(self.ctl_wake.as_raw_fd()));
+            for c in self.nic.clients.values() {
+                fds.push(pollfd(c.wake.as_raw_fd()));
+            }
+            let ms = timeout.as_micros().div_ceil(1000);
+            let ms = libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX);
+            // SAFETY: `fds` is a live array of pollfd of the given length.
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            self.path.counters.sleeps += 1;
+            let _ = verbs_api::os::eventfd_drain(self.ctl_wake.as_fd());
+            for c in self.nic.clients.values() {
+                let _ = verbs_api::os::eventfd_drain(c.wake.as_fd());
+            }
+            if let Some(p) = self.path.pcap.as_mut() {
+                let _ = p.flush();
+            }
+        }
+        for e in self.nic.qps.values_mut() {
+            e.disarm_wakeup();
+        }
+        Ok(())
+    }
+}
+
+fn pollfd(fd: std::os::fd::RawFd) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+/// Handles one received datagram: ICRC, parse, demultiplex, transport.
+fn rx_one(
+    nic: &mut Nic,
+    path: &mut PacketPath,
+    now: Instant,
+    bytes: &[u8],
+    peer: Option<SocketAddr>,
+    truncated: bool,
+) {
+    let c = &mut path.counters;
+    c.rx_datagrams += 1;
+    c.rx_bytes += bytes.len() as u64;
+    if truncated {
+        c.rx_drop_truncated += 1;
+        return;
+    }
+    let Some(peer) = peer.filter(|p| p.is_ipv4() == path.local.is_ipv4()) else {
+        c.rx_drop_bad_source += 1;
+        return;
+    };
+    let verified = rx_icrc::verify(path.local, peer, bytes);
+    if let Some(p) = path.pcap.as_mut() {
+        let params = match &verified {
+            Some((params, _)) => Some(*params),
+            None => rx_icrc::params(path.local, peer, 0),
+        };
+        if let Some(params) = params {
+            if p.record(&params, bytes).is_err() {
+                path.pcap = None;
+            }
+        }
+    }
+    match verified {
+        Some((_, IcrcPath::Ipv4Id0)) => c.rx_icrc_id0 += 1,
+        Some((_, IcrcPath::Ipv4Solved)) => c.rx_icrc_solved += 1,
+        Some((_, IcrcPath::Ipv6)) => c.rx_icrc_ipv6 += 1,
+        None => {
+            if bytes.len() < wire::bth::HEADER_LEN + wire::ICRC_LEN {
+                c.rx_drop_parse_truncated += 1;
+            } else {
+                c.rx_drop_bad_icrc += 1;
+            }
+            return;
+        }
+    }
+    let pkt = match PacketRepr::parse(bytes) {
+        Ok(p) => p,
+        Err(e) => {
+            counters::count_parse_error(c, &e);
+            return;
+        }
+    };
+    let qpn = pkt.repr.bth.dest_qpn.value();
+    match nic.qps.get_mut(&qpn) {
+        Some(e) => e.qp.handle_packet(now, peer, &pkt, &mut nic.mrs),
+        None => c.rx_drop_unknown_qpn += 1,
+    }
+}
