@@ -223,6 +223,8 @@ pub enum Verdict {
     Duplicate,
     /// Deliver it this much later than normal.
     Delay(Duration),
+    /// Deliver it normally, and a copy this much later.
+    DuplicateLate(Duration),
 }
 
 /// A packet as a filter sees it.
@@ -271,6 +273,9 @@ pub struct NetStats {
     pub reordered: u64,
     /// Corrupted (bit flipped).
     pub corrupted: u64,
+    /// Corrupted in BTH byte 4 (FECN, BECN, reserved), which the ICRC masks (IBTA
+    /// A17.4.1.1): undetectable by design, and harmless to the transport.
+    pub corrupted_masked: u64,
     /// Caught by the ICRC check on arrival.
     pub icrc_errors: u64,
     /// Failed to parse on arrival.
@@ -539,6 +544,18 @@ impl Pair {
         };
         let mut copies = 1;
         let mut at = self.now + self.latency;
+        if let Verdict::DuplicateLate(d) = verdict {
+            self.stats.duplicated += 1;
+            self.seq += 1;
+            self.in_flight.push(InFlight {
+                at: at + d,
+                seq: self.seq,
+                to,
+                src,
+                src_port,
+                bytes: bytes.clone(),
+            });
+        }
         match verdict {
             Verdict::Drop => {
                 self.stats.dropped += 1;
@@ -552,7 +569,7 @@ impl Pair {
                 at = at + d;
                 self.stats.reordered += 1;
             }
-            Verdict::Pass => {}
+            Verdict::Pass | Verdict::DuplicateLate(_) => {}
         }
         if self.rng.chance(self.faults.loss) {
             self.stats.dropped += 1;
@@ -572,6 +589,9 @@ impl Pair {
                 let bit = self.rng.below(b.len() as u64 * 8);
                 b[(bit / 8) as usize] ^= 1 << (bit % 8);
                 self.stats.corrupted += 1;
+                if bit / 8 == 4 {
+                    self.stats.corrupted_masked += 1;
+                }
             }
             self.seq += 1;
             self.in_flight.push(InFlight {

@@ -75,6 +75,7 @@ impl Qp {
 
     /// Forward progress: counters reset, the ACK timer restarts or stops.
     fn on_progress(&mut self, now: Instant) {
+        self.req.in_retry = false;
         self.req.retry_left = self.attrs.retry_cnt;
         self.req.rnr_left = self.attrs.rnr_retry;
         self.timers.retransmit = if self.req.outstanding() {
@@ -127,7 +128,18 @@ impl Qp {
             RetryCause::ImpliedNak => self.counters.implied_nak_retries += 1,
         }
         self.req.rewind();
+        self.req.in_retry = true;
         self.timers.retransmit = None;
+    }
+
+    /// An implied NAK (IBTA 9.7.5.1.4): go back, unless already gone back for the
+    /// same gap (the responses that revealed it are still arriving).
+    fn implied_nak(&mut self) {
+        if self.req.in_retry {
+            self.counters.drop_unexpected_response += 1;
+        } else {
+            self.retry(RetryCause::ImpliedNak);
+        }
     }
 
     /// A response packet (ACK, NAK, READ response, atomic ACK) for this requester.
@@ -168,7 +180,7 @@ impl Qp {
                     self.on_progress(now);
                 }
                 if blocked {
-                    self.retry(RetryCause::ImpliedNak);
+                    self.implied_nak();
                 }
             }
             Syndrome::RnrNak { timer } => {
@@ -179,7 +191,7 @@ impl Qp {
                     self.on_progress(now);
                 }
                 if blocked {
-                    self.retry(RetryCause::ImpliedNak);
+                    self.implied_nak();
                     return;
                 }
                 if self.req.rnr_left == 0 {
@@ -259,7 +271,7 @@ impl Qp {
             // A response for a later PSN while an earlier READ/atomic is unanswered:
             // implied NAK.
             if head.started && head.kind.is_rd_atomic() && head.first_psn.is_before(p) {
-                self.retry(RetryCause::ImpliedNak);
+                self.implied_nak();
             } else {
                 self.counters.drop_unexpected_response += 1;
             }
@@ -267,7 +279,7 @@ impl Qp {
         }
         if p != self.req.comp_psn {
             // Response PSNs skipped: the missing ones were lost (IBTA 9.7.5.1.4).
-            self.retry(RetryCause::ImpliedNak);
+            self.implied_nak();
             return;
         }
         let k = head.first_psn.distance_to(p) as u32;
@@ -275,10 +287,18 @@ impl Qp {
         let expect = u64::from(head.len)
             .saturating_sub(offset)
             .min(u64::from(mtu));
-        if info.position != position(k, head.npkts) || pkt.payload.len() as u64 != expect {
+        // Positions count from the request that produced the response: the original
+        // READ (from `first_psn`) or the latest retry (from `req_psn`). Both streams
+        // carry the same bytes at the same PSNs, so either is accepted.
+        let retried = head.first_psn.distance_to(head.req_psn).max(0) as u32;
+        let pos_ok = info.position == position(k, head.npkts)
+            || (k >= retried
+                && info.position == position(k - retried, head.npkts - retried.min(head.npkts)));
+        if !pos_ok || pkt.payload.len() as u64 != expect {
             self.counters.drop_unexpected_response += 1;
             return;
         }
+        let last = p == head.last_psn();
         let sges = head.wr.sges;
         let n = head.wr.num_sge;
         if sgl::scatter(self.pd, sgl::used(&sges, n), offset, pkt.payload, mem).is_err() {
@@ -287,7 +307,7 @@ impl Qp {
         }
         self.counters.bytes_received += pkt.payload.len() as u64;
         self.req.comp_psn = p.next();
-        if info.position.ends() {
+        if last {
             self.retire_head(WcStatus::Success);
         }
         self.on_progress(now);
@@ -305,7 +325,7 @@ impl Qp {
         };
         if head.kind != Kind::Atomic || !head.started || head.first_psn != p {
             if head.started && head.kind.is_rd_atomic() && head.first_psn.is_before(p) {
-                self.retry(RetryCause::ImpliedNak);
+                self.implied_nak();
             } else {
                 self.counters.drop_unexpected_response += 1;
             }

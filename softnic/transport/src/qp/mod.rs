@@ -505,9 +505,19 @@ impl Qp {
 
     /// Moves to Err: every outstanding and posted WQE completes with
     /// IBV_WC_WR_FLUSH_ERR, send queue first then receive queue, each in posting
-    /// order (IBTA 10.3.1.7, 11.6.2). Responses other than an already queued NAK are
-    /// dropped; timers stop.
+    /// order (IBTA 10.3.1.7, 11.6.2). Queued responses are dropped; timers stop.
     pub(crate) fn enter_error(&mut self) {
+        self.enter_error_inner(false);
+    }
+
+    /// Err entered because the responder failed a request: as [`Qp::enter_error`], but
+    /// responses already queued (to requests executed before the failure) and the NAK
+    /// still go out.
+    pub(crate) fn enter_error_keeping_responses(&mut self) {
+        self.enter_error_inner(true);
+    }
+
+    fn enter_error_inner(&mut self, keep_responses: bool) {
         self.state = QpState::Err;
         self.timers.cancel_all();
         while let Some(e) = self.req.pop_front() {
@@ -515,7 +525,7 @@ impl Qp {
             self.push_completion(c);
         }
         self.flush_recv_queue();
-        self.resp.on_error();
+        self.resp.on_error(keep_responses);
     }
 
     fn flush_recv_queue(&mut self) {

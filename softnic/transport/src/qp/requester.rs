@@ -79,6 +79,9 @@ pub(super) struct SqEntry {
     pub npkts: u32,
     /// Whether PSNs have been assigned (first packet sent).
     pub started: bool,
+    /// READ: PSN of the most recent request for it (a retried READ asks only for
+    /// the responses from the first missing PSN, which start again at First).
+    pub req_psn: Psn,
 }
 
 impl SqEntry {
@@ -124,6 +127,9 @@ pub(super) struct Requester {
     pub rnr_left: u8,
     /// Waiting out an RNR NAK: nothing is sent until the RNR timer fires.
     pub rnr_paused: bool,
+    /// Gone back N and no progress since: further implied NAKs (responses still in
+    /// flight from before the rewind) are ignored, so one loss costs one retry.
+    pub in_retry: bool,
 }
 
 /// Position of packet `k` of an `n`-packet message (IBTA 9.4: First/Middle/Last/Only).
@@ -158,6 +164,7 @@ impl Requester {
             retry_left: 0,
             rnr_left: 0,
             rnr_paused: false,
+            in_retry: false,
         }
     }
 
@@ -182,6 +189,7 @@ impl Requester {
             first_psn: Psn::ZERO,
             npkts: 0,
             started: false,
+            req_psn: Psn::ZERO,
         });
     }
 
@@ -457,6 +465,11 @@ impl Qp {
         let Ok(len) = repr.emit_trailer(buf, h) else {
             return Ok(None);
         };
+        if let Some(e) = self.req.sq.get_mut(idx) {
+            if e.kind == Kind::Read {
+                e.req_psn = psn;
+            }
+        }
         Ok(Some(Emitted {
             len,
             payload_len,

@@ -142,9 +142,17 @@ pub(super) enum Response {
         /// Index of the next packet, and packet count.
         k: u32,
         npkts: u32,
+        /// Answers a duplicate request (does not hold a responder resource).
+        replay: bool,
     },
     /// Atomic ACK with the original value.
-    Atomic { psn: Psn, orig: u64, msn: Msn },
+    Atomic {
+        psn: Psn,
+        orig: u64,
+        msn: Msn,
+        /// Answers a duplicate request from the atomic cache.
+        replay: bool,
+    },
 }
 
 /// A multi-packet SEND or WRITE being received.
@@ -206,16 +214,37 @@ impl Responder {
         self.cur.take().and_then(|c| c.recv)
     }
 
-    /// Entering Err: only ACK/NAK responses still go out (the final NAK).
-    pub fn on_error(&mut self) {
+    /// Entering Err. When the responder itself failed a request (`keep_queued`),
+    /// the responses to requests executed before it and the NAK still go out, in
+    /// order, so earlier READs and atomics complete at the requester; when the user
+    /// moved the QP to Err, nothing more is sent.
+    pub fn on_error(&mut self, keep_queued: bool) {
         self.cur = None;
-        self.responses.retain(|r| matches!(r, Response::Ack { .. }));
+        if !keep_queued {
+            self.responses.clear();
+        }
     }
 
-    fn rd_atomic_in_use(&self) -> usize {
+    /// READ/atomic responses queued for new requests: the responder resources in
+    /// use (IBTA 9.4.4). Replays for duplicates do not count.
+    pub fn rd_atomic_in_use(&self) -> usize {
+        self.count(false)
+    }
+
+    /// Queued replays of duplicate READs and atomics.
+    pub fn replays_queued(&self) -> usize {
+        self.count(true)
+    }
+
+    fn count(&self, replays: bool) -> usize {
         self.responses
             .iter()
-            .filter(|r| !matches!(r, Response::Ack { .. }))
+            .filter(|r| match r {
+                Response::Read { replay, .. } | Response::Atomic { replay, .. } => {
+                    *replay == replays
+                }
+                Response::Ack { .. } => false,
+            })
             .count()
     }
 }
@@ -566,7 +595,7 @@ impl Qp {
         let Some(reth) = pkt.repr.reth else {
             return Err(RespError::OpcodeSequence);
         };
-        self.queue_read(pkt.repr.bth.psn, reth, mem)?;
+        self.queue_read(pkt.repr.bth.psn, reth, mem, false)?;
         self.resp.msn = self.resp.msn.next();
         Ok(packets_for(reth.dma_len, self.mtu()))
     }
@@ -577,6 +606,7 @@ impl Qp {
         p: Psn,
         reth: wire::RethRepr,
         mem: &dyn Memory,
+        replay: bool,
     ) -> Result<(), RespError> {
         if reth.dma_len > 0 {
             mem.check_remote(
@@ -595,6 +625,7 @@ impl Qp {
             remaining: reth.dma_len,
             k: 0,
             npkts: packets_for(reth.dma_len, self.mtu()),
+            replay,
         });
         Ok(())
     }
@@ -636,6 +667,7 @@ impl Qp {
             psn: p,
             orig,
             msn: self.resp.msn,
+            replay: false,
         });
         Ok(())
     }

@@ -101,7 +101,7 @@ impl Qp {
             }
         }
         if d.next == Some(QpState::Err) {
-            self.enter_error();
+            self.enter_error_keeping_responses();
         }
     }
 
@@ -121,16 +121,12 @@ impl Qp {
             // Executed again from the duplicate's own PSN and RETH: reads have no side
             // effect, and a retried READ may ask for the tail of the original only.
             Operation::ReadRequest => {
-                let busy = self
-                    .resp
-                    .responses
-                    .iter()
-                    .filter(|r| !matches!(r, Response::Ack { .. }))
-                    .count();
-                let limit = usize::from(self.attrs.max_dest_rd_atomic);
+                // Replays are bounded separately from the resources of new requests.
+                let busy = self.resp.replays_queued();
+                let limit = usize::from(self.attrs.max_dest_rd_atomic.max(1));
                 match pkt.repr.reth {
                     Some(reth) if busy < limit => {
-                        if self.queue_read(p, reth, mem).is_err() {
+                        if self.queue_read(p, reth, mem, true).is_err() {
                             self.counters.drop_duplicate += 1;
                         }
                     }
@@ -146,6 +142,7 @@ impl Qp {
                             psn: p,
                             orig,
                             msn: self.resp.msn,
+                            replay: true,
                         });
                     }
                     None => self.counters.drop_duplicate += 1,
@@ -192,7 +189,7 @@ impl Qp {
                 }
                 Some(t(len))
             }
-            Response::Atomic { psn, orig, msn } => {
+            Response::Atomic { psn, orig, msn, .. } => {
                 self.resp.responses.pop_front();
                 bth.opcode = find(Operation::AtomicAcknowledge, Position::Only)?;
                 bth.psn = psn;
@@ -215,6 +212,7 @@ impl Qp {
                 remaining,
                 k,
                 npkts,
+                ..
             } => {
                 let mtu = self.mtu();
                 let plen = remaining.min(mtu);
@@ -238,7 +236,7 @@ impl Qp {
                     // The region went away under the READ (deregistered): fatal.
                     self.resp.responses.pop_front();
                     self.queue_nak(psn, Syndrome::Nak(NakCode::RemoteAccessError));
-                    self.enter_error();
+                    self.enter_error_keeping_responses();
                     return self.poll_response(buf, mem);
                 }
                 let len = r.emit_trailer(buf, h).ok()?;

@@ -1,0 +1,721 @@
+//! RC reliability, one deterministic scenario per behaviour (IBTA 9.7.4–9.7.6): lost
+//! request packets, lost ACKs and READ responses, duplicates of each request kind,
+//! reordering, RNR, retry exhaustion, flush on Err, PSN wrap-around, READ/atomic
+//! limits. All in virtual time through the `Pair` harness.
+
+mod common;
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::rc::Rc;
+
+use common::*;
+use softnic_transport::qp::{QpAttr, QpState, RxeCompat};
+use softnic_transport::testing::{connect_qp, Pair, PairConfig, Seen, Side, Verdict};
+use softnic_transport::time::Duration;
+use softnic_transport::wr::{Queue, SendOp, WcOpcode, WcStatus};
+use wire::{Opcode, Operation};
+
+const STEPS: u64 = 2_000_000;
+
+/// A filter that applies `v` to the first packet matching `pred` only.
+fn once(pred: impl Fn(&Seen) -> bool + 'static, v: Verdict) -> Box<dyn FnMut(&Seen) -> Verdict> {
+    let mut done = false;
+    Box::new(move |s| {
+        if !done && pred(s) {
+            done = true;
+            v
+        } else {
+            Verdict::Pass
+        }
+    })
+}
+
+fn op(s: &Seen) -> Operation {
+    s.repr
+        .bth
+        .opcode
+        .info()
+        .map(|i| i.operation)
+        .unwrap_or(Operation::Cnp)
+}
+
+fn from_a_psn(psn: u32) -> impl Fn(&Seen) -> bool {
+    move |s| s.from == Side::A && s.repr.bth.psn.value() == psn
+}
+
+/// SEND of `n` packets at MTU 256 with packet `lost` (index in the message) dropped
+/// once; the message arrives once and intact.
+fn send_with_loss(lost: u32, n: u32) -> Pair {
+    let (mut p, a, b) = pair(rc(256), 1);
+    let size = (n as usize - 1) * 256 + 100;
+    let data = pattern(7, size);
+    fill(&mut p.a, &a, 0, &data);
+    p.filter = Some(once(from_a_psn(100 + lost), Verdict::Drop));
+    p.b.qp.post_recv(recv(1, &[b.sge(0, size)])).unwrap();
+    p.b.qp.post_recv(recv(2, &[b.sge(MIB, size)])).unwrap();
+    p.a.qp
+        .post_send(wr(1, SendOp::Send, &[a.sge(0, size)]))
+        .unwrap();
+    p.drive(STEPS);
+    let sc = drain(&mut p.a);
+    assert_eq!(
+        sc.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success)]
+    );
+    let rc = drain(&mut p.b);
+    assert_eq!(rc.len(), 1, "delivered exactly once: {rc:?}");
+    assert_eq!((rc[0].wr_id, rc[0].byte_len as usize), (1, size));
+    assert!(read(&p.b, &b, 0, size) == data);
+    assert_eq!(
+        p.b.qp.recv_queue_len(),
+        1,
+        "the second receive is untouched"
+    );
+    assert!(p.a.qp.counters().retransmitted_packets >= 1);
+    p
+}
+
+#[test]
+fn lost_first_packet() {
+    let p = send_with_loss(0, 8);
+    // Packets 1..7 arrive out of sequence: exactly one PSN sequence NAK (IBTA
+    // 9.7.5.1.3), and the requester goes back N on it.
+    assert_eq!(p.b.qp.counters().nak_psn_seq_sent, 1);
+    assert_eq!(p.a.qp.counters().seq_nak_retries, 1);
+    assert_eq!(p.a.qp.counters().retransmit_timeouts, 0);
+}
+
+#[test]
+fn lost_middle_packet() {
+    let p = send_with_loss(4, 8);
+    assert_eq!(p.b.qp.counters().nak_psn_seq_sent, 1);
+    assert_eq!(p.b.qp.counters().out_of_sequence, 3);
+}
+
+#[test]
+fn lost_last_packet() {
+    // Nothing follows the last packet, so only the Local ACK Timeout recovers it.
+    let p = send_with_loss(7, 8);
+    assert_eq!(p.b.qp.counters().nak_psn_seq_sent, 0);
+    assert_eq!(p.a.qp.counters().retransmit_timeouts, 1);
+}
+
+#[test]
+fn lost_only_packet_of_write_and_atomic() {
+    for kind in 0..2 {
+        let (mut p, a, b) = pair(rc(1024), 2);
+        fill(&mut p.a, &a, 0, &pattern(1, 100));
+        p.filter = Some(once(from_a_psn(100), Verdict::Drop));
+        let w = if kind == 0 {
+            rdma(1, SendOp::Write, &[a.sge(0, 100)], &b, 0)
+        } else {
+            rdma(1, SendOp::FetchAdd { add: 5 }, &[a.sge(200, 8)], &b, 0)
+        };
+        p.a.qp.post_send(w).unwrap();
+        p.drive(STEPS);
+        assert_eq!(drain(&mut p.a)[0].status, WcStatus::Success);
+        assert_eq!(p.a.qp.counters().retransmit_timeouts, 1);
+    }
+}
+
+#[test]
+fn lost_ack() {
+    let (mut p, a, b) = pair(rc(1024), 3);
+    p.filter = Some(once(|s| s.from == Side::B, Verdict::Drop));
+    p.b.qp.post_recv(recv(1, &[b.sge(0, 100)])).unwrap();
+    p.b.qp.post_recv(recv(2, &[b.sge(0, 100)])).unwrap();
+    p.a.qp
+        .post_send(wr(1, SendOp::Send, &[a.sge(0, 50)]))
+        .unwrap();
+    p.drive(STEPS);
+    assert_eq!(drain(&mut p.a).len(), 1);
+    assert_eq!(
+        drain(&mut p.b).len(),
+        1,
+        "the resent SEND is not delivered again"
+    );
+    assert_eq!(p.b.qp.counters().duplicate_requests, 1);
+    assert_eq!(p.a.qp.counters().retransmit_timeouts, 1);
+}
+
+fn read_with_lost_response(index: u32) -> Pair {
+    let (mut p, a, b) = pair(rc(256), 4);
+    let data = pattern(9, 1000);
+    fill(&mut p.b, &b, 0, &data);
+    p.filter = Some(once(
+        move |s| s.from == Side::B && s.repr.bth.psn.value() == 100 + index,
+        Verdict::Drop,
+    ));
+    p.a.qp
+        .post_send(rdma(1, SendOp::Read, &[a.sge(0, 1000)], &b, 0))
+        .unwrap();
+    p.drive(STEPS);
+    let sc = drain(&mut p.a);
+    assert_eq!(
+        (sc[0].status, sc[0].byte_len),
+        (WcStatus::Success, 1000),
+        "lost response {index}: {:?} {:?}",
+        p.a.qp.counters(),
+        p.b.qp.counters()
+    );
+    assert!(read(&p.a, &a, 0, 1000) == data);
+    p
+}
+
+#[test]
+fn lost_read_response_first_middle_last() {
+    // Losing the first or a middle response packet: the next one skips PSNs, an
+    // implied NAK (IBTA 9.7.5.1.4) — the READ is resent for the rest.
+    for i in [0, 1] {
+        let p = read_with_lost_response(i);
+        assert_eq!(p.a.qp.counters().implied_nak_retries, 1, "index {i}");
+        assert_eq!(p.b.qp.counters().duplicate_requests, 1);
+    }
+    // Losing the last: only the timer can tell.
+    let p = read_with_lost_response(3);
+    assert_eq!(p.a.qp.counters().retransmit_timeouts, 1);
+}
+
+#[test]
+fn read_response_lost_then_later_ack_is_an_implied_nak() {
+    let (mut p, a, b) = pair(rc(1024), 5);
+    fill(&mut p.b, &b, 0, &pattern(3, 64));
+    p.filter = Some(once(
+        |s| s.from == Side::B && op(s) == Operation::ReadResponse,
+        Verdict::Drop,
+    ));
+    p.b.qp.post_recv(recv(1, &[b.sge(4096, 64)])).unwrap();
+    p.a.qp
+        .post_send(rdma(1, SendOp::Read, &[a.sge(0, 64)], &b, 0))
+        .unwrap();
+    p.a.qp
+        .post_send(wr(2, SendOp::Send, &[a.sge(100, 10)]))
+        .unwrap();
+    p.drive(STEPS);
+    let ids: Vec<_> = drain(&mut p.a)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(ids, vec![(1, WcStatus::Success), (2, WcStatus::Success)]);
+    assert_eq!(read(&p.a, &a, 0, 64), pattern(3, 64));
+    assert_eq!(p.a.qp.counters().implied_nak_retries, 1);
+    assert_eq!(p.a.qp.counters().retransmit_timeouts, 0);
+    assert_eq!(drain(&mut p.b).len(), 1);
+}
+
+#[test]
+fn duplicated_send_and_write_execute_once() {
+    let (mut p, a, b) = pair(rc(256), 6);
+    fill(&mut p.a, &a, 0, &pattern(4, 600));
+    p.filter = Some(Box::new(|s| {
+        if s.from == Side::A {
+            Verdict::Duplicate
+        } else {
+            Verdict::Pass
+        }
+    }));
+    p.b.qp.post_recv(recv(1, &[b.sge(0, 600)])).unwrap();
+    p.b.qp.post_recv(recv(2, &[b.sge(0, 600)])).unwrap();
+    p.b.qp.post_recv(recv(3, &[b.sge(0, 600)])).unwrap();
+    p.a.qp
+        .post_send(wr(1, SendOp::Send, &[a.sge(0, 600)]))
+        .unwrap();
+    p.a.qp
+        .post_send(rdma(2, SendOp::WriteWithImm(5), &[a.sge(0, 600)], &b, 4096))
+        .unwrap();
+    p.drive(STEPS);
+    assert_eq!(drain(&mut p.a).len(), 2);
+    let rc: Vec<_> = drain(&mut p.b)
+        .iter()
+        .map(|c| (c.wr_id, c.opcode))
+        .collect();
+    assert_eq!(
+        rc,
+        vec![(1, WcOpcode::Recv), (2, WcOpcode::RecvRdmaWithImm)]
+    );
+    assert_eq!(p.b.qp.counters().duplicate_requests, 6);
+    assert_eq!(read(&p.b, &b, 4096, 600), pattern(4, 600));
+}
+
+#[test]
+fn duplicated_read_is_executed_again_and_completes_once() {
+    let (mut p, a, b) = pair(rc(256), 7);
+    fill(&mut p.b, &b, 0, &pattern(5, 700));
+    p.filter = Some(Box::new(|s| {
+        if s.from == Side::A {
+            Verdict::Duplicate
+        } else {
+            Verdict::Pass
+        }
+    }));
+    p.a.qp
+        .post_send(rdma(1, SendOp::Read, &[a.sge(0, 700)], &b, 0))
+        .unwrap();
+    p.drive(STEPS);
+    let sc = drain(&mut p.a);
+    assert_eq!(sc.len(), 1);
+    assert_eq!(read(&p.a, &a, 0, 700), pattern(5, 700));
+    assert_eq!(p.b.qp.counters().duplicate_requests, 1);
+    assert_eq!(p.b.qp.counters().read_responses_sent, 6, "3 packets, twice");
+    assert_eq!(p.a.qp.counters().drop_unexpected_response, 3);
+}
+
+#[test]
+fn duplicated_atomic_is_answered_from_the_cache_never_executed_twice() {
+    let (mut p, a, b) = pair(rc(1024), 8);
+    p.filter = Some(Box::new(|s| {
+        if s.from == Side::A {
+            Verdict::Duplicate
+        } else {
+            Verdict::Pass
+        }
+    }));
+    for i in 0..3 {
+        p.a.qp
+            .post_send(rdma(
+                i,
+                SendOp::FetchAdd { add: 10 },
+                &[a.sge(8 * i as usize, 8)],
+                &b,
+                0,
+            ))
+            .unwrap();
+    }
+    p.a.qp
+        .post_send(rdma(
+            3,
+            SendOp::CompareSwap {
+                compare: 30,
+                swap: 7,
+            },
+            &[a.sge(24, 8)],
+            &b,
+            0,
+        ))
+        .unwrap();
+    p.drive(STEPS);
+    let sc = drain(&mut p.a);
+    assert!(sc.iter().all(|c| c.status == WcStatus::Success), "{sc:?}");
+    assert_eq!(sc.len(), 4);
+    let v = |off| u64::from_ne_bytes(read(&p.a, &a, off, 8).try_into().unwrap());
+    assert_eq!([v(0), v(8), v(16), v(24)], [0, 10, 20, 30]);
+    let fin = u64::from_ne_bytes(read(&p.b, &b, 0, 8).try_into().unwrap());
+    assert_eq!(fin, 7);
+    assert_eq!(p.b.qp.counters().atomic_replays, 4);
+}
+
+#[test]
+fn duplicate_atomic_missing_from_cache_is_dropped() {
+    // A copy of the first atomic arrives 1 ms late, after 40 newer atomics have
+    // pushed its result out of the cache: it must be dropped, not executed again.
+    let (mut p, a, b) = pair(rc(1024), 9);
+    p.filter = Some(once(
+        from_a_psn(100),
+        Verdict::DuplicateLate(Duration::from_millis(1)),
+    ));
+    for i in 0..40 {
+        p.a.qp
+            .post_send(rdma(i, SendOp::FetchAdd { add: 1 }, &[a.sge(0, 8)], &b, 0))
+            .unwrap();
+    }
+    p.drive(STEPS);
+    let fin = u64::from_ne_bytes(read(&p.b, &b, 0, 8).try_into().unwrap());
+    assert_eq!(fin, 40);
+    assert_eq!(drain(&mut p.a).len(), 40);
+    assert_eq!(p.b.qp.counters().drop_duplicate, 1);
+    assert_eq!(p.b.qp.counters().atomic_replays, 0);
+}
+
+#[test]
+fn reordered_packets() {
+    let (mut p, a, b) = pair(rc(256), 10);
+    let data = pattern(6, 2560);
+    fill(&mut p.a, &a, 0, &data);
+    // PSN 102 overtaken by 103..109.
+    p.filter = Some(once(
+        from_a_psn(102),
+        Verdict::Delay(Duration::from_micros(30)),
+    ));
+    p.a.qp
+        .post_send(rdma(1, SendOp::Write, &[a.sge(0, 2560)], &b, 0))
+        .unwrap();
+    p.drive(STEPS);
+    assert_eq!(drain(&mut p.a)[0].status, WcStatus::Success);
+    assert!(read(&p.b, &b, 0, 2560) == data);
+    assert_eq!(p.b.qp.counters().nak_psn_seq_sent, 1);
+    assert!(
+        p.b.qp.counters().duplicate_requests >= 1,
+        "the late original is a duplicate"
+    );
+}
+
+#[test]
+fn rnr_then_recovery() {
+    let (mut p, a, b) = pair(rc(1024), 11);
+    fill(&mut p.a, &a, 0, &pattern(8, 3000));
+    p.a.qp
+        .post_send(wr(1, SendOp::Send, &[a.sge(0, 3000)]))
+        .unwrap();
+    // Run until the first RNR NAK has arrived and the requester is waiting.
+    for _ in 0..1000 {
+        p.step();
+        if p.a.qp.counters().rnr_retries == 1 {
+            break;
+        }
+    }
+    assert_eq!(p.b.qp.counters().nak_rnr_sent, 1);
+    let t0 = p.now;
+    p.b.qp.post_recv(recv(1, &[b.sge(0, 3000)])).unwrap();
+    p.drive(STEPS);
+    let sc = drain(&mut p.a);
+    assert_eq!((sc[0].wr_id, sc[0].status), (1, WcStatus::Success));
+    assert_eq!(drain(&mut p.b)[0].byte_len, 3000);
+    assert_eq!(read(&p.b, &b, 0, 3000), pattern(8, 3000));
+    // min_rnr_timer 1 = 10 µs (IBTA table 45) before the resend.
+    assert!(p.now - t0 >= Duration::from_micros(9), "{:?}", p.now - t0);
+}
+
+#[test]
+fn rnr_retry_exhausted() {
+    let cfg = PairConfig {
+        rnr_retry: 2,
+        ..rc(1024)
+    };
+    let (mut p, a, _b) = pair(cfg, 12);
+    p.a.qp
+        .post_send(wr(1, SendOp::Send, &[a.sge(0, 10)]))
+        .unwrap();
+    p.a.qp
+        .post_send(wr(2, SendOp::Send, &[a.sge(0, 10)]))
+        .unwrap();
+    p.drive(STEPS);
+    let sc: Vec<_> = drain(&mut p.a)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(
+        sc,
+        vec![(1, WcStatus::RnrRetryExcErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(p.b.qp.counters().nak_rnr_sent, 3, "first try + 2 retries");
+    assert_eq!(p.a.qp.state(), QpState::Err);
+    assert_eq!(
+        p.b.qp.state(),
+        QpState::Rts,
+        "RNR is not an error for the responder"
+    );
+}
+
+#[test]
+fn rnr_retry_7_is_infinite() {
+    let (mut p, a, b) = pair(rc(1024), 13);
+    p.a.qp
+        .post_send(wr(1, SendOp::Send, &[a.sge(0, 10)]))
+        .unwrap();
+    assert!(!p.drive_bounded(2000), "keeps retrying");
+    assert!(p.b.qp.counters().nak_rnr_sent > 20);
+    p.b.qp.post_recv(recv(1, &[b.sge(0, 10)])).unwrap();
+    p.drive(STEPS);
+    assert_eq!(drain(&mut p.a)[0].status, WcStatus::Success);
+}
+
+#[test]
+fn retry_exhausted() {
+    let cfg = PairConfig {
+        retry_cnt: 3,
+        timeout: 8,
+        ..rc(1024)
+    };
+    let (mut p, a, b) = pair(cfg, 14);
+    p.filter = Some(Box::new(|s| {
+        if s.from == Side::A {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    p.a.qp
+        .post_send(rdma(1, SendOp::Write, &[a.sge(0, 10)], &b, 0))
+        .unwrap();
+    p.a.qp
+        .post_send(rdma(2, SendOp::Read, &[a.sge(0, 10)], &b, 0))
+        .unwrap();
+    p.drive(STEPS);
+    let sc: Vec<_> = drain(&mut p.a)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(
+        sc,
+        vec![(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(p.a.qp.state(), QpState::Err);
+    assert_eq!(p.a.qp.counters().retransmit_timeouts, 3);
+    // 4 timeouts of 4.096 µs × 2^8 = 1.048576 ms each.
+    let t = p.now.as_nanos();
+    assert!((4 * 1_048_576..4 * 1_048_576 + 100_000).contains(&t), "{t}");
+    assert!(p.a.qp.post_send(wr(3, SendOp::Send, &[])).is_ok());
+    assert_eq!(drain(&mut p.a)[0].status, WcStatus::WrFlushErr);
+}
+
+#[test]
+fn retry_cnt_7_is_seven_unless_rxe_compat() {
+    let cfg = PairConfig {
+        retry_cnt: 7,
+        timeout: 1,
+        ..rc(1024)
+    };
+    let drop_a: fn(&Seen) -> Verdict = |s| {
+        if s.from == Side::A {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    };
+    let (mut p, a, b) = pair(cfg, 15);
+    p.filter = Some(Box::new(drop_a));
+    p.a.qp
+        .post_send(rdma(1, SendOp::Write, &[a.sge(0, 1)], &b, 0))
+        .unwrap();
+    p.drive(STEPS);
+    assert_eq!(drain(&mut p.a)[0].status, WcStatus::RetryExcErr);
+    assert_eq!(p.a.qp.counters().retransmit_timeouts, 7);
+
+    let (mut p, a, b) = pair(cfg, 15);
+    p.a.qp.set_rxe_compat(RxeCompat {
+        retry_cnt_7_is_infinite: true,
+    });
+    p.filter = Some(Box::new(drop_a));
+    p.a.qp
+        .post_send(rdma(1, SendOp::Write, &[a.sge(0, 1)], &b, 0))
+        .unwrap();
+    assert!(!p.drive_bounded(5000));
+    assert!(p.a.qp.counters().retransmit_timeouts > 100);
+    assert!(drain(&mut p.a).is_empty());
+}
+
+#[test]
+fn timeout_0_is_infinite() {
+    let cfg = PairConfig {
+        timeout: 0,
+        ..rc(1024)
+    };
+    let (mut p, a, b) = pair(cfg, 16);
+    p.filter = Some(Box::new(|_| Verdict::Drop));
+    p.a.qp
+        .post_send(rdma(1, SendOp::Write, &[a.sge(0, 1)], &b, 0))
+        .unwrap();
+    p.drive(STEPS);
+    assert_eq!(p.a.qp.poll_timeout(), None);
+    assert!(drain(&mut p.a).is_empty());
+    assert_eq!(p.a.qp.send_queue_len(), 1, "still outstanding, no timer");
+}
+
+#[test]
+fn flush_on_err_with_work_in_flight() {
+    let (mut p, a, b) = pair(rc(256), 17);
+    for i in 0..3 {
+        p.b.qp.post_recv(recv(100 + i, &[b.sge(0, 4096)])).unwrap();
+    }
+    for i in 0..5 {
+        let mut w = rdma(i, SendOp::Write, &[a.sge(0, 2000)], &b, 0);
+        w.signaled = i != 1;
+        p.a.qp.post_send(w).unwrap();
+    }
+    // A few packets out, none acknowledged yet.
+    p.transmit();
+    p.a.qp
+        .modify(
+            p.now,
+            &QpAttr {
+                state: Some(QpState::Err),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    p.b.qp
+        .modify(
+            p.now,
+            &QpAttr {
+                state: Some(QpState::Err),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    p.drive(STEPS);
+    let sc: Vec<_> = drain(&mut p.a)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    // Every WQE, signaled or not, once, in order.
+    assert_eq!(
+        sc,
+        (0..5)
+            .map(|i| (i, WcStatus::WrFlushErr))
+            .collect::<Vec<_>>()
+    );
+    let rc: Vec<_> = drain(&mut p.b)
+        .iter()
+        .map(|c| (c.queue, c.wr_id, c.status))
+        .collect();
+    assert_eq!(
+        rc,
+        (100..103)
+            .map(|i| (Queue::Recv, i, WcStatus::WrFlushErr))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(p.a.qp.poll_timeout(), None);
+}
+
+#[test]
+fn psn_wraps_at_2_pow_24() {
+    let cfg = PairConfig {
+        psns: ((1 << 24) - 5, (1 << 24) - 2),
+        ..rc(256)
+    };
+    let (mut p, a, b) = pair(cfg, 18);
+    let data = pattern(11, 4000);
+    fill(&mut p.a, &a, 0, &data);
+    fill(&mut p.b, &b, MIB, &data);
+    // Lose the packet with PSN 0 (after the wrap) once, in each direction.
+    let seen = Rc::new(RefCell::new(HashSet::new()));
+    let s2 = seen.clone();
+    p.filter = Some(Box::new(move |s| {
+        if s.repr.bth.psn.value() == 0 && s2.borrow_mut().insert(s.from == Side::A) {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    p.b.qp.post_recv(recv(1, &[b.sge(0, 4000)])).unwrap();
+    p.a.qp
+        .post_send(wr(1, SendOp::Send, &[a.sge(0, 4000)]))
+        .unwrap();
+    p.a.qp
+        .post_send(rdma(2, SendOp::Read, &[a.sge(8192, 4000)], &b, MIB))
+        .unwrap();
+    p.b.qp
+        .post_send(rdma(3, SendOp::Write, &[b.sge(MIB, 4000)], &a, 16384))
+        .unwrap();
+    p.drive(STEPS);
+    assert_eq!(seen.borrow().len(), 2);
+    let sa: Vec<_> = drain(&mut p.a)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    let sb: Vec<_> = drain(&mut p.b)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(sa, vec![(1, WcStatus::Success), (2, WcStatus::Success)]);
+    assert_eq!(sb, vec![(1, WcStatus::Success), (3, WcStatus::Success)]);
+    assert!(read(&p.b, &b, 0, 4000) == data);
+    assert!(read(&p.a, &a, 8192, 4000) == data);
+    assert!(read(&p.a, &a, 16384, 4000) == data);
+}
+
+#[test]
+fn max_rd_atomic_limits_outstanding_reads() {
+    let cfg = PairConfig {
+        rd_atomic: 2,
+        ..rc(256)
+    };
+    let (mut p, a, b) = pair(cfg, 19);
+    // Track READ requests in flight: +1 per request, -1 per last/only response.
+    let depth = Rc::new(RefCell::new((0i32, 0i32)));
+    let d2 = depth.clone();
+    p.filter = Some(Box::new(move |s| {
+        let info = s.repr.bth.opcode.info().unwrap();
+        let mut d = d2.borrow_mut();
+        match info.operation {
+            Operation::ReadRequest | Operation::FetchAdd => d.0 += 1,
+            Operation::ReadResponse if info.position.ends() => d.0 -= 1,
+            Operation::AtomicAcknowledge => d.0 -= 1,
+            _ => {}
+        }
+        d.1 = d.1.max(d.0);
+        Verdict::Pass
+    }));
+    for i in 0..6 {
+        let w = if i % 3 == 2 {
+            rdma(i, SendOp::FetchAdd { add: 1 }, &[a.sge(MIB, 8)], &b, MIB)
+        } else {
+            rdma(i, SendOp::Read, &[a.sge(0, 1000)], &b, 0)
+        };
+        p.a.qp.post_send(w).unwrap();
+    }
+    p.drive(STEPS);
+    assert_eq!(drain(&mut p.a).len(), 6);
+    assert_eq!(
+        depth.borrow().1,
+        2,
+        "never more than max_rd_atomic outstanding"
+    );
+}
+
+#[test]
+fn reads_beyond_max_dest_rd_atomic_are_invalid_requests() {
+    // A requester allowed 4 outstanding READs against a responder that serves 1.
+    let mut p = Pair::connect(rc(1024), 20);
+    let cfg_b = PairConfig {
+        rd_atomic: 1,
+        ..rc(1024)
+    };
+    let mut qb =
+        softnic_transport::qp::Qp::new(0x22, softnic_transport::qp::QpType::Rc, 1, cfg_b.caps);
+    connect_qp(&mut qb, &cfg_b, 0x11, p.a.addr, 100, 5000);
+    p.b.qp = qb;
+    let a = region(
+        &mut p.a,
+        0x1000,
+        8192,
+        softnic_transport::memory::Access::ALL,
+    );
+    let b = region(
+        &mut p.b,
+        0x1000,
+        8192,
+        softnic_transport::memory::Access::ALL,
+    );
+    for i in 0..2 {
+        p.a.qp
+            .post_send(rdma(i, SendOp::Read, &[a.sge(0, 3000)], &b, 0))
+            .unwrap();
+    }
+    p.drive(STEPS);
+    let sc: Vec<_> = drain(&mut p.a)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(
+        sc,
+        vec![(0, WcStatus::Success), (1, WcStatus::RemInvReqErr)]
+    );
+    assert_eq!(p.b.qp.counters().nak_invalid_request_sent, 1);
+}
+
+#[test]
+fn corruption_is_caught_by_the_icrc_and_recovered() {
+    let (mut p, a, b) = pair(rc(512), 21);
+    p.faults.corrupt = 0.05;
+    let data = pattern(12, 200_000);
+    fill(&mut p.a, &a, 0, &data);
+    p.a.qp
+        .post_send(rdma(1, SendOp::Write, &[a.sge(0, 200_000)], &b, 0))
+        .unwrap();
+    p.drive(STEPS);
+    assert_eq!(drain(&mut p.a)[0].status, WcStatus::Success);
+    assert!(read(&p.b, &b, 0, 200_000) == data);
+    assert!(p.stats.corrupted > 5);
+    assert_eq!(
+        p.stats.icrc_errors + p.stats.corrupted_masked,
+        p.stats.corrupted
+    );
+}
+
+#[test]
+fn opcode_table_names_for_traces() {
+    // Keep the opcode import honest: traces in failures print IBTA names.
+    assert_eq!(format!("{}", Opcode::RC_ACKNOWLEDGE), "RC_ACKNOWLEDGE");
+}
