@@ -6,6 +6,8 @@
 //! a fragment) is an error, not a skip: it would otherwise vanish from the output
 //! silently.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
 use wire::frame::RoceFrame;
 
 use super::capture::LinkType;
@@ -21,8 +23,9 @@ const IPPROTO_UDP: u8 = 17;
 pub enum Classified<'a> {
     /// A RoCEv2 packet with its outer headers.
     Roce(RoceFrame<'a>),
-    /// UDP to the RoCEv2 port, but the outer layers are broken.
-    Broken(wire::Error),
+    /// UDP to the RoCEv2 port, but the outer layers are broken. The addresses are
+    /// given when the IP and UDP headers were captured far enough to read them.
+    Broken(wire::Error, Option<(SocketAddr, SocketAddr)>),
     /// Anything else.
     Other,
 }
@@ -87,6 +90,30 @@ fn udp_dst_port(ip: &[u8]) -> Option<u16> {
     be16(ip, udp_off + 2)
 }
 
+/// Source and destination address and port of an IP/UDP packet whose headers are
+/// captured at least as far as the UDP ports (for error messages).
+fn endpoints(ip: &[u8]) -> Option<(SocketAddr, SocketAddr)> {
+    let arr4 = |o: usize| -> Option<[u8; 4]> { ip.get(o..o + 4)?.try_into().ok() };
+    let arr16 = |o: usize| -> Option<[u8; 16]> { ip.get(o..o + 16)?.try_into().ok() };
+    let (src, dst, udp) = match ip.first()? >> 4 {
+        4 => (
+            IpAddr::V4(Ipv4Addr::from(arr4(12)?)),
+            IpAddr::V4(Ipv4Addr::from(arr4(16)?)),
+            usize::from(ip.first()? & 0x0F) * 4,
+        ),
+        6 => (
+            IpAddr::V6(Ipv6Addr::from(arr16(8)?)),
+            IpAddr::V6(Ipv6Addr::from(arr16(24)?)),
+            40,
+        ),
+        _ => return None,
+    };
+    Some((
+        SocketAddr::new(src, be16(ip, udp)?),
+        SocketAddr::new(dst, be16(ip, udp + 2)?),
+    ))
+}
+
 /// Classifies a frame: RoCEv2 to `port`, broken RoCEv2, or something else.
 pub fn classify(link: LinkType, data: &[u8], port: u16) -> Classified<'_> {
     let Some(ip) = ip_of(link, data) else {
@@ -97,7 +124,7 @@ pub fn classify(link: LinkType, data: &[u8], port: u16) -> Classified<'_> {
     }
     match wire::frame::parse_ip(ip, port) {
         Ok(f) => Classified::Roce(f),
-        Err(e) => Classified::Broken(e),
+        Err(e) => Classified::Broken(e, endpoints(ip)),
     }
 }
 
@@ -159,7 +186,7 @@ mod tests {
         let ip = ipv4_udp(4791, 64);
         assert!(matches!(
             classify(LinkType::RAW, &ip[..40], 4791),
-            Classified::Broken(_)
+            Classified::Broken(_, Some(_))
         ));
         for n in 0..30 {
             // Shorter than the UDP header: not recognisable as RoCEv2, so skipped.

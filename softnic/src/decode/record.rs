@@ -162,9 +162,9 @@ pub struct Headers {
 pub struct Record {
     /// 1-based frame number in the file (tshark's `frame.number`).
     pub frame: u64,
-    /// Source address and UDP port.
+    /// Source address and UDP port (empty when they could not be read).
     pub src: String,
-    /// Destination address and UDP port.
+    /// Destination address and UDP port (empty when they could not be read).
     pub dst: String,
     /// Outermost VLAN ID, if tagged.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -305,11 +305,16 @@ impl Record {
     }
 
     /// A record for a frame addressed to the RoCEv2 port whose outer headers are broken.
-    pub fn broken(number: u64, e: &wire::Error) -> Record {
+    /// `ends` are its addresses, when they could be read.
+    pub fn broken(number: u64, e: &wire::Error, ends: Option<(SocketAddr, SocketAddr)>) -> Record {
+        let (src, dst) = match ends {
+            Some((s, d)) => (s.to_string(), d.to_string()),
+            None => (String::new(), String::new()),
+        };
         Record {
             frame: number,
-            src: String::new(),
-            dst: String::new(),
+            src,
+            dst,
             vlan: None,
             ipv4_id: None,
             status: Status::ParseError,
