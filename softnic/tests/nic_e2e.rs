@@ -1,0 +1,272 @@
+//! End to end: two `softnic run` processes on loopback, verbs-api clients, every RC
+//! operation at several path MTUs, bytes and completion fields checked.
+
+mod nic_support;
+
+use nic_support::*;
+use verbs_api::{AccessFlags, Mtu, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
+
+fn sges(s: &Side, offset: usize, len: usize) -> Vec<Sge> {
+    if len == 0 {
+        Vec::new()
+    } else {
+        vec![s.mr.sge(offset, len as u32)]
+    }
+}
+
+fn send(x: &mut Side, y: &mut Side, len: usize, imm: Option<u32>, wr_id: u64) {
+    let data = pattern(len, wr_id as u8);
+    x.mr.as_mut_slice()[..len].copy_from_slice(&data);
+    y.mr.as_mut_slice()[..len].fill(0);
+    let rs = sges(y, 0, len);
+    y.qp.post_recv(&[RecvWr::new(wr_id + 1000, &rs)])
+        .expect("post recv");
+    let ss = sges(x, 0, len);
+    let op = match imm {
+        Some(i) => WrOpcode::SendWithImm(i),
+        None => WrOpcode::Send,
+    };
+    x.qp.post_send(&[SendWr::new(wr_id, op, &ss).signaled()])
+        .expect("post send");
+    let s = poll_one(&mut x.cq);
+    assert_eq!(
+        (s.wr_id, s.status, s.opcode),
+        (wr_id, WcStatus::Success, WcOpcode::Send),
+        "{s:?}"
+    );
+    let r = poll_one(&mut y.cq);
+    assert_eq!(
+        (r.wr_id, r.status, r.opcode),
+        (wr_id + 1000, WcStatus::Success, WcOpcode::Recv),
+        "{r:?}"
+    );
+    assert_eq!(r.byte_len as usize, len);
+    assert_eq!(r.imm_data, imm);
+    assert_eq!(r.qp_num, y.qp.qp_num());
+    assert!(
+        y.mr.as_slice()[..len] == data[..],
+        "SEND of {len} bytes arrived intact"
+    );
+}
+
+fn write(x: &mut Side, y: &mut Side, len: usize, imm: Option<u32>, wr_id: u64) {
+    let data = pattern(len, wr_id as u8 ^ 0x5A);
+    x.mr.as_mut_slice()[..len].copy_from_slice(&data);
+    y.mr.as_mut_slice()[..len].fill(0);
+    if imm.is_some() {
+        y.qp.post_recv(&[RecvWr::new(wr_id + 1000, &[])])
+            .expect("post recv");
+    }
+    let ss = sges(x, 0, len);
+    let (remote_addr, rkey) = (y.mr.addr(), y.mr.rkey());
+    let op = match imm {
+        Some(imm) => WrOpcode::RdmaWriteWithImm {
+            remote_addr,
+            rkey,
+            imm,
+        },
+        None => WrOpcode::RdmaWrite { remote_addr, rkey },
+    };
+    x.qp.post_send(&[SendWr::new(wr_id, op, &ss).signaled()])
+        .expect("post write");
+    let s = poll_one(&mut x.cq);
+    assert_eq!(
+        (s.wr_id, s.status, s.opcode),
+        (wr_id, WcStatus::Success, WcOpcode::RdmaWrite),
+        "{s:?}"
+    );
+    if let Some(i) = imm {
+        let r = poll_one(&mut y.cq);
+        assert_eq!(
+            (r.status, r.opcode, r.imm_data),
+            (WcStatus::Success, WcOpcode::RecvRdmaWithImm, Some(i)),
+            "{r:?}"
+        );
+        assert_eq!(r.byte_len as usize, len);
+    }
+    assert!(
+        y.mr.as_slice()[..len] == data[..],
+        "WRITE of {len} bytes arrived intact"
+    );
+}
+
+fn read(x: &mut Side, y: &mut Side, len: usize, wr_id: u64) {
+    let data = pattern(len, wr_id as u8 ^ 0xA5);
+    y.mr.as_mut_slice()[..len].copy_from_slice(&data);
+    x.mr.as_mut_slice()[..len].fill(0);
+    let ss = sges(x, 0, len);
+    let op = WrOpcode::RdmaRead {
+        remote_addr: y.mr.addr(),
+        rkey: y.mr.rkey(),
+    };
+    x.qp.post_send(&[SendWr::new(wr_id, op, &ss).signaled()])
+        .expect("post read");
+    let s = poll_one(&mut x.cq);
+    assert_eq!(
+        (s.wr_id, s.status, s.opcode),
+        (wr_id, WcStatus::Success, WcOpcode::RdmaRead),
+        "{s:?}"
+    );
+    assert!(
+        x.mr.as_slice()[..len] == data[..],
+        "READ of {len} bytes arrived intact"
+    );
+}
+
+fn atomics(x: &mut Side, y: &mut Side) {
+    y.mr.as_mut_slice()[..8].copy_from_slice(&100u64.to_ne_bytes());
+    let local = [x.mr.sge(8, 8)];
+    let (remote_addr, rkey) = (y.mr.addr(), y.mr.rkey());
+    x.qp.post_send(&[SendWr::new(
+        1,
+        WrOpcode::AtomicFetchAndAdd {
+            remote_addr,
+            rkey,
+            add: 5,
+        },
+        &local,
+    )
+    .signaled()])
+        .expect("post fetch-add");
+    let c = poll_one(&mut x.cq);
+    assert_eq!(
+        (c.status, c.opcode),
+        (WcStatus::Success, WcOpcode::FetchAdd),
+        "{c:?}"
+    );
+    assert_eq!(
+        u64::from_ne_bytes(x.mr.as_slice()[8..16].try_into().unwrap()),
+        100
+    );
+    assert_eq!(
+        u64::from_ne_bytes(y.mr.as_slice()[..8].try_into().unwrap()),
+        105
+    );
+    for (compare, swap, want_orig, want_after) in [(105, 7, 105, 7), (105, 9, 7, 7)] {
+        x.qp.post_send(&[SendWr::new(
+            2,
+            WrOpcode::AtomicCmpAndSwp {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            },
+            &local,
+        )
+        .signaled()])
+            .expect("post cmp-swap");
+        let c = poll_one(&mut x.cq);
+        assert_eq!(
+            (c.status, c.opcode),
+            (WcStatus::Success, WcOpcode::CompSwap),
+            "{c:?}"
+        );
+        assert_eq!(
+            u64::from_ne_bytes(x.mr.as_slice()[8..16].try_into().unwrap()),
+            want_orig
+        );
+        assert_eq!(
+            u64::from_ne_bytes(y.mr.as_slice()[..8].try_into().unwrap()),
+            want_after
+        );
+    }
+}
+
+#[test]
+fn every_rc_operation_between_two_nics() {
+    let a = NicProc::start("e2e-a", "127.0.0.2", 4791, &[]);
+    let b = NicProc::start("e2e-b", "127.0.0.3", 4791, &[]);
+    for mtu in [Mtu::Mtu256, Mtu::Mtu1024, Mtu::Mtu4096] {
+        let m = mtu.bytes() as usize;
+        let big = if mtu == Mtu::Mtu4096 {
+            16 << 20
+        } else {
+            1 << 20
+        };
+        let (mut x, mut y) = rc_pair(&a, &b, mtu, big + 4096, 64);
+        let mut id = 1;
+        for len in [0, 1, m - 1, m, m + 1, 1 << 20, big] {
+            send(&mut x, &mut y, len, None, id);
+            send(&mut x, &mut y, len, Some(0xC0FF_EE00 | id as u32), id + 1);
+            write(&mut x, &mut y, len, None, id + 2);
+            write(&mut x, &mut y, len, Some(0xBEEF_0000 | id as u32), id + 3);
+            read(&mut x, &mut y, len, id + 4);
+            // And the other direction.
+            send(&mut y, &mut x, len, None, id + 5);
+            id += 8;
+        }
+        atomics(&mut x, &mut y);
+    }
+    let sent = a.stat("tx_datagrams");
+    assert!(sent > 10_000, "tx_datagrams {sent}");
+    assert_eq!(b.stat("rx_drop_bad_icrc"), 0);
+    assert!(
+        b.stat("rx_icrc_id0") > 0,
+        "softnic peers are verified with ID 0"
+    );
+}
+
+#[test]
+fn wrong_rkey_out_of_range_and_missing_access_are_remote_access_errors() {
+    let a = NicProc::start("prot-a", "127.0.0.4", 4791, &[]);
+    let b = NicProc::start("prot-b", "127.0.0.5", 4791, &[]);
+    // (what, target the restricted region?, operation builder(addr, len, rkey))
+    type Op = fn(u64, u64, u32) -> WrOpcode;
+    let cases: [(&str, bool, Op); 5] = [
+        ("wrong rkey", false, |addr, _, rkey| WrOpcode::RdmaWrite {
+            remote_addr: addr,
+            rkey: rkey ^ 0x5A5A,
+        }),
+        ("past the end", false, |addr, len, rkey| {
+            WrOpcode::RdmaWrite {
+                remote_addr: addr + len - 8,
+                rkey,
+            }
+        }),
+        ("before the start", false, |addr, _, rkey| {
+            WrOpcode::RdmaRead {
+                remote_addr: addr - 64,
+                rkey,
+            }
+        }),
+        ("no REMOTE_WRITE", true, |addr, _, rkey| {
+            WrOpcode::RdmaWrite {
+                remote_addr: addr,
+                rkey,
+            }
+        }),
+        ("no REMOTE_ATOMIC", true, |addr, _, rkey| {
+            WrOpcode::AtomicFetchAndAdd {
+                remote_addr: addr,
+                rkey,
+                add: 1,
+            }
+        }),
+    ];
+    for (what, restricted, op) in cases {
+        let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
+        let mut r =
+            y.pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+                .expect("restricted mr");
+        y.mr.as_mut_slice().fill(0xEE);
+        r.as_mut_slice().fill(0xEE);
+        let target = if restricted { &r } else { &y.mr };
+        let op = op(target.addr(), target.len() as u64, target.rkey());
+        let is_atomic = matches!(op, WrOpcode::AtomicFetchAndAdd { .. });
+        let local = [x.mr.sge(0, if is_atomic { 8 } else { 64 })];
+        x.qp.post_send(&[SendWr::new(9, op, &local).signaled()])
+            .expect("post");
+        let c = poll_one(&mut x.cq);
+        assert_eq!(c.wr_id, 9);
+        assert_eq!(c.status, WcStatus::RemAccessErr, "{what}: {c:?}");
+        assert!(
+            y.mr.as_slice().iter().all(|&b| b == 0xEE),
+            "{what}: memory untouched"
+        );
+        assert!(
+            r.as_slice().iter().all(|&b| b == 0xEE),
+            "{what}: memory untouched"
+        );
+    }
+    assert!(b.stat("qp_nak_remote_access_sent") >= 5);
+}

@@ -1,0 +1,253 @@
+//! Shared helpers of the `nic_*` integration tests: start `softnic run` processes on
+//! loopback, connect verbs-api clients, wait for completions — every wait bounded, every
+//! spawned process killed by PID when its guard drops (also when a test fails).
+#![allow(dead_code)]
+
+use std::net::IpAddr;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use verbs_api::{
+    AccessFlags, CompletionQueue, Context, Device, Gid, MemoryRegion, Mtu, ProtectionDomain, QpCap,
+    QpEndpoint, QpInitAttr, QpType, QueuePair, WorkCompletion,
+};
+
+/// Longest any single wait in these tests may take.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// The control-socket directory of this test binary. verbs-api finds sockets through
+/// `$SOFTNIC_DIR`, which is process-wide, so it is set once, before any client runs, to
+/// a directory private to this test process; NICs get distinct names instead.
+pub fn softnic_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("softnic-nictest-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("create SOFTNIC_DIR");
+        std::env::set_var("SOFTNIC_DIR", &d);
+        d
+    })
+}
+
+/// A `softnic run` process, killed (SIGKILL) on drop if still running.
+pub struct NicProc {
+    child: Option<Child>,
+    /// Device name.
+    pub name: String,
+    /// Bound address.
+    pub addr: IpAddr,
+    /// UDP port.
+    pub port: u16,
+    /// Its stderr.
+    pub log: PathBuf,
+}
+
+impl NicProc {
+    /// Starts a NIC named `name` on `addr:port` with extra arguments; waits (bounded)
+    /// until its control socket answers.
+    pub fn start(name: &str, addr: &str, port: u16, extra: &[&str]) -> NicProc {
+        let dir = softnic_dir();
+        let log = dir.join(format!("{name}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_softnic"))
+            .args([
+                "run",
+                "--name",
+                name,
+                "--addr",
+                addr,
+                "--port",
+                &port.to_string(),
+            ])
+            .args(extra)
+            .env("SOFTNIC_DIR", dir)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn softnic run");
+        let mut nic = NicProc {
+            child: Some(child),
+            name: name.to_string(),
+            addr: addr.parse().expect("address"),
+            port,
+            log,
+        };
+        let sock = dir.join(format!("{name}.sock"));
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if UnixStream::connect(&sock).is_ok() {
+                break;
+            }
+            if let Some(st) = nic.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("softnic run {name} exited with {st}: {}", nic.log_text());
+            }
+            assert!(Instant::now() < deadline, "NIC {name} did not come up");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        nic
+    }
+
+    /// Its log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// True while the process runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// SIGTERM, then waits (bounded) for a clean exit.
+    pub fn stop(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        // SAFETY: kill(2) on the PID of a child we spawned and have not reaped.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(st) = child.try_wait().expect("wait") {
+                return st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("NIC {} ignored SIGTERM", self.name);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The QP endpoint of a QP of this NIC.
+    pub fn endpoint(&self, qpn: u32, psn: u32) -> QpEndpoint {
+        QpEndpoint {
+            lid: 0,
+            qpn,
+            psn,
+            gid: Gid::from_ip(self.addr),
+            udp_port: self.port,
+        }
+    }
+
+    /// `softnic stats --name` as a list.
+    pub fn stats(&self) -> Vec<(String, u64)> {
+        let out = Command::new(env!("CARGO_BIN_EXE_softnic"))
+            .args(["stats", "--name", &self.name])
+            .env("SOFTNIC_DIR", softnic_dir())
+            .output()
+            .expect("softnic stats");
+        assert!(out.status.success(), "softnic stats failed: {out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                Some((k.to_string(), v.parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// One counter.
+    pub fn stat(&self, name: &str) -> u64 {
+        self.stats()
+            .into_iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
+            .unwrap_or_else(|| panic!("no counter {name}"))
+    }
+}
+
+impl Drop for NicProc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One side of a connected RC pair: context, PD, one CQ for both queues, QP, MR.
+pub struct Side {
+    pub ctx: Context,
+    pub pd: ProtectionDomain,
+    pub qp: QueuePair,
+    pub cq: CompletionQueue,
+    pub mr: MemoryRegion,
+}
+
+/// Opens `nic`, allocates a `mr_len`-byte region with every access right and an RC QP.
+pub fn side(nic: &NicProc, mr_len: usize, depth: u32) -> Side {
+    let ctx = Device::open(&nic.name).expect("open device");
+    let pd = ctx.alloc_pd().expect("alloc pd");
+    let mr = pd.alloc_mr(mr_len, AccessFlags::ALL).expect("alloc mr");
+    let cq = ctx.create_cq(2 * depth).expect("create cq");
+    let cap = QpCap {
+        max_send_wr: depth,
+        max_recv_wr: depth,
+        max_send_sge: 4,
+        max_recv_sge: 4,
+        max_inline_data: 256,
+    };
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: &cq,
+            recv_cq: &cq,
+            cap,
+            sq_sig_all: false,
+        })
+        .expect("create qp");
+    Side {
+        ctx,
+        pd,
+        qp,
+        cq,
+        mr,
+    }
+}
+
+/// Two RC QPs on `a` and `b`, connected with path MTU `mtu`.
+pub fn rc_pair(a: &NicProc, b: &NicProc, mtu: Mtu, mr_len: usize, depth: u32) -> (Side, Side) {
+    let mut x = side(a, mr_len, depth);
+    let mut y = side(b, mr_len, depth);
+    let (psn_x, psn_y) = (0x10_0000, 0xFF_FFF0); // y wraps its PSN around 2^24
+    x.qp.to_init(AccessFlags::ALL).expect("x init");
+    y.qp.to_init(AccessFlags::ALL).expect("y init");
+    x.qp.to_rtr(&b.endpoint(y.qp.qp_num(), psn_y), mtu)
+        .expect("x rtr");
+    y.qp.to_rtr(&a.endpoint(x.qp.qp_num(), psn_x), mtu)
+        .expect("y rtr");
+    x.qp.to_rts(psn_x).expect("x rts");
+    y.qp.to_rts(psn_y).expect("y rts");
+    (x, y)
+}
+
+/// Polls `cq` until one completion arrives (bounded by [`WAIT`]).
+pub fn poll_one(cq: &mut CompletionQueue) -> WorkCompletion {
+    let deadline = Instant::now() + WAIT;
+    let mut wc = [WorkCompletion::default(); 1];
+    loop {
+        if cq.poll(&mut wc).expect("poll") == 1 {
+            return wc[0];
+        }
+        assert!(Instant::now() < deadline, "no completion within {WAIT:?}");
+        std::hint::spin_loop();
+    }
+}
+
+/// Polls until `n` completions arrived.
+pub fn poll_n(cq: &mut CompletionQueue, n: usize) -> Vec<WorkCompletion> {
+    (0..n).map(|_| poll_one(cq)).collect()
+}
+
+/// Deterministic test bytes.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[1] ^ seed)
+        .collect()
+}
