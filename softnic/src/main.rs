@@ -8,7 +8,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "softnic", version, about = "A userspace RDMA NIC speaking RoCEv2 over UDP 4791")]
+#[command(
+    name = "softnic",
+    version,
+    about = "A userspace RDMA NIC speaking RoCEv2 over UDP 4791"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -1,5 +1,5 @@
 //! The RoCEv2 Invariant CRC (IBTA Annex A17.4.1.1, as Linux `rxe_icrc.c` and hardware
-//! compute it; verified bit for bit on 1,007 real packets, see `tests/icrc_captures.rs`).
+//! compute it; verified bit for bit on 1,007 real packets, see `wire/tests/captures.rs`).
 //!
 //! The ICRC is a standard CRC-32 (zlib's) over, in order:
 //! 1. eight 0xFF bytes standing in for the InfiniBand LRH;
