@@ -18,13 +18,20 @@ use verbs_api::{
 /// Longest any single wait in these tests may take.
 pub const WAIT: Duration = Duration::from_secs(20);
 
+/// Environment variable by which a parent test passes its SOFTNIC_DIR to a child.
+pub const CHILD_DIR_ENV: &str = "SOFTNIC_NICTEST_DIR";
+
 /// The control-socket directory of this test binary. verbs-api finds sockets through
 /// `$SOFTNIC_DIR`, which is process-wide, so it is set once, before any client runs, to
 /// a directory private to this test process; NICs get distinct names instead.
 pub fn softnic_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let d = std::env::temp_dir().join(format!("softnic-nictest-{}", std::process::id()));
+        // A child client process (see nic_client_crash.rs) uses its parent's directory.
+        let d = match std::env::var_os(CHILD_DIR_ENV) {
+            Some(d) => PathBuf::from(d),
+            None => std::env::temp_dir().join(format!("softnic-nictest-{}", std::process::id())),
+        };
         std::fs::create_dir_all(&d).expect("create SOFTNIC_DIR");
         std::env::set_var("SOFTNIC_DIR", &d);
         d
@@ -88,6 +95,19 @@ impl NicProc {
             std::thread::sleep(Duration::from_millis(10));
         }
         nic
+    }
+
+    /// A NIC started by someone else (e.g. the parent test process): not owned, never
+    /// killed by this guard.
+    pub fn attach(name: &str, addr: &str, port: u16) -> NicProc {
+        softnic_dir();
+        NicProc {
+            child: None,
+            name: name.to_string(),
+            addr: addr.parse().expect("address"),
+            port,
+            log: PathBuf::new(),
+        }
     }
 
     /// Its log so far.
@@ -163,8 +183,19 @@ impl NicProc {
 }
 
 impl Drop for NicProc {
+    /// SIGTERM (so the NIC removes its socket), SIGKILL after 2 s; by PID, only our own
+    /// child.
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
+            // SAFETY: kill(2) on the PID of a child we spawned and have not reaped.
+            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
