@@ -72,6 +72,9 @@ fn hex_field(s: &str, what: &str, max_digits: usize) -> Result<u32, OobError> {
             "{what} {s:?} is not 1..={max_digits} hex digits"
         )));
     }
+    if !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(OobError::Malformed(format!("{what} {s:?} is not hex")));
+    }
     u32::from_str_radix(s, 16).map_err(|_| OobError::Malformed(format!("{what} {s:?} is not hex")))
 }
 
@@ -110,6 +113,62 @@ pub fn decode(msg: &[u8]) -> Result<QpEndpoint, OobError> {
         gid: Gid(g),
         udp_port: 0,
     })
+}
+
+/// Length of a memory-region message: `"%016x:%08x"` of address and rkey, with NUL.
+/// (A softnic extension used by the WRITE/READ/atomics examples; the pingpong format
+/// carries no region.)
+pub const MR_MSG_LEN: usize = 16 + 1 + 8 + 1;
+
+/// A remote memory region: what a peer needs for RDMA WRITE/READ/atomics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RemoteMr {
+    /// Address of the first byte (the region's iova).
+    pub addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// Length in bytes (not sent; filled by the caller if known).
+    pub len: u64,
+}
+
+/// Encodes a region as `"%016x:%08x\0"`.
+pub fn encode_mr(mr: &RemoteMr) -> [u8; MR_MSG_LEN] {
+    let s = format!("{:016x}:{:08x}", mr.addr, mr.rkey);
+    let mut out = [0u8; MR_MSG_LEN];
+    out[..s.len()].copy_from_slice(s.as_bytes());
+    out
+}
+
+/// Decodes [`encode_mr`]'s format.
+pub fn decode_mr(msg: &[u8]) -> Result<RemoteMr, OobError> {
+    let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
+    let text =
+        std::str::from_utf8(&msg[..end]).map_err(|_| OobError::Malformed("not ASCII".into()))?;
+    let (addr, rkey) = text
+        .split_once(':')
+        .ok_or_else(|| OobError::Malformed(format!("{text:?} is not ADDR:RKEY")))?;
+    if addr.len() != 16 || rkey.len() != 8 {
+        return Err(OobError::Malformed(format!(
+            "{text:?} is not 16:8 hex digits"
+        )));
+    }
+    let addr = u64::from_str_radix(addr, 16)
+        .map_err(|_| OobError::Malformed(format!("address {addr:?} is not hex")))?;
+    let rkey = hex_field(rkey, "rkey", 8)?;
+    Ok(RemoteMr { addr, rkey, len: 0 })
+}
+
+/// Sends a region description.
+pub fn write_mr(stream: &mut impl Write, mr: &RemoteMr) -> Result<(), OobError> {
+    stream.write_all(&encode_mr(mr))?;
+    Ok(())
+}
+
+/// Receives a region description.
+pub fn read_mr(stream: &mut impl Read) -> Result<RemoteMr, OobError> {
+    let mut buf = [0u8; MR_MSG_LEN];
+    stream.read_exact(&mut buf)?;
+    decode_mr(&buf)
 }
 
 /// Sends our address.
@@ -246,6 +305,21 @@ mod tests {
         ] {
             assert!(decode(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn mr_message_exact_bytes_and_round_trip() {
+        let mr = RemoteMr {
+            addr: 0x7f12_3456_7000,
+            rkey: 0xab00_0102,
+            len: 0,
+        };
+        let m = encode_mr(&mr);
+        assert_eq!(&m, b"00007f1234567000:ab000102\0");
+        assert_eq!(decode_mr(&m).unwrap(), mr);
+        assert!(decode_mr(b"7000:ab000102\0").is_err());
+        assert!(decode_mr(b"00007f1234567000:+b000102\0").is_err());
+        assert!(decode_mr(b"00007f1234567000ab000102\0\0").is_err());
     }
 
     #[test]
