@@ -65,7 +65,7 @@ fn pcap_of_both_nics_decodes_with_every_icrc_ok() {
         }
         assert_eq!(poll_one(&mut y.cq).status, WcStatus::Success);
         // Counters see the traffic.
-        assert!(a.stat("tx_datagrams") >= 3 + 3 + 1 + 1);
+        assert!(a.stat("tx_datagrams") > 3 + 3 + 1);
         assert_eq!(a.stat("qp_completions_success"), 4);
         assert_eq!(b.stat("qp_completions_success"), 1);
         assert_eq!(b.stat("rx_drop_bad_icrc"), 0);

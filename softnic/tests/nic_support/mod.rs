@@ -11,8 +11,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use verbs_api::{
-    AccessFlags, CompletionQueue, Context, Device, Gid, MemoryRegion, Mtu, ProtectionDomain, QpCap,
-    QpEndpoint, QpInitAttr, QpType, QueuePair, WorkCompletion,
+    AccessFlags, CompletionQueue, Context, Device, Gid, MemoryRegion, Mtu, ProtectionDomain,
+    QpAttr, QpCap, QpEndpoint, QpInitAttr, QpState, QpType, QueuePair, WorkCompletion,
 };
 
 /// Longest any single wait in these tests may take.
@@ -244,6 +244,18 @@ pub fn side(nic: &NicProc, mr_len: usize, depth: u32) -> Side {
 
 /// Two RC QPs on `a` and `b`, connected with path MTU `mtu`.
 pub fn rc_pair(a: &NicProc, b: &NicProc, mtu: Mtu, mr_len: usize, depth: u32) -> (Side, Side) {
+    rc_pair_with_timeout(a, b, mtu, mr_len, depth, 14)
+}
+
+/// [`rc_pair`] with local ACK timeout exponent `timeout` (4.096 µs × 2^timeout).
+pub fn rc_pair_with_timeout(
+    a: &NicProc,
+    b: &NicProc,
+    mtu: Mtu,
+    mr_len: usize,
+    depth: u32,
+    timeout: u8,
+) -> (Side, Side) {
     let mut x = side(a, mr_len, depth);
     let mut y = side(b, mr_len, depth);
     let (psn_x, psn_y) = (0x10_0000, 0xFF_FFF0); // y wraps its PSN around 2^24
@@ -253,8 +265,18 @@ pub fn rc_pair(a: &NicProc, b: &NicProc, mtu: Mtu, mr_len: usize, depth: u32) ->
         .expect("x rtr");
     y.qp.to_rtr(&a.endpoint(x.qp.qp_num(), psn_x), mtu)
         .expect("y rtr");
-    x.qp.to_rts(psn_x).expect("x rts");
-    y.qp.to_rts(psn_y).expect("y rts");
+    for (s, psn) in [(&mut x, psn_x), (&mut y, psn_y)] {
+        s.qp.modify(&QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(psn),
+            timeout: Some(timeout),
+            retry_cnt: Some(7),
+            rnr_retry: Some(7),
+            max_rd_atomic: Some(1),
+            ..QpAttr::default()
+        })
+        .expect("rts");
+    }
     (x, y)
 }
 
