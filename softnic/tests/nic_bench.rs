@@ -1,0 +1,138 @@
+//! Measurements, not tests (ignored by default; nothing here asserts a speed). Run:
+//! `cargo test --release -p softnic --test nic_bench -- --ignored --nocapture --test-threads 1`
+//!
+//! * WRITE 64 KiB throughput between two NICs, next to one TCP stream over loopback
+//!   with 64 KiB writes measured in the same run;
+//! * client-side cost of `post_send` (ns per call) and the round trip of a small WRITE.
+
+mod nic_support;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use nic_support::*;
+use verbs_api::{Mtu, SendWr, WcStatus, WrOpcode};
+
+const RUN: Duration = Duration::from_secs(3);
+
+fn tcp_gbps(chunk: usize) -> f64 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let reader = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept");
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n = 0u64;
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => return n,
+                Ok(k) => n += k as u64,
+            }
+        }
+    });
+    let mut s = TcpStream::connect(addr).expect("connect");
+    let buf = vec![7u8; chunk];
+    let t = Instant::now();
+    while t.elapsed() < RUN {
+        s.write_all(&buf).expect("write");
+    }
+    drop(s);
+    let n = reader.join().expect("reader");
+    n as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9
+}
+
+#[test]
+#[ignore = "measurement; run with --ignored --nocapture in release"]
+fn write_64k_throughput_vs_tcp() {
+    let a = NicProc::start("bench-a", "127.0.0.20", 4791, &[]);
+    let b = NicProc::start("bench-b", "127.0.0.21", 4791, &[]);
+    const MSG: usize = 64 << 10;
+    const DEPTH: u64 = 16;
+    let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu4096, MSG * DEPTH as usize, 64);
+    let op = WrOpcode::RdmaWrite {
+        remote_addr: y.mr.addr(),
+        rkey: y.mr.rkey(),
+    };
+    let sges: Vec<_> = (0..DEPTH as usize)
+        .map(|i| [x.mr.sge(i * MSG, MSG as u32)])
+        .collect();
+    let (mut posted, mut done) = (0u64, 0u64);
+    let t = Instant::now();
+    while t.elapsed() < RUN || done < posted {
+        while posted - done < DEPTH && t.elapsed() < RUN {
+            let s = &sges[(posted % DEPTH) as usize];
+            x.qp.post_send(&[SendWr::new(posted, op, s).signaled()])
+                .expect("post");
+            posted += 1;
+        }
+        let c = poll_one(&mut x.cq);
+        assert_eq!(c.status, WcStatus::Success);
+        done += 1;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let gbps = done as f64 * MSG as f64 * 8.0 / secs / 1e9;
+    let tcp = tcp_gbps(MSG);
+    println!(
+        "WRITE 64 KiB, {DEPTH} outstanding, MTU 4096: {done} messages in {secs:.2} s = {gbps:.2} Gbit/s; TCP loopback 64 KiB writes, same run: {tcp:.2} Gbit/s"
+    );
+    for (n, nic) in [("a", &a), ("b", &b)] {
+        let s = nic.stats();
+        let pick = |k: &str| s.iter().find(|(n, _)| n == k).map(|(_, v)| *v).unwrap_or(0);
+        println!(
+            "NIC {n}: tx_datagrams {} rx_datagrams {} sleeps {} retransmitted {} tx_drop_socket_full {}",
+            pick("tx_datagrams"),
+            pick("rx_datagrams"),
+            pick("sleeps"),
+            pick("qp_retransmitted_packets"),
+            pick("tx_drop_socket_full")
+        );
+    }
+}
+
+#[test]
+#[ignore = "measurement; run with --ignored --nocapture in release"]
+fn post_send_cost_and_small_write_round_trip() {
+    let a = NicProc::start("lat-a", "127.0.0.22", 4791, &[]);
+    let b = NicProc::start("lat-b", "127.0.0.23", 4791, &[]);
+    let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu4096, 4096, 256);
+    let op = WrOpcode::RdmaWrite {
+        remote_addr: y.mr.addr(),
+        rkey: y.mr.rkey(),
+    };
+    let sge = [x.mr.sge(0, 8)];
+    // post_send cost: batches of 128 single-WR posts, only the last signaled.
+    let mut in_post = Duration::ZERO;
+    let mut posts = 0u64;
+    for round in 0..200u64 {
+        for i in 0..128u64 {
+            let mut wr = SendWr::new(round * 128 + i, op, &sge).inline();
+            if i == 127 {
+                wr = wr.signaled();
+            }
+            let t = Instant::now();
+            x.qp.post_send(&[wr]).expect("post");
+            in_post += t.elapsed();
+            posts += 1;
+        }
+        assert_eq!(poll_one(&mut x.cq).status, WcStatus::Success);
+    }
+    println!(
+        "post_send (8-byte inline WRITE, one WR per call): {:.0} ns per call over {posts} calls",
+        in_post.as_nanos() as f64 / posts as f64
+    );
+    // Round trip: post one signaled 8-byte WRITE, spin on the CQ.
+    let mut samples = Vec::with_capacity(10_000);
+    for i in 0..10_000u64 {
+        let t = Instant::now();
+        x.qp.post_send(&[SendWr::new(i, op, &sge).signaled()])
+            .expect("post");
+        assert_eq!(poll_one(&mut x.cq).status, WcStatus::Success);
+        samples.push(t.elapsed());
+    }
+    samples.sort();
+    println!(
+        "8-byte WRITE post→completion: median {:.1} µs, p99 {:.1} µs",
+        samples[samples.len() / 2].as_secs_f64() * 1e6,
+        samples[samples.len() * 99 / 100].as_secs_f64() * 1e6
+    );
+}
