@@ -81,7 +81,11 @@ def kernel_package():
     (override: SOFTNIC_INTEROP_KPKG)."""
     if os.environ.get("SOFTNIC_INTEROP_KPKG"):
         return os.environ["SOFTNIC_INTEROP_KPKG"]
-    out = util.run(["apt-cache", "depends", "linux-image-amd64"], timeout=60).stdout
+    r = util.run(["apt-cache", "depends", "linux-image-amd64"], timeout=60, check=False)
+    if r.returncode != 0:  # no package lists yet (fresh CI image)
+        util.run(["apt-get", "update"], timeout=600, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        r = util.run(["apt-cache", "depends", "linux-image-amd64"], timeout=60)
+    out = r.stdout
     for line in out.splitlines():
         line = line.strip()
         if line.startswith("Depends: linux-image-"):

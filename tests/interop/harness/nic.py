@@ -139,7 +139,7 @@ class Nic:
         if not os.path.exists(sock):
             why = ("exited rc=%s" % self.proc.returncode) if self.proc.poll() is not None \
                 else "no control socket after 15s"
-            raise RuntimeError("softnic run %s: %s" % (why, util.tail(util.read(self.logpath), 2)))
+            raise util.ToolFailure("softnic run %s: %s" % (why, util.tail(util.read(self.logpath), 2)))
 
     def stats(self):
         if self.softnic.caps.get("stats") is not None or self.proc is None:

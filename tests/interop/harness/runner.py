@@ -127,8 +127,13 @@ def run(ctx, sc, direction):
             logs["softnic side output"] = util.read(side_log)
         if the_nic is not None:
             logs["softnic stats"] = the_nic.stats()
+            if the_nic.proc.poll() is not None:
+                verdict = "softnic run died during the scenario (rc=%s): %s" % (
+                    the_nic.proc.returncode, util.tail(util.read(the_nic.logpath), 1))
         if verdict is None:
             verdict = judge(sc, side_rc, rxe_rc, logs, ctx)
+    except util.ToolFailure as e:
+        verdict = verdict or str(e)
     except Exception as e:  # noqa: BLE001 - any harness error is this scenario's FAIL reason
         verdict = verdict or "harness error: %s" % e
     finally:
@@ -138,7 +143,11 @@ def run(ctx, sc, direction):
             ctx.procs.stop(side, grace=3)
         if the_nic is not None:
             rc = the_nic.stop()
-            logs["softnic run log (exit %s)" % rc] = util.read(the_nic.logpath)
+            nic_log = util.read(the_nic.logpath)
+            logs["softnic run log (exit %s)" % rc] = nic_log
+            if "panicked at" in nic_log and verdict is None:
+                verdict = "softnic run panicked: " + util.tail(
+                    nic_log[nic_log.index("panicked at"):], 1)
         cap.stop()
     if verdict is None:
         ok, why, details = capture.check(pcap, ctx.softnic.bin, ctx.softnic.caps.get("decode") is None)
@@ -180,6 +189,8 @@ def judge(sc, side_rc, rxe_rc, logs, ctx):
         why.append("rxe rc=%d: %s" % (rxe_rc, util.tail(_strip(logs.get("rxe output", "")), 1, 100)))
     if side_rc not in (None, 0):
         why.append("softnic side rc=%d: %s" % (side_rc, util.tail(logs.get("softnic side output", ""), 1, 100)))
+    if why:  # the other side was stopped because its peer failed: not news
+        return "; ".join(why)
     if rxe_rc is None:
         why.append("rxe side did not finish within %ds%s"
                    % (sc.timeout, "" if ctx.guest.alive() else " (guest died)"))

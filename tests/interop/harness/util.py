@@ -10,6 +10,10 @@ import time
 VERBOSE = False
 
 
+class ToolFailure(RuntimeError):
+    """A tool under test misbehaved (as opposed to the harness itself)."""
+
+
 def log(msg):
     """Progress line on stderr (stdout carries only the PASS/FAIL lines and the summary)."""
     if VERBOSE:
