@@ -1,0 +1,205 @@
+//! A client that writes garbage into its rings harms only itself: a raw client (the
+//! shared-memory ABI without verbs-api's checks) posts an unknown opcode, then corrupts
+//! its ring indices; its QP fails with the right completions, the NIC counts it and
+//! keeps serving another client.
+
+mod nic_support;
+
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use nic_support::*;
+use verbs_api::abi::control::{call, QpAttr, QpCaps, QpState, QpType, Reply, Request, Response};
+use verbs_api::abi::ring::{Consumer, Producer};
+use verbs_api::abi::slots::{send_flags, wc_status, wr_opcode};
+use verbs_api::abi::{CqLayout, Cqe, QpLayout, RecvWqe, Ring, SendWqe, ABI_VERSION, NEED_WAKEUP};
+use verbs_api::{Mtu, SendWr, WcStatus, WrOpcode};
+
+fn ok(
+    sock: &UnixStream,
+    req: Request,
+    fds: &[std::os::fd::BorrowedFd<'_>],
+) -> (Reply, Vec<std::os::fd::OwnedFd>) {
+    match call(sock, &req, fds).expect("control call") {
+        (Response::Ok(r), fds) => (r, fds),
+        (Response::Err { code, message }, _) => panic!("{req:?}: {code:?} {message}"),
+    }
+}
+
+struct RawQp {
+    _sock: UnixStream,
+    wake: std::os::fd::OwnedFd,
+    sq: Producer<SendWqe>,
+    sq_map: Arc<memmap2::MmapRaw>,
+    cq: Consumer<Cqe>,
+    qpn: u32,
+}
+
+fn raw_qp(nic: &NicProc, peer: &NicProc, peer_qpn: u32) -> RawQp {
+    let sock =
+        UnixStream::connect(softnic_dir().join(format!("{}.sock", nic.name))).expect("connect");
+    let (_, mut fds) = ok(
+        &sock,
+        Request::OpenDevice {
+            abi_version: ABI_VERSION,
+            pid: std::process::id(),
+            program: "raw".into(),
+        },
+        &[],
+    );
+    let wake = fds.pop().expect("wake fd");
+    let Reply::Pd { pd } = ok(&sock, Request::AllocPd, &[]).0 else {
+        panic!()
+    };
+    let cl = CqLayout::new(16).unwrap();
+    let cfd = verbs_api::os::memfd("raw-cq", cl.len).unwrap();
+    let cmap = Arc::new(verbs_api::os::map_shared(cfd.as_fd(), cl.len).unwrap());
+    let cring = Ring::<Cqe>::new(cmap, cl.offset, cl.capacity).unwrap();
+    cring.init();
+    let Reply::Cq { cq, .. } = ok(&sock, Request::CreateCq { depth: 16 }, &[cfd.as_fd()]).0 else {
+        panic!()
+    };
+    let ql = QpLayout::new(8, 8).unwrap();
+    let qfd = verbs_api::os::memfd("raw-qp", ql.len).unwrap();
+    let qmap = Arc::new(verbs_api::os::map_shared(qfd.as_fd(), ql.len).unwrap());
+    let sq = Ring::<SendWqe>::new(qmap.clone(), ql.sq_offset, ql.sq_capacity).unwrap();
+    let rq = Ring::<RecvWqe>::new(qmap.clone(), ql.rq_offset, ql.rq_capacity).unwrap();
+    sq.init();
+    rq.init();
+    let caps = QpCaps {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_sge: 1,
+        max_inline: 0,
+    };
+    let req = Request::CreateQp {
+        pd,
+        qp_type: QpType::Rc,
+        send_cq: cq,
+        recv_cq: cq,
+        caps,
+    };
+    let Reply::Qp { qpn, .. } = ok(&sock, req, &[qfd.as_fd()]).0 else {
+        panic!()
+    };
+    for attr in [
+        QpAttr {
+            state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            access: Some(0xF),
+            ..QpAttr::default()
+        },
+        QpAttr {
+            state: Some(QpState::Rtr),
+            path_mtu: Some(1024),
+            dest_qpn: Some(peer_qpn),
+            rq_psn: Some(0),
+            remote: Some(std::net::SocketAddr::new(peer.addr, peer.port)),
+            max_dest_rd_atomic: Some(1),
+            min_rnr_timer: Some(12),
+            ..QpAttr::default()
+        },
+        QpAttr {
+            state: Some(QpState::Rts),
+            sq_psn: Some(0),
+            timeout: Some(14),
+            retry_cnt: Some(7),
+            rnr_retry: Some(7),
+            max_rd_atomic: Some(1),
+            ..QpAttr::default()
+        },
+    ] {
+        ok(&sock, Request::ModifyQp { qpn, attr }, &[]);
+    }
+    RawQp {
+        _sock: sock,
+        wake,
+        sq: sq.into_producer(),
+        sq_map: qmap,
+        cq: cring.into_consumer(),
+        qpn,
+    }
+}
+
+impl RawQp {
+    fn post(&mut self, w: SendWqe) {
+        self.sq.push(&w).expect("push");
+        if self.sq.publish_and_check(NEED_WAKEUP) {
+            verbs_api::os::eventfd_signal(self.wake.as_fd()).unwrap();
+        }
+    }
+
+    fn next_cqe(&mut self) -> Cqe {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(c) = self.cq.pop().expect("cq") {
+                self.cq.release();
+                return c;
+            }
+            assert!(Instant::now() < deadline, "no CQE");
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[test]
+fn garbage_in_a_clients_rings_harms_only_that_client() {
+    let a = NicProc::start("junk-a", "127.0.0.13", 4791, &[]);
+    let b = NicProc::start("junk-b", "127.0.0.14", 4791, &[]);
+    let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
+
+    let mut raw = raw_qp(&a, &b, y.qp.qp_num());
+    // An opcode that does not exist, then a valid SEND behind it.
+    raw.post(SendWqe {
+        wr_id: 77,
+        opcode: 200,
+        flags: send_flags::SIGNALED,
+        num_sge: 250,
+        ..SendWqe::default()
+    });
+    raw.post(SendWqe {
+        wr_id: 78,
+        opcode: wr_opcode::SEND,
+        flags: send_flags::SIGNALED,
+        ..SendWqe::default()
+    });
+    let c = raw.next_cqe();
+    assert_eq!(
+        (c.wr_id, c.status, c.qp_num),
+        (77, wc_status::LOC_QP_OP_ERR, raw.qpn),
+        "{c:?}"
+    );
+    assert_ne!(c.vendor_err, 0);
+    let c = raw.next_cqe();
+    assert_eq!((c.wr_id, c.status), (78, wc_status::WR_FLUSH_ERR), "{c:?}");
+    assert_eq!(a.stat("wqe_invalid"), 1);
+
+    // Now an impossible producer index (far beyond the capacity).
+    // SAFETY: the SQ ring header starts the QP segment (offset 0) and its first field is
+    // the producer index, an AtomicU32 at offset 0; the mapping is live and aligned.
+    let producer = unsafe { &*(raw.sq_map.as_mut_ptr() as *const AtomicU32) };
+    producer.store(
+        producer.load(Ordering::Relaxed).wrapping_add(100_000),
+        Ordering::Release,
+    );
+    verbs_api::os::eventfd_signal(raw.wake.as_fd()).unwrap();
+    let deadline = Instant::now() + WAIT;
+    while a.stat("ring_corrupt") < 1 {
+        assert!(Instant::now() < deadline, "corrupt ring not noticed");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+
+    // The other client is unaffected.
+    let sge = [x.mr.sge(0, 100)];
+    let op = WrOpcode::RdmaWrite {
+        remote_addr: y.mr.addr(),
+        rkey: y.mr.rkey(),
+    };
+    x.qp.post_send(&[SendWr::new(1, op, &sge).signaled()])
+        .expect("post");
+    assert_eq!(poll_one(&mut x.cq).status, WcStatus::Success);
+}
