@@ -1,0 +1,52 @@
+//! NICs told apart by UDP port on one address, and NICs over IPv6: the GID, the
+//! endpoint and the ICRC (ports and addresses are covered by it) all follow.
+
+mod nic_support;
+
+use nic_support::*;
+use verbs_api::{Mtu, RecvWr, SendWr, WcStatus, WrOpcode};
+
+fn exchange(a: &NicProc, b: &NicProc) {
+    let (mut x, mut y) = rc_pair(a, b, Mtu::Mtu2048, 1 << 16, 8);
+    let data = pattern(5000, 3);
+    x.mr.as_mut_slice()[..5000].copy_from_slice(&data);
+    let sge = [x.mr.sge(0, 5000)];
+    let op = WrOpcode::RdmaWrite {
+        remote_addr: y.mr.addr(),
+        rkey: y.mr.rkey(),
+    };
+    x.qp.post_send(&[SendWr::new(1, op, &sge).signaled()])
+        .expect("post");
+    assert_eq!(poll_one(&mut x.cq).status, WcStatus::Success);
+    assert!(y.mr.as_slice()[..5000] == data[..]);
+    let rs = [x.mr.sge(0, 100)];
+    x.qp.post_recv(&[RecvWr::new(2, &rs)]).expect("recv");
+    let ss = [y.mr.sge(0, 100)];
+    y.qp.post_send(&[SendWr::new(3, verbs_api::WrOpcode::Send, &ss).signaled()])
+        .expect("send");
+    assert_eq!(poll_one(&mut y.cq).status, WcStatus::Success);
+    let r = poll_one(&mut x.cq);
+    assert_eq!((r.status, r.byte_len), (WcStatus::Success, 100));
+    assert_eq!(b.stat("rx_drop_bad_icrc") + a.stat("rx_drop_bad_icrc"), 0);
+}
+
+#[test]
+fn two_nics_on_one_address_with_different_ports() {
+    let a = NicProc::start("port-a", "127.0.0.15", 4791, &[]);
+    let b = NicProc::start("port-b", "127.0.0.15", 4792, &[]);
+    exchange(&a, &b);
+    assert!(b.stat("rx_icrc_id0") > 0);
+}
+
+#[test]
+fn two_nics_over_ipv6() {
+    if std::net::UdpSocket::bind("[::1]:0").is_err() {
+        eprintln!("no IPv6 loopback here; skipped");
+        return;
+    }
+    let a = NicProc::start("v6-a", "::1", 4793, &[]);
+    let b = NicProc::start("v6-b", "::1", 4794, &[]);
+    exchange(&a, &b);
+    assert!(b.stat("rx_icrc_ipv6") > 0);
+    assert_eq!(b.stat("rx_icrc_id0"), 0);
+}
