@@ -21,10 +21,12 @@ use verbs_api::*;
 const START: u64 = 100;
 
 fn run(args: common::Args) -> Result<(), String> {
-    let mut c = common::connect(&args, AccessFlags::REMOTE_ATOMIC)?;
+    let mut c = common::connect(&args, AccessFlags::REMOTE_ATOMIC, |mr, is_server| {
+        if is_server {
+            mr.as_mut_slice()[..8].copy_from_slice(&START.to_ne_bytes());
+        }
+    })?;
     if c.is_server {
-        let counter = c.mr.atomic_u64(0).map_err(|e| e.to_string())?;
-        counter.store(START, Ordering::SeqCst);
         println!(
             "counter at {:#x} = {START}; waiting for the client",
             c.mr.addr()

@@ -98,7 +98,8 @@ impl Pingpong {
 
     fn post_send(&mut self, k: u32) -> Result<()> {
         if self.chk {
-            for (j, b) in self.mr.as_mut_slice().iter_mut().enumerate() {
+            let n = self.size as usize;
+            for (j, b) in self.mr.as_mut_slice()[..n].iter_mut().enumerate() {
                 *b = pattern(k, j);
             }
         }
@@ -111,9 +112,7 @@ impl Pingpong {
     }
 
     fn check(&self, k: u32) -> std::result::Result<(), String> {
-        match self
-            .mr
-            .as_slice()
+        match self.mr.as_slice()[..self.size as usize]
             .iter()
             .enumerate()
             .find(|(j, b)| **b != pattern(k, *j))
@@ -250,7 +249,10 @@ fn run(args: Args) -> std::result::Result<(), String> {
                 .map_err(|e| format!("Failed to get cq_event: {e}"))?;
         }
         // Busy-poll as the C program does; bounded by the NIC making progress (a
-        // failed peer surfaces as an error completion after retries).
+        // failed peer surfaces as an error completion after retries). After a while
+        // without a completion, yield the CPU: two pingpongs and two NICs on a 2-core
+        // machine otherwise wait for the scheduler's time slice on every message.
+        let mut spins = 0u32;
         let ne = loop {
             let ne = cq
                 .poll(&mut wc)
@@ -258,7 +260,12 @@ fn run(args: Args) -> std::result::Result<(), String> {
             if ne > 0 || args.events {
                 break ne;
             }
-            std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            if spins % 256 == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         };
         for w in &wc[..ne] {
             if !w.status.is_success() {

@@ -21,11 +21,14 @@ fn pattern(i: usize) -> u8 {
 }
 
 fn run(args: common::Args) -> Result<(), String> {
-    let mut c = common::connect(&args, AccessFlags::REMOTE_READ)?;
-    if c.is_server {
-        for (i, b) in c.mr.as_mut_slice().iter_mut().enumerate() {
-            *b = pattern(i);
+    let mut c = common::connect(&args, AccessFlags::REMOTE_READ, |mr, is_server| {
+        if is_server {
+            for (i, b) in mr.as_mut_slice().iter_mut().enumerate() {
+                *b = pattern(i);
+            }
         }
+    })?;
+    if c.is_server {
         println!("region filled with i % 251; waiting for the client");
         let wc = c.expect_ok()?;
         println!("client is done ({:?})", wc.opcode);

@@ -24,7 +24,7 @@ fn fill(buf: &mut [u8], iter: u32) {
 }
 
 fn run(args: common::Args) -> Result<(), String> {
-    let mut c = common::connect(&args, AccessFlags::REMOTE_WRITE)?;
+    let mut c = common::connect(&args, AccessFlags::REMOTE_WRITE, |_, _| {})?;
     if c.is_server {
         // Each WRITE_WITH_IMM consumes one receive (re-posted); the final SEND ends.
         // Bounded by the client's iteration limit (common::connect allows 1000).

@@ -202,6 +202,18 @@ pub fn read_done(stream: &mut impl Read) -> Result<(), OobError> {
     Ok(())
 }
 
+/// Opens the TCP connection to `host:port` (every resolved address in turn).
+pub fn connect(host: &str, port: u16) -> Result<TcpStream, OobError> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, format!("no address for {host}"));
+    for a in (host, port).to_socket_addrs()? {
+        match TcpStream::connect(a) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(OobError::Io(last))
+}
+
 /// Client side: connect to `host:port`, send `local`, receive the server's address.
 /// The caller connects its QP, then calls [`write_done`] on the returned stream.
 pub fn client_connect(
@@ -209,19 +221,10 @@ pub fn client_connect(
     port: u16,
     local: &QpEndpoint,
 ) -> Result<(TcpStream, QpEndpoint), OobError> {
-    let addrs: Vec<_> = (host, port).to_socket_addrs()?.collect();
-    let mut last = io::Error::new(io::ErrorKind::NotFound, format!("no address for {host}"));
-    for a in addrs {
-        match TcpStream::connect(a) {
-            Ok(mut s) => {
-                write_dest(&mut s, local)?;
-                let remote = read_dest(&mut s)?;
-                return Ok((s, remote));
-            }
-            Err(e) => last = e,
-        }
-    }
-    Err(OobError::Io(last))
+    let mut s = connect(host, port)?;
+    write_dest(&mut s, local)?;
+    let remote = read_dest(&mut s)?;
+    Ok((s, remote))
 }
 
 /// Server side: accept one client on `port`, receive its address, let `connect` bring

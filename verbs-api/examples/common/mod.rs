@@ -62,8 +62,14 @@ fn err(what: &str) -> impl Fn(Error) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
-/// Sets everything up; `access` is what the local region grants the peer.
-pub fn connect(args: &Args, access: AccessFlags) -> Result<Conn, String> {
+/// Sets everything up; `access` is what the local region grants the peer. `prepare`
+/// fills the local region (argument: is this the server?) before the peer learns its
+/// address, so the peer can never see it half-initialised.
+pub fn connect(
+    args: &Args,
+    access: AccessFlags,
+    prepare: impl FnOnce(&mut MemoryRegion, bool),
+) -> Result<Conn, String> {
     let mtu = Mtu::from_bytes(args.mtu).ok_or_else(|| format!("invalid MTU {}", args.mtu))?;
     if args.iters == 0 || args.iters > 1000 {
         return Err(format!("iters {} is outside 1..=1000", args.iters));
@@ -78,7 +84,7 @@ pub fn connect(args: &Args, access: AccessFlags) -> Result<Conn, String> {
     };
     let ctx = Device::open(&name).map_err(err("open device"))?;
     let pd = ctx.alloc_pd().map_err(err("alloc PD"))?;
-    let mr = pd
+    let mut mr = pd
         .alloc_mr(args.size.max(8) as usize, AccessFlags::LOCAL_WRITE | access)
         .map_err(err("register MR"))?;
     let cq = ctx.create_cq(64).map_err(err("create CQ"))?;
@@ -113,6 +119,8 @@ pub fn connect(args: &Args, access: AccessFlags) -> Result<Conn, String> {
         gid,
         udp_port: 0,
     };
+    let is_server = args.host.is_none();
+    prepare(&mut mr, is_server);
     let my_mr = RemoteMr {
         addr: mr.addr(),
         rkey: mr.rkey(),
@@ -127,12 +135,14 @@ pub fn connect(args: &Args, access: AccessFlags) -> Result<Conn, String> {
         my_mr.rkey,
         mr.len()
     );
-    let is_server = args.host.is_none();
     let oob_err = |e: oob::OobError| e.to_string();
     let (rem, remote_mr) = match &args.host {
         Some(host) => {
-            let (mut s, rem) = oob::client_connect(host, args.port, &my).map_err(oob_err)?;
+            // Both our messages first, then the server's (which answers after both).
+            let mut s = oob::connect(host, args.port).map_err(oob_err)?;
+            oob::write_dest(&mut s, &my).map_err(oob_err)?;
             oob::write_mr(&mut s, &my_mr).map_err(oob_err)?;
+            let rem = oob::read_dest(&mut s).map_err(oob_err)?;
             let rmr = oob::read_mr(&mut s).map_err(oob_err)?;
             bring_up(&mut qp, &rem, mtu, my.psn, args.remote_udp_port)?;
             oob::write_done(&mut s).map_err(oob_err)?;
