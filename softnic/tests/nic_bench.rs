@@ -44,8 +44,8 @@ fn tcp_gbps(chunk: usize) -> f64 {
 #[test]
 #[ignore = "measurement; run with --ignored --nocapture in release"]
 fn write_64k_throughput_vs_tcp() {
-    let a = NicProc::start("bench-a", "127.0.0.20", 4791, &[]);
-    let b = NicProc::start("bench-b", "127.0.0.21", 4791, &[]);
+    let a = NicProc::start("bench-a", "127.0.0.20", 0, &[]);
+    let b = NicProc::start("bench-b", "127.0.0.21", 0, &[]);
     const MSG: usize = 64 << 10;
     const DEPTH: u64 = 16;
     let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu4096, MSG * DEPTH as usize, 64);
@@ -92,8 +92,8 @@ fn write_64k_throughput_vs_tcp() {
 #[test]
 #[ignore = "measurement; run with --ignored --nocapture in release"]
 fn post_send_cost_and_small_write_round_trip() {
-    let a = NicProc::start("lat-a", "127.0.0.22", 4791, &[]);
-    let b = NicProc::start("lat-b", "127.0.0.23", 4791, &[]);
+    let a = NicProc::start("lat-a", "127.0.0.22", 0, &[]);
+    let b = NicProc::start("lat-b", "127.0.0.23", 0, &[]);
     let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu4096, 4096, 256);
     let op = WrOpcode::RdmaWrite {
         remote_addr: y.mr.addr(),

@@ -23,14 +23,11 @@ fn child_client_writing_forever() {
         return;
     };
     let mut it = names.split(',');
-    let (na, aa, nb, ab) = (
-        it.next().unwrap(),
-        it.next().unwrap(),
-        it.next().unwrap(),
-        it.next().unwrap(),
-    );
-    let a = NicProc::attach(na, aa, 4791);
-    let b = NicProc::attach(nb, ab, 4791);
+    let mut next = || it.next().expect("child spec");
+    let (na, aa, pa, nb, ab, pb) = (next(), next(), next(), next(), next(), next());
+    let (pa, pb) = (pa.parse().expect("port"), pb.parse().expect("port"));
+    let a = NicProc::attach(na, aa, pa);
+    let b = NicProc::attach(nb, ab, pb);
     let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu4096, 1 << 20, 64);
     let sge = [x.mr.sge(0, 64 << 10)];
     let op = WrOpcode::RdmaWrite {
@@ -53,8 +50,8 @@ fn child_client_writing_forever() {
 
 #[test]
 fn killed_client_does_not_hurt_the_nic() {
-    let a = NicProc::start("crash-a", "127.0.0.6", 4791, &[]);
-    let b = NicProc::start("crash-b", "127.0.0.7", 4791, &[]);
+    let a = NicProc::start("crash-a", "127.0.0.6", 0, &[]);
+    let b = NicProc::start("crash-b", "127.0.0.7", 0, &[]);
     // A bystander client, connected before the crash.
     let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu1024, 1 << 16, 16);
 
@@ -65,7 +62,10 @@ fn killed_client_does_not_hurt_the_nic() {
             "--ignored",
             "--nocapture",
         ])
-        .env(CHILD_ENV, "crash-a,127.0.0.6,crash-b,127.0.0.7")
+        .env(
+            CHILD_ENV,
+            format!("crash-a,127.0.0.6,{},crash-b,127.0.0.7,{}", a.port, b.port),
+        )
         .env(CHILD_DIR_ENV, softnic_dir())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

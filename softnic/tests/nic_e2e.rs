@@ -174,8 +174,8 @@ fn atomics(x: &mut Side, y: &mut Side) {
 
 #[test]
 fn every_rc_operation_between_two_nics() {
-    let a = NicProc::start("e2e-a", "127.0.0.2", 4791, &[]);
-    let b = NicProc::start("e2e-b", "127.0.0.3", 4791, &[]);
+    let a = NicProc::start("e2e-a", "127.0.0.2", 0, &[]);
+    let b = NicProc::start("e2e-b", "127.0.0.3", 0, &[]);
     for mtu in [Mtu::Mtu256, Mtu::Mtu1024, Mtu::Mtu4096] {
         let m = mtu.bytes() as usize;
         let big = if mtu == Mtu::Mtu4096 {
@@ -208,8 +208,8 @@ fn every_rc_operation_between_two_nics() {
 
 #[test]
 fn wrong_rkey_out_of_range_and_missing_access_are_remote_access_errors() {
-    let a = NicProc::start("prot-a", "127.0.0.4", 4791, &[]);
-    let b = NicProc::start("prot-b", "127.0.0.5", 4791, &[]);
+    let a = NicProc::start("prot-a", "127.0.0.4", 0, &[]);
+    let b = NicProc::start("prot-b", "127.0.0.5", 0, &[]);
     // (what, target the restricted region?, operation builder(addr, len, rkey))
     type Op = fn(u64, u64, u32) -> WrOpcode;
     let cases: [(&str, bool, Op); 5] = [

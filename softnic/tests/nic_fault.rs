@@ -22,13 +22,13 @@ fn rc_survives_loss_reordering_duplication_and_corruption() {
     let a = NicProc::start(
         "fault-a",
         "127.0.0.11",
-        4791,
+        0,
         &[&faults[..], &["--seed", "11"]].concat(),
     );
     let b = NicProc::start(
         "fault-b",
         "127.0.0.12",
-        4791,
+        0,
         &[&faults[..], &["--seed", "12"]].concat(),
     );
     // A short ACK timeout (4.096 µs × 2^10 ≈ 4 ms) keeps the test quick; the

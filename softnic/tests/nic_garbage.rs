@@ -148,8 +148,8 @@ impl RawQp {
 
 #[test]
 fn garbage_in_a_clients_rings_harms_only_that_client() {
-    let a = NicProc::start("junk-a", "127.0.0.13", 4791, &[]);
-    let b = NicProc::start("junk-b", "127.0.0.14", 4791, &[]);
+    let a = NicProc::start("junk-a", "127.0.0.13", 0, &[]);
+    let b = NicProc::start("junk-b", "127.0.0.14", 0, &[]);
     let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
 
     let mut raw = raw_qp(&a, &b, y.qp.qp_num());

@@ -24,18 +24,12 @@ fn decode(path: &std::path::Path) -> (bool, String) {
 fn pcap_of_both_nics_decodes_with_every_icrc_ok() {
     let dir = softnic_dir();
     let (pa, pb) = (dir.join("pcap-a.pcap"), dir.join("pcap-b.pcap"));
-    let mut a = NicProc::start(
-        "pcap-a",
-        "127.0.0.8",
-        4791,
-        &["--pcap", pa.to_str().unwrap()],
-    );
-    let mut b = NicProc::start(
-        "pcap-b",
-        "127.0.0.9",
-        4791,
-        &["--pcap", pb.to_str().unwrap()],
-    );
+    // The RoCEv2 port, so decoders recognise the traffic without options; addresses
+    // derived from the PID keep concurrent runs on one host apart.
+    let net = 100 + std::process::id() % 100;
+    let (ia, ib) = (format!("127.{net}.0.8"), format!("127.{net}.0.9"));
+    let mut a = NicProc::start("pcap-a", &ia, 4791, &["--pcap", pa.to_str().unwrap()]);
+    let mut b = NicProc::start("pcap-b", &ib, 4791, &["--pcap", pb.to_str().unwrap()]);
     {
         let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu1024, 1 << 16, 16);
         let rs = [y.mr.sge(0, 3000)];
@@ -102,7 +96,7 @@ fn pcap_of_both_nics_decodes_with_every_icrc_ok() {
 
 #[test]
 fn stats_cli_prints_text_and_json() {
-    let a = NicProc::start("stats-a", "127.0.0.10", 4791, &[]);
+    let a = NicProc::start("stats-a", "127.0.0.10", 0, &[]);
     let list = a.stats();
     for name in [
         "rx_datagrams",

@@ -24,7 +24,8 @@ pub struct RunArgs {
     /// Address to bind and to derive the GID from (IPv4 or IPv6).
     #[arg(long, default_value = "127.0.0.1")]
     pub addr: IpAddr,
-    /// UDP port (RoCEv2 is 4791).
+    /// UDP port (RoCEv2 is 4791; 0 = any free port, reported in the log and by
+    /// QueryDevice — for tests that must not collide with other NICs on the host).
     #[arg(long, default_value_t = wire::ROCEV2_UDP_PORT)]
     pub port: u16,
     /// Largest path MTU this NIC offers (the port's active MTU): 256, 512, 1024, 2048 or
@@ -147,11 +148,6 @@ impl Config {
                 "--mtu {}: must be one of 256, 512, 1024, 2048, 4096",
                 a.mtu
             )));
-        }
-        if a.port == 0 {
-            return Err(ConfigError(
-                "--port 0: a NIC needs a fixed port its peers can address".into(),
-            ));
         }
         if a.addr.is_unspecified() || a.addr.is_multicast() {
             return Err(ConfigError(format!(

@@ -88,6 +88,7 @@ struct PacketPath {
     fault: FaultInjector,
     pcap: Option<PcapWriter>,
     counters: NicCounters,
+    solver: rx_icrc::IdSolver,
 }
 
 impl PacketPath {
@@ -196,6 +197,7 @@ impl Runtime {
                 fault: FaultInjector::new(cfg.fault),
                 pcap,
                 counters: NicCounters::default(),
+                solver: rx_icrc::IdSolver::new(),
             },
             clock: Clock::new(),
             ctl_rx,
@@ -459,7 +461,7 @@ fn rx_one(
         c.rx_drop_bad_source += 1;
         return;
     };
-    let verified = rx_icrc::verify(path.local, peer, bytes);
+    let verified = rx_icrc::verify(&mut path.solver, path.local, peer, bytes);
     if let Some(p) = path.pcap.as_mut() {
         let params = match &verified {
             Some((params, _)) => Some(*params),

@@ -4,11 +4,13 @@
 #![allow(dead_code)]
 
 use std::net::IpAddr;
+
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+use verbs_api::abi::control::{Reply, Response};
 
 use verbs_api::{
     AccessFlags, CompletionQueue, Context, Device, Gid, MemoryRegion, Mtu, ProtectionDomain,
@@ -53,7 +55,8 @@ pub struct NicProc {
 
 impl NicProc {
     /// Starts a NIC named `name` on `addr:port` with extra arguments; waits (bounded)
-    /// until its control socket answers.
+    /// until its control socket answers. Port 0 lets the kernel choose a free port (the
+    /// tests use it so that they never collide with other NICs on a shared host).
     pub fn start(name: &str, addr: &str, port: u16, extra: &[&str]) -> NicProc {
         let dir = softnic_dir();
         let log = dir.join(format!("{name}.log"));
@@ -85,7 +88,14 @@ impl NicProc {
         let sock = dir.join(format!("{name}.sock"));
         let deadline = Instant::now() + WAIT;
         loop {
-            if UnixStream::connect(&sock).is_ok() {
+            if let Ok(s) = UnixStream::connect(&sock) {
+                // Learn the port (port 0 = the kernel chose one) without opening the
+                // device, so no client is counted.
+                let req = verbs_api::abi::control::Request::QueryDevice;
+                match verbs_api::abi::control::call(&s, &req, &[]) {
+                    Ok((Response::Ok(Reply::Device(d)), _)) => nic.port = d.port,
+                    other => panic!("QueryDevice on {name}: {other:?}"),
+                }
                 break;
             }
             if let Some(st) = nic.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
