@@ -102,6 +102,10 @@ impl Qp {
                 if self.req.comp_psn.distance_to(p) >= 0 {
                     self.req.comp_psn = p.next();
                     progress = true;
+                    // Do not resend what was just acknowledged.
+                    if self.req.cursor == 0 && self.req.cursor_psn.is_before(p.next()) {
+                        self.req.cursor_psn = p.next();
+                    }
                 }
                 break;
             }
@@ -132,13 +136,20 @@ impl Qp {
         self.timers.retransmit = None;
     }
 
-    /// An implied NAK (IBTA 9.7.5.1.4): go back, unless already gone back for the
-    /// same gap (the responses that revealed it are still arriving).
+    /// An implied NAK (IBTA 9.7.5.1.4): go back, unless already gone back with no
+    /// progress since (the packet is then an echo of the traffic sent before the
+    /// rewind: responses overtaken by reordering, NAKs caused by packets already
+    /// resent). Only progress or the Local ACK Timeout re-enable NAK-driven retries,
+    /// so reordering on a UDP path cannot drain `retry_cnt` without a real timeout.
     fn implied_nak(&mut self) {
+        self.nak_retry(RetryCause::ImpliedNak);
+    }
+
+    fn nak_retry(&mut self, cause: RetryCause) {
         if self.req.in_retry {
-            self.counters.drop_unexpected_response += 1;
+            self.counters.retries_suppressed += 1;
         } else {
-            self.retry(RetryCause::ImpliedNak);
+            self.retry(cause);
         }
     }
 
@@ -215,7 +226,7 @@ impl Qp {
                 }
                 // While waiting out an RNR NAK the rewind is already pending.
                 if !self.req.rnr_paused && matches!(self.state, QpState::Rts | QpState::Sqd) {
-                    self.retry(RetryCause::SeqNak);
+                    self.nak_retry(RetryCause::SeqNak);
                 }
             }
             Syndrome::Nak(code) => {

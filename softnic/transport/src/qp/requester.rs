@@ -10,8 +10,8 @@
 //! operation and position; none is written by hand.
 //!
 //! AckReq policy (IBTA 9.7.6.1.1 lets the requester choose): set on the last packet of
-//! every message, and on one packet in every [`ACK_REQ_INTERVAL`] within long
-//! messages. Linux rxe acknowledges only packets with AckReq set, so this keeps the
+//! every message, on one packet in every [`ACK_REQ_INTERVAL`] within long messages,
+//! and on every resent packet. Linux rxe acknowledges only packets with AckReq set, so this keeps the
 //! window moving against rxe as well as against hardware that coalesces.
 
 use std::collections::VecDeque;
@@ -196,7 +196,15 @@ impl Requester {
     /// Removes the oldest WQE, keeping the cursor on the same entry.
     pub fn pop_front(&mut self) -> Option<SqEntry> {
         let e = self.sq.pop_front()?;
-        self.cursor = self.cursor.saturating_sub(1);
+        if self.cursor == 0 {
+            // The cursor was on the removed WQE (a resend overtaken by its ACK): move
+            // it to the next WQE's first PSN.
+            if e.started && self.cursor_psn.is_before(e.end_psn()) {
+                self.cursor_psn = e.end_psn();
+            }
+        } else {
+            self.cursor -= 1;
+        }
         if e.started && e.kind.is_rd_atomic() {
             self.rd_atomic = self.rd_atomic.saturating_sub(1);
         }
@@ -386,8 +394,11 @@ impl Qp {
         else {
             return Err(WcStatus::LocQpOpErr);
         };
+        // Resent packets always ask for an ACK: during recovery every delivered packet
+        // should count as progress, so one more loss does not cost a whole round.
+        let resend = psn.is_before(self.req.sent_psn);
         let ack_req = self.qp_type == QpType::Rc
-            && (pos.ends() || self.req.noack_pkts + 1 >= ACK_REQ_INTERVAL);
+            && (pos.ends() || self.req.noack_pkts + 1 >= ACK_REQ_INTERVAL || resend);
         let dest_qpn = match &e.wr.ud {
             Some(ud) => ud.qpn,
             None => self.attrs.dest_qpn,
