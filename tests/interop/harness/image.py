@@ -154,7 +154,21 @@ def prepare(cache, rebuild=False):
         os.rename(tmp, dest)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    _prune(cache, keep_image=key, keep_deb=os.path.basename(deb))
     return Image(dest), time.monotonic() - t0
+
+
+def _prune(cache, keep_image, keep_deb):
+    """Only the current image and kernel .deb stay in the cache (older ones are 20 and
+    70 MB each, and a CI cache would otherwise grow with every kernel update)."""
+    images = os.path.join(cache, "images")
+    for d in os.listdir(images):
+        if d != keep_image:
+            shutil.rmtree(os.path.join(images, d), ignore_errors=True)
+    debs = os.path.join(cache, "debs")
+    for f in os.listdir(debs):
+        if f != keep_deb and f.endswith(".deb"):
+            os.remove(os.path.join(debs, f))
 
 
 def _build(deb, kpkg, work, out):
