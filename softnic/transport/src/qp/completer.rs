@@ -5,7 +5,7 @@
 //! or an atomic ACK with PSN `p` acknowledges every request packet up to `p`. WQEs
 //! retire strictly from the head of the send queue, so completions come out in
 //! posting order; a WQE yields a completion if it was signaled or if it failed
-//! (IBTA 10.7.3.1, C10-?: unsignaled successful WQEs complete silently).
+//! (IBTA 10.7.3.1: unsignaled successful WQEs complete silently).
 //!
 //! Retries (IBTA 9.7.5.2.1 go-back-N): a PSN sequence error NAK, an *implied NAK*
 //! (a response that acknowledges PSNs beyond an outstanding READ or atomic whose own
@@ -116,7 +116,7 @@ impl Qp {
     }
 
     /// Goes back to the oldest unacknowledged PSN, or fails the head WQE with
-    /// IBV_WC_RETRY_EXC_ERR when `retry_cnt` is used up (IBTA 9.7.6.1.3, C9-?).
+    /// IBV_WC_RETRY_EXC_ERR when `retry_cnt` is used up (IBTA 9.7.6.1.3).
     fn retry(&mut self, cause: RetryCause) {
         let infinite = self.compat.retry_cnt_7_is_infinite && self.attrs.retry_cnt == 7;
         if self.req.retry_left == 0 && !infinite {

@@ -19,7 +19,7 @@
 //! a READ is executed again from the duplicate's own PSN and RETH; an atomic is
 //! answered from the cache of recent atomic results and never executed twice. PSN
 //! ahead → out of sequence: one PSN sequence error NAK, then silence until the
-//! expected PSN arrives (IBTA 9.7.5.1.3, C9-?).
+//! expected PSN arrives (IBTA 9.7.5.1.3).
 //!
 //! Responses (ACKs, NAKs, READ response packets, atomic ACKs) leave in PSN order from
 //! one queue. Consecutive positive ACKs coalesce into the latest (they are cumulative);
@@ -39,7 +39,8 @@ use crate::time::Instant;
 use crate::wr::{Completion, Queue, RecvWr, WcOpcode, WcStatus};
 
 /// Atomic results remembered for duplicate atomics (at least this many, or
-/// `max_dest_rd_atomic` if larger; IBTA 9.7.5.2.? requires at least the latter).
+/// `max_dest_rd_atomic` if larger: a requester may resend any of its outstanding atomics,
+/// of which there are at most the peer's `max_dest_rd_atomic`).
 pub const ATOMIC_CACHE_MIN: usize = 16;
 
 /// Most entries in the response queue; beyond it a response is dropped and counted
@@ -142,6 +143,9 @@ pub(super) enum Response {
         /// Index of the next packet, and packet count.
         k: u32,
         npkts: u32,
+        /// MSN carried in the AETH of First/Last/Only: the count of messages
+        /// completed when the READ was accepted (this READ included).
+        msn: Msn,
         /// Answers a duplicate request (does not hold a responder resource).
         replay: bool,
     },
@@ -249,7 +253,7 @@ impl Responder {
     }
 }
 
-/// Checks a RC/UC request payload length against its position (IBTA 9.7.4.2.5 / C9-?):
+/// Checks a RC/UC request payload length against its position (IBTA 9.7.4.2.5):
 /// First and Middle carry exactly one path MTU, Last 1..=MTU, Only 0..=MTU.
 fn check_packet_len(pos: Position, len: usize, mtu: u32) -> Result<(), RespError> {
     let mtu = mtu as usize;
@@ -595,8 +599,10 @@ impl Qp {
         let Some(reth) = pkt.repr.reth else {
             return Err(RespError::OpcodeSequence);
         };
-        self.queue_read(pkt.repr.bth.psn, reth, mem, false)?;
+        // The R_Key check comes first: a refused READ does not count as a message.
+        self.check_read(reth, mem)?;
         self.resp.msn = self.resp.msn.next();
+        self.queue_read(pkt.repr.bth.psn, reth, mem, false)?;
         Ok(packets_for(reth.dma_len, self.mtu()))
     }
 
@@ -608,6 +614,23 @@ impl Qp {
         mem: &dyn Memory,
         replay: bool,
     ) -> Result<(), RespError> {
+        self.check_read(reth, mem)?;
+        self.push_response(Response::Read {
+            psn: p,
+            va: reth.va,
+            rkey: reth.rkey,
+            remaining: reth.dma_len,
+            k: 0,
+            npkts: packets_for(reth.dma_len, self.mtu()),
+            msn: self.resp.msn,
+            replay,
+        });
+        Ok(())
+    }
+
+    /// IBTA 9.7.4.2.6: the R_Key, range and REMOTE_READ right of a READ (none for a
+    /// zero-length READ).
+    fn check_read(&self, reth: wire::RethRepr, mem: &dyn Memory) -> Result<(), RespError> {
         if reth.dma_len > 0 {
             mem.check_remote(
                 self.pd,
@@ -618,15 +641,6 @@ impl Qp {
             )
             .map_err(map_remote)?;
         }
-        self.push_response(Response::Read {
-            psn: p,
-            va: reth.va,
-            rkey: reth.rkey,
-            remaining: reth.dma_len,
-            k: 0,
-            npkts: packets_for(reth.dma_len, self.mtu()),
-            replay,
-        });
         Ok(())
     }
 

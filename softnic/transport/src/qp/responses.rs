@@ -212,6 +212,7 @@ impl Qp {
                 remaining,
                 k,
                 npkts,
+                msn,
                 ..
             } => {
                 let mtu = self.mtu();
@@ -226,7 +227,7 @@ impl Qp {
                         syndrome: Syndrome::Ack {
                             credits: CREDITS_UNLIMITED,
                         },
-                        msn: self.resp.msn,
+                        msn,
                     });
                 }
                 r.payload_len = plen as usize;

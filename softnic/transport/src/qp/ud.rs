@@ -1,7 +1,7 @@
 //! Unreliable Datagram receive (IBTA 9.8.2, 10.2.4).
 //!
 //! A UD message is one SEND Only packet with a DETH. The Q_Key in the DETH must equal
-//! the QP's Q_Key, or the packet is silently dropped (IBTA 10.2.4, C10-?). There are no
+//! the QP's Q_Key, or the packet is silently dropped (IBTA 10.2.4). There are no
 //! ACKs and no PSN checks.
 //!
 //! **GRH.** Verbs applications expect the first 40 bytes of every UD receive buffer
