@@ -719,3 +719,40 @@ fn opcode_table_names_for_traces() {
     // Keep the opcode import honest: traces in failures print IBTA names.
     assert_eq!(format!("{}", Opcode::RC_ACKNOWLEDGE), "RC_ACKNOWLEDGE");
 }
+
+#[test]
+fn sqd_finishes_started_messages_and_starts_no_new_ones() {
+    let (mut p, a, b) = pair(rc(256), 22);
+    p.a.qp
+        .post_send(rdma(1, SendOp::Write, &[a.sge(0, 1024)], &b, 0))
+        .unwrap();
+    // The first packet of WR 1 leaves, then the send queue is drained.
+    let mut buf = vec![0u8; 4096 + 128];
+    assert!(p.a.qp.poll_transmit(p.now, &mut buf, &p.a.mem).is_some());
+    let sqd = QpAttr {
+        state: Some(QpState::Sqd),
+        ..Default::default()
+    };
+    p.a.qp.modify(p.now, &sqd).unwrap();
+    p.a.qp
+        .post_send(rdma(2, SendOp::Write, &[a.sge(0, 10)], &b, 4096))
+        .unwrap();
+    p.filter = Some(Box::new(|_| Verdict::Pass));
+    p.drive(STEPS);
+    // WR 1 was started (PSNs assigned) and is finished; WR 2 waits.
+    assert_eq!(
+        drain(&mut p.a).iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        vec![1]
+    );
+    assert_eq!(p.a.qp.send_queue_len(), 1);
+    let rts = QpAttr {
+        state: Some(QpState::Rts),
+        ..Default::default()
+    };
+    p.a.qp.modify(p.now, &rts).unwrap();
+    p.drive(STEPS);
+    assert_eq!(
+        drain(&mut p.a).iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        vec![2]
+    );
+}
