@@ -28,7 +28,13 @@ fn pcap_of_both_nics_decodes_with_every_icrc_ok() {
     // derived from the PID keep concurrent runs on one host apart.
     let net = 100 + std::process::id() % 100;
     let (ia, ib) = (format!("127.{net}.0.8"), format!("127.{net}.0.9"));
-    let mut a = NicProc::start("pcap-a", &ia, 4791, &["--pcap", pa.to_str().unwrap()]);
+    // a sends with GSO (segment k carries IPv4 ID k): the capture must show those IDs.
+    let mut a = NicProc::start(
+        "pcap-a",
+        &ia,
+        4791,
+        &["--gso", "--pcap", pa.to_str().unwrap()],
+    );
     let mut b = NicProc::start("pcap-b", &ib, 4791, &["--pcap", pb.to_str().unwrap()]);
     {
         let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu1024, 1 << 16, 16);
@@ -63,6 +69,7 @@ fn pcap_of_both_nics_decodes_with_every_icrc_ok() {
         assert_eq!(a.stat("qp_completions_success"), 4);
         assert_eq!(b.stat("qp_completions_success"), 1);
         assert_eq!(b.stat("rx_drop_bad_icrc"), 0);
+        assert!(b.stat("rx_icrc_solved") > 0, "GSO segments after the first");
         assert_eq!(a.stat("rx_drop_unknown_qpn"), 0);
     }
     assert!(a.stop().success(), "{}", a.log_text());

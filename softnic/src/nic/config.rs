@@ -33,6 +33,11 @@ pub struct RunArgs {
     /// link use 1024, as rxe does.
     #[arg(long, default_value_t = 4096)]
     pub mtu: u32,
+    /// UDP segmentation offloads: send up to 16 packets per system call with GSO
+    /// (segment k carries IPv4 ID k; the ICRC is computed so) and receive coalesced runs
+    /// with GRO. Not used while fault injection is on.
+    #[arg(long)]
+    pub gso: bool,
     /// Write every packet sent and received to this pcap file (Ethernet/IP/UDP framing).
     #[arg(long)]
     pub pcap: Option<PathBuf>,
@@ -95,6 +100,8 @@ pub struct Config {
     pub bind: SocketAddr,
     /// Largest path MTU offered.
     pub mtu: u32,
+    /// UDP GSO on the send path.
+    pub gso: bool,
     /// Capture file.
     pub pcap: Option<PathBuf>,
     /// Fault injection.
@@ -173,6 +180,7 @@ impl Config {
             name: a.name.clone(),
             bind: SocketAddr::new(a.addr, a.port),
             mtu: a.mtu,
+            gso: a.gso,
             pcap: a.pcap.clone(),
             fault,
             dir,
@@ -192,6 +200,7 @@ impl Default for RunArgs {
             addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: wire::ROCEV2_UDP_PORT,
             mtu: 4096,
+            gso: false,
             pcap: None,
             loss: 0.0,
             reorder: 0.0,

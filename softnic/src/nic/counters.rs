@@ -36,6 +36,8 @@ counters! {
         tx_datagrams,
         /// Bytes sent.
         tx_bytes,
+        /// GSO sends (each carried several datagrams).
+        tx_gso_sends,
         /// IPv4 packets whose ICRC matched with IPv4 ID 0 (full 32-bit check).
         rx_icrc_id0,
         /// IPv4 packets whose ICRC matched under a solved non-zero ID (16-bit check).

@@ -58,6 +58,9 @@ pub const CQ_FULL_RECHECK: Duration = Duration::from_millis(1);
 /// Receive batches per iteration (then the loop transmits, so ACKs keep flowing).
 const RX_BATCHES: usize = 4;
 
+/// Bytes reserved per packet in the transmit buffer (path MTU + headers, with room).
+const TX_SLOT: usize = 4096 + 512;
+
 /// Packets one QP may send per iteration (fairness between QPs).
 const TX_BUDGET: usize = 64;
 
@@ -136,6 +139,38 @@ impl PacketPath {
         });
     }
 
+    /// Fills the ICRC of each `seg`-byte segment of `run` (segment k with IPv4 ID k),
+    /// records them, and sends them with one GSO call.
+    fn transmit_run(&mut self, _now: Instant, run: &mut [u8], seg: usize, dest: SocketAddr) {
+        for (k, pkt) in run.chunks_mut(seg.max(1)).enumerate() {
+            let Some(params) = tx_params(self.local, dest, self.io.ipv4_id(k)) else {
+                self.counters.tx_drop_bad_dest += 1;
+                return;
+            };
+            if params.fill(pkt).is_err() {
+                self.counters.tx_drop_send_error += 1;
+                return;
+            }
+            if let Some(p) = self.pcap.as_mut() {
+                if p.record(&params, pkt).is_err() {
+                    self.pcap = None;
+                }
+            }
+        }
+        let n = run.len().div_ceil(seg.max(1)) as u64;
+        match self.io.send_segments(run, seg, dest) {
+            SendOutcome::Sent => {
+                self.counters.tx_datagrams += n;
+                self.counters.tx_bytes += run.len() as u64;
+                if n > 1 {
+                    self.counters.tx_gso_sends += 1;
+                }
+            }
+            SendOutcome::DroppedFull => self.counters.tx_drop_socket_full += n,
+            SendOutcome::Failed => self.counters.tx_drop_send_error += n,
+        }
+    }
+
     /// Sends held packets that are due.
     fn release(&mut self, now: Instant) {
         let (io, pcap, counters, local) =
@@ -161,7 +196,8 @@ pub struct Runtime {
 impl Runtime {
     /// Binds the socket, opens the capture, starts the control server.
     pub fn start(cfg: &Config) -> io::Result<Self> {
-        let io = UdpIo::bind(cfg.bind)?;
+        let io = UdpIo::bind_with(cfg.bind, cfg.gso && cfg.fault.is_none())?;
+        let recv_slot = io.recv_slot();
         let local = io.local_addr();
         let pcap =
             match &cfg.pcap {
@@ -202,8 +238,8 @@ impl Runtime {
             clock: Clock::new(),
             ctl_rx,
             ctl_wake,
-            batch: RecvBatch::new(),
-            tx_buf: vec![0u8; 4096 + 512],
+            batch: RecvBatch::with_slot(recv_slot),
+            tx_buf: vec![0u8; TX_SLOT * super::udp::GSO_MAX_SEGMENTS],
             _server: server,
         })
     }
@@ -325,10 +361,13 @@ impl Runtime {
         for _ in 0..RX_BATCHES {
             let n = self.path.io.recv_batch(&mut self.batch)?;
             for i in 0..n {
-                let Some((bytes, peer, truncated)) = self.batch.get(i) else {
+                let Some((bytes, peer, truncated, seg)) = self.batch.get(i) else {
                     continue;
                 };
-                rx_one(&mut self.nic, &mut self.path, now, bytes, peer, truncated);
+                // With GRO one entry holds several datagrams of `seg` bytes.
+                for d in bytes.chunks(seg.max(1)) {
+                    rx_one(&mut self.nic, &mut self.path, now, d, peer, truncated);
+                }
             }
             total += n;
             if n < super::udp::RECV_BATCH {
@@ -339,11 +378,14 @@ impl Runtime {
     }
 
     fn transmit(&mut self, now: Instant) -> usize {
+        if self.path.io.max_segments() > 1 && self.path.fault.is_passthrough() {
+            return self.transmit_segments(now);
+        }
         let mut sent = 0;
         let mrs = &self.nic.mrs;
         for e in self.nic.qps.values_mut() {
             for _ in 0..TX_BUDGET {
-                let Some(t) = e.qp.poll_transmit(now, &mut self.tx_buf, mrs) else {
+                let Some(t) = e.qp.poll_transmit(now, &mut self.tx_buf[..TX_SLOT], mrs) else {
                     break;
                 };
                 let Some(pkt) = self.tx_buf.get_mut(..t.len) else {
@@ -351,6 +393,72 @@ impl Runtime {
                 };
                 self.path.transmit(now, pkt, t.dest);
                 sent += 1;
+            }
+        }
+        sent
+    }
+
+    /// The GSO send path: consecutive packets of one QP to one destination, all of the
+    /// first packet's length except possibly a shorter last one, are laid out at a
+    /// stride of that length and sent with one `sendmsg`; segment k's ICRC is computed
+    /// with IPv4 ID k. A packet that does not fit the run (another destination, or
+    /// longer) ends it and is sent on its own.
+    fn transmit_segments(&mut self, now: Instant) -> usize {
+        let mut sent = 0;
+        let mrs = &self.nic.mrs;
+        let max = self.path.io.max_segments();
+        for e in self.nic.qps.values_mut() {
+            let mut budget = TX_BUDGET;
+            while budget > 0 {
+                let mut k = 0usize;
+                let mut seg = 0usize;
+                let mut dest = None;
+                let mut lone: Option<(usize, usize, std::net::SocketAddr)> = None;
+                let mut last_len = 0usize;
+                while k < max && budget > 0 {
+                    let off = k * seg;
+                    if off + TX_SLOT > self.tx_buf.len() || off + seg > super::udp::GSO_MAX_BYTES {
+                        break;
+                    }
+                    let Some(t) =
+                        e.qp.poll_transmit(now, &mut self.tx_buf[off..off + TX_SLOT], mrs)
+                    else {
+                        break;
+                    };
+                    budget -= 1;
+                    if k == 0 {
+                        seg = t.len;
+                        dest = Some(t.dest);
+                        last_len = t.len;
+                        k = 1;
+                        continue;
+                    }
+                    if Some(t.dest) != dest || t.len > seg {
+                        lone = Some((off, t.len, t.dest));
+                        break;
+                    }
+                    k += 1;
+                    last_len = t.len;
+                    if t.len < seg {
+                        break; // a shorter segment must be the last
+                    }
+                }
+                let Some(d) = dest else {
+                    break;
+                };
+                let total = (k - 1) * seg + last_len;
+                self.path
+                    .transmit_run(now, &mut self.tx_buf[..total], seg, d);
+                sent += k;
+                if let Some((off, len, d)) = lone {
+                    if let Some(pkt) = self.tx_buf.get_mut(off..off + len) {
+                        self.path.transmit(now, pkt, d);
+                        sent += 1;
+                    }
+                }
+                if k < 2 && lone.is_none() {
+                    break; // the QP had at most one packet: nothing more to batch
+                }
             }
         }
         sent

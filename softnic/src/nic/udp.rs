@@ -31,8 +31,26 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 /// larger datagrams are truncated by the kernel and dropped (counted).
 pub const RECV_SLOT: usize = 8192;
 
+/// Bytes per receive slot with GRO: one coalesced buffer holds up to 64 KiB.
+pub const GRO_SLOT: usize = 65_536;
+
+/// `UDP_GRO` from `linux/udp.h`.
+const UDP_GRO: libc::c_int = 104;
+
 /// Datagrams received per `recvmmsg` call.
 pub const RECV_BATCH: usize = 32;
+
+/// Most datagrams in one GSO send. The kernel accepts 64; the 64 KiB datagram limit
+/// binds first (15 segments of a 4096-byte-MTU packet).
+pub const GSO_MAX_SEGMENTS: usize = 16;
+
+/// Most bytes in one GSO send: the largest IPv4 UDP payload (65,535 − 20 − 8), rounded
+/// down a little for safety.
+pub const GSO_MAX_BYTES: usize = 65_000;
+
+/// `UDP_SEGMENT` and `SOL_UDP` from `linux/udp.h` (cmsg carrying the GSO segment size).
+const UDP_SEGMENT: libc::c_int = 103;
+const SOL_UDP: libc::c_int = 17;
 
 /// Socket buffer size requested (capped by `net.core.{r,w}mem_max`).
 const SOCKET_BUFFER: usize = 4 << 20;
@@ -51,6 +69,8 @@ pub enum SendOutcome {
 /// A batch of received datagrams.
 pub struct RecvBatch {
     storage: Vec<u8>,
+    slot: usize,
+    segs: [usize; RECV_BATCH],
     lens: [usize; RECV_BATCH],
     truncated: [bool; RECV_BATCH],
     peers: [Option<SocketAddr>; RECV_BATCH],
@@ -60,8 +80,15 @@ pub struct RecvBatch {
 impl RecvBatch {
     /// An empty batch with its buffers allocated (once).
     pub fn new() -> Self {
+        RecvBatch::with_slot(RECV_SLOT)
+    }
+
+    /// An empty batch of `slot`-byte slots ([`GRO_SLOT`] when GRO is on).
+    pub fn with_slot(slot: usize) -> Self {
         RecvBatch {
-            storage: vec![0u8; RECV_SLOT * RECV_BATCH],
+            storage: vec![0u8; slot * RECV_BATCH],
+            slot,
+            segs: [0; RECV_BATCH],
             lens: [0; RECV_BATCH],
             truncated: [false; RECV_BATCH],
             peers: [None; RECV_BATCH],
@@ -79,16 +106,18 @@ impl RecvBatch {
         self.count == 0
     }
 
-    /// Datagram `i`: its bytes, its sender, and whether the kernel truncated it.
-    pub fn get(&self, i: usize) -> Option<(&[u8], Option<SocketAddr>, bool)> {
+    /// Entry `i`: its bytes, its sender, whether the kernel truncated it, and the
+    /// datagram size — with GRO one entry holds several datagrams of that size (the
+    /// last may be shorter), to be split by the caller.
+    pub fn get(&self, i: usize) -> Option<(&[u8], Option<SocketAddr>, bool, usize)> {
         if i >= self.count {
             return None;
         }
-        let start = i * RECV_SLOT;
-        let bytes = self
-            .storage
-            .get(start..start + self.lens[i].min(RECV_SLOT))?;
-        Some((bytes, self.peers[i], self.truncated[i]))
+        let start = i * self.slot;
+        let len = self.lens[i].min(self.slot);
+        let bytes = self.storage.get(start..start + len)?;
+        let seg = if self.segs[i] == 0 { len } else { self.segs[i] };
+        Some((bytes, self.peers[i], self.truncated[i], seg))
     }
 }
 
@@ -113,12 +142,31 @@ pub trait PacketIo {
     fn ipv4_id(&self, _segment: usize) -> u16 {
         0
     }
+    /// Most datagrams one [`PacketIo::send_segments`] call takes (1 = no segmentation
+    /// offload).
+    fn max_segments(&self) -> usize {
+        1
+    }
+    /// Sends `buf` as consecutive datagrams of `seg_len` bytes each (the last may be
+    /// shorter) to `dest`. Without offload: one send per datagram.
+    fn send_segments(&mut self, buf: &[u8], seg_len: usize, dest: SocketAddr) -> SendOutcome {
+        let mut out = SendOutcome::Sent;
+        for seg in buf.chunks(seg_len.max(1)) {
+            let r = self.send(seg, dest);
+            if r != SendOutcome::Sent {
+                out = r;
+            }
+        }
+        out
+    }
 }
 
 /// One unconnected, non-blocking UDP socket with DF set. See the module documentation.
 pub struct UdpIo {
     socket: Socket,
     local: SocketAddr,
+    gso: bool,
+    gro: bool,
 }
 
 fn set_int_opt(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
@@ -137,6 +185,30 @@ fn set_int_opt(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int)
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// The UDP_GRO segment size in a received message's control data (0 = not coalesced).
+fn gro_segment_size(msg: &libc::msghdr) -> usize {
+    if msg.msg_control.is_null() || msg.msg_controllen == 0 {
+        return 0;
+    }
+    // SAFETY: msg_control/msg_controllen describe the control buffer the kernel filled
+    // for this message; CMSG_FIRSTHDR/NXTHDR stay inside it.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(msg) };
+    while !c.is_null() {
+        // SAFETY: c is a valid cmsghdr inside the buffer.
+        let (level, ty, len) = unsafe { ((*c).cmsg_level, (*c).cmsg_type, (*c).cmsg_len as usize) };
+        // SAFETY: pure computation.
+        let need = unsafe { libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) } as usize;
+        if level == SOL_UDP && ty == UDP_GRO && len >= need {
+            // SAFETY: the cmsg holds at least one c_int of data (len checked).
+            let v = unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>()) };
+            return usize::try_from(v).unwrap_or(0);
+        }
+        // SAFETY: msg and c are valid as above.
+        c = unsafe { libc::CMSG_NXTHDR(msg, c) };
+    }
+    0
 }
 
 /// Converts a kernel-written socket address to a `SocketAddr` (IPv4 or IPv6 only).
@@ -169,8 +241,19 @@ impl UdpIo {
     /// The IPv4 Identification Linux puts on this socket's datagrams.
     pub const IPV4_ID: u16 = 0;
 
-    /// Binds `addr` (IPv4 or IPv6).
+    /// Binds `addr` (IPv4 or IPv6), without segmentation offload.
     pub fn bind(addr: SocketAddr) -> io::Result<Self> {
+        Self::bind_with(addr, false)
+    }
+
+    /// Binds `addr`; with `gso`, UDP GRO is enabled on receive too, and
+    /// [`PacketIo::send_segments`] hands the kernel up to
+    /// [`GSO_MAX_SEGMENTS`] datagrams per `sendmsg` (`UDP_SEGMENT`). The kernel gives
+    /// the segments of one such send IPv4 IDs 0, 1, 2, … (checked through software
+    /// segmentation on a tap device, see the shared RoCE README), so segment k's ICRC
+    /// is computed with ID k ([`PacketIo::ipv4_id`]). A NIC whose hardware segments UDP
+    /// may number them differently; GSO is therefore opt-in (`softnic run --gso`).
+    pub fn bind_with(addr: SocketAddr, gso: bool) -> io::Result<Self> {
         let domain = Domain::for_address(addr);
         let socket = Socket::new(domain, Type::DGRAM.nonblocking(), Some(Protocol::UDP))?;
         let fd = socket.as_raw_fd();
@@ -198,7 +281,72 @@ impl UdpIo {
             .local_addr()?
             .as_socket()
             .ok_or_else(|| io::Error::other("bound address is not IP"))?;
-        Ok(UdpIo { socket, local })
+        // GRO: the kernel hands over runs of datagrams from one sender as one buffer
+        // (up to 64 KiB) with their size in a UDP_GRO cmsg; on loopback a GSO send
+        // arrives whole.
+        let gro = gso && set_int_opt(fd, SOL_UDP, UDP_GRO, 1).is_ok();
+        Ok(UdpIo {
+            socket,
+            local,
+            gso,
+            gro,
+        })
+    }
+
+    /// Bytes per receive slot this socket needs ([`GRO_SLOT`] with GRO).
+    pub fn recv_slot(&self) -> usize {
+        if self.gro {
+            GRO_SLOT
+        } else {
+            RECV_SLOT
+        }
+    }
+
+    /// True when received datagrams may come coalesced (UDP_GRO).
+    pub fn gro(&self) -> bool {
+        self.gro
+    }
+
+    /// True while GSO is in use (it is turned off if the kernel refuses it).
+    pub fn gso(&self) -> bool {
+        self.gso
+    }
+
+    /// One `sendmsg` with a `UDP_SEGMENT` cmsg.
+    fn sendmsg_gso(&self, buf: &[u8], seg_len: u16, dest: SocketAddr) -> io::Result<()> {
+        let to = SockAddr::from(dest);
+        let mut iov = libc::iovec {
+            iov_base: buf.as_ptr() as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // u64 storage aligns the control buffer for cmsghdr.
+        let mut cbuf = [0u64; 4];
+        // SAFETY: pure computation.
+        let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as usize;
+        // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = to.as_ptr() as *mut libc::c_void;
+        msg.msg_namelen = to.len();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        // SAFETY: msg_control points to 32 bytes, more than CMSG_SPACE(2), so the first
+        // header and its 2 data bytes are in bounds.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = SOL_UDP;
+            (*c).cmsg_type = UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg_len);
+        }
+        // SAFETY: msg points to live iovec, address and control buffers.
+        let r = unsafe { libc::sendmsg(self.socket.as_raw_fd(), &msg, 0) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
     }
 
     fn wait_writable(&self, timeout_ms: i32) {
@@ -217,6 +365,56 @@ impl PacketIo for UdpIo {
         self.local
     }
 
+    fn ipv4_id(&self, segment: usize) -> u16 {
+        if self.gso {
+            segment as u16
+        } else {
+            0
+        }
+    }
+
+    fn max_segments(&self) -> usize {
+        if self.gso {
+            GSO_MAX_SEGMENTS
+        } else {
+            1
+        }
+    }
+
+    fn send_segments(&mut self, buf: &[u8], seg_len: usize, dest: SocketAddr) -> SendOutcome {
+        let n = buf.len().div_ceil(seg_len.max(1));
+        if !self.gso || n <= 1 || buf.len() > GSO_MAX_BYTES || seg_len > usize::from(u16::MAX) {
+            let mut out = SendOutcome::Sent;
+            for seg in buf.chunks(seg_len.max(1)) {
+                let r = self.send(seg, dest);
+                if r != SendOutcome::Sent {
+                    out = r;
+                }
+            }
+            return out;
+        }
+        for attempt in 0..4 {
+            match self.sendmsg_gso(buf, seg_len as u16, dest) {
+                Ok(()) => return SendOutcome::Sent,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if attempt < 3 {
+                        self.wait_writable(1);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // EIO/EINVAL/ENOPROTOOPT: no GSO on this path. The segments' ICRCs
+                    // were computed for IDs 0, 1, …, which plain sends would not carry,
+                    // so these are dropped (RC retransmits them) and GSO is turned off.
+                    tracing::warn!(error = %e, "UDP GSO refused; falling back to one send per packet");
+                    self.gso = false;
+                    return SendOutcome::Failed;
+                }
+            }
+        }
+        SendOutcome::DroppedFull
+    }
+
     fn poll_fd(&self) -> RawFd {
         self.socket.as_raw_fd()
     }
@@ -229,11 +427,21 @@ impl PacketIo for UdpIo {
         let mut names: [libc::sockaddr_storage; RECV_BATCH] = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
         let mut hdrs: [libc::mmsghdr; RECV_BATCH] = unsafe { std::mem::zeroed() };
+        // Control buffers for the UDP_GRO segment size (u64 storage aligns cmsghdr).
+        let mut ctrl = [[0u64; 4]; RECV_BATCH];
         let base = batch.storage.as_mut_ptr();
+        let slot = batch.slot;
+        if batch.storage.len() < slot * RECV_BATCH {
+            return Err(io::Error::other("receive batch smaller than its slots"));
+        }
         for i in 0..RECV_BATCH {
-            // SAFETY: slot i lies inside `storage` (RECV_SLOT * RECV_BATCH bytes).
-            iov[i].iov_base = unsafe { base.add(i * RECV_SLOT) }.cast();
-            iov[i].iov_len = RECV_SLOT;
+            // SAFETY: slot i lies inside `storage` (slot * RECV_BATCH bytes, checked).
+            iov[i].iov_base = unsafe { base.add(i * slot) }.cast();
+            iov[i].iov_len = slot;
+            if self.gro {
+                hdrs[i].msg_hdr.msg_control = ctrl[i].as_mut_ptr().cast();
+                hdrs[i].msg_hdr.msg_controllen = std::mem::size_of_val(&ctrl[i]) as _;
+            }
             hdrs[i].msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
             hdrs[i].msg_hdr.msg_namelen =
                 std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
@@ -263,6 +471,11 @@ impl PacketIo for UdpIo {
             batch.lens[i] = hdrs[i].msg_len as usize;
             batch.truncated[i] = hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
             batch.peers[i] = sockaddr_to_std(&names[i], hdrs[i].msg_hdr.msg_namelen);
+            batch.segs[i] = if self.gro {
+                gro_segment_size(&hdrs[i].msg_hdr)
+            } else {
+                0
+            };
         }
         batch.count = n;
         Ok(n)
@@ -307,7 +520,7 @@ mod tests {
         for _ in 0..1000 {
             b.recv_batch(&mut batch).unwrap();
             for i in 0..batch.len() {
-                let (bytes, peer, trunc) = batch.get(i).unwrap();
+                let (bytes, peer, trunc, _) = batch.get(i).unwrap();
                 assert_eq!(peer, Some(a.local_addr()));
                 assert!(!trunc);
                 got.push(bytes.to_vec());
@@ -325,6 +538,67 @@ mod tests {
     }
 
     #[test]
+    fn gso_send_arrives_as_separate_datagrams() {
+        let mut a = UdpIo::bind_with("127.0.0.1:0".parse().unwrap(), true).unwrap();
+        let mut b = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let buf: Vec<u8> = (0..3 * 1000 + 10).map(|i| (i / 1000) as u8).collect();
+        assert_eq!(
+            a.send_segments(&buf, 1000, b.local_addr()),
+            SendOutcome::Sent
+        );
+        assert!(a.gso(), "GSO works on loopback");
+        assert_eq!(a.ipv4_id(2), 2);
+        let mut batch = RecvBatch::new();
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            b.recv_batch(&mut batch).unwrap();
+            for i in 0..batch.len() {
+                got.push(batch.get(i).unwrap().0.to_vec());
+            }
+            if got.len() == 4 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let lens: Vec<usize> = got.iter().map(|g| g.len()).collect();
+        assert_eq!(lens, vec![1000, 1000, 1000, 10]);
+        for (k, g) in got.iter().enumerate() {
+            assert!(g.iter().all(|&v| v == k as u8));
+        }
+    }
+
+    #[test]
+    fn gro_receives_a_gso_send_whole_with_its_segment_size() {
+        let mut a = UdpIo::bind_with("127.0.0.1:0".parse().unwrap(), true).unwrap();
+        let mut b = UdpIo::bind_with("127.0.0.1:0".parse().unwrap(), true).unwrap();
+        assert!(b.gro());
+        let buf: Vec<u8> = (0..3 * 1000 + 10).map(|i| (i / 1000) as u8).collect();
+        assert_eq!(
+            a.send_segments(&buf, 1000, b.local_addr()),
+            SendOutcome::Sent
+        );
+        let mut batch = RecvBatch::with_slot(b.recv_slot());
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            b.recv_batch(&mut batch).unwrap();
+            for i in 0..batch.len() {
+                let (bytes, _, trunc, seg) = batch.get(i).unwrap();
+                assert!(!trunc);
+                got.extend(bytes.chunks(seg).map(|c| c.to_vec()));
+            }
+            if got.len() == 4 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let lens: Vec<usize> = got.iter().map(|g| g.len()).collect();
+        assert_eq!(lens, vec![1000, 1000, 1000, 10]);
+        for (k, g) in got.iter().enumerate() {
+            assert!(g.iter().all(|&v| v == k as u8));
+        }
+    }
+
+    #[test]
     fn oversize_datagram_is_reported_truncated() {
         let mut a = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let mut b = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
@@ -339,7 +613,7 @@ mod tests {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        let (bytes, _, trunc) = batch.get(0).unwrap();
+        let (bytes, _, trunc, _) = batch.get(0).unwrap();
         assert!(trunc);
         assert_eq!(bytes.len(), RECV_SLOT);
     }
