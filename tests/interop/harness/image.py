@@ -83,7 +83,8 @@ def kernel_package():
         return os.environ["SOFTNIC_INTEROP_KPKG"]
     r = util.run(["apt-cache", "depends", "linux-image-amd64"], timeout=60, check=False)
     if r.returncode != 0:  # no package lists yet (fresh CI image)
-        util.run(["apt-get", "update"], timeout=600, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        util.run(["apt-get", "update"], timeout=600,
+                 env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
         r = util.run(["apt-cache", "depends", "linux-image-amd64"], timeout=60)
     out = r.stdout
     for line in out.splitlines():

@@ -76,7 +76,8 @@ class Softnic:
         has = lambda flag: rc == 0 and flag in out  # noqa: E731
         c["run"] = None if has("--addr") and has("--name") else \
             "softnic run has no --name/--addr (not built yet)"
-        c["loss"] = None if has("--loss") else "softnic run has no --loss (fault injection not built yet)"
+        c["loss"] = None if has("--loss") else \
+            "softnic run has no --loss (fault injection not built yet)"
         c["pcap"] = None if has("--pcap") else "softnic run has no --pcap"
         rc_p, _ = self._help("perf")
         c["perf"] = None if rc_p == 0 else "softnic perf not built yet"

@@ -31,11 +31,14 @@ def guest_script(cmd, server, sc, tool_timeout):
              'echo "== $(up) rxe: %s"' % cmd.replace('"', '\\"'),
              "timeout -s INT %d %s &" % (tool_timeout, cmd), "p=$!"]
     if server:
+        listening = "grep -qE ':%s [0-9A-F]+:0000 0A ' /proc/net/tcp /proc/net/tcp6 2>/dev/null" % port
         lines += ["i=0",
-                  "while ! grep -qE ':%s [0-9A-F]+:0000 0A ' /proc/net/tcp /proc/net/tcp6 2>/dev/null; do" % port,
+                  "while ! %s; do" % listening,
                   "  i=$((i + 1)); [ $i -gt 400 ] && break; running $p || break; sleep 0.05",
-                  "done", "touch @JOB@.ready"]
-    lines += ["wait $p; rc=$?", 'echo "== $(up) rxe: rc=$rc"', sc.guest_post, "exit $rc"]
+                  "done", "%s && touch @JOB@.ready" % listening]
+    lines += ["wait $p; rc=$?", 'echo "== $(up) rxe: rc=$rc"', sc.guest_post,
+              # on failure, what the kernel said (rxe logs QP errors and bad packets there)
+              '[ $rc -eq 0 ] || { echo "== dmesg"; dmesg | tail -n 15; }', "exit $rc"]
     return "\n".join(ln for ln in lines if ln) + "\n"
 
 
@@ -49,8 +52,9 @@ def host_listening(pid, port):
 
 
 def softnic_argv(sc, ctx, nic_name):
-    subst = {"softnic": ctx.softnic.bin or "softnic", "rc_pingpong": ctx.softnic.rc_pingpong or "rc_pingpong",
-             "dev": nic_name or "", "addr": net.SOFTNIC_IP, "fakepeer": "@FAKEPEER@"}
+    subst = {"softnic": ctx.softnic.bin or "softnic",
+             "rc_pingpong": ctx.softnic.rc_pingpong or "rc_pingpong",
+             "dev": nic_name or "", "addr": net.SOFTNIC_IP}
     argv = []
     for tok in shlex.split(sc.softnic):
         if tok == "{fakepeer}":
@@ -105,7 +109,8 @@ def run(ctx, sc, direction):
             util.wait_for(lambda: host_listening(side.pid, sc.port) or side.poll() is not None,
                           SERVER_READY_TIMEOUT)
             if not host_listening(side.pid, sc.port):
-                verdict = "softnic side never listened (rc=%s): %s" % (side.poll(), util.tail(util.read(side_log)))
+                verdict = "softnic side never listened (rc=%s): %s" % (
+                    side.poll(), util.tail(util.read(side_log)))
             else:
                 cmd = "%s %s" % (sc.rxe, net.SOFTNIC_IP)
                 log.append(("rxe (client)", cmd))
@@ -188,7 +193,8 @@ def judge(sc, side_rc, rxe_rc, logs, ctx):
     if rxe_rc not in (None, 0):
         why.append("rxe rc=%d: %s" % (rxe_rc, util.tail(_strip(logs.get("rxe output", "")), 1, 100)))
     if side_rc not in (None, 0):
-        why.append("softnic side rc=%d: %s" % (side_rc, util.tail(logs.get("softnic side output", ""), 1, 100)))
+        why.append("softnic side rc=%d: %s"
+                   % (side_rc, util.tail(logs.get("softnic side output", ""), 1, 100)))
     if why:  # the other side was stopped because its peer failed: not news
         return "; ".join(why)
     if rxe_rc is None:
@@ -204,7 +210,8 @@ def judge(sc, side_rc, rxe_rc, logs, ctx):
 
 
 def _strip(text):
-    """Guest output without the harness's own '== ...' marker lines."""
+    """The guest tool's own output: no '== ...' marker lines, no dmesg tail."""
+    text = text.split("\n== dmesg", 1)[0]
     return "\n".join(ln for ln in text.splitlines() if not ln.startswith("== "))
 
 

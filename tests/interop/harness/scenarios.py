@@ -6,8 +6,8 @@ Each row runs in both directions unless it says otherwise:
 The client gets the server's address appended, as ibv_rc_pingpong and perftest expect.
 
 Placeholders in `softnic`: {softnic} (the binary), {rc_pingpong} (the example), {dev} (the
-NIC's name), {addr} (its address), {fakepeer} (the harness's Python peer). GID index: rxe's IPv4-mapped GID is
-index 1 (`-g 1` / `-x 1`); softnic's is index 0.
+NIC's name), {addr} (its address), {fakepeer} (the harness's Python peer). GID index: rxe's
+IPv4-mapped GID is index 1 (`-g 1` / `-x 1`); softnic's is index 0.
 
 `needs` lists softnic capabilities (nic.Softnic.CAPS); a row whose needs are not built
 is reported SKIP with the reason.
