@@ -240,6 +240,14 @@ fn run(t: QpType, js: Vec<Junk>) -> (QpCounters, u32) {
     for (i, j) in js.iter().enumerate() {
         // Garbage often kills the connection: collect, reset and reconnect so the
         // rest of the sequence still reaches an RTS QP.
+        // UC/UD send errors leave the QP in SQE; bring it back as an application would.
+        if v.qp.state() == QpState::Sqe {
+            let rts = softnic_transport::qp::QpAttr {
+                state: Some(QpState::Rts),
+                ..Default::default()
+            };
+            v.qp.modify(v.now, &rts).unwrap();
+        }
         if v.qp.state() == QpState::Err {
             drain_transmit(&mut v);
             check_completions(&mut v, &mut seen);

@@ -234,3 +234,88 @@ fn ud_receive_buffer_without_room_for_grh_is_a_length_error() {
     assert_eq!(read(&p.b, &b, 0, 100), vec![0; 100], "nothing written");
     let _ = Operation::Send;
 }
+
+#[test]
+fn ud_send_error_moves_to_sqe_and_rts_resumes() {
+    let (mut p, a, b) = pair(udc(1024), 7);
+    let dest = p.b.addr;
+    let qpn_b = p.b.qp.qpn();
+    // Longer than the MTU: a local length error (IBTA: a UD message is one packet).
+    p.a.qp
+        .post_send(ud(
+            wr(1, SendOp::Send, &[a.sge(0, 2000)]),
+            qpn_b,
+            0x1111,
+            dest,
+        ))
+        .unwrap();
+    p.a.qp
+        .post_send(ud(
+            wr(2, SendOp::Send, &[a.sge(0, 10)]),
+            qpn_b,
+            0x1111,
+            dest,
+        ))
+        .unwrap();
+    p.drive(STEPS);
+    let sc: Vec<_> = drain(&mut p.a)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(
+        sc,
+        vec![(1, WcStatus::LocLenErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(p.a.qp.state(), QpState::Sqe);
+    // The receive side still works in SQE.
+    p.a.qp.post_recv(recv(9, &[a.sge(4096, 100)])).unwrap();
+    let dest_a = p.a.addr;
+    let qpn_a = p.a.qp.qpn();
+    p.b.qp
+        .post_send(ud(
+            wr(3, SendOp::Send, &[b.sge(0, 10)]),
+            qpn_a,
+            0x1111,
+            dest_a,
+        ))
+        .unwrap();
+    p.drive(STEPS);
+    assert_eq!(
+        drain(&mut p.a).iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        vec![9]
+    );
+    // Posts in SQE are flushed; SQE -> RTS resumes.
+    p.a.qp
+        .post_send(ud(
+            wr(4, SendOp::Send, &[a.sge(0, 10)]),
+            qpn_b,
+            0x1111,
+            dest,
+        ))
+        .unwrap();
+    assert_eq!(drain(&mut p.a)[0].status, WcStatus::WrFlushErr);
+    p.a.qp
+        .modify(
+            p.now,
+            &softnic_transport::qp::QpAttr {
+                state: Some(QpState::Rts),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    p.b.qp.post_recv(recv(5, &[b.sge(0, 100)])).unwrap();
+    p.a.qp
+        .post_send(ud(
+            wr(5, SendOp::Send, &[a.sge(0, 10)]),
+            qpn_b,
+            0x1111,
+            dest,
+        ))
+        .unwrap();
+    p.drive(STEPS);
+    assert_eq!(drain(&mut p.a)[0].status, WcStatus::Success);
+    assert_eq!(
+        drain(&mut p.b).iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        vec![3, 5]
+    );
+}

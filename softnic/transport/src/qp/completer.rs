@@ -20,7 +20,7 @@ use wire::{NakCode, OpcodeInfo, Operation, ParsedPacket, Psn, Syndrome};
 
 use super::requester::{position, Kind};
 use super::timers::ack_timeout;
-use super::{Qp, QpState};
+use super::{Qp, QpState, QpType};
 use crate::memory::Memory;
 use crate::sgl;
 use crate::time::{Duration, Instant};
@@ -36,8 +36,7 @@ enum RetryCause {
 
 impl Qp {
     /// Retires the head WQE with `status`: a completion if signaled or failed, and on
-    /// failure the QP moves to Err (IBTA 10.3.1.7: an RC completion error puts the QP
-    /// in the error state, flushing the rest).
+    /// failure the QP moves to Err or SQE (see `on_send_error`).
     pub(super) fn retire_head(&mut self, status: WcStatus) {
         let Some(e) = self.req.pop_front() else {
             return;
@@ -46,20 +45,30 @@ impl Qp {
             self.req.comp_psn = e.end_psn();
         }
         if e.wr.signaled || status != WcStatus::Success {
-            let byte_len = match e.kind {
-                Kind::Atomic => 8,
-                _ => e.len,
+            let byte_len = match (status, e.kind) {
+                (WcStatus::Success, Kind::Atomic) => 8,
+                (WcStatus::Success, _) => e.len,
+                _ => 0,
             };
             let c = self.send_completion(&e.wr, status, byte_len);
             self.push_completion(c);
         }
         if status != WcStatus::Success {
-            self.enter_error();
+            self.on_send_error();
+        }
+    }
+
+    /// After a send completion error: RC moves to Err (IBTA 10.3.1.7); UC and UD move
+    /// to SQE, which stops only the send queue (IBTA 10.3.1.6).
+    fn on_send_error(&mut self) {
+        match self.qp_type {
+            QpType::Rc => self.enter_error(),
+            QpType::Uc | QpType::Ud => self.enter_sqe(),
         }
     }
 
     /// Completes `sq[idx]` with `status`; the WQEs before it are flushed (they were
-    /// not acknowledged and the QP is going to Err), then the QP moves to Err.
+    /// not acknowledged and the QP is leaving RTS), then the QP moves to Err or SQE.
     pub(super) fn fail_wqe_at(&mut self, idx: usize, status: WcStatus) {
         for _ in 0..idx {
             if let Some(e) = self.req.pop_front() {
@@ -68,8 +77,8 @@ impl Qp {
             }
         }
         self.retire_head(status);
-        if self.state != QpState::Err {
-            self.enter_error();
+        if !matches!(self.state, QpState::Err | QpState::Sqe) {
+            self.on_send_error();
         }
     }
 

@@ -517,6 +517,18 @@ impl Qp {
         self.enter_error_inner(true);
     }
 
+    /// Moves a UC/UD QP to SQE: the send queue is flushed in order, the receive side
+    /// keeps working, and `modify` to RTS resumes sending (IBTA 10.3.1.6).
+    pub(crate) fn enter_sqe(&mut self) {
+        self.state = QpState::Sqe;
+        self.timers.cancel_all();
+        while let Some(e) = self.req.pop_front() {
+            let c = self.send_completion(&e.wr, WcStatus::WrFlushErr, 0);
+            self.push_completion(c);
+        }
+        self.req.cursor = 0;
+    }
+
     fn enter_error_inner(&mut self, keep_responses: bool) {
         self.state = QpState::Err;
         self.timers.cancel_all();
@@ -587,7 +599,8 @@ impl Qp {
         if self.req.sq.len() >= self.caps.max_send_wr as usize {
             return Err(PostError::QueueFull);
         }
-        if self.state == QpState::Err {
+        // IBTA 10.3.1.6/10.3.1.7: in SQE and Err, send WQEs complete at once, flushed.
+        if matches!(self.state, QpState::Err | QpState::Sqe) {
             let c = self.send_completion(&wr, WcStatus::WrFlushErr, 0);
             self.push_completion(c);
             return Ok(());
