@@ -38,6 +38,11 @@ pub struct RunArgs {
     /// with GRO. Not used while fault injection is on.
     #[arg(long)]
     pub gso: bool,
+    /// Treat a QP's retry_cnt of 7 as "retry forever", as Linux rxe does. Off by
+    /// default: IBTA 9.7.6.1.3 and ibv_modify_qp(3) make 7 a plain count (only
+    /// rnr_retry 7 means infinite). Useful for soak tests at high loss.
+    #[arg(long)]
+    pub retry_cnt_7_infinite: bool,
     /// Write every packet sent and received to this pcap file (Ethernet/IP/UDP framing).
     #[arg(long)]
     pub pcap: Option<PathBuf>,
@@ -102,6 +107,8 @@ pub struct Config {
     pub mtu: u32,
     /// UDP GSO on the send path.
     pub gso: bool,
+    /// rxe's retry_cnt 7 = infinite.
+    pub retry_cnt_7_infinite: bool,
     /// Capture file.
     pub pcap: Option<PathBuf>,
     /// Fault injection.
@@ -181,6 +188,7 @@ impl Config {
             bind: SocketAddr::new(a.addr, a.port),
             mtu: a.mtu,
             gso: a.gso,
+            retry_cnt_7_infinite: a.retry_cnt_7_infinite,
             pcap: a.pcap.clone(),
             fault,
             dir,
@@ -201,6 +209,7 @@ impl Default for RunArgs {
             port: wire::ROCEV2_UDP_PORT,
             mtu: 4096,
             gso: false,
+            retry_cnt_7_infinite: false,
             pcap: None,
             loss: 0.0,
             reorder: 0.0,

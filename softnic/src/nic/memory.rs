@@ -257,6 +257,7 @@ impl MrTable {
         let map = verbs_api::os::map_shared(fd, map_len)
             .map_err(|e| RegError::BadRange(format!("cannot map the region's memfd: {e}")))?;
         let lkey = self.fresh_key();
+        // Reserve the lkey so that the rkey drawn next differs from it.
         self.by_lkey.insert(lkey, 0);
         let rkey = self.fresh_key();
         let handle = self.next_handle;

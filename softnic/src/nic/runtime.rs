@@ -226,6 +226,9 @@ impl Runtime {
                 name: cfg.name.clone(),
                 local,
                 mtu: cfg.mtu,
+                compat: softnic_transport::qp::RxeCompat {
+                    retry_cnt_7_is_infinite: cfg.retry_cnt_7_infinite,
+                },
             }),
             path: PacketPath {
                 io,
@@ -298,13 +301,11 @@ impl Runtime {
             n += 1;
             match msg {
                 ControlMsg::Request {
-                    client,
                     req: Request::Stats,
                     reply,
                     ..
                 } => {
                     self.path.counters.control_requests += 1;
-                    let _ = client;
                     let list = self.stats();
                     let _ = reply.send((Response::Ok(Reply::Stats { counters: list }), Vec::new()));
                 }

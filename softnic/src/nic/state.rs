@@ -56,6 +56,8 @@ pub struct NicInfo {
     pub local: SocketAddr,
     /// Largest path MTU.
     pub mtu: u32,
+    /// Opt-in rxe deviations applied to every QP.
+    pub compat: tqp::RxeCompat,
 }
 
 /// All NIC objects.
@@ -577,6 +579,7 @@ impl Nic {
         let mut qp = Qp::new(qpn, to_transport_type(qp_type), pd, tcaps);
         qp.set_port_mtu(self.info.mtu);
         qp.set_local_addr(self.info.local);
+        qp.set_rxe_compat(self.info.compat);
         let entry = QpEntry::new(
             qp,
             client,
