@@ -54,6 +54,26 @@ impl MemVec {
         key
     }
 
+    /// Registers `len` zero bytes at `addr` under a key chosen by the caller (to
+    /// replay captured traffic whose R_Keys are fixed). Returns the key.
+    pub fn register_with_key(
+        &mut self,
+        pd: u32,
+        key: u32,
+        addr: u64,
+        len: usize,
+        access: Access,
+    ) -> u32 {
+        self.regions.push(Region {
+            pd,
+            key,
+            addr,
+            access,
+            data: vec![0; len],
+        });
+        key
+    }
+
     /// The region with this key.
     pub fn region(&self, key: u32) -> Option<&Region> {
         self.regions.iter().find(|r| r.key == key)
