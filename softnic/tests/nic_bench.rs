@@ -46,18 +46,28 @@ fn tcp_gbps(chunk: usize) -> f64 {
 fn write_64k_throughput_vs_tcp() {
     let tcp = tcp_gbps(64 << 10);
     println!("TCP loopback, one stream, 64 KiB writes: {tcp:.2} Gbit/s");
-    write_64k(&[]);
-    write_64k(&["--gso"]);
+    write_64k(&[], 14);
+    write_64k(&["--gso"], 14);
     let tcp = tcp_gbps(64 << 10);
     println!("TCP loopback, one stream, 64 KiB writes: {tcp:.2} Gbit/s");
 }
 
-fn write_64k(args: &[&str]) {
+#[test]
+#[ignore = "measurement; run with --ignored --nocapture in release"]
+fn write_64k_goodput_under_loss() {
+    for p in ["0", "0.01", "0.05", "0.2"] {
+        write_64k(&["--loss", p, "--seed", "5", "--retry-cnt-7-infinite"], 10);
+    }
+}
+
+/// WRITE 64 KiB throughput with `args` on both NICs and ACK timeout exponent
+/// `timeout` (10 ≈ 4 ms for lossy runs).
+fn write_64k(args: &[&str], timeout: u8) {
     let a = NicProc::start("bench-a", "127.0.0.20", 0, args);
     let b = NicProc::start("bench-b", "127.0.0.21", 0, args);
     const MSG: usize = 64 << 10;
     const DEPTH: u64 = 16;
-    let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu4096, MSG * DEPTH as usize, 64);
+    let (mut x, y) = rc_pair_with_timeout(&a, &b, Mtu::Mtu4096, MSG * DEPTH as usize, 64, timeout);
     let op = WrOpcode::RdmaWrite {
         remote_addr: y.mr.addr(),
         rkey: y.mr.rkey(),
