@@ -1,0 +1,105 @@
+//! UD between two NICs: the destination comes from each work request's GID and port,
+//! the receive buffer starts with the 40-byte GRH, the completion names the sender QP.
+
+mod nic_support;
+
+use nic_support::*;
+use verbs_api::{
+    AccessFlags, Device, Gid, QpCap, QpInitAttr, QpType, RecvWr, SendWr, UdAddress, WcOpcode,
+    WcStatus, WrOpcode,
+};
+
+const GRH: usize = 40;
+const QKEY: u32 = 0x1111_1111; // verbs_api::qp::DEFAULT_QKEY, set by to_init for UD
+
+#[test]
+fn ud_send_between_two_nics() {
+    let a = NicProc::start("ud-a", "127.0.0.24", 0, &[]);
+    let b = NicProc::start("ud-b", "127.0.0.25", 0, &[]);
+    let open = |nic: &NicProc| {
+        let ctx = Device::open(&nic.name).expect("open");
+        let pd = ctx.alloc_pd().expect("pd");
+        let mr = pd.alloc_mr(8192, AccessFlags::LOCAL_WRITE).expect("mr");
+        let cq = ctx.create_cq(16).expect("cq");
+        let cap = QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let mut qp = pd
+            .create_qp(&QpInitAttr {
+                qp_type: QpType::Ud,
+                send_cq: &cq,
+                recv_cq: &cq,
+                cap,
+                sq_sig_all: false,
+            })
+            .expect("qp");
+        qp.to_init(AccessFlags::NONE).expect("init");
+        qp.to_rtr(&nic.endpoint(0, 0), verbs_api::Mtu::Mtu1024)
+            .expect("rtr");
+        qp.to_rts(0).expect("rts");
+        (ctx, pd, mr, cq, qp)
+    };
+    let (_ca, _pa, mut mx, mut cqx, mut qx) = open(&a);
+    let (_cb, _pb, mut my, mut cqy, mut qy) = open(&b);
+    for (i, len) in [0usize, 1, 1000, 1024].into_iter().enumerate() {
+        let i = i as u64;
+        let data = pattern(len, i as u8);
+        mx.as_mut_slice()[..len].copy_from_slice(&data);
+        my.as_mut_slice().fill(0);
+        let rs = [my.sge(0, (GRH + 1024) as u32)];
+        qy.post_recv(&[RecvWr::new(100 + i, &rs)]).expect("recv");
+        let ss: Vec<_> = if len == 0 {
+            vec![]
+        } else {
+            vec![mx.sge(0, len as u32)]
+        };
+        let dest = UdAddress {
+            gid: Gid::from_ip(b.addr),
+            udp_port: b.port,
+            qpn: qy.qp_num(),
+            qkey: QKEY,
+        };
+        let op = if i % 2 == 0 {
+            WrOpcode::Send
+        } else {
+            WrOpcode::SendWithImm(0xAB00 + i as u32)
+        };
+        qx.post_send(&[SendWr::new(i, op, &ss).signaled().to(dest)])
+            .expect("send");
+        let s = poll_one(&mut cqx);
+        assert_eq!(
+            (s.wr_id, s.status, s.opcode),
+            (i, WcStatus::Success, WcOpcode::Send),
+            "{s:?}"
+        );
+        let r = poll_one(&mut cqy);
+        assert_eq!(
+            (r.wr_id, r.status, r.opcode),
+            (100 + i, WcStatus::Success, WcOpcode::Recv),
+            "{r:?}"
+        );
+        assert_eq!(r.byte_len as usize, GRH + len, "byte_len counts the GRH");
+        assert_eq!(r.src_qp, qx.qp_num());
+        assert_eq!(r.imm_data, (i % 2 == 1).then_some(0xAB00 + i as u32));
+        assert!(
+            my.as_slice()[GRH..GRH + len] == data[..],
+            "payload after the GRH"
+        );
+    }
+    // A destination of the other IP family is refused locally (LOC_QP_OP_ERR).
+    let bad = UdAddress {
+        gid: Gid::from_ip("fd00::1".parse().unwrap()),
+        udp_port: 0,
+        qpn: qy.qp_num(),
+        qkey: QKEY,
+    };
+    let ss = [mx.sge(0, 8)];
+    qx.post_send(&[SendWr::new(99, WrOpcode::Send, &ss).signaled().to(bad)])
+        .expect("post");
+    let c = poll_one(&mut cqx);
+    assert_eq!((c.wr_id, c.status), (99, WcStatus::LocQpOpErr), "{c:?}");
+}
