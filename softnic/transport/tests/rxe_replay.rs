@@ -32,6 +32,8 @@ use wire::{Operation, PacketRepr, Position, Syndrome, ROCEV2_UDP_PORT};
 #[derive(Debug, Clone)]
 struct Pkt {
     src: IpAddr,
+    /// UDP source port.
+    sport: u16,
     repr: PacketRepr,
     payload: Vec<u8>,
 }
@@ -72,6 +74,7 @@ fn load(name: &str) -> Vec<Pkt> {
             let p = PacketRepr::parse(rf.roce).ok()?;
             Some(Pkt {
                 src: rf.src,
+                sport: rf.src_port,
                 repr: p.repr,
                 payload: p.payload.to_vec(),
             })
@@ -324,6 +327,7 @@ fn responder_replay(name: &str, f: &Flow) {
             let p = PacketRepr::parse(&buf[..t.len]).unwrap();
             ours.push(Pkt {
                 src: src.ip(),
+                sport: t.src_port,
                 repr: p.repr,
                 payload: p.payload.to_vec(),
             });
@@ -369,6 +373,9 @@ fn responder_replay(name: &str, f: &Flow) {
             a.repr.bth.dest_qpn, b.repr.bth.dest_qpn,
             "{name}: response {i}"
         );
+        if !name.contains("hw_") {
+            assert_eq!(a.sport, b.sport, "{name}: response {i} UDP source port");
+        }
     }
     // The last WRITE Only to each address is what memory holds.
     let mut last = BTreeMap::new();
@@ -521,6 +528,9 @@ fn requester_replay(name: &str, f: &Flow) {
                 want.bth.ack_req = ours.repr.bth.ack_req;
             }
             assert_eq!(ours.repr, want, "{name}: request {reqs}");
+            if !name.contains("hw_") {
+                assert_eq!(t.src_port, p.sport, "{name}: UDP source port");
+            }
             assert!(
                 ours.payload == &p.payload[..],
                 "{name}: request {reqs} payload"
@@ -634,7 +644,16 @@ fn uc_and_ud_like_rxe() {
                     .map(|p| p.payload.len() as u32)
                     .max()
                     .unwrap_or(4096),
-                x_qpn: reqs[0].repr.deth.map_or(0x99, |d| d.src_qpn.value()),
+                // UC packets do not name their sender: the peer's packets do (their
+                // destination QPN).
+                x_qpn: match reqs[0].repr.deth {
+                    Some(d) => d.src_qpn.value(),
+                    None => pkts
+                        .iter()
+                        .find(|p| p.src != x)
+                        .map(|p| p.repr.bth.dest_qpn.value())
+                        .expect("a peer packet"),
+                },
                 y_qpn: reqs[0].repr.bth.dest_qpn.value(),
                 ordered: reqs.clone(),
                 responses: Vec::new(),
@@ -729,6 +748,7 @@ fn replay_unreliable(name: &str, t: QpType, f: &Flow) {
         let mut want = p.repr;
         want.bth.mig_req = true;
         assert_eq!(ours.repr, want, "{name}: packet {k}");
+        assert_eq!(t.src_port, p.sport, "{name}: UDP source port");
         assert!(ours.payload == &p.payload[..], "{name}: packet {k} payload");
     }
     let sent: Vec<_> = std::iter::from_fn(|| tx.poll_completion()).collect();

@@ -153,7 +153,8 @@ pub struct Transmit {
     pub len: usize,
     /// Destination UDP endpoint.
     pub dest: SocketAddr,
-    /// UDP source port (rxe's flow-label formula, see [`rxe_udp_src_port`]).
+    /// UDP source port, as rxe picks it ([`rxe_udp_src_port`] for RC/UC,
+    /// [`rxe_ud_udp_src_port`] for UD).
     pub src_port: u16,
 }
 
@@ -327,6 +328,15 @@ pub fn rxe_udp_src_port(local_qpn: u32, remote_qpn: u32) -> u16 {
     fl ^= fl >> 40;
     fl &= 0xF_FFFF;
     0xC000 | ((fl & 0x3FFF) ^ ((fl & 0xF_C000) >> 14)) as u16
+}
+
+/// The UDP source port rxe uses for a UD QP: 0xC000 + the top 14 bits of the QPN
+/// times the 32-bit golden ratio (the kernel's `hash_32(qpn, 14)`). UD has no single
+/// peer, so the port depends on the sending QP only. Checked on captures: QPN 0x11
+/// gives 57236, 0x23 gives 55194.
+pub fn rxe_ud_udp_src_port(qpn: u32) -> u16 {
+    let h = qpn.wrapping_mul(0x61C8_8647) >> 18;
+    0xC000 + (h & 0x3FFF) as u16
 }
 
 impl Qp {
@@ -747,9 +757,13 @@ impl Qp {
         }
     }
 
-    /// UDP source port for packets to `remote_qpn`.
+    /// UDP source port for packets to `remote_qpn`, as rxe picks it (connected QPs:
+    /// from both QPNs; UD: from this QPN).
     fn src_port(&self, remote_qpn: u32) -> u16 {
-        rxe_udp_src_port(self.qpn, remote_qpn)
+        match self.qp_type {
+            QpType::Ud => rxe_ud_udp_src_port(self.qpn),
+            _ => rxe_udp_src_port(self.qpn, remote_qpn),
+        }
     }
 }
 

@@ -171,10 +171,11 @@ impl Qp {
             ack_req: false,
             psn: Psn::ZERO,
         };
+        let src_port = self.src_port(self.attrs.dest_qpn);
         let t = |len| Transmit {
             len,
             dest,
-            src_port: super::rxe_udp_src_port(self.qpn, self.attrs.dest_qpn),
+            src_port,
         };
         match front {
             Response::Ack { psn, msn, syndrome } => {
