@@ -8,9 +8,12 @@
 //! ```
 //!
 //! Differences from the C program: the GID index defaults to 0 (softnic has one GID and
-//! RoCE needs it); `-c` checks every byte against a per-iteration pattern (the C
-//! program's check compares one byte per page with 0); `-o`/`-t` are refused; `-P` gives
-//! the peer NIC's UDP port when it is not 4791.
+//! RoCE needs it); `-o`/`-t` are refused; `-P` gives the peer NIC's UDP port when it is
+//! not 4791. `-c` is rdma-core's check, so it pairs with a stock `ibv_rc_pingpong -c`:
+//! the sender sets the first byte of every 4 KiB page to `page % sizeof(char)` (that is,
+//! 0) in a buffer otherwise filled with 0x7b, and the receiver checks those bytes.
+//! `--chk-all` (a softnic extension, for two softnic peers) checks every byte against a
+//! per-message pattern instead.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -55,9 +58,13 @@ struct Args {
     /// local port gid index
     #[arg(short = 'g', long = "gid-idx", default_value_t = 0)]
     gid_idx: u32,
-    /// validate received buffers
+    /// validate received buffers (rdma-core's check: first byte of each page)
     #[arg(short = 'c', long = "chk")]
     chk: bool,
+    /// validate every byte against a per-message pattern (softnic extension; both
+    /// peers must use it)
+    #[arg(long = "chk-all")]
+    chk_all: bool,
     /// use on demand paging (not supported)
     #[arg(short = 'o', long = "odp")]
     odp: bool,
@@ -71,18 +78,31 @@ struct Args {
     host: Option<String>,
 }
 
-/// The byte at offset `j` of message `k` with `-c`.
+/// The byte at offset `j` of message `k` with `--chk-all`.
 fn pattern(k: u32, j: usize) -> u8 {
     (j as u32).wrapping_mul(31).wrapping_add(k) as u8
 }
 
+/// rdma-core's validation page size (`sysconf(_SC_PAGESIZE)` on x86-64).
+const CHECK_PAGE: usize = 4096;
+
+/// What `-c` / `--chk-all` validate.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// No validation.
+    Off,
+    /// rdma-core's `-c`: byte 0 of each page is `page % sizeof(char)`, i.e. 0.
+    Pages,
+    /// Every byte follows `pattern`.
+    Full,
+}
 struct Pingpong {
     qp: QueuePair,
     mr: MemoryRegion,
     size: u32,
     rx_depth: u32,
     inline: bool,
-    chk: bool,
+    chk: Check,
 }
 
 impl Pingpong {
@@ -97,10 +117,18 @@ impl Pingpong {
     }
 
     fn post_send(&mut self, k: u32) -> Result<()> {
-        if self.chk {
-            let n = self.size as usize;
-            for (j, b) in self.mr.as_mut_slice()[..n].iter_mut().enumerate() {
-                *b = pattern(k, j);
+        let n = self.size as usize;
+        match self.chk {
+            Check::Off => {}
+            Check::Pages => {
+                for b in self.mr.as_mut_slice()[..n].iter_mut().step_by(CHECK_PAGE) {
+                    *b = 0;
+                }
+            }
+            Check::Full => {
+                for (j, b) in self.mr.as_mut_slice()[..n].iter_mut().enumerate() {
+                    *b = pattern(k, j);
+                }
             }
         }
         let sge = [self.mr.sge(0, self.size)];
@@ -112,16 +140,21 @@ impl Pingpong {
     }
 
     fn check(&self, k: u32) -> std::result::Result<(), String> {
+        let expect = |j: usize| match self.chk {
+            Check::Full => Some(pattern(k, j)),
+            Check::Pages if j % CHECK_PAGE == 0 => Some(0),
+            _ => None,
+        };
         match self.mr.as_slice()[..self.size as usize]
             .iter()
             .enumerate()
-            .find(|(j, b)| **b != pattern(k, *j))
+            .find(|(j, b)| expect(*j).is_some_and(|e| **b != e))
         {
             None => Ok(()),
             Some((j, b)) => Err(format!(
                 "invalid data in page {} (byte {j}: {b:#04x}, expected {:#04x}) of message {k}",
-                j / 4096,
-                pattern(k, j)
+                j / CHECK_PAGE,
+                expect(j).unwrap_or_default()
             )),
         }
     }
@@ -183,7 +216,13 @@ fn run(args: Args) -> std::result::Result<(), String> {
         size: args.size,
         rx_depth: args.rx_depth,
         inline,
-        chk: args.chk,
+        chk: if args.chk_all {
+            Check::Full
+        } else if args.chk {
+            Check::Pages
+        } else {
+            Check::Off
+        },
     };
     pp.qp
         .to_init(AccessFlags::NONE)
@@ -279,7 +318,7 @@ fn run(args: Args) -> std::result::Result<(), String> {
             match w.wr_id {
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
-                    if args.chk {
+                    if pp.chk != Check::Off {
                         pp.check(rcnt)?;
                     }
                     routs -= 1;
