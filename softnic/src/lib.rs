@@ -6,3 +6,4 @@
 
 pub mod decode;
 pub mod nic;
+pub mod perf;

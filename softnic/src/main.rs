@@ -26,6 +26,8 @@ enum Command {
     Run(softnic::nic::RunArgs),
     /// Print a running NIC's counters.
     Stats(softnic::nic::StatsArgs),
+    /// perftest-compatible benchmarks (ib_write_bw & co.), pairing with stock perftest.
+    Perf(softnic::perf::PerfArgs),
 }
 
 fn main() -> ExitCode {
@@ -34,5 +36,6 @@ fn main() -> ExitCode {
         Command::Decode(a) => softnic::decode::main(a),
         Command::Run(a) => softnic::nic::run_main(a),
         Command::Stats(a) => softnic::nic::stats_main(a),
+        Command::Perf(a) => softnic::perf::main(a),
     }
 }
