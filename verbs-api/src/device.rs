@@ -57,6 +57,24 @@ impl Device {
         }
     }
 
+    /// The device whose control socket is `path`, wherever it lives: `$SOFTNIC_DIR` is
+    /// not consulted, so a process can talk to NICs in several directories (tests give
+    /// each NIC a private directory without touching the process-wide environment).
+    /// The name is the socket's file stem, as [`Device::list`] derives it.
+    pub fn at(path: impl Into<PathBuf>) -> Device {
+        let path = path.into();
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Device { name, path }
+    }
+
+    /// Opens the device whose control socket is `path` (see [`Device::at`]).
+    pub fn open_at(path: impl Into<PathBuf>) -> Result<Context> {
+        Device::at(path).open_context()
+    }
+
     /// Device name (`ibv_get_device_name`).
     pub fn name(&self) -> &str {
         &self.name
@@ -238,5 +256,62 @@ impl Context {
     /// Creates a completion queue of at least `depth` entries (`ibv_create_cq`).
     pub fn create_cq(&self, depth: u32) -> Result<crate::cq::CompletionQueue> {
         crate::cq::CompletionQueue::create(self, depth)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_names_the_device_by_its_socket_stem() {
+        let d = Device::at("/some/dir/nic7.sock");
+        assert_eq!(d.name(), "nic7");
+        assert_eq!(d.path(), std::path::Path::new("/some/dir/nic7.sock"));
+        // Same as the `$SOFTNIC_DIR` lookup when the path is the one it would build.
+        let named = Device::named("nic7");
+        assert_eq!(Device::at(named.path()), named);
+    }
+
+    #[test]
+    fn open_at_a_missing_socket_says_which_path() {
+        let dir = std::env::temp_dir().join(format!("verbs-open-at-{}", std::process::id()));
+        let path = dir.join("absent.sock");
+        match Device::open_at(&path) {
+            Err(Error::NoDevice { name, path: p, .. }) => {
+                assert_eq!(name, "absent");
+                assert_eq!(p, path);
+            }
+            other => panic!("expected NoDevice, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn open_at_connects_to_that_socket_not_softnic_dir() {
+        // A listener in a private directory that answers OpenDevice with an error: the
+        // error proves the request reached this socket (a NoDevice would mean the path
+        // was ignored).
+        let dir = std::env::temp_dir().join(format!("verbs-open-at-ok-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("private.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            let (req, _): (Request, Vec<OwnedFd>) = control::recv_msg(s.as_fd()).unwrap();
+            assert!(matches!(req, Request::OpenDevice { .. }), "{req:?}");
+            let resp = Response::Err {
+                code: control::ErrorCode::InvalidArgument,
+                message: "private listener".into(),
+            };
+            control::send_msg(s.as_fd(), &resp, &[]).unwrap();
+        });
+        let r = Device::open_at(&path);
+        server.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        match r {
+            Err(Error::Nic { message, .. }) => assert_eq!(message, "private listener"),
+            other => panic!("expected the listener's error, got {other:?}"),
+        }
     }
 }

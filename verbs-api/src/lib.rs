@@ -61,5 +61,19 @@ pub use error::{Error, PostError, Result};
 pub use gid::{Gid, ROCE_V2_PORT};
 pub use mr::{AccessFlags, MemoryRegion};
 pub use pd::ProtectionDomain;
-pub use qp::{AhAttr, Mtu, QpAttr, QpCap, QpEndpoint, QpInitAttr, QpState, QpType, QueuePair};
+pub use qp::{
+    AhAttr, Mtu, QpAttr, QpCap, QpEndpoint, QpInitAttr, QpState, QpType, QueuePair, DEFAULT_QKEY,
+};
 pub use wr::{RecvWr, SendFlags, SendWr, Sge, UdAddress, WrOpcode};
+
+#[cfg(test)]
+mod tests {
+    /// UD users (and `ibv_ud_pingpong` ports) need the Q_Key that `to_init` programs
+    /// without reaching into the `qp` module; it is `ibv_ud_pingpong`'s 0x11111111.
+    #[test]
+    fn default_qkey_is_exported_at_the_root() {
+        let root: u32 = crate::DEFAULT_QKEY;
+        assert_eq!(root, 0x1111_1111);
+        assert_eq!(root, crate::qp::DEFAULT_QKEY);
+    }
+}
