@@ -43,6 +43,12 @@ pub struct RunArgs {
     /// rnr_retry 7 means infinite). Useful for soak tests at high loss.
     #[arg(long)]
     pub retry_cnt_7_infinite: bool,
+    /// Never sleep: keep polling (yielding the core when idle) instead of setting
+    /// NEED_WAKEUP and blocking in poll(2). Clients then never need the wake eventfd,
+    /// so a post makes no syscall at all — what the no-syscall test relies on, and what
+    /// a latency-bound user who can spare a core wants (io_uring SQPOLL without idle).
+    #[arg(long)]
+    pub busy_poll: bool,
     /// Write every packet sent and received to this pcap file (Ethernet/IP/UDP framing).
     #[arg(long)]
     pub pcap: Option<PathBuf>,
@@ -109,6 +115,8 @@ pub struct Config {
     pub gso: bool,
     /// rxe's retry_cnt 7 = infinite.
     pub retry_cnt_7_infinite: bool,
+    /// Never sleep (no NEED_WAKEUP, no poll(2)).
+    pub busy_poll: bool,
     /// Capture file.
     pub pcap: Option<PathBuf>,
     /// Fault injection.
@@ -189,6 +197,7 @@ impl Config {
             mtu: a.mtu,
             gso: a.gso,
             retry_cnt_7_infinite: a.retry_cnt_7_infinite,
+            busy_poll: a.busy_poll,
             pcap: a.pcap.clone(),
             fault,
             dir,
@@ -210,6 +219,7 @@ impl Default for RunArgs {
             mtu: 4096,
             gso: false,
             retry_cnt_7_infinite: false,
+            busy_poll: false,
             pcap: None,
             loss: 0.0,
             reorder: 0.0,
@@ -235,6 +245,7 @@ mod tests {
         assert_eq!(c.bind, "127.0.0.1:4791".parse().unwrap());
         assert_eq!(c.mtu, 4096);
         assert!(c.fault.is_none());
+        assert!(!c.busy_poll, "the NIC sleeps when idle unless asked not to");
         assert_eq!(c.socket_path(), PathBuf::from("/tmp/x/softnic0.sock"));
     }
 

@@ -21,7 +21,8 @@
 //! the control wake eventfd and every client's wake eventfd, with the earliest QP timer
 //! (or held fault-injection packet) as timeout. A client post that sees NEED_WAKEUP
 //! writes its wake eventfd; one that does not see it needs no syscall because the NIC
-//! is polling.
+//! is polling. With `--busy-poll` the loop never sleeps (it yields the core when idle),
+//! so NEED_WAKEUP is never set and no client post ever makes a syscall.
 
 use std::io;
 use std::net::SocketAddr;
@@ -190,6 +191,8 @@ pub struct Runtime {
     ctl_wake: Arc<OwnedFd>,
     batch: RecvBatch,
     tx_buf: Vec<u8>,
+    /// `--busy-poll`: never sleep.
+    busy_poll: bool,
     _server: ControlServer,
 }
 
@@ -243,6 +246,7 @@ impl Runtime {
             ctl_wake,
             batch: RecvBatch::with_slot(recv_slot),
             tx_buf: vec![0u8; TX_SLOT * super::udp::GSO_MAX_SEGMENTS],
+            busy_poll: cfg.busy_poll,
             _server: server,
         })
     }
@@ -257,7 +261,8 @@ impl Runtime {
                 last_work = now;
                 continue;
             }
-            if now.saturating_duration_since(last_work) < SPIN {
+            // With --busy-poll the NIC never sleeps, so NEED_WAKEUP is never set.
+            if self.busy_poll || now.saturating_duration_since(last_work) < SPIN {
                 // Yield rather than spin in place: on a host with fewer cores than busy
                 // threads (two NICs and their clients on two cores), a pure spin holds a
                 // core the client or the peer NIC needs; sched_yield costs ~0.2 µs and
