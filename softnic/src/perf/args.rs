@@ -323,9 +323,8 @@ impl Params {
             return Err("-Q must be at least 1".into());
         }
         cq_mod = cq_mod.min(tx_depth);
-        if a.verify {
-            // Verification looks at every completion (atomics) and needs distinct
-            // local result slots for every outstanding operation.
+        if a.verify && verb == Verb::Atomic {
+            // Checking atomics looks at every completion's original value.
             cq_mod = 1;
         }
         let inline_size = a.inline_size.unwrap_or(0);

@@ -267,22 +267,37 @@ pub struct Comm {
 }
 
 impl Comm {
-    /// Client: connect to `host:port` (IPv4, as perftest's `AF_INET` resolver).
+    /// Client: connect to `host:port` (IPv4, as perftest's `AF_INET` resolver). Unlike
+    /// perftest, a refused connection is retried (every 100 ms, up to `timeout`) so the
+    /// client may start before the server listens.
     pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<Comm> {
+        let deadline = std::time::Instant::now() + timeout;
+        let addrs: Vec<_> = (host, port)
+            .to_socket_addrs()?
+            .filter(|a| a.is_ipv4())
+            .collect();
         let mut last = io::Error::new(
             io::ErrorKind::NotFound,
             format!("no IPv4 address for {host}"),
         );
-        for a in (host, port).to_socket_addrs()?.filter(|a| a.is_ipv4()) {
-            match TcpStream::connect_timeout(&a, timeout) {
-                Ok(s) => return Comm::new(s, true, timeout),
-                Err(e) => last = e,
+        // Bounded by the deadline.
+        loop {
+            for a in &addrs {
+                match TcpStream::connect_timeout(a, timeout) {
+                    Ok(s) => return Comm::new(s, true, timeout),
+                    Err(e) => last = e,
+                }
             }
+            if last.kind() != io::ErrorKind::ConnectionRefused
+                || std::time::Instant::now() >= deadline
+            {
+                return Err(ExchangeError::Io(io::Error::new(
+                    last.kind(),
+                    format!("Couldn't connect to {host}:{port}: {last}"),
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
-        Err(ExchangeError::Io(io::Error::new(
-            last.kind(),
-            format!("Couldn't connect to {host}:{port}: {last}"),
-        )))
     }
 
     /// Server: listen on `0.0.0.0:port` (SO_REUSEADDR, as perftest) and accept one

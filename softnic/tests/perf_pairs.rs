@@ -1,0 +1,321 @@
+//! `softnic perf` end to end: two `softnic run` NICs on loopback, a `softnic perf`
+//! server and client for every test, the exit status and the printed result table
+//! checked (perftest's format, non-zero bandwidth / latency), with `--verify` where the
+//! tool can check the data. Every wait is bounded; only our own children are killed.
+
+mod nic_support;
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nic_support::{softnic_dir, NicProc};
+
+/// The tests share two cores with the NICs they start: run one pair at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Longest a perf run may take before it is killed and the test fails.
+const RUN_LIMIT: Duration = Duration::from_secs(90);
+
+/// A TCP port free right now (the kernel's choice), for the perftest exchange.
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// A `softnic perf` child, killed by PID if still running when dropped.
+struct PerfProc(Option<Child>);
+
+impl PerfProc {
+    fn spawn(args: &[String]) -> PerfProc {
+        let child = Command::new(env!("CARGO_BIN_EXE_softnic"))
+            .arg("perf")
+            .args(args)
+            .env("SOFTNIC_DIR", softnic_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn softnic perf");
+        PerfProc(Some(child))
+    }
+
+    /// Waits (bounded) and returns (success, stdout, stderr).
+    fn finish(mut self) -> (bool, String, String) {
+        let mut child = self.0.take().expect("running");
+        let deadline = Instant::now() + RUN_LIMIT;
+        let status = loop {
+            if let Some(st) = child.try_wait().expect("wait") {
+                break Some(st);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut out = String::new();
+        let mut err = String::new();
+        if let Some(mut o) = child.stdout.take() {
+            let _ = o.read_to_string(&mut out);
+        }
+        if let Some(mut e) = child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        if status.is_none() {
+            err.push_str("\n[killed: ran longer than the test's limit]");
+        }
+        (status.is_some_and(|s| s.success()), out, err)
+    }
+}
+
+impl Drop for PerfProc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Two NICs (127.0.0.2 and 127.0.0.3, kernel-chosen UDP ports), a perf server on the
+/// first and a client on the second. Returns both outputs.
+fn run_pair(test: &str, tag: &str, server: &[&str], client: &[&str]) -> (String, String) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let a = NicProc::start(&format!("perf-{tag}-a"), "127.0.0.2", 0, &[]);
+    let b = NicProc::start(&format!("perf-{tag}-b"), "127.0.0.3", 0, &[]);
+    let port = free_port().to_string();
+    let common = |nic: &NicProc, peer: &NicProc| -> Vec<String> {
+        vec![
+            test.to_string(),
+            "-d".into(),
+            nic.name.clone(),
+            "-p".into(),
+            port.clone(),
+            "--peer-udp-port".into(),
+            peer.port.to_string(),
+            "--timeout".into(),
+            "30".into(),
+        ]
+    };
+    let mut sargs = common(&a, &b);
+    sargs.extend(server.iter().map(|s| s.to_string()));
+    let mut cargs = common(&b, &a);
+    cargs.extend(client.iter().map(|s| s.to_string()));
+    cargs.push("127.0.0.1".into());
+    let srv = PerfProc::spawn(&sargs);
+    let cli = PerfProc::spawn(&cargs);
+    let (cok, cout, cerr) = cli.finish();
+    let (sok, sout, serr) = srv.finish();
+    assert!(
+        sok && cok,
+        "{test} {tag}: server ok={sok} client ok={cok}\n--- server stdout\n{sout}\n--- server stderr\n{serr}\
+         \n--- client stdout\n{cout}\n--- client stderr\n{cerr}\n--- NIC a\n{}\n--- NIC b\n{}",
+        a.log_text(),
+        b.log_text()
+    );
+    (sout, cout)
+}
+
+/// The rows under the table header `header_start`, split into numbers.
+fn table_rows(out: &str, header_start: &str) -> Vec<Vec<f64>> {
+    let mut lines = out.lines().skip_while(|l| !l.starts_with(header_start));
+    assert!(
+        lines.next().is_some(),
+        "no table header {header_start:?} in:\n{out}"
+    );
+    lines
+        .take_while(|l| !l.starts_with("---"))
+        .map(|l| {
+            l.split_whitespace()
+                .map(|f| {
+                    f.parse::<f64>()
+                        .unwrap_or_else(|_| panic!("field {f:?} of {l:?}"))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+const BW_HEADER: &str = " #bytes     #iterations    BW peak[MB/sec]";
+const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]";
+
+/// Checks one BW table: rows (size, iterations, peak, average, rate) as expected.
+fn check_bw(out: &str, sizes: &[u64], iters: u64) {
+    let rows = table_rows(out, BW_HEADER);
+    assert_eq!(rows.len(), sizes.len(), "rows in:\n{out}");
+    for (row, &size) in rows.iter().zip(sizes) {
+        assert_eq!(row.len(), 5, "{row:?}");
+        assert_eq!((row[0], row[1]), (size as f64, iters as f64), "{row:?}");
+        assert!(
+            row[3] > 0.0 && row[4] > 0.0,
+            "zero average bandwidth or rate: {row:?}\n{out}"
+        );
+    }
+}
+
+/// Checks one latency table: (size, iterations, min, max, typical, avg, stdev, 99%, 99.9%).
+fn check_lat(out: &str, size: u64, iters: u64) {
+    let rows = table_rows(out, LAT_HEADER);
+    assert_eq!(rows.len(), 1, "rows in:\n{out}");
+    let r = &rows[0];
+    assert_eq!(r.len(), 9, "{r:?}");
+    assert_eq!((r[0], r[1]), (size as f64, iters as f64));
+    assert!(
+        r[2] > 0.0 && r[2] <= r[4] && r[4] <= r[3],
+        "min ≤ typical ≤ max: {r:?}"
+    );
+}
+
+fn verified(out: &str) -> usize {
+    out.lines()
+        .filter(|l| l.starts_with(" softnic verify:"))
+        .count()
+}
+
+#[test]
+fn write_bw_reports_and_verifies() {
+    let (s, c) = run_pair(
+        "write_bw",
+        "wbw",
+        &["-s", "1024", "-n", "300", "--verify"],
+        &["-s", "1024", "-n", "300"],
+    );
+    // The server prints the client's report.
+    check_bw(&s, &[1024], 300);
+    check_bw(&c, &[1024], 300);
+    assert!(s.contains("Exact"), "{s}");
+    // perftest's address lines.
+    assert!(
+        c.contains(" local address: LID 0000 QPN 0x")
+            && c.contains(" GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:00:00:03"),
+        "{c}"
+    );
+    assert!(
+        c.contains(" remote address: LID 0000 QPN 0x") && c.contains(" RKey 0x"),
+        "{c}"
+    );
+}
+
+#[test]
+fn read_bw_reports_and_verifies() {
+    let (s, c) = run_pair(
+        "read_bw",
+        "rbw",
+        &["-s", "3000", "-n", "200", "-o", "4"],
+        &["-s", "3000", "-n", "200", "-o", "4", "--verify"],
+    );
+    check_bw(&s, &[3000], 200);
+    check_bw(&c, &[3000], 200);
+    assert!(c.contains(" OUT 0x04"), "{c}");
+    assert_eq!(verified(&c), 1, "{c}");
+}
+
+#[test]
+fn send_bw_both_sides_report() {
+    let (s, c) = run_pair(
+        "send_bw",
+        "sbw",
+        &["-s", "512", "-n", "400", "--verify"],
+        &["-s", "512", "-n", "400"],
+    );
+    check_bw(&s, &[512], 400);
+    check_bw(&c, &[512], 400);
+    assert!(s.contains("Exact"), "{s}");
+}
+
+#[test]
+fn atomic_bw_both_kinds_verify() {
+    for (kind, tag) in [("FETCH_AND_ADD", "fa"), ("CMP_AND_SWAP", "cs")] {
+        let (s, c) = run_pair(
+            "atomic_bw",
+            tag,
+            &["-A", kind, "-n", "200", "--verify"],
+            &["-A", kind, "-n", "200", "--verify"],
+        );
+        check_bw(&s, &[8], 200);
+        check_bw(&c, &[8], 200);
+        assert!(s.contains(&format!("Atomic {kind} BW Test")), "{s}");
+        assert!(
+            c.contains(&format!("200 {kind} original values consistent")),
+            "{c}"
+        );
+        assert!(
+            s.contains("target words consistent with 200 operations"),
+            "{s}"
+        );
+    }
+}
+
+#[test]
+fn several_qps() {
+    let (s, c) = run_pair(
+        "write_bw",
+        "q4",
+        &["-q", "4", "-s", "256", "-n", "100", "--verify"],
+        &["-q", "4", "-s", "256", "-n", "100"],
+    );
+    check_bw(&c, &[256], 400);
+    check_bw(&s, &[256], 400);
+    assert_eq!(verified(&s), 4, "{s}");
+    assert_eq!(c.matches(" remote address:").count(), 4);
+}
+
+#[test]
+fn all_sizes() {
+    let (_, c) = run_pair("write_bw", "all", &["-a", "-n", "4"], &["-a", "-n", "4"]);
+    let sizes: Vec<u64> = (1..24).map(|i| 1 << i).collect();
+    check_bw(&c, &sizes, 4);
+}
+
+#[test]
+fn write_lat() {
+    let (s, c) = run_pair(
+        "write_lat",
+        "wl",
+        &["-s", "8", "-n", "100"],
+        &["-s", "8", "-n", "100"],
+    );
+    check_lat(&s, 8, 100);
+    check_lat(&c, 8, 100);
+}
+
+#[test]
+fn send_lat() {
+    let (s, c) = run_pair(
+        "send_lat",
+        "sl",
+        &["-s", "8", "-n", "100"],
+        &["-s", "8", "-n", "100"],
+    );
+    check_lat(&s, 8, 100);
+    check_lat(&c, 8, 100);
+}
+
+#[test]
+fn read_lat() {
+    let (s, c) = run_pair(
+        "read_lat",
+        "rl",
+        &["-s", "64", "-n", "100"],
+        &["-s", "64", "-n", "100", "--verify"],
+    );
+    check_lat(&c, 64, 100);
+    // The server only waits for the client: no table.
+    assert!(!s.contains(LAT_HEADER), "{s}");
+    assert!(c.contains("Exact"), "{c}");
+}
+
+#[test]
+fn rdma_cm_is_refused_clearly() {
+    let p = PerfProc::spawn(&["write_bw".into(), "-R".into()]);
+    let (ok, _, err) = p.finish();
+    assert!(!ok);
+    assert!(
+        err.contains("rdma_cm") && err.contains("not supported"),
+        "{err}"
+    );
+}
