@@ -522,10 +522,9 @@ fn run_child(mode: &str, a: &NicProc, b: &NicProc) -> (ExitStatus, String) {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    (
-        status,
-        std::fs::read_to_string(out_path).unwrap_or_default(),
-    )
+    let out = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&out_path);
+    (status, out)
 }
 
 #[test]
