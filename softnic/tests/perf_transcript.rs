@@ -1,0 +1,368 @@
+//! `softnic perf` against scripted perftest peers: each test replays, step by step, what
+//! a stock perftest 4.5 program does on its TCP socket (the order of `main` in
+//! `write_bw.c` / `read_lat.c` and the byte formats of `perftest_communication.c`),
+//! parsing softnic's messages the way the C code does (fixed-width fields at fixed
+//! offsets) and doing the peer's RDMA part with a verbs-api QP. A missing, extra or
+//! misformatted exchange blocks or fails the script.
+
+mod nic_support;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nic_support::{poll_one, side, softnic_dir, NicProc, Side};
+use verbs_api::{AccessFlags, AhAttr, Gid, Mtu, QpAttr, QpState, SendWr, WrOpcode};
+
+/// What the scripted peer learned from one 108-byte message.
+#[derive(Debug, Clone, Copy)]
+struct Msg {
+    out_reads: u32,
+    qpn: u32,
+    psn: u32,
+    rkey: u32,
+    vaddr: u64,
+    gid: [u8; 16],
+}
+
+/// Parses `KEY_PRINT_FMT_GID` by position, as its fixed widths put the fields:
+/// `llll:oooo:qqqqqq:pppppp:rrrrrrrr:vvvvvvvvvvvvvvvv:` + 16 × `gg:` + `ssssssss:` + NUL.
+fn parse_key(m: &[u8; 108]) -> Msg {
+    let s = std::str::from_utf8(&m[..107]).expect("ASCII");
+    assert_eq!(m[107], 0, "NUL terminator");
+    for &i in &[4usize, 9, 16, 23, 32, 49, 106] {
+        assert_eq!(&s[i..i + 1], ":", "separator at {i} in {s:?}");
+    }
+    let hex = |a: usize, b: usize| u64::from_str_radix(&s[a..b], 16).expect("hex field");
+    let mut gid = [0u8; 16];
+    for (k, g) in gid.iter_mut().enumerate() {
+        let at = 50 + 3 * k;
+        assert_eq!(&s[at + 2..at + 3], ":", "GID separator in {s:?}");
+        *g = hex(at, at + 2) as u8;
+    }
+    assert_eq!(hex(0, 4), 0, "LID");
+    Msg {
+        out_reads: hex(5, 9) as u32,
+        qpn: hex(10, 16) as u32,
+        psn: hex(17, 23) as u32,
+        rkey: hex(24, 32) as u32,
+        vaddr: hex(33, 49),
+        gid,
+    }
+}
+
+/// `sprintf(KEY_PRINT_FMT_GID, …)` of the scripted peer.
+fn key(out_reads: u32, qpn: u32, psn: u32, rkey: u32, vaddr: u64, gid: [u8; 16]) -> [u8; 108] {
+    let mut s = format!(
+        "{:04x}:{out_reads:04x}:{qpn:06x}:{psn:06x}:{rkey:08x}:{vaddr:016x}:",
+        0
+    );
+    for g in gid {
+        s += &format!("{g:02x}:");
+    }
+    s += &format!("{:08x}:", 0);
+    let mut m = [0u8; 108];
+    m[..107].copy_from_slice(s.as_bytes());
+    m
+}
+
+/// The scripted peer's socket: perftest's `ctx_xchg_data` on one side.
+struct Peer {
+    s: TcpStream,
+    server: bool,
+}
+
+impl Peer {
+    fn xchg<const N: usize>(&mut self, mine: &[u8; N]) -> [u8; N] {
+        let mut theirs = [0u8; N];
+        if self.server {
+            self.s.read_exact(&mut theirs).expect("read");
+            self.s.write_all(mine).expect("write");
+        } else {
+            self.s.write_all(mine).expect("write");
+            self.s.read_exact(&mut theirs).expect("read");
+        }
+        theirs
+    }
+
+    /// versions, `check_sys_data`, `check_mtu` (we offer IBV_MTU_1024).
+    fn preamble(&mut self) {
+        let mut v = [0u8; 16];
+        v[..4].copy_from_slice(b"6.06");
+        let theirs = self.xchg(&v);
+        let text: String = theirs
+            .iter()
+            .take_while(|&&b| b != 0)
+            .map(|&b| b as char)
+            .collect();
+        assert!(
+            text.parse::<f64>().expect("version number") >= 5.70,
+            "{text:?}"
+        );
+        assert_eq!(
+            self.xchg(&4096i32.to_be_bytes()),
+            4096i32.to_be_bytes(),
+            "cycle buffer"
+        );
+        assert_eq!(
+            self.xchg(&64i32.to_be_bytes()),
+            64i32.to_be_bytes(),
+            "cache line"
+        );
+        let mtu = self.xchg(b"3\0");
+        assert_eq!(
+            mtu, *b"5\0",
+            "softnic's port MTU is 4096 (IBV_MTU_4096 = 5)"
+        );
+    }
+
+    fn hand_shake(&mut self, mine: &[u8; 108]) -> Msg {
+        parse_key(&self.xchg(mine))
+    }
+
+    /// `ctx_close_connection`: hand shake, then "done" (the peer's is never read by C).
+    fn close(mut self, mine: &[u8; 108]) {
+        self.hand_shake(mine);
+        self.s.write_all(b"done\0").expect("done");
+        let mut d = [0u8; 5];
+        self.s.read_exact(&mut d).expect("softnic's done");
+        assert_eq!(&d, b"done\0");
+        assert_eq!(self.s.read(&mut d).expect("EOF"), 0, "nothing after done");
+    }
+}
+
+/// Brings the scripted peer's QP to RTR (and RTS) towards softnic's QP.
+fn connect(s: &mut Side, rem: &Msg, rem_port: u16, my_psn: u32, my_out_reads: u32, rts: bool) {
+    s.qp.modify(&QpAttr {
+        qp_state: Some(QpState::Rtr),
+        path_mtu: Some(Mtu::Mtu1024),
+        dest_qp_num: Some(rem.qpn),
+        rq_psn: Some(rem.psn),
+        ah_attr: Some(AhAttr {
+            dgid: Gid(rem.gid),
+            sgid_index: 0,
+            hop_limit: 0xff,
+            udp_port: rem_port,
+        }),
+        max_dest_rd_atomic: Some(my_out_reads as u8),
+        min_rnr_timer: Some(12),
+        ..QpAttr::default()
+    })
+    .expect("RTR");
+    if rts {
+        s.qp.modify(&QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(my_psn),
+            timeout: Some(14),
+            retry_cnt: Some(7),
+            rnr_retry: Some(7),
+            max_rd_atomic: Some(rem.out_reads.min(16) as u8),
+            ..QpAttr::default()
+        })
+        .expect("RTS");
+    }
+}
+
+fn spawn_perf(args: &[String]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_softnic"))
+        .arg("perf")
+        .args(args)
+        .env("SOFTNIC_DIR", softnic_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn softnic perf")
+}
+
+/// Waits (bounded) for `child`; returns (success, stdout + stderr).
+fn finish(mut child: Child) -> (bool, String) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ok = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st.success();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    if let Some(mut o) = child.stdout.take() {
+        let _ = o.read_to_string(&mut out);
+    }
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut out);
+    }
+    (ok, out)
+}
+
+fn listener() -> (TcpListener, u16) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let p = l.local_addr().expect("addr").port();
+    (l, p)
+}
+
+/// softnic perf write_bw client ↔ scripted `ib_write_bw` server.
+#[test]
+fn write_bw_client_against_a_scripted_ib_write_bw_server() {
+    let a = NicProc::start("tr-wbw-a", "127.0.0.2", 0, &[]);
+    let b = NicProc::start("tr-wbw-b", "127.0.0.3", 0, &[]);
+    let (l, port) = listener();
+    l.set_nonblocking(false).expect("blocking");
+    let n = 300u64;
+    let size = 4096u64;
+    let child = spawn_perf(&[
+        "write_bw".into(),
+        "-d".into(),
+        b.name.clone(),
+        "-p".into(),
+        port.to_string(),
+        "-s".into(),
+        size.to_string(),
+        "-n".into(),
+        n.to_string(),
+        "--peer-udp-port".into(),
+        a.port.to_string(),
+        "--timeout".into(),
+        "30".into(),
+        "127.0.0.1".into(),
+    ]);
+    let (s, _) = l.accept().expect("accept");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut peer = Peer { s, server: true };
+    peer.preamble();
+    // ctx_init: one region of 2 × BUFF_SIZE; our slot 1 is what softnic writes.
+    let mut srv = side(&a, 2 * 4096, 16);
+    srv.qp.to_init(AccessFlags::REMOTE_WRITE).expect("INIT");
+    let vaddr = srv.mr.addr() + 4096;
+    let gid = Gid::from_ip(a.addr).0;
+    let my_psn = 0x00ab_cdef;
+    let mine = key(1, srv.qp.qp_num(), my_psn, srv.mr.rkey(), vaddr, gid);
+    // write_bw.c: hand shake per QP, ctx_connect (a BW server stays in RTR), hand
+    // shake per QP again (printing), one more after RTR.
+    let rem = peer.hand_shake(&mine);
+    assert_eq!((rem.out_reads, rem.gid), (1, Gid::from_ip(b.addr).0));
+    connect(&mut srv, &rem, b.port, my_psn, 1, false);
+    let again = peer.hand_shake(&mine);
+    assert_eq!(
+        (again.qpn, again.psn, again.rkey, again.vaddr),
+        (rem.qpn, rem.psn, rem.rkey, rem.vaddr)
+    );
+    peer.hand_shake(&mine);
+    // The client runs, then shakes hands and sends its report.
+    peer.hand_shake(&mine);
+    let mut report = Vec::new();
+    for _ in 0..5 {
+        report.push(u64::from_be_bytes(peer.xchg(&[0u8; 8])));
+    }
+    assert_eq!(
+        (report[0], report[1]),
+        (size, n),
+        "size and iterations, big-endian"
+    );
+    let avg = f64::from_bits(report[3]);
+    assert!(
+        avg > 0.0 && avg < 1e6,
+        "BW average {avg} MB/s as a big-endian double"
+    );
+    peer.close(&mine);
+    let (ok, out) = finish(child);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(" Mtu             : 1024[B]"),
+        "the smaller MTU wins:\n{out}"
+    );
+    // softnic's pattern landed in our slot.
+    let data = &srv.mr.as_slice()[4096..8192];
+    assert!(
+        data.iter().filter(|&&x| x != 0).count() > 3000,
+        "the WRITEs landed"
+    );
+}
+
+/// Scripted `ib_read_lat` client ↔ softnic perf read_lat server.
+#[test]
+fn read_lat_server_against_a_scripted_ib_read_lat_client() {
+    let a = NicProc::start("tr-rl-a", "127.0.0.2", 0, &[]);
+    let b = NicProc::start("tr-rl-b", "127.0.0.3", 0, &[]);
+    let port = listener().1;
+    let child = spawn_perf(&[
+        "read_lat".into(),
+        "-d".into(),
+        a.name.clone(),
+        "-p".into(),
+        port.to_string(),
+        "-o".into(),
+        "4".into(),
+        "--peer-udp-port".into(),
+        b.port.to_string(),
+        "--timeout".into(),
+        "30".into(),
+    ]);
+    // Connect (the server may not listen yet: perftest would fail, we retry).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let s = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "softnic perf never listened: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut peer = Peer { s, server: false };
+    peer.preamble();
+    let mut cli = side(&b, 2 * 4096, 16);
+    cli.qp.to_init(AccessFlags::REMOTE_READ).expect("INIT");
+    let gid = Gid::from_ip(b.addr).0;
+    let my_psn = 0x0012_3456;
+    let mine = key(
+        8,
+        cli.qp.qp_num(),
+        my_psn,
+        cli.mr.rkey(),
+        cli.mr.addr() + 4096,
+        gid,
+    );
+    // read_lat.c: an extra hand shake, one per QP, connect (RTS), one per QP, one more.
+    peer.hand_shake(&mine);
+    let rem = peer.hand_shake(&mine);
+    assert_eq!(rem.out_reads, 4, "-o 4 announced as OUT");
+    connect(&mut cli, &rem, a.port, my_psn, 8, true);
+    peer.hand_shake(&mine);
+    peer.hand_shake(&mine);
+    // The client READs softnic's slot (its --verify source pattern) a few times.
+    for i in 0..10u64 {
+        let sge = [cli.mr.sge(0, 64)];
+        let op = WrOpcode::RdmaRead {
+            remote_addr: rem.vaddr,
+            rkey: rem.rkey,
+        };
+        cli.qp
+            .post_send(&[SendWr::new(i, op, &sge).signaled()])
+            .expect("post READ");
+        let wc = poll_one(&mut cli.cq);
+        assert!(wc.status.is_success(), "{wc:?}");
+    }
+    assert!(
+        cli.mr.as_slice()[..64].iter().any(|&x| x != 0),
+        "READ returned data"
+    );
+    peer.close(&mine);
+    let (ok, out) = finish(child);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(" local address: LID 0000 QPN 0x") && out.contains(" OUT 0x04"),
+        "{out}"
+    );
+}
