@@ -366,3 +366,172 @@ fn read_lat_server_against_a_scripted_ib_read_lat_client() {
         "{out}"
     );
 }
+
+/// Connects to a `softnic perf` server on `port` (retrying while it starts).
+fn connect_to(port: u16) -> Peer {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let s = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "softnic perf never listened: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    Peer { s, server: false }
+}
+
+fn server_args(
+    test: &str,
+    nic: &NicProc,
+    peer: &NicProc,
+    port: u16,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut v: Vec<String> = [test, "-d", &nic.name, "-p", &port.to_string()]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    v.extend(["--peer-udp-port".to_string(), peer.port.to_string()]);
+    v.extend(["--timeout".to_string(), "30".to_string()]);
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+/// Scripted `ib_send_bw` client ↔ softnic perf send_bw server (which posts its
+/// receives before the pre-run hand shake and prints its own report).
+#[test]
+fn send_bw_server_against_a_scripted_ib_send_bw_client() {
+    let a = NicProc::start("tr-sbw-a", "127.0.0.2", 0, &[]);
+    let b = NicProc::start("tr-sbw-b", "127.0.0.3", 0, &[]);
+    let port = listener().1;
+    let (n, size) = (50u64, 512u32);
+    let child = spawn_perf(&server_args(
+        "send_bw",
+        &a,
+        &b,
+        port,
+        &["-n", "50", "-s", "512", "--verify"],
+    ));
+    let mut peer = connect_to(port);
+    peer.preamble();
+    let mut cli = side(&b, 2 * 4096, 64);
+    cli.qp
+        .to_init(AccessFlags(
+            AccessFlags::REMOTE_WRITE.0 | AccessFlags::LOCAL_WRITE.0,
+        ))
+        .expect("INIT");
+    let my_psn = 0x42;
+    let mine = key(
+        1,
+        cli.qp.qp_num(),
+        my_psn,
+        cli.mr.rkey(),
+        cli.mr.addr() + 4096,
+        Gid::from_ip(b.addr).0,
+    );
+    // send_bw.c: hand shake per QP, connect, one hand shake, per QP again (printing).
+    let rem = peer.hand_shake(&mine);
+    connect(&mut cli, &rem, a.port, my_psn, 1, true);
+    peer.hand_shake(&mine);
+    peer.hand_shake(&mine);
+    // Per size: the server has posted its receives when this hand shake returns.
+    peer.hand_shake(&mine);
+    // Random-looking bytes, as perftest's rand() buffer: softnic must say "Landed".
+    for (j, x) in cli.mr.as_mut_slice()[..4096].iter_mut().enumerate() {
+        *x = (j as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2];
+    }
+    for i in 0..n {
+        // perftest walks its source by INC(512) = 512 through the 4096-byte cycle.
+        let sge = [cli.mr.sge(((i % 8) * 512) as usize, size)];
+        cli.qp
+            .post_send(&[SendWr::new(i, WrOpcode::Send, &sge).signaled()])
+            .expect("post SEND");
+        let wc = poll_one(&mut cli.cq);
+        assert!(wc.status.is_success(), "{wc:?}");
+    }
+    peer.hand_shake(&mine);
+    peer.close(&mine);
+    let (ok, out) = finish(child);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(" 512        50 "),
+        "the server's own report line:\n{out}"
+    );
+    assert!(
+        out.contains("Landed"),
+        "foreign data detected as landed:\n{out}"
+    );
+}
+
+/// Scripted `ib_atomic_bw` client ↔ softnic perf atomic_bw server with --verify: the
+/// FETCH_AND_ADD counters must come out as perftest's walk makes them.
+#[test]
+fn atomic_bw_server_against_a_scripted_ib_atomic_bw_client() {
+    let a = NicProc::start("tr-abw-a", "127.0.0.2", 0, &[]);
+    let b = NicProc::start("tr-abw-b", "127.0.0.3", 0, &[]);
+    let port = listener().1;
+    let n = 100u64;
+    let child = spawn_perf(&server_args(
+        "atomic_bw",
+        &a,
+        &b,
+        port,
+        &["-n", "100", "--verify"],
+    ));
+    let mut peer = connect_to(port);
+    peer.preamble();
+    let mut cli = side(&b, 2 * 4096, 64);
+    cli.qp.to_init(AccessFlags::REMOTE_ATOMIC).expect("INIT");
+    let my_psn = 0x77;
+    let mine = key(
+        16,
+        cli.qp.qp_num(),
+        my_psn,
+        cli.mr.rkey(),
+        cli.mr.addr() + 4096,
+        Gid::from_ip(b.addr).0,
+    );
+    // atomic_bw.c: as write_bw.c.
+    let rem = peer.hand_shake(&mine);
+    assert_eq!(rem.out_reads, 16, "the device's maximum by default");
+    connect(&mut cli, &rem, a.port, my_psn, 16, true);
+    peer.hand_shake(&mine);
+    peer.hand_shake(&mine);
+    for i in 0..n {
+        let sge = [cli.mr.sge(0, 8)];
+        let op = WrOpcode::AtomicFetchAndAdd {
+            remote_addr: rem.vaddr + (i % 64) * 64,
+            rkey: rem.rkey,
+            add: 1,
+        };
+        cli.qp
+            .post_send(&[SendWr::new(i, op, &sge).signaled()])
+            .expect("post atomic");
+        let wc = poll_one(&mut cli.cq);
+        assert!(wc.status.is_success(), "{wc:?}");
+        let orig = u64::from_ne_bytes(cli.mr.as_slice()[..8].try_into().expect("8 bytes"));
+        assert_eq!(orig, i / 64, "original value of word {}", i % 64);
+    }
+    peer.hand_shake(&mine);
+    for v in [8u64, n, 0, 1f64.to_bits(), 0] {
+        peer.xchg(&v.to_be_bytes());
+    }
+    peer.close(&mine);
+    let (ok, out) = finish(child);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("target words consistent with 100 operations"),
+        "{out}"
+    );
+    assert!(
+        out.contains(" 8          100 "),
+        "the client's report, printed by the server:\n{out}"
+    );
+}
