@@ -21,6 +21,9 @@ use core::net::{Ipv4Addr, Ipv6Addr};
 use crate::error::{Error, Layer, Result};
 use crate::{bth, ICRC_LEN};
 
+mod flow;
+pub use flow::PreparedIcrc;
+
 /// IP-layer fields the ICRC covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IpParams {
