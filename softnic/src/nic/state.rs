@@ -12,7 +12,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 use softnic_transport::memory::Access;
-use softnic_transport::qp::{self as tqp, Qp};
+use softnic_transport::qp::{self as tqp, Qp, QpCounters};
 use softnic_transport::time::Instant;
 use verbs_api::abi::control::{
     DeviceAttr, ErrorCode, Handle, QpAttr, QpCaps, QpState, QpType, Reply, Request, Response,
@@ -21,7 +21,7 @@ use verbs_api::abi::{
     layout, QpLayout, RecvWqe, Ring, SendWqe, ABI_VERSION, MAX_INLINE, MAX_RING_ENTRIES, MAX_SGE,
 };
 
-use super::counters::{NicCounters, QpTotals};
+use super::counters::NicCounters;
 use super::cq::CompletionQueue;
 use super::gid;
 use super::memory::{KeyMap, MrTable, MAX_MR_PER_CLIENT, MAX_MR_SIZE};
@@ -78,7 +78,7 @@ pub struct Nic {
     next_handle: u32,
     next_qpn: u32,
     /// Counters of QPs already destroyed.
-    pub retired: QpTotals,
+    pub retired: QpCounters,
 }
 
 type Answer = (Response, Vec<OwnedFd>);
@@ -186,7 +186,7 @@ impl Nic {
             qps: KeyMap::default(),
             next_handle: 1,
             next_qpn: FIRST_QPN,
-            retired: QpTotals::default(),
+            retired: QpCounters::default(),
         }
     }
 
@@ -231,7 +231,7 @@ impl Nic {
     }
 
     /// Totals of every QP's counters, live and destroyed.
-    pub fn qp_totals(&self) -> QpTotals {
+    pub fn qp_totals(&self) -> QpCounters {
         let mut t = self.retired;
         for e in self.qps.values() {
             t.add(e.qp.counters());

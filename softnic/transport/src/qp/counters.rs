@@ -3,6 +3,28 @@
 //! Every packet a QP refuses is counted under one reason, so `softnic stats` can say
 //! where traffic went. Counters only grow (wrapping is not a concern at u64).
 
+/// Declares the counter struct and, from the same field list, `add` and `for_each`, so
+/// totals and `softnic stats` can never miss a counter.
+macro_rules! qp_counters {
+    ($(#[$m:meta])* pub struct $name:ident { $($(#[$fm:meta])* pub $f:ident: u64,)* }) => {
+        $(#[$m])*
+        pub struct $name { $($(#[$fm])* pub $f: u64,)* }
+
+        impl $name {
+            /// Adds every counter of `other` (totals over many QPs).
+            pub fn add(&mut self, other: &$name) {
+                $( self.$f = self.$f.wrapping_add(other.$f); )*
+            }
+
+            /// Calls `f(name, value)` for every counter, in declaration order.
+            pub fn for_each(&self, mut f: impl FnMut(&'static str, u64)) {
+                $( f(stringify!($f), self.$f); )*
+            }
+        }
+    };
+}
+
+qp_counters! {
 /// Counters of one QP. Field names are what `softnic stats` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct QpCounters {
@@ -81,4 +103,5 @@ pub struct QpCounters {
     pub completions_error: u64,
     /// Work completions with success status.
     pub completions_success: u64,
+}
 }
