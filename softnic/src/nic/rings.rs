@@ -101,7 +101,23 @@ impl QpEntry {
 
     /// Fails one entry taken from a ring: earlier work is flushed, then this entry
     /// completes with LOC_QP_OP_ERR.
-    fn fail_entry(&mut self, now: Instant, c: Completion, vendor_err: u32, n: &mut NicCounters) {
+    fn fail_entry(
+        &mut self,
+        now: Instant,
+        (queue, wr_id, opcode): (Queue, u64, WcOpcode),
+        vendor_err: u32,
+        n: &mut NicCounters,
+    ) {
+        let c = Completion {
+            queue,
+            wr_id,
+            status: WcStatus::LocQpOpErr,
+            opcode,
+            byte_len: 0,
+            imm: None,
+            qp_num: self.qp.qpn(),
+            src_qp: 0,
+        };
         n.wqe_invalid += 1;
         self.move_to_error(now);
         self.take_completions();
@@ -152,17 +168,8 @@ impl QpEntry {
                 Err(e) => Some(e.vendor_err()),
             };
             if let Some(vendor_err) = err {
-                let c = Completion {
-                    queue: Queue::Send,
-                    wr_id: w.wr_id,
-                    status: WcStatus::LocQpOpErr,
-                    opcode: wqe::wc_opcode_of(w.opcode).unwrap_or(WcOpcode::Send),
-                    byte_len: 0,
-                    imm: None,
-                    qp_num: self.qp.qpn(),
-                    src_qp: 0,
-                };
-                self.fail_entry(now, c, vendor_err, n);
+                let opcode = wqe::wc_opcode_of(w.opcode).unwrap_or(WcOpcode::Send);
+                self.fail_entry(now, (Queue::Send, w.wr_id, opcode), vendor_err, n);
                 break;
             }
         }
@@ -197,17 +204,8 @@ impl QpEntry {
                 Err(e) => Some(e.vendor_err()),
             };
             if let Some(vendor_err) = err {
-                let c = Completion {
-                    queue: Queue::Recv,
-                    wr_id: w.wr_id,
-                    status: WcStatus::LocQpOpErr,
-                    opcode: WcOpcode::Recv,
-                    byte_len: 0,
-                    imm: None,
-                    qp_num: self.qp.qpn(),
-                    src_qp: 0,
-                };
-                self.fail_entry(now, c, vendor_err, n);
+                let entry = (Queue::Recv, w.wr_id, WcOpcode::Recv);
+                self.fail_entry(now, entry, vendor_err, n);
                 break;
             }
         }
