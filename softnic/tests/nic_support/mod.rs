@@ -23,6 +23,28 @@ pub const WAIT: Duration = Duration::from_secs(20);
 /// Environment variable by which a parent test passes its SOFTNIC_DIR to a child.
 pub const CHILD_DIR_ENV: &str = "SOFTNIC_NICTEST_DIR";
 
+/// Name prefix of the per-process test directories (logs, pcaps, sockets).
+const DIR_PREFIX: &str = "softnic-nictest-";
+
+/// Removes the directories of earlier test processes that are gone. A test binary has no
+/// global teardown, so each run keeps its own directory (its NIC logs help when a test
+/// fails) and the next run clears those of processes that no longer exist.
+fn remove_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(DIR_PREFIX)) else {
+            continue;
+        };
+        let alive = Path::new("/proc").join(pid).exists();
+        if pid.parse::<u32>().is_ok() && !alive {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// The control-socket directory of this test binary. verbs-api finds sockets through
 /// `$SOFTNIC_DIR`, which is process-wide, so it is set once, before any client runs, to
 /// a directory private to this test process; NICs get distinct names instead.
@@ -32,7 +54,10 @@ pub fn softnic_dir() -> &'static Path {
         // A child client process (see nic_client_crash.rs) uses its parent's directory.
         let d = match std::env::var_os(CHILD_DIR_ENV) {
             Some(d) => PathBuf::from(d),
-            None => std::env::temp_dir().join(format!("softnic-nictest-{}", std::process::id())),
+            None => {
+                remove_stale_dirs();
+                std::env::temp_dir().join(format!("{DIR_PREFIX}{}", std::process::id()))
+            }
         };
         std::fs::create_dir_all(&d).expect("create SOFTNIC_DIR");
         std::env::set_var("SOFTNIC_DIR", &d);
