@@ -535,3 +535,158 @@ fn atomic_bw_server_against_a_scripted_ib_atomic_bw_client() {
         "the client's report, printed by the server:\n{out}"
     );
 }
+
+/// softnic perf write_lat client ↔ scripted `ib_write_lat` server (ping-pong on the
+/// last byte; `write_lat.c` has no closing exchange).
+#[test]
+fn write_lat_client_against_a_scripted_ib_write_lat_server() {
+    let a = NicProc::start("tr-wl-a", "127.0.0.2", 0, &[]);
+    let b = NicProc::start("tr-wl-b", "127.0.0.3", 0, &[]);
+    let (l, port) = listener();
+    let (n, size) = (100u64, 8usize);
+    let child = spawn_perf(&[
+        "write_lat".into(),
+        "-d".into(),
+        b.name.clone(),
+        "-p".into(),
+        port.to_string(),
+        "-s".into(),
+        size.to_string(),
+        "-n".into(),
+        n.to_string(),
+        "--peer-udp-port".into(),
+        a.port.to_string(),
+        "--timeout".into(),
+        "30".into(),
+        "127.0.0.1".into(),
+    ]);
+    let (s, _) = l.accept().expect("accept");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut peer = Peer { s, server: true };
+    peer.preamble();
+    let mut srv = side(&a, 2 * 4096, 16);
+    srv.qp.to_init(AccessFlags::REMOTE_WRITE).expect("INIT");
+    let my_psn = 0x1;
+    let mine = key(
+        1,
+        srv.qp.qp_num(),
+        my_psn,
+        srv.mr.rkey(),
+        srv.mr.addr() + 4096,
+        Gid::from_ip(a.addr).0,
+    );
+    // write_lat.c: an extra hand shake, one per QP, connect (RTS), one per QP, one more.
+    peer.hand_shake(&mine);
+    let rem = peer.hand_shake(&mine);
+    connect(&mut srv, &rem, b.port, my_psn, 1, true);
+    peer.hand_shake(&mine);
+    peer.hand_shake(&mine);
+    // run_iter_lat_write as the server runs it: it skips its first wait, so it writes
+    // first; then each side waits for the other's counter in the last byte.
+    let poll_at = srv.mr.addr() as usize + 4096 + size - 1;
+    let (mut scnt, mut ccnt, mut rcnt) = (0u64, 0u64, 0u64);
+    while scnt < n || ccnt < n || rcnt < n {
+        if rcnt < n && scnt >= 1 {
+            rcnt += 1;
+            let deadline = Instant::now() + Duration::from_secs(20);
+            // SAFETY: `poll_at` is inside the live region; the NIC writes it concurrently.
+            while unsafe { std::ptr::read_volatile(poll_at as *const u8) } != rcnt as u8 {
+                if Instant::now() > deadline {
+                    let (_, out) = finish(child);
+                    panic!("softnic's WRITE #{rcnt} never arrived; softnic perf said:\n{out}");
+                }
+                std::thread::yield_now();
+            }
+        }
+        if scnt < n {
+            scnt += 1;
+            srv.mr.as_mut_slice()[size - 1] = scnt as u8;
+            let sge = [srv.mr.sge(0, size as u32)];
+            let op = WrOpcode::RdmaWrite {
+                remote_addr: rem.vaddr,
+                rkey: rem.rkey,
+            };
+            srv.qp
+                .post_send(&[SendWr::new(scnt, op, &sge).signaled()])
+                .expect("post WRITE");
+        }
+        if ccnt < n {
+            let wc = poll_one(&mut srv.cq);
+            assert!(wc.status.is_success(), "{wc:?}");
+            ccnt += 1;
+        }
+    }
+    let (ok, out) = finish(child);
+    assert!(ok, "{out}");
+    assert!(out.contains(" 8       100 "), "the latency line:\n{out}");
+}
+
+/// Scripted `ib_send_lat` client ↔ softnic perf send_lat server.
+#[test]
+fn send_lat_server_against_a_scripted_ib_send_lat_client() {
+    let a = NicProc::start("tr-sl-a", "127.0.0.2", 0, &[]);
+    let b = NicProc::start("tr-sl-b", "127.0.0.3", 0, &[]);
+    let port = listener().1;
+    let (n, size) = (40u64, 16u32);
+    let child = spawn_perf(&server_args(
+        "send_lat",
+        &a,
+        &b,
+        port,
+        &["-n", "40", "-s", "16"],
+    ));
+    let mut peer = connect_to(port);
+    peer.preamble();
+    let mut cli = side(&b, 2 * 4096, 64);
+    cli.qp
+        .to_init(AccessFlags(
+            AccessFlags::REMOTE_WRITE.0 | AccessFlags::LOCAL_WRITE.0,
+        ))
+        .expect("INIT");
+    let my_psn = 0x99;
+    let mine = key(
+        1,
+        cli.qp.qp_num(),
+        my_psn,
+        cli.mr.rkey(),
+        cli.mr.addr() + 4096,
+        Gid::from_ip(b.addr).0,
+    );
+    // send_lat.c: one per QP, connect (RTS), one hand shake, one per QP (printing).
+    let rem = peer.hand_shake(&mine);
+    connect(&mut cli, &rem, a.port, my_psn, 1, true);
+    peer.hand_shake(&mine);
+    peer.hand_shake(&mine);
+    // Receives first, then the hand shake that tells the peer they are posted.
+    for i in 0..n {
+        let sge = [cli.mr.sge(4096, size)];
+        cli.qp
+            .post_recv(&[verbs_api::RecvWr::new(1000 + i, &sge)])
+            .expect("post recv");
+    }
+    peer.hand_shake(&mine);
+    // The client sends first, then waits for the answer.
+    for i in 0..n {
+        let sge = [cli.mr.sge(0, size)];
+        cli.qp
+            .post_send(&[SendWr::new(i, WrOpcode::Send, &sge).signaled()])
+            .expect("post SEND");
+        let mut got_recv = false;
+        let mut got_send = false;
+        while !(got_recv && got_send) {
+            let wc = poll_one(&mut cli.cq);
+            assert!(wc.status.is_success(), "{wc:?}");
+            if wc.wr_id >= 1000 {
+                assert_eq!(wc.byte_len, size);
+                got_recv = true;
+            } else {
+                got_send = true;
+            }
+        }
+    }
+    peer.close(&mine);
+    let (ok, out) = finish(child);
+    assert!(ok, "{out}");
+    assert!(out.contains(" 16      40 "), "the latency line:\n{out}");
+}

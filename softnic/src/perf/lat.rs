@@ -32,8 +32,9 @@ fn spin_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) -> 
     Ok(())
 }
 
-/// WRITE ping-pong. The client writes first; each side waits until the last byte of
-/// its landing slot carries the peer's counter, then writes its own.
+/// WRITE ping-pong. The server writes first (perftest's server skips its first wait;
+/// in `send_lat` it is the client that starts); each side waits until the last byte
+/// of its landing slot carries the peer's counter, then writes its own.
 pub fn run_write_lat(
     r: &mut Resources,
     p: &Params,
