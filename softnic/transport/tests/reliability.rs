@@ -756,3 +756,37 @@ fn sqd_finishes_started_messages_and_starts_no_new_ones() {
         vec![2]
     );
 }
+
+/// Found by the rxe interop suite (`write_bw_q4`, `send_bw_q4`, softnic as the client of
+/// `ib_write_bw -q 4` in a TCG guest): with 1024 unacknowledged PSNs per QP softnic
+/// flooded the guest, every loss made go-back-N resend the whole window into the same
+/// overflowing queue, and `retry_cnt` ran out (IBV_WC_RETRY_EXC_ERR). rxe's own requester
+/// never has more than 128 (`RXE_MAX_UNACKED_PSNS`, rxe_req.c); with the same bound the
+/// scenario runs without a single retransmission. Responses are all dropped here, so
+/// what A sends before its first timeout is exactly its window.
+#[test]
+fn unacknowledged_request_psns_are_bounded_like_rxe() {
+    let (mut p, a, b) = pair(rc(256), 23);
+    let psns = Rc::new(RefCell::new(HashSet::new()));
+    let seen = psns.clone();
+    p.filter = Some(Box::new(move |s| {
+        if s.from == Side::A {
+            seen.borrow_mut().insert(s.repr.bth.psn.value());
+            Verdict::Pass
+        } else {
+            Verdict::Drop
+        }
+    }));
+    // 300 packets: more than the window.
+    p.a.qp
+        .post_send(rdma(1, SendOp::Write, &[a.sge(0, 300 * 256)], &b, 0))
+        .unwrap();
+    p.drive(STEPS);
+    assert_eq!(
+        psns.borrow().len(),
+        128,
+        "distinct request PSNs sent without an ACK"
+    );
+    let sc: Vec<_> = drain(&mut p.a).iter().map(|c| c.status).collect();
+    assert_eq!(sc, vec![WcStatus::RetryExcErr]);
+}

@@ -29,8 +29,12 @@ use crate::time::Instant;
 use crate::wr::{SendOp, SendWr, WcStatus};
 
 /// Most request PSNs outstanding (sent and not acknowledged) on an RC QP. Far below
-/// the 2^23 limit of IBTA 9.7.1; large enough to fill a loopback path.
-pub const MAX_OUTSTANDING_PSNS: u32 = 1024;
+/// the 2^23 limit of IBTA 9.7.1. 128 is what Linux rxe's requester allows itself
+/// (`RXE_MAX_UNACKED_PSNS`, rxe_req.c): softnic has no congestion control, and a larger
+/// window overran a slow rxe peer (go-back-N resent the whole window into the same full
+/// queue until `retry_cnt` ran out; tests/interop `write_bw_q4`). 128 packets of 4 KiB
+/// still cover a loopback path's bandwidth-delay product.
+pub const MAX_OUTSTANDING_PSNS: u32 = 128;
 
 /// A packet with AckReq at least every this many request packets.
 pub const ACK_REQ_INTERVAL: u32 = 64;
