@@ -36,12 +36,17 @@ def find_binary(explicit, rel_paths):
 
 
 def build(release=True):
-    """cargo build of the softnic binary and the verbs-api examples (for --build)."""
+    """cargo build of the softnic binary and the verbs-api examples (for --build). Returns
+    the paths of what it built: (softnic, rc_pingpong). They are used as they are, not
+    "the newest binary": cargo leaves an up-to-date binary's mtime alone, so a debug build
+    made later (say by the unit tests) would otherwise win."""
     prof = ["--release"] if release else []
     for cmd in (["cargo", "build", "-p", "softnic", "--bins"] + prof,
                 ["cargo", "build", "-p", "verbs-api", "--examples"] + prof):
         util.note("$ " + " ".join(cmd))
         subprocess.run(cmd, cwd=REPO, check=True, timeout=3600)
+    out = os.path.join(target_dirs()[0], "release" if release else "debug")
+    return os.path.join(out, "softnic"), os.path.join(out, "examples", "rc_pingpong")
 
 
 class Softnic:

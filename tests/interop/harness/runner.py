@@ -136,7 +136,7 @@ def run(ctx, sc, direction):
                 verdict = "softnic run died during the scenario (rc=%s): %s" % (
                     the_nic.proc.returncode, util.tail(util.read(the_nic.logpath), 1))
         if verdict is None:
-            verdict = judge(sc, side_rc, rxe_rc, logs, ctx)
+            verdict = judge(sc, direction, side_rc, rxe_rc, logs, ctx)
     except util.ToolFailure as e:
         verdict = verdict or str(e)
     except Exception as e:  # noqa: BLE001 - any harness error is this scenario's FAIL reason
@@ -186,7 +186,7 @@ def wait_both(ctx, side, job, deadline, grace=3.0):
         time.sleep(0.05)
 
 
-def judge(sc, side_rc, rxe_rc, logs, ctx):
+def judge(sc, direction, side_rc, rxe_rc, logs, ctx):
     """Reason for failure from the two exit statuses (None: did not finish by itself and
     was stopped) and outputs, or None. A side that failed by itself is named first."""
     why = []
@@ -204,8 +204,11 @@ def judge(sc, side_rc, rxe_rc, logs, ctx):
         why.append("softnic side did not finish within %ds" % sc.timeout)
     if why:
         return "; ".join(why)
-    if sc.expect_rxe and not re.search(sc.expect_rxe, logs.get("rxe output", "")):
-        return "rxe output lacks /%s/" % sc.expect_rxe
+    expect = sc.expect_rxe
+    if direction == "rxe-server" and sc.expect_rxe_server is not None:
+        expect = sc.expect_rxe_server
+    if expect and not re.search(expect, logs.get("rxe output", "")):
+        return "rxe output lacks /%s/" % expect
     return None
 
 

@@ -30,6 +30,7 @@ class Scenario:
     guest_post: str = ""         # shell lines run in the guest after it
     timeout: int = 45            # seconds for the whole exchange
     expect_rxe: str = ""         # regex the guest tool's output must contain
+    expect_rxe_server: str = None  # ... when it is the server, if that differs
     directions: tuple = DIRECTIONS
     port: int = 18515
     group: str = ""
@@ -61,10 +62,14 @@ def _pingpong():
 
 
 def _perf(name, tool, args, test, extra_needs=(), **kw):
+    """A perftest row. `--verify` makes the softnic side check the data wherever it is the
+    side the data lands on (docs/perf-tool.md): written/sent bytes on a softnic server,
+    read bytes on a softnic client, every atomic's original value on a softnic client, the
+    atomic targets on a softnic server. perftest itself checks nothing."""
     return Scenario(
         name=name, group=kw.pop("group", "perftest"),
         rxe="%s -d rxe0 -x 1 -F %s" % (tool, args),
-        softnic="{softnic} perf %s -d {dev} -x 0 -F %s" % (test, args),
+        softnic="{softnic} perf %s -d {dev} -x 0 -F --verify %s" % (test, args),
         needs=("run", "perf") + tuple(extra_needs), expect_rxe=PERF_OK, **kw)
 
 
@@ -85,7 +90,8 @@ SCENARIOS = [
     _perf("atomic_bw_cas", "ib_atomic_bw", "-A CMP_AND_SWAP -n 200", "atomic_bw"),
     _perf("write_lat", "ib_write_lat", LAT, "write_lat"),
     _perf("send_lat", "ib_send_lat", LAT, "send_lat"),
-    _perf("read_lat", "ib_read_lat", LAT, "read_lat"),
+    # perftest's read_lat server only waits and closes: it prints no result table
+    _perf("read_lat", "ib_read_lat", LAT, "read_lat", expect_rxe_server=r"remote address: LID"),
     # several QPs at once
     _perf("write_bw_q4", "ib_write_bw", BW + " -q 4", "write_bw", group="multi-qp"),
     _perf("send_bw_q4", "ib_send_bw", BW + " -q 4", "send_bw", group="multi-qp"),
@@ -110,6 +116,52 @@ SCENARIOS = [
     _perf("loss_softnic_read_bw", "ib_read_bw", BW, "read_bw", extra_needs=("loss",),
           group="loss-softnic", nic_args=("--loss", "0.05", "--seed", "3"), timeout=90),
 ]
+
+
+@dataclass(frozen=True)
+class Xfail:
+    """An expected failure: `reason` is the one-line verdict; `behaviour` the rxe or
+    softnic behaviour behind it (mirrored in docs/interop.md, "Expected failures")."""
+    reason: str
+    behaviour: str
+    match: str = ""  # regex the FAIL reason must contain (else it is an unexpected FAIL)
+
+
+# "name.direction" -> Xfail. `--ci` reports these as XFAIL (and an unexpected pass as
+# XPASS); neither fails the run. Every entry must name a concrete cause; a softnic bug that
+# can be fixed is fixed, not listed here.
+_SEND_BW_CLOSE = Xfail(
+    reason="softnic perf send_bw bug: an extra TCP hand shake after the run, so its closing "
+           "exchange fails (the data transfer completes; rxe's tool exits 0)",
+    behaviour="perftest 4.5 send_bw.c (RUN_REGULAR) does ctx_hand_shake before the run and "
+              "then only ctx_close_connection (hand shake + \"done\"); the hand shake after "
+              "each size is in the -a (RUN_ALL) loop only. softnic perf send_bw syncs after "
+              "every size, -a or not: its sync eats perftest's closing hand shake and its own "
+              "close then waits for a message that never comes (softnic/src/perf/mod.rs "
+              "send_bw). Owned by softnic perf, reported to the lead.",
+    match=r"softnic side rc=1: Failed to close connection between server and client")
+
+EXPECTED_FAILURES = {
+    "send_bw.rxe-server": _SEND_BW_CLOSE,
+    "send_bw.softnic-server": _SEND_BW_CLOSE,
+    "send_bw_q4.rxe-server": _SEND_BW_CLOSE,
+    "send_bw_q4.softnic-server": _SEND_BW_CLOSE,
+}
+
+
+def expected_failure(s, d):
+    return EXPECTED_FAILURES.get(ident(s, d))
+
+
+def check_table():
+    """Every expected failure names a real scenario and gives its reasons (a renamed row
+    must not silently turn an XFAIL into a FAIL, or leave a stale entry behind)."""
+    known = {ident(s, d) for s, d in expand()}
+    bad = [k for k, x in EXPECTED_FAILURES.items()
+           if k not in known or not x.reason or not x.behaviour or not x.match]
+    if bad:
+        raise SystemExit("scenarios.EXPECTED_FAILURES: unknown or incomplete entries: %s"
+                         % ", ".join(sorted(bad)))
 
 
 def expand(scenarios=None):
