@@ -15,6 +15,8 @@ import time
 
 from . import roce, util
 
+NO_ROCE = "capture holds no RoCEv2 packets"
+
 
 class Capture:
     def __init__(self, procs, netns, pcap, logpath):
@@ -51,7 +53,7 @@ def check(pcap, softnic_bin, decoder_ready):
     details = ["harness ICRC check: %d RoCEv2 packets, %d ICRC OK%s"
                % (total, good, "" if first_bad is None else "; first bad: " + first_bad)]
     if total == 0:
-        return False, "capture holds no RoCEv2 packets", "\n".join(details)
+        return False, NO_ROCE, "\n".join(details)
     if decoder_ready:
         r = subprocess.run([softnic_bin, "decode", pcap], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, timeout=120)

@@ -12,6 +12,7 @@ from . import capture, net, nic, scenarios, util
 
 FAKEPEER = [sys.executable, "-B", os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                "fakepeer.py")]
+CAPTURE_FAIL = "capture: "  # marks a failed capture check appended to another reason
 SERVER_READY_TIMEOUT = 30  # seconds for a server to listen on its TCP port
 
 
@@ -154,7 +155,9 @@ def run(ctx, sc, direction):
                 verdict = "softnic run panicked: " + util.tail(
                     nic_log[nic_log.index("panicked at"):], 1)
         cap.stop()
-    if verdict is None:
+    # The captures are checked even when the scenario already failed: a failure that is
+    # expected (scenarios.EXPECTED_FAILURES) must not hide a bad packet on the wire.
+    if os.path.exists(pcap):
         ok, why, details = capture.check(pcap, ctx.softnic.bin, ctx.softnic.caps.get("decode") is None)
         log.append(("capture", details))
         extra = os.path.join(ctx.out, sid + ".softnic.pcap")
@@ -162,7 +165,12 @@ def run(ctx, sc, direction):
             ok, why, d2 = capture.check(extra, ctx.softnic.bin, ctx.softnic.caps.get("decode") is None)
             log.append(("softnic --pcap", d2))
             why = why and "softnic --pcap: " + why
-        verdict = None if ok else why
+        if not ok and verdict is None:
+            verdict = why
+        elif not ok and why != capture.NO_ROCE:  # a scenario that failed before any traffic
+            verdict = "%s; %s%s" % (verdict, CAPTURE_FAIL, why)
+    elif verdict is None:
+        verdict = "no capture file"
     write_log(os.path.join(ctx.out, sid + ".log"), log, logs, verdict)
     secs = time.monotonic() - t0
     return Result("PASS" if verdict is None else "FAIL", secs, verdict or "")
