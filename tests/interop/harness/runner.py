@@ -154,7 +154,7 @@ def run(ctx, sc, direction):
             if "panicked at" in nic_log and verdict is None:
                 verdict = "softnic run panicked: " + util.tail(
                     nic_log[nic_log.index("panicked at"):], 1)
-        cap.stop()
+        log.append(("tcpdump", cap.stop()))
     # The captures are checked even when the scenario already failed: a failure that is
     # expected (scenarios.EXPECTED_FAILURES) must not hide a bad packet on the wire.
     if os.path.exists(pcap):
