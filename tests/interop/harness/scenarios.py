@@ -130,23 +130,7 @@ class Xfail:
 # "name.direction" -> Xfail. `--ci` reports these as XFAIL (and an unexpected pass as
 # XPASS); neither fails the run. Every entry must name a concrete cause; a softnic bug that
 # can be fixed is fixed, not listed here.
-_SEND_BW_CLOSE = Xfail(
-    reason="softnic perf send_bw bug: an extra TCP hand shake after the run, so its closing "
-           "exchange fails (the data transfer completes; rxe's tool exits 0)",
-    behaviour="perftest 4.5 send_bw.c (RUN_REGULAR) does ctx_hand_shake before the run and "
-              "then only ctx_close_connection (hand shake + \"done\"); the hand shake after "
-              "each size is in the -a (RUN_ALL) loop only. softnic perf send_bw syncs after "
-              "every size, -a or not: its sync eats perftest's closing hand shake and its own "
-              "close then waits for a message that never comes (softnic/src/perf/mod.rs "
-              "send_bw). Owned by softnic perf, reported to the lead.",
-    match=r"softnic side rc=1: Failed to close connection between server and client")
-
-EXPECTED_FAILURES = {
-    "send_bw.rxe-server": _SEND_BW_CLOSE,
-    "send_bw.softnic-server": _SEND_BW_CLOSE,
-    "send_bw_q4.rxe-server": _SEND_BW_CLOSE,
-    "send_bw_q4.softnic-server": _SEND_BW_CLOSE,
-}
+EXPECTED_FAILURES: dict = {}
 
 
 def expected_failure(s, d):
