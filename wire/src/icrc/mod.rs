@@ -180,21 +180,33 @@ impl IcrcParams {
 
     /// Verifies the ICRC carried at the end of `roce`.
     pub fn verify(&self, roce: &[u8]) -> Result<()> {
-        let (_, carried) = split_icrc(roce)?;
-        let computed = self.compute(roce)?;
-        if computed == carried {
-            Ok(())
-        } else {
-            Err(Error::BadIcrc { computed, carried })
-        }
+        check(roce, self.compute(roce)?)
     }
 
     /// Computes the ICRC and writes it into the last four bytes of `roce`.
     pub fn fill(&self, roce: &mut [u8]) -> Result<()> {
         let c = self.compute(roce)?;
-        let n = roce.len();
-        roce[n - ICRC_LEN..].copy_from_slice(&c.to_le_bytes());
+        store(roce, c);
         Ok(())
+    }
+}
+
+/// Compares `computed` with the ICRC carried at the end of `roce`.
+fn check(roce: &[u8], computed: u32) -> Result<()> {
+    let (_, carried) = split_icrc(roce)?;
+    if computed == carried {
+        Ok(())
+    } else {
+        Err(Error::BadIcrc { computed, carried })
+    }
+}
+
+/// Writes `icrc` into the last four bytes of `roce` (least-significant byte first).
+/// `roce` was already checked by the `compute` that produced `icrc`.
+fn store(roce: &mut [u8], icrc: u32) {
+    let n = roce.len();
+    if let Some(slot) = roce.get_mut(n.saturating_sub(ICRC_LEN)..) {
+        slot.copy_from_slice(&icrc.to_le_bytes());
     }
 }
 
@@ -238,13 +250,7 @@ pub fn compute_from_headers(ip_header: &[u8], udp_header: &[u8], roce: &[u8]) ->
 
 /// Verifies the ICRC of `roce` against raw captured IP and UDP headers.
 pub fn verify_from_headers(ip_header: &[u8], udp_header: &[u8], roce: &[u8]) -> Result<()> {
-    let (_, carried) = split_icrc(roce)?;
-    let computed = compute_from_headers(ip_header, udp_header, roce)?;
-    if computed == carried {
-        Ok(())
-    } else {
-        Err(Error::BadIcrc { computed, carried })
-    }
+    check(roce, compute_from_headers(ip_header, udp_header, roce)?)
 }
 
 /// Recovers the IPv4 Identification under which the ICRC of `roce` matches, for a
