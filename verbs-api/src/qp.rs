@@ -659,12 +659,8 @@ impl QueuePair {
                 // (a MemoryRegion removes its entry before unmapping).
                 let built = unsafe { build_send_wqe(wr, &q, &mrs) };
                 let pushed_one = built.and_then(|wqe| {
-                    self.sq.push(&wqe).map_err(|e| match e {
-                        crate::abi::RingError::Full => PostError::QueueFull {
-                            capacity: self.sq.ring().capacity(),
-                        },
-                        e => PostError::Ring(e),
-                    })
+                    let capacity = self.sq.ring().capacity();
+                    self.sq.push(&wqe).map_err(|e| push_error(e, capacity))
                 });
                 if let Err(reason) = pushed_one {
                     result = Err(Error::Post {
@@ -693,12 +689,8 @@ impl QueuePair {
             let mrs = self.pd.mrs.read().unwrap_or_else(|e| e.into_inner());
             for (index, wr) in wrs.iter().enumerate() {
                 let pushed_one = build_recv_wqe(wr, &q, &mrs).and_then(|wqe| {
-                    self.rq.push(&wqe).map_err(|e| match e {
-                        crate::abi::RingError::Full => PostError::QueueFull {
-                            capacity: self.rq.ring().capacity(),
-                        },
-                        e => PostError::Ring(e),
-                    })
+                    let capacity = self.rq.ring().capacity();
+                    self.rq.push(&wqe).map_err(|e| push_error(e, capacity))
                 });
                 if let Err(reason) = pushed_one {
                     result = Err(Error::Post {
@@ -729,6 +721,14 @@ impl Drop for QueuePair {
                 .ctx
                 .inner
                 .call("ibv_destroy_qp", &Request::DestroyQp { qpn: self.qpn }, &[]);
+    }
+}
+
+/// The post error for a failed push onto a work queue of `capacity` entries.
+fn push_error(e: crate::abi::RingError, capacity: u32) -> PostError {
+    match e {
+        crate::abi::RingError::Full => PostError::QueueFull { capacity },
+        e => PostError::Ring(e),
     }
 }
 
