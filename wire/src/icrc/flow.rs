@@ -10,10 +10,10 @@
 //! between ~44 ns and ~30 ns for a 64-byte packet (docs/perf.md).
 
 use super::{
-    check, split_icrc, store, IcrcParams, IpParams, IPV4_HEADER_LEN, LRH_STANDIN, UDP_HEADER_LEN,
+    check, crc_body, split_icrc, store, IcrcParams, IpParams, IPV4_HEADER_LEN, LRH_STANDIN,
+    UDP_HEADER_LEN,
 };
-use crate::bth;
-use crate::error::{Error, Layer, Result};
+use crate::error::Result;
 
 /// Prefix lengths: LRH stand-in + IP header + UDP header.
 const PREFIX_V4: usize = 8 + 20 + 8;
@@ -95,10 +95,6 @@ fn delta(t: &FieldTable, v: u16) -> u32 {
     t[0][usize::from(v as u8)] ^ t[1][usize::from(v >> 8)]
 }
 
-/// Short packets are copied (with their BTH masked) into a stack buffer of this size
-/// and hashed in one call; longer ones hash the masked BTH and the rest in two calls.
-const GATHER_LEN: usize = 256;
-
 /// The ICRC parameters of one flow, prepared: see the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PreparedIcrc {
@@ -148,26 +144,8 @@ impl PreparedIcrc {
     /// Computes the ICRC of `roce` (BTH … ICRC slot), as [`IcrcParams::compute`].
     pub fn compute(&self, roce: &[u8]) -> Result<u32> {
         let (body, _) = split_icrc(roce)?;
-        let Some((bth, rest)) = body.split_at_checked(bth::HEADER_LEN) else {
-            return Err(Error::Truncated {
-                layer: Layer::Bth,
-                need: bth::HEADER_LEN,
-                have: body.len(),
-            });
-        };
-        let mut h = crc32fast::Hasher::new_with_initial(self.prefix_crc(roce.len()));
-        let mut g = [0u8; GATHER_LEN];
-        g[..bth::HEADER_LEN].copy_from_slice(bth);
-        g[4] = 0xFF;
-        let end = bth::HEADER_LEN + rest.len();
-        if end <= GATHER_LEN {
-            g[bth::HEADER_LEN..end].copy_from_slice(rest);
-            h.update(&g[..end]);
-        } else {
-            h.update(&g[..bth::HEADER_LEN]);
-            h.update(rest);
-        }
-        Ok(h.finalize())
+        let h = crc32fast::Hasher::new_with_initial(self.prefix_crc(roce.len()));
+        crc_body(h, body)
     }
 
     /// Verifies the ICRC carried at the end of `roce`.
@@ -221,16 +199,35 @@ mod tests {
         ]
     }
 
+    /// The reference: the same packet framed as Linux would send it, and its ICRC
+    /// computed from those real header bytes (masking applied by `compute_from_headers`),
+    /// with no table or linearity involved.
+    fn from_real_headers(p: &IcrcParams, roce: &[u8]) -> Result<u32> {
+        let fp = crate::frame::FrameParams {
+            dst_mac: [2, 0, 0, 0, 0, 1],
+            src_mac: [2, 0, 0, 0, 0, 2],
+            icrc: *p,
+            ttl: 64,
+        };
+        let mut frame = vec![0u8; crate::frame::outer_len(&fp) + roce.len()];
+        crate::frame::emit_ethernet(&fp, roce, &mut frame)?;
+        let ip_len = crate::frame::outer_len(&fp) - 14 - 8;
+        let (ip, rest) = frame[14..].split_at(ip_len);
+        super::super::compute_from_headers(ip, &rest[..8], roce)
+    }
+
     #[test]
-    fn prepared_equals_direct_at_every_length() {
+    fn prepared_equals_real_headers_at_every_length() {
         for p in params() {
             let f = p.prepare();
-            // Every length from the shortest packet past the gather buffer and beyond,
-            // and a few large ones (the length fields' high bytes).
+            // Every length from the shortest packet to a few hundred bytes, and large
+            // ones (the length fields' high bytes).
             let lens = (16..600).chain([4096 + 16, 9000, 65_000]);
             for len in lens {
                 let roce: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
-                assert_eq!(f.compute(&roce), p.compute(&roce), "len {len}");
+                let want = from_real_headers(&p, &roce).unwrap();
+                assert_eq!(f.compute(&roce).unwrap(), want, "len {len}");
+                assert_eq!(p.compute(&roce).unwrap(), want, "len {len}");
             }
         }
     }
