@@ -20,6 +20,7 @@ use wire::{NakCode, OpcodeInfo, Operation, ParsedPacket, Psn, Syndrome};
 
 use super::requester::{position, Kind};
 use super::timers::ack_timeout;
+use super::window::forward;
 use super::{Qp, QpState, QpType};
 use crate::memory::Memory;
 use crate::sgl;
@@ -42,7 +43,7 @@ impl Qp {
             return;
         };
         if status == WcStatus::Success && e.started {
-            self.req.comp_psn = e.end_psn();
+            self.req.win.advance(e.end_psn());
         }
         if e.wr.signaled || status != WcStatus::Success {
             let byte_len = match (status, e.kind) {
@@ -98,24 +99,30 @@ impl Qp {
     /// progress inside a multi-packet one. Returns `(progress, blocked)`: `blocked` is
     /// true when a READ/atomic at the head has PSNs ≤ `p` — its response is missing, an
     /// implied NAK (IBTA 9.7.5.1.4).
+    ///
+    /// `p` is at most one before the oldest unacknowledged PSN (callers pass a PSN the
+    /// window contains, or the one before it). Positions are forward offsets from the
+    /// head WQE's first PSN, which is at or before the oldest unacknowledged PSN, so
+    /// they stay exact however long the head message is.
     fn retire_acked(&mut self, p: Psn) -> (bool, bool) {
+        let end = p.next();
+        if self.req.win.offset(end).is_none() {
+            return (false, false);
+        }
         let mut progress = false;
         while let Some(head) = self.req.sq.front() {
-            if !head.started || head.first_psn.is_after(p) {
+            // PSNs of the head acknowledged by `p`.
+            let covered = forward(head.first_psn, end);
+            if !head.started || covered == 0 {
                 break;
             }
             if head.kind.is_rd_atomic() {
                 return (progress, true);
             }
-            if head.last_psn().is_after(p) {
-                if self.req.comp_psn.distance_to(p) >= 0 {
-                    self.req.comp_psn = p.next();
-                    progress = true;
-                    // Do not resend what was just acknowledged.
-                    if self.req.cursor == 0 && self.req.cursor_psn.is_before(p.next()) {
-                        self.req.cursor_psn = p.next();
-                    }
-                }
+            if covered < head.npkts {
+                // Partial progress inside a multi-packet message; the cursor moves
+                // past what was just acknowledged (it is not resent).
+                progress |= self.req.win.advance(end);
                 break;
             }
             self.retire_head(WcStatus::Success);
@@ -171,9 +178,9 @@ impl Qp {
         mem: &mut dyn Memory,
     ) {
         let p = pkt.repr.bth.psn;
-        // Only PSNs in [comp_psn, sent_psn) can be answered; older ones are stale
+        // Only sent, unacknowledged PSNs can be answered; older ones are stale
         // duplicates, newer ones were never sent (a "ghost" response).
-        if p.is_before(self.req.comp_psn) || !p.is_before(self.req.sent_psn) {
+        if !self.req.win.contains(p) {
             self.counters.drop_unexpected_response += 1;
             return;
         }
@@ -290,19 +297,19 @@ impl Qp {
         if head.kind != Kind::Read || !head.started || !head.contains(p) {
             // A response for a later PSN while an earlier READ/atomic is unanswered:
             // implied NAK.
-            if head.started && head.kind.is_rd_atomic() && head.first_psn.is_before(p) {
+            if head.started && head.kind.is_rd_atomic() && forward(head.first_psn, p) > 0 {
                 self.implied_nak();
             } else {
                 self.counters.drop_unexpected_response += 1;
             }
             return;
         }
-        if p != self.req.comp_psn {
+        if p != self.req.win.oldest_unacked() {
             // Response PSNs skipped: the missing ones were lost (IBTA 9.7.5.1.4).
             self.implied_nak();
             return;
         }
-        let k = head.first_psn.distance_to(p) as u32;
+        let k = forward(head.first_psn, p);
         let offset = u64::from(k) * u64::from(mtu);
         let expect = u64::from(head.len)
             .saturating_sub(offset)
@@ -310,7 +317,7 @@ impl Qp {
         // Positions count from the request that produced the response: the original
         // READ (from `first_psn`) or the latest retry (from `req_psn`). Both streams
         // carry the same bytes at the same PSNs, so either is accepted.
-        let retried = head.first_psn.distance_to(head.req_psn).max(0) as u32;
+        let retried = forward(head.first_psn, head.req_psn);
         let pos_ok = info.position == position(k, head.npkts)
             || (k >= retried
                 && info.position == position(k - retried, head.npkts - retried.min(head.npkts)));
@@ -326,7 +333,7 @@ impl Qp {
             return;
         }
         self.counters.bytes_received += pkt.payload.len() as u64;
-        self.req.comp_psn = p.next();
+        self.req.win.advance(p.next());
         if last {
             self.retire_head(WcStatus::Success);
         }
@@ -344,7 +351,7 @@ impl Qp {
             return;
         };
         if head.kind != Kind::Atomic || !head.started || head.first_psn != p {
-            if head.started && head.kind.is_rd_atomic() && head.first_psn.is_before(p) {
+            if head.started && head.kind.is_rd_atomic() && forward(head.first_psn, p) > 0 {
                 self.implied_nak();
             } else {
                 self.counters.drop_unexpected_response += 1;

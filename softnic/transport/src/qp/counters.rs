@@ -97,8 +97,13 @@ pub struct QpCounters {
     pub drop_uc_message: u64,
     /// Dropped: a response for nothing outstanding, stale, or malformed.
     pub drop_unexpected_response: u64,
-    /// Dropped: a duplicate READ or atomic that could not be replayed.
+    /// Dropped: a duplicate READ or atomic that could not be replayed (no READ or
+    /// atomic remembered at its PSN, or too many replays queued).
     pub drop_duplicate: u64,
+    /// Dropped: a duplicate READ or atomic that does not repeat the request served at
+    /// its PSN (another R_Key, a READ range that is not the original's tail from that
+    /// PSN, different atomic operands): forged or corrupt.
+    pub drop_duplicate_mismatch: u64,
     /// Work completions with an error status (flushes included).
     pub completions_error: u64,
     /// Work completions with success status.

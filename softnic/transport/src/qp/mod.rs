@@ -16,6 +16,8 @@
 //! * `responder` — the receive pipeline for requests, and the queue of responses.
 //! * `completer` — responses → retired WQEs → completions; retry and RNR counters.
 //! * `timers` — the retransmission and RNR timers.
+//! * [`window`] — the requester's PSN window, the one owner of send-side PSN
+//!   arithmetic and of the "span < 2^23" invariant.
 //!
 //! The caller (the NIC runtime) owns all I/O: it parses the datagram and checks its
 //! ICRC, demultiplexes by destination QPN, calls [`Qp::handle_packet`]; it calls
@@ -30,9 +32,11 @@ mod counters;
 mod requester;
 mod responder;
 mod responses;
+mod served;
 pub mod state;
 mod timers;
 mod ud;
+pub mod window;
 
 use std::collections::VecDeque;
 
@@ -46,6 +50,7 @@ pub use counters::QpCounters;
 pub use responder::{disposition, Disposition, NakKind, RespError};
 pub use state::{AttrMask, QpState, QpType, TransitionError};
 pub use ud::synth_grh;
+pub use window::{max_msg_len, MAX_MSG_BYTES};
 
 use requester::Requester;
 use responder::Responder;
@@ -53,6 +58,11 @@ use timers::Timers;
 
 /// Path MTUs a QP accepts, in bytes (IBTA 9.2: 256, 512, 1024, 2048, 4096).
 pub const PATH_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
+
+/// The longest message every connected QP can carry whatever its path MTU: what the
+/// NIC reports as `max_msg_sz`. It is [`max_msg_len`] at the smallest MTU, 256:
+/// 2^31 − 256 bytes (2^23 − 1 packets; from MTU 512 up a QP carries 2^31).
+pub const MAX_MSG_SZ: u32 = max_msg_len(PATH_MTUS[0]);
 
 /// The MTU used for UD messages (which have no path MTU attribute) until
 /// [`Qp::set_port_mtu`] says otherwise.
@@ -213,7 +223,9 @@ pub enum PostError {
     BadUdDest,
     /// An atomic whose local buffer is not exactly one 8-byte SGE.
     BadAtomicSge,
-    /// Message longer than 2^31 bytes (IBTA 9.4.1: DMA length limit).
+    /// Message longer than the QP can carry ([`max_msg_len`] at its path MTU): more
+    /// than 2^31 bytes (IBTA 9.4.1: DMA length limit), or on RC/UC more than
+    /// 2^23 − 1 packets, which no PSN window can hold (IBTA 9.7.1).
     TooLong,
 }
 
@@ -227,7 +239,10 @@ impl core::fmt::Display for PostError {
             PostError::UnsupportedOp => write!(f, "operation not supported on this QP type"),
             PostError::BadUdDest => write!(f, "UD destination missing or not allowed"),
             PostError::BadAtomicSge => write!(f, "atomic needs exactly one 8-byte SGE"),
-            PostError::TooLong => write!(f, "message longer than 2^31 bytes"),
+            PostError::TooLong => write!(
+                f,
+                "message longer than the QP carries (2^31 bytes, 2^31 - 256 at MTU 256)"
+            ),
         }
     }
 }
@@ -537,6 +552,9 @@ impl Qp {
             self.push_completion(c);
         }
         self.req.cursor = 0;
+        // Nothing acknowledges UC/UD PSNs: after SQE→RTS, sending resumes at the next
+        // free PSN with an empty window.
+        self.req.win.abandon();
     }
 
     fn enter_error_inner(&mut self, keep_responses: bool) {
@@ -647,7 +665,15 @@ impl Qp {
         {
             return Err(PostError::BadAtomicSge);
         }
-        if wr.total_len() > 1 << 31 {
+        // The one length check of a send WQE: 2^31 bytes, and for connected QPs
+        // whole messages that fit the PSN window at the path MTU (path_mtu cannot
+        // change once the QP accepts sends). UD messages are one packet; a longer one
+        // completes with a local length error when executed (IBTA 9.8.2).
+        let limit = match self.qp_type {
+            QpType::Ud => MAX_MSG_BYTES,
+            _ => max_msg_len(self.attrs.path_mtu),
+        };
+        if wr.total_len() > u64::from(limit) {
             return Err(PostError::TooLong);
         }
         Ok(())

@@ -5,6 +5,8 @@
 //! first packet is sent (IBTA 9.7.1: one PSN per request packet, and one per expected
 //! response packet for an RDMA READ), so PSNs are contiguous in posting order and a
 //! go-back-N retry is just "move the cursor back to the oldest unacknowledged PSN".
+//! The PSNs themselves (oldest unacknowledged, cursor, highest sent, next free) live in
+//! one [`SendWindow`], which keeps them ordered and their span below 2^23.
 //!
 //! Opcodes come from the `wire` opcode table ([`wire::Opcode::find`]) by transport,
 //! operation and position; none is written by hand.
@@ -22,6 +24,7 @@ use wire::{
     Psn, Qpn, RethRepr,
 };
 
+use super::window::{forward, SendWindow};
 use super::{Qp, QpState, QpType, Transmit};
 use crate::memory::Memory;
 use crate::sgl;
@@ -99,10 +102,10 @@ impl SqEntry {
         self.first_psn.wrapping_add(self.npkts)
     }
 
-    /// True when `psn` is one of this WQE's PSNs.
+    /// True when `psn` is one of this WQE's PSNs (a forward offset from the first:
+    /// unambiguous for any message the window accepts).
     pub fn contains(&self, psn: Psn) -> bool {
-        let d = self.first_psn.distance_to(psn);
-        d >= 0 && (d as u32) < self.npkts
+        forward(self.first_psn, psn) < self.npkts
     }
 }
 
@@ -113,14 +116,9 @@ pub(super) struct Requester {
     pub sq: VecDeque<SqEntry>,
     /// Index in `sq` of the WQE whose packet goes next.
     pub cursor: usize,
-    /// PSN of the next packet of `sq[cursor]` (when it is started).
-    pub cursor_psn: Psn,
-    /// PSN the next new WQE starts at.
-    pub next_psn: Psn,
-    /// Oldest PSN not yet acknowledged (IBTA 9.7.5.1: the completer's expected PSN).
-    pub comp_psn: Psn,
-    /// One past the highest PSN ever sent.
-    pub sent_psn: Psn,
+    /// The PSNs: oldest unacknowledged (IBTA 9.7.5.1: the completer's expected PSN),
+    /// the next packet's (of `sq[cursor]` when it is started), highest sent, next free.
+    pub win: SendWindow,
     /// Request packets sent since the last one with AckReq.
     pub noack_pkts: u32,
     /// Started, uncompleted READ/atomic WQEs.
@@ -159,10 +157,7 @@ impl Requester {
         Requester {
             sq: VecDeque::with_capacity(cap.min(1 << 16) as usize),
             cursor: 0,
-            cursor_psn: Psn::ZERO,
-            next_psn: Psn::ZERO,
-            comp_psn: Psn::ZERO,
-            sent_psn: Psn::ZERO,
+            win: SendWindow::new(Psn::ZERO),
             noack_pkts: 0,
             rd_atomic: 0,
             retry_left: 0,
@@ -174,10 +169,7 @@ impl Requester {
 
     /// Entering RTS: the first PSN is `sq_psn`.
     pub fn start(&mut self, sq_psn: Psn, retry_cnt: u8, rnr_retry: u8) {
-        self.cursor_psn = sq_psn;
-        self.next_psn = sq_psn;
-        self.comp_psn = sq_psn;
-        self.sent_psn = sq_psn;
+        self.win = SendWindow::new(sq_psn);
         self.retry_left = retry_cnt;
         self.rnr_left = rnr_retry;
     }
@@ -197,18 +189,12 @@ impl Requester {
         });
     }
 
-    /// Removes the oldest WQE, keeping the cursor on the same entry.
+    /// Removes the oldest WQE, keeping the cursor on the same entry. (If the cursor
+    /// was on the removed WQE — a resend overtaken by its ACK — it moves to the next
+    /// WQE; acknowledging the PSNs moves the cursor PSN past them, `SendWindow::advance`.)
     pub fn pop_front(&mut self) -> Option<SqEntry> {
         let e = self.sq.pop_front()?;
-        if self.cursor == 0 {
-            // The cursor was on the removed WQE (a resend overtaken by its ACK): move
-            // it to the next WQE's first PSN.
-            if e.started && self.cursor_psn.is_before(e.end_psn()) {
-                self.cursor_psn = e.end_psn();
-            }
-        } else {
-            self.cursor -= 1;
-        }
+        self.cursor = self.cursor.saturating_sub(1);
         if e.started && e.kind.is_rd_atomic() {
             self.rd_atomic = self.rd_atomic.saturating_sub(1);
         }
@@ -217,13 +203,13 @@ impl Requester {
 
     /// True while some request PSN is sent and not acknowledged.
     pub fn outstanding(&self) -> bool {
-        self.comp_psn.distance_to(self.sent_psn) > 0
+        self.win.outstanding()
     }
 
-    /// Go-back-N: the next packet sent is the one at `comp_psn` (IBTA 9.7.5.2.1).
+    /// Go-back-N: the next packet sent is the oldest unacknowledged (IBTA 9.7.5.2.1).
     pub fn rewind(&mut self) {
         self.cursor = 0;
-        self.cursor_psn = self.comp_psn;
+        self.win.rewind();
         self.noack_pkts = 0;
     }
 }
@@ -257,13 +243,14 @@ impl Qp {
             if self.state != QpState::Rts {
                 return None;
             }
-            let npkts = match e.kind {
-                Kind::Atomic => 1,
+            // IBTA 9.8.2: a UD message is one packet (longer ones fail in emit).
+            let npkts = match (e.kind, self.qp_type) {
+                (Kind::Atomic, _) | (_, QpType::Ud) => 1,
                 _ => packets_for(e.len, self.mtu()),
             };
             if self.qp_type == QpType::Rc {
-                let in_flight = self.req.comp_psn.distance_to(self.req.next_psn);
-                if in_flight > 0 && in_flight as u32 + 1 > MAX_OUTSTANDING_PSNS {
+                let in_flight = self.req.win.span();
+                if in_flight > 0 && in_flight + 1 > MAX_OUTSTANDING_PSNS {
                     return None;
                 }
                 // IBTA 9.4.4 / 10.3.1: at most max_rd_atomic READ/atomic outstanding.
@@ -273,21 +260,28 @@ impl Qp {
                     return None;
                 }
             }
-            let first = self.req.next_psn;
             let is_rd = e.kind.is_rd_atomic();
+            let Some(first) = self.req.win.assign(npkts) else {
+                if self.req.win.span() == 0 {
+                    // Can never fit (post_send refuses such messages; this is the
+                    // backstop): a local length error, not a hang.
+                    self.fail_wqe_at(idx, WcStatus::LocLenErr);
+                }
+                // Otherwise it waits until older PSNs are acknowledged.
+                return None;
+            };
             if let Some(e) = self.req.sq.get_mut(idx) {
                 e.first_psn = first;
                 e.npkts = npkts;
                 e.started = true;
             }
-            self.req.next_psn = first.wrapping_add(npkts);
-            self.req.cursor_psn = first;
+            self.req.win.seek(first);
             if is_rd {
                 self.req.rd_atomic += 1;
             }
         } else if self.qp_type == QpType::Rc {
-            let ahead = self.req.comp_psn.distance_to(self.req.cursor_psn);
-            if ahead >= 0 && ahead as u32 >= MAX_OUTSTANDING_PSNS {
+            let ahead = self.req.win.offset(self.req.win.cursor());
+            if ahead.is_some_and(|a| a >= MAX_OUTSTANDING_PSNS) {
                 return None;
             }
         }
@@ -306,18 +300,15 @@ impl Qp {
             (None, None) => return None,
         };
         self.counters.bytes_sent += em.payload_len as u64;
-        if em.psn.is_before(self.req.sent_psn) {
+        if self.req.win.is_resend(em.psn) {
             self.counters.retransmitted_packets += 1;
         }
-        if self.req.sent_psn.is_before(em.next_psn) {
-            self.req.sent_psn = em.next_psn;
-        }
+        self.req.win.record_sent(em.next_psn);
         self.req.noack_pkts = if em.ack_req {
             0
         } else {
             self.req.noack_pkts + 1
         };
-        self.req.cursor_psn = em.next_psn;
         if em.wqe_done {
             self.req.cursor += 1;
         }
@@ -337,7 +328,6 @@ impl Qp {
             // packet is on the wire (IBTA 9.8.2, 9.8.3).
             QpType::Uc | QpType::Ud => {
                 if em.wqe_done {
-                    self.req.comp_psn = em.next_psn;
                     self.retire_head(WcStatus::Success);
                 }
             }
@@ -357,12 +347,11 @@ impl Qp {
         let Some(e) = self.req.sq.get(idx) else {
             return Ok(None);
         };
-        let psn = self.req.cursor_psn;
-        let k = e.first_psn.distance_to(psn);
-        if k < 0 || k as u32 >= e.npkts {
+        let psn = self.req.win.cursor();
+        let k = forward(e.first_psn, psn);
+        if k >= e.npkts {
             return Err(WcStatus::GeneralErr);
         }
-        let k = k as u32;
         let offset = u64::from(k) * u64::from(mtu);
         let transport = self.qp_type.transport();
         let (operation, payload_len, pos, next_psn, wqe_done) = match e.kind {
@@ -400,7 +389,7 @@ impl Qp {
         };
         // Resent packets always ask for an ACK: during recovery every delivered packet
         // should count as progress, so one more loss does not cost a whole round.
-        let resend = psn.is_before(self.req.sent_psn);
+        let resend = self.req.win.is_resend(psn);
         let ack_req = self.qp_type == QpType::Rc
             && (pos.ends() || self.req.noack_pkts + 1 >= ACK_REQ_INTERVAL || resend);
         let dest_qpn = match &e.wr.ud {

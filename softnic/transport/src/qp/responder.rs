@@ -16,10 +16,16 @@
 //!
 //! PSN check (IBTA 9.7.4.2.1): PSN = expected → new request. PSN behind (within half
 //! the PSN space) → duplicate: SEND/WRITE are re-acknowledged without executing again;
-//! a READ is executed again from the duplicate's own PSN and RETH; an atomic is
-//! answered from the cache of recent atomic results and never executed twice. PSN
-//! ahead → out of sequence: one PSN sequence error NAK, then silence until the
-//! expected PSN arrives (IBTA 9.7.5.1.3).
+//! a READ is answered again from the duplicate's own PSN if it repeats (the tail of)
+//! a READ this responder served, and an identical atomic from the cache of recent
+//! atomic results, never executed twice (`served`); other duplicates are dropped and
+//! counted. PSN ahead → out of sequence: one PSN sequence error NAK, then silence
+//! until the expected PSN arrives (IBTA 9.7.5.1.3).
+//!
+//! Length (IBTA 9.7.4.2.5): besides each packet's length for its position, a READ
+//! asks for at most [`super::max_msg_len`] at the path MTU (2^31 bytes, and at most
+//! 2^23 − 1 response PSNs) and a WRITE announces at most 2^31 bytes; longer is NAKed
+//! Invalid Request.
 //!
 //! Responses (ACKs, NAKs, READ response packets, atomic ACKs) leave in PSN order from
 //! one queue. Consecutive positive ACKs coalesce into the latest (they are cumulative);
@@ -32,6 +38,8 @@ use core::net::SocketAddr;
 use wire::{Msn, NakCode, OpcodeInfo, Operation, ParsedPacket, Position, Psn, Syndrome};
 
 use super::requester::packets_for;
+use super::served::{AtomicCache, ServedReads};
+use super::window::{max_msg_len, MAX_MSG_BYTES};
 use super::{Qp, QpState, QpType};
 use crate::memory::{Access, AtomicOp, MemError, Memory};
 use crate::sgl;
@@ -65,7 +73,9 @@ pub enum RespError {
     /// READ/atomic beyond `max_dest_rd_atomic` (IBTA 9.7.4.2.4).
     NoResources,
     /// Packet length wrong for its position, WRITE total differs from the RETH DMA
-    /// length, or the message is longer than the receive buffer (IBTA 9.7.4.2.5).
+    /// length, the message is longer than the receive buffer, or a RETH DMA length
+    /// beyond what the QP carries (IBTA 9.7.4.2.5; 9.4.1: 2^31 bytes; 9.7.1: a READ
+    /// of 2^23 or more response PSNs).
     Length,
     /// Atomic target not 8-byte aligned (IBTA 9.4.5).
     Misaligned,
@@ -191,8 +201,10 @@ pub(super) struct Responder {
     pub cur: Option<InMsg>,
     /// Responses to send, in PSN order.
     pub responses: VecDeque<Response>,
-    /// Recent atomic results: (PSN, original value).
-    pub atomic_cache: VecDeque<(Psn, u64)>,
+    /// Recent atomics and their original values, for duplicates.
+    pub atomic_cache: AtomicCache,
+    /// Recent READs served, for duplicates.
+    pub served_reads: ServedReads,
 }
 
 impl Responder {
@@ -204,7 +216,8 @@ impl Responder {
             nak_sent: false,
             cur: None,
             responses: VecDeque::new(),
-            atomic_cache: VecDeque::new(),
+            atomic_cache: AtomicCache::default(),
+            served_reads: ServedReads::default(),
         }
     }
 
@@ -224,6 +237,7 @@ impl Responder {
     /// moved the QP to Err, nothing more is sent.
     pub fn on_error(&mut self, keep_queued: bool) {
         self.cur = None;
+        self.served_reads.clear();
         if !keep_queued {
             self.responses.clear();
         }
@@ -548,6 +562,9 @@ impl Qp {
             if pos == Position::Only && pkt.payload.len() as u64 != dma_len {
                 return Err(RespError::Length);
             }
+            if dma_len > u64::from(MAX_MSG_BYTES) {
+                return Err(RespError::Length);
+            }
             // IBTA 9.7.4.2.6: a zero-length RDMA operation does not check the R_Key.
             if dma_len > 0 {
                 mem.check_remote(self.pd, reth.rkey, reth.va, dma_len, Access::REMOTE_WRITE)
@@ -599,11 +616,20 @@ impl Qp {
         let Some(reth) = pkt.repr.reth else {
             return Err(RespError::OpcodeSequence);
         };
+        // A READ's responses must fit the requester's PSN window (span < 2^23) and be
+        // at most 2^31 bytes: a longer one cannot be answered correctly.
+        if reth.dma_len > max_msg_len(self.mtu()) {
+            return Err(RespError::Length);
+        }
         // The R_Key check comes first: a refused READ does not count as a message.
         self.check_read(reth, mem)?;
         self.resp.msn = self.resp.msn.next();
-        self.queue_read(pkt.repr.bth.psn, reth, mem, false)?;
-        Ok(packets_for(reth.dma_len, self.mtu()))
+        let p = pkt.repr.bth.psn;
+        self.queue_read(p, reth, mem, false)?;
+        let npkts = packets_for(reth.dma_len, self.mtu());
+        let cap = self.rd_atomic_limit();
+        self.resp.served_reads.record(p, npkts, reth, cap);
+        Ok(npkts)
     }
 
     /// Checks the R_Key of a READ and queues its response packets from PSN `p`.
@@ -672,10 +698,9 @@ impl Qp {
         let orig = mem.atomic(self.pd, a.rkey, a.va, op).map_err(map_remote)?;
         let p = pkt.repr.bth.psn;
         let cap = ATOMIC_CACHE_MIN.max(self.rd_atomic_limit());
-        while self.resp.atomic_cache.len() >= cap {
-            self.resp.atomic_cache.pop_front();
-        }
-        self.resp.atomic_cache.push_back((p, orig));
+        self.resp
+            .atomic_cache
+            .record(p, info.operation, a, orig, cap);
         self.resp.msn = self.resp.msn.next();
         self.push_response(Response::Atomic {
             psn: p,

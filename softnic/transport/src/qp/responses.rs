@@ -9,6 +9,7 @@ use wire::{
 
 use super::requester::position;
 use super::responder::{disposition, NakKind, RespError, Response, MAX_RESPONSES};
+use super::served::{DupAtomic, DupRead};
 use super::{Qp, QpState, QpType, Transmit};
 use crate::memory::Memory;
 use crate::wr::{Completion, Queue, WcOpcode};
@@ -118,25 +119,37 @@ impl Qp {
             // Re-acknowledge with the latest PSN, without executing again (C9-105
             // as quoted in rxe_resp.c).
             Operation::Send | Operation::Write => self.queue_ack(self.resp.epsn.wrapping_sub(1)),
-            // Executed again from the duplicate's own PSN and RETH: reads have no side
-            // effect, and a retried READ may ask for the tail of the original only.
+            // Answered again from the duplicate's own PSN and RETH, if that repeats a
+            // READ served here (the whole READ, or its tail from this PSN on: a retry
+            // asks only for the missing responses). See `served`.
             Operation::ReadRequest => {
+                let Some(reth) = pkt.repr.reth else {
+                    self.counters.drop_duplicate += 1;
+                    return;
+                };
+                match self.resp.served_reads.check(p, reth, self.mtu()) {
+                    DupRead::Replay => {}
+                    DupRead::NotServed => {
+                        self.counters.drop_duplicate += 1;
+                        return;
+                    }
+                    DupRead::Mismatch => {
+                        self.counters.drop_duplicate_mismatch += 1;
+                        return;
+                    }
+                }
                 // Replays are bounded separately from the resources of new requests.
                 let busy = self.resp.replays_queued();
                 let limit = usize::from(self.attrs.max_dest_rd_atomic.max(1));
-                match pkt.repr.reth {
-                    Some(reth) if busy < limit => {
-                        if self.queue_read(p, reth, mem, true).is_err() {
-                            self.counters.drop_duplicate += 1;
-                        }
-                    }
-                    _ => self.counters.drop_duplicate += 1,
+                if busy >= limit || self.queue_read(p, reth, mem, true).is_err() {
+                    self.counters.drop_duplicate += 1;
                 }
             }
-            // Never executed twice: answered from the cache, or dropped.
+            // Never executed twice: answered from the cache if identical, or dropped.
             Operation::CompareSwap | Operation::FetchAdd => {
-                match self.resp.atomic_cache.iter().find(|(q, _)| *q == p) {
-                    Some(&(_, orig)) => {
+                let eth = pkt.repr.atomic_eth;
+                match self.resp.atomic_cache.check(p, info.operation, eth) {
+                    DupAtomic::Replay(orig) => {
                         self.counters.atomic_replays += 1;
                         self.push_response(Response::Atomic {
                             psn: p,
@@ -145,7 +158,8 @@ impl Qp {
                             replay: true,
                         });
                     }
-                    None => self.counters.drop_duplicate += 1,
+                    DupAtomic::NotServed => self.counters.drop_duplicate += 1,
+                    DupAtomic::Mismatch => self.counters.drop_duplicate_mismatch += 1,
                 }
             }
             _ => self.counters.drop_duplicate += 1,
