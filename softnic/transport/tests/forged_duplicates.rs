@@ -8,73 +8,20 @@
 //! worst case, as an off-path host that got past the source check would.
 
 mod common;
+mod peer;
 
 use common::*;
-use core::net::SocketAddr;
+use peer::{collect, counter, inject, packet, read_request};
 use softnic_transport::memory::Access;
-use softnic_transport::qp::{Qp, QpState};
-use softnic_transport::testing::{Node, Pair};
-use softnic_transport::time::Instant;
+use softnic_transport::qp::QpState;
+use softnic_transport::testing::Pair;
 use softnic_transport::wr::{SendOp, WcStatus};
-use wire::bth::DEFAULT_PKEY;
-use wire::{AtomicEthRepr, BthRepr, Opcode, Operation, PacketRepr, Psn, Qpn, RethRepr};
+use wire::{AtomicEthRepr, Opcode, Operation, PacketRepr};
 
 const STEPS: u64 = 1_000_000;
 
-/// Hands `repr` (+ `payload`) to `node`'s QP as if it came from `from`.
-fn inject(node: &mut Node, now: Instant, from: SocketAddr, repr: PacketRepr, payload: &[u8]) {
-    let mut r = repr;
-    r.payload_len = payload.len();
-    let mut buf = vec![0u8; 8192];
-    let n = r.emit(&mut buf, payload).expect("emit");
-    let parsed = PacketRepr::parse(&buf[..n]).expect("parse");
-    node.qp.handle_packet(now, from, &parsed, &mut node.mem);
-}
-
-/// Everything `node`'s QP sends now: headers and payload.
-fn collect(node: &mut Node, now: Instant) -> Vec<(PacketRepr, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; 4096 + 128];
-    for _ in 0..10_000 {
-        let Some(t) = node.qp.poll_transmit(now, &mut buf, &node.mem) else {
-            break;
-        };
-        let p = PacketRepr::parse(&buf[..t.len]).expect("own packet parses");
-        out.push((p.repr, p.payload.to_vec()));
-    }
-    out
-}
-
-/// A counter by the name `softnic stats` prints (0 when the QP has no such counter).
-fn counter(qp: &Qp, name: &str) -> u64 {
-    let mut v = None;
-    qp.counters().for_each(|n, x| {
-        if n == name {
-            v = Some(x);
-        }
-    });
-    v.unwrap_or(0)
-}
-
 fn request(opcode: Opcode, dest_qpn: u32, psn: u32) -> PacketRepr {
-    PacketRepr::new(BthRepr {
-        opcode,
-        solicited: false,
-        mig_req: true,
-        pad_count: 0,
-        pkey: DEFAULT_PKEY,
-        fecn: false,
-        becn: false,
-        dest_qpn: Qpn::new(dest_qpn),
-        ack_req: false,
-        psn: Psn::new(psn),
-    })
-}
-
-fn read_request(dest_qpn: u32, psn: u32, va: u64, rkey: u32, dma_len: u32) -> PacketRepr {
-    let mut r = request(Opcode::RC_RDMA_READ_REQUEST, dest_qpn, psn);
-    r.reth = Some(RethRepr { va, rkey, dma_len });
-    r
+    packet(opcode, dest_qpn, psn)
 }
 
 fn is_read_response(r: &PacketRepr) -> bool {
