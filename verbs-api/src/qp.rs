@@ -923,6 +923,7 @@ mod tests {
             max_mr: 16,
             max_mr_size: 1 << 30,
             max_qp_rd_atom: 16,
+            max_msg_sz: (1 << 31) - 256,
         };
         let ok = QpCap {
             max_send_wr: 1,

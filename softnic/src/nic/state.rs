@@ -206,6 +206,7 @@ impl Nic {
             max_mr: MAX_MR_PER_CLIENT as u32,
             max_mr_size: MAX_MR_SIZE,
             max_qp_rd_atom: MAX_QP_RD_ATOM,
+            max_msg_sz: tqp::MAX_MSG_SZ,
         }
     }
 

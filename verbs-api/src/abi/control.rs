@@ -180,6 +180,11 @@ pub struct DeviceAttr {
     pub max_mr_size: u64,
     /// Most outstanding RDMA READ/atomic requests per QP.
     pub max_qp_rd_atom: u32,
+    /// Longest message, bytes (`ibv_port_attr.max_msg_sz`): what a connected QP
+    /// carries at every path MTU. 2^31 − 256: at MTU 256 a 2^31-byte message would
+    /// take 2^23 PSNs, more than a PSN window can order (from MTU 512 up a QP carries
+    /// 2^31; the NIC refuses longer posts with vendor_err 0x188).
+    pub max_msg_sz: u32,
 }
 
 /// Client → NIC.

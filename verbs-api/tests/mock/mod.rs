@@ -41,6 +41,7 @@ fn device_attr(name: &str) -> DeviceAttr {
         max_mr: 64,
         max_mr_size: 1 << 30,
         max_qp_rd_atom: 16,
+        max_msg_sz: (1 << 31) - 256,
     }
 }
 
