@@ -321,7 +321,7 @@ fn two_gib_read_at_mtu_256_is_refused_and_the_largest_read_is_answerable() {
 }
 
 /// Responder: a READ may ask for at most the largest message at the path MTU; one
-/// byte more is NAKed Invalid Request (IBTA 9.7.4.2.5 length, 9.7.5.2.4 NAK) and the
+/// byte more is NAKed Invalid Request (a length error, IBTA 9.7.4.2.5) and the
 /// QP moves to Err, as for every length error. The largest is accepted and takes
 /// exactly its response PSNs: the next request PSN is new, not a duplicate.
 #[test]

@@ -2,24 +2,24 @@
 //! duplicate is answered only if it really duplicates one of them.
 //!
 //! A duplicate request (PSN behind the expected PSN, IBTA 9.7.4.2.1) is not executed
-//! as a new request. A duplicate READ is answered again from the duplicate's PSN (IBTA
-//! 9.7.5.1.3: a retried READ may ask for the responses from its first missing PSN
-//! only), and a duplicate atomic from the saved result, never executed twice. Both
-//! must be the request they claim to repeat: a duplicate atomic identical to the
-//! original, a duplicate READ the original or a part of it. Without the check,
-//! anything that can put a packet with an old PSN on the wire reads with whatever
-//! RETH it likes (any region the R_Key opens, never asked for by the peer), and learns
-//! an atomic's original value by naming its PSN.
+//! as a new request. A duplicate READ is answered again from the duplicate's PSN (a
+//! retried READ asks only for the responses from its first missing PSN, IBTA
+//! 9.7.5.2.1), and a duplicate atomic from the saved result, never executed twice.
+//! Both must be the request they claim to repeat: a duplicate atomic identical to the
+//! original, a duplicate READ the original or a part of it. Without the check, anything
+//! that can put a packet with an old PSN on the wire reads with whatever RETH it likes
+//! (any R_Key and range the QP's PD opens, none of which the peer asked for), and
+//! learns an atomic's original value by naming its PSN.
 //!
 //! So each responder keeps, like Linux rxe's responder resources (`rxe_resp.c`,
-//! `find_resource` / `duplicate_request`), the last [`ServedReads`] READs it accepted —
-//! as many as `max_dest_rd_atomic`, which bounds the READs a well-behaved requester
-//! has outstanding and can therefore retry — and the recent atomic results with their
-//! AtomicETH. A duplicate READ at PSN `first + k` is replayed only if it names the same
+//! `find_resource` / `duplicate_request`), the last READs it accepted
+//! ([`ServedReads`]; as many as `max_dest_rd_atomic`, which bounds the READs a
+//! well-behaved requester has outstanding and can therefore retry) and the recent
+//! atomic results with their AtomicETH ([`AtomicCache`]). A duplicate READ at PSN `first + k` is replayed only if it names the same
 //! R_Key and the range that starts `k` path MTUs into the original and ends within it
 //! (what a retry from response `k` asks for). rxe accepts any sub-range; softnic also
-//! pins the start to the PSN, so the bytes at a response PSN are the bytes first sent
-//! at it. Anything else is dropped and counted (rxe: "Class D error. Drop the
+//! pins the start to the PSN, so a response PSN always carries the bytes it carried
+//! the first time. Anything else is dropped and counted (rxe: "Class D error. Drop the
 //! request"); a NAK would carry a PSN the requester has already acknowledged.
 
 use std::collections::VecDeque;
