@@ -320,6 +320,40 @@ fn two_gib_read_at_mtu_256_is_refused_and_the_largest_read_is_answerable() {
     assert_eq!(qp.state(), QpState::Rts);
 }
 
+/// A message that fits the window only once older PSNs are acknowledged waits for
+/// them (it is not started across a span of 2^23), then goes out at the next PSN.
+#[test]
+fn largest_read_waits_until_it_fits_the_window() {
+    let mut qp = connected(QpType::Rc, 256);
+    let mut mem = SparseMem::new(7, 0x1_0000_0000, 1 << 32);
+    let now = Instant::ZERO;
+    qp.post_send(long_wr(SendOp::Write, 100 * 256)).unwrap();
+    qp.post_send(long_wr(SendOp::Read, (1 << 31) - 256))
+        .unwrap();
+    let out = collect_from(&mut qp, &mem, now, 1000);
+    let psns: Vec<u32> = out.iter().map(|(r, _)| r.bth.psn.value()).collect();
+    assert_eq!(psns, (500..600).collect::<Vec<_>>(), "the WRITE only");
+    assert!(out
+        .iter()
+        .all(|(r, _)| r.reth.is_none() || r.bth.psn.value() == 500));
+    // The WRITE is acknowledged: now the READ fits, at PSN 600.
+    let from = "127.0.0.2:4791".parse().unwrap();
+    inject_into(
+        &mut qp,
+        &mut mem,
+        now,
+        from,
+        ack(0x11, 599, Syndrome::Ack { credits: 31 }, 1),
+        &[],
+    );
+    assert_eq!(qp.poll_completion().map(|c| c.wr_id), Some(1));
+    let out = collect_from(&mut qp, &mem, now, 10);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0.bth.opcode, Opcode::RC_RDMA_READ_REQUEST);
+    assert_eq!(out[0].0.bth.psn.value(), 600);
+    assert_eq!(qp.state(), QpState::Rts);
+}
+
 /// Responder: a READ may ask for at most the largest message at the path MTU; one
 /// byte more is NAKed Invalid Request (a length error, IBTA 9.7.4.2.5) and the
 /// QP moves to Err, as for every length error. The largest is accepted and takes
