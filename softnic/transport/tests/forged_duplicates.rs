@@ -195,35 +195,26 @@ fn forged_duplicate_atomic_gets_no_answer_and_nothing_executes_twice() {
 }
 
 #[test]
-fn served_reads_are_remembered_up_to_max_dest_rd_atomic() {
-    // rd_atomic 4 (PairConfig default): after 5 more READs the first one is
-    // forgotten, and a duplicate of it is dropped as never served, not re-executed.
+fn served_reads_are_remembered_up_to_a_bound() {
+    // max_dest_rd_atomic 4 (PairConfig default), so the last 16 READs are kept
+    // (SERVED_READS_MIN): after 17 READs the first is forgotten, and a duplicate of it
+    // is dropped as never served, not executed again; the second is still replayed.
     let (mut p, a, b) = pair(rc(1024), 44);
     fill(&mut p.b, &b, 0, &pattern(33, 8192));
-    for i in 0..6u64 {
+    for i in 0..17u64 {
         p.a.qp
             .post_send(rdma(i, SendOp::Read, &[a.sge(0, 64)], &b, 64 * i as usize))
             .unwrap();
     }
     p.drive(STEPS);
-    assert_eq!(drain(&mut p.a).len(), 6);
+    assert_eq!(drain(&mut p.a).len(), 17);
     let (qpn, from, now) = (p.b.qp.qpn(), p.a.addr, p.now);
     // READ i went out at PSN 100 + i.
-    inject(
-        &mut p.b,
-        now,
-        from,
-        read_request(qpn, 100, b.at(0), b.key, 64),
-        &[],
-    );
+    let forgotten = read_request(qpn, 100, b.at(0), b.key, 64);
+    inject(&mut p.b, now, from, forgotten, &[]);
     assert!(collect(&mut p.b, now).is_empty());
     assert_eq!(p.b.qp.counters().drop_duplicate, 1);
-    inject(
-        &mut p.b,
-        now,
-        from,
-        read_request(qpn, 105, b.at(320), b.key, 64),
-        &[],
-    );
+    let kept = read_request(qpn, 101, b.at(64), b.key, 64);
+    inject(&mut p.b, now, from, kept, &[]);
     assert_eq!(collect(&mut p.b, now).len(), 1);
 }

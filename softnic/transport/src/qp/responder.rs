@@ -51,6 +51,15 @@ use crate::wr::{Completion, Queue, RecvWr, WcOpcode, WcStatus};
 /// of which there are at most the peer's `max_dest_rd_atomic`).
 pub const ATOMIC_CACHE_MIN: usize = 16;
 
+/// READs remembered for duplicate READs: at least this many, or `max_dest_rd_atomic`
+/// if larger. A requester retries only READs it still has outstanding, at most its
+/// `max_rd_atomic`, which should not exceed this responder's `max_dest_rd_atomic`
+/// (rxe keeps exactly that many). But this responder refuses a READ for resources only
+/// while earlier responses are still queued here, so a requester with a larger
+/// `max_rd_atomic` is not always refused; remembering at least 16, as for atomics,
+/// keeps its retries answerable.
+pub const SERVED_READS_MIN: usize = 16;
+
 /// Most entries in the response queue; beyond it a response is dropped and counted
 /// (the requester's timer recovers). Positive ACKs coalesce, so this is only reached
 /// if the caller stops draining `poll_transmit`.
@@ -627,7 +636,7 @@ impl Qp {
         let p = pkt.repr.bth.psn;
         self.queue_read(p, reth, mem, false)?;
         let npkts = packets_for(reth.dma_len, self.mtu());
-        let cap = self.rd_atomic_limit();
+        let cap = SERVED_READS_MIN.max(self.rd_atomic_limit());
         self.resp.served_reads.record(p, npkts, reth, cap);
         Ok(npkts)
     }

@@ -13,9 +13,10 @@
 //!
 //! So each responder keeps, like Linux rxe's responder resources (`rxe_resp.c`,
 //! `find_resource` / `duplicate_request`), the last READs it accepted
-//! ([`ServedReads`]; as many as `max_dest_rd_atomic`, which bounds the READs a
-//! well-behaved requester has outstanding and can therefore retry) and the recent
-//! atomic results with their AtomicETH ([`AtomicCache`]). A duplicate READ at PSN `first + k` is replayed only if it names the same
+//! ([`ServedReads`]; `max_dest_rd_atomic` of them, which bounds the READs a
+//! well-behaved requester has outstanding and can therefore retry, and at least
+//! `SERVED_READS_MIN`) and the recent atomic results with their AtomicETH
+//! ([`AtomicCache`]). A duplicate READ at PSN `first + k` is replayed only if it names the same
 //! R_Key and the range that starts `k` path MTUs into the original and ends within it
 //! (what a retry from response `k` asks for). rxe accepts any sub-range; softnic also
 //! pins the start to the PSN, so a response PSN always carries the bytes it carried
