@@ -64,6 +64,12 @@ counters! {
         rx_drop_parse_other,
         /// Dropped: no QP with the BTH destination QPN.
         rx_drop_unknown_qpn,
+        /// Dropped: for a connected (RC/UC) QP, from an IP address other than its peer's
+        /// (spoofed or stray; see `source.rs`).
+        rx_drop_source_address,
+        /// Dropped: for a connected QP whose peer is a softnic NIC on a port other than
+        /// 4791, from another UDP source port.
+        rx_drop_source_port,
         /// Not sent: the socket buffer stayed full.
         tx_drop_socket_full,
         /// Not sent: the kernel refused the datagram.

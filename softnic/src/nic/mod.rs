@@ -8,7 +8,8 @@
 //! ```
 //!
 //! One job per file: [`config`] (options), [`udp`] (socket and I/O seam), [`rx_icrc`]
-//! (receive-side ICRC without the IP header), [`pcap`] (capture), [`fault`] (fault
+//! (receive-side ICRC without the IP header), [`source`] (connected QPs take packets
+//! from their peer only), [`pcap`] (capture), [`fault`] (fault
 //! injection), [`memory`] (memory regions: the DMA), [`wqe`] (ring entries → work
 //! requests), [`rings`] (one QP with its rings), [`cq`] (completion queues), [`state`]
 //! (the object tables and control requests), [`control`] (the control socket server),
@@ -31,6 +32,7 @@ pub mod rng;
 pub mod runtime;
 pub mod rx_icrc;
 pub mod signals;
+pub mod source;
 pub mod state;
 pub mod udp;
 pub mod wqe;

@@ -4,7 +4,7 @@
 //!  loop:
 //!    control requests (channel) ─► object tables            (state.rs)
 //!    SQ/RQ rings ─► copy, check ─► Qp::post_send/post_recv  (rings.rs, wqe.rs)
-//!    UDP batch ─► ICRC ─► parse ─► demux by QPN ─► Qp::handle_packet
+//!    UDP batch ─► ICRC ─► parse ─► demux by QPN ─► source check ─► Qp::handle_packet
 //!    timers: Qp::handle_timeout when Qp::poll_timeout ≤ now
 //!    Qp::poll_transmit ─► ICRC (ID 0, DF) ─► fault injector ─► pcap ─► UDP send
 //!    Qp::poll_completion ─► CQ rings (publish once; wake armed CQs)
@@ -44,6 +44,7 @@ use super::fault::FaultInjector;
 use super::pcap::PcapWriter;
 use super::rx_icrc::{self, IcrcPath};
 use super::signals;
+use super::source;
 use super::state::{Nic, NicInfo};
 use super::udp::{PacketIo, RecvBatch, SendOutcome, UdpIo};
 
@@ -608,8 +609,13 @@ fn rx_one(
         }
     };
     let qpn = pkt.repr.bth.dest_qpn.value();
-    match nic.qps.get_mut(&qpn) {
-        Some(e) => e.qp.handle_packet(now, peer, &pkt, &mut nic.mrs),
-        None => c.rx_drop_unknown_qpn += 1,
+    let Some(e) = nic.qps.get_mut(&qpn) else {
+        c.rx_drop_unknown_qpn += 1;
+        return;
+    };
+    match source::check(e.qp.qp_type(), e.qp.attrs().remote, peer) {
+        Ok(()) => e.qp.handle_packet(now, peer, &pkt, &mut nic.mrs),
+        Err(source::Mismatch::Address) => c.rx_drop_source_address += 1,
+        Err(source::Mismatch::Port) => c.rx_drop_source_port += 1,
     }
 }
