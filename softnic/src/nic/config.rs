@@ -8,6 +8,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::control::{ConnLimits, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_USER};
+use super::quota::{Limits, DEFAULT_MAPPED_BYTES, DEFAULT_MRS, DEFAULT_OBJECTS};
+
 /// The path MTUs RoCE defines (IBTA 9.4: IBV_MTU_256 … IBV_MTU_4096).
 pub const PATH_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
 
@@ -72,6 +75,28 @@ pub struct RunArgs {
     /// Seed of the fault injector's random generator (same seed, same decisions).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Most control connections open at once (each holds a thread); more are refused.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: u32,
+    /// Most control connections one user (peer uid) may hold open at once.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS_PER_USER)]
+    pub max_connections_per_user: u32,
+    /// Most protection domains one user may hold, over all its connections.
+    #[arg(long, default_value_t = DEFAULT_OBJECTS)]
+    pub max_pds_per_user: u32,
+    /// Most completion queues one user may hold, over all its connections.
+    #[arg(long, default_value_t = DEFAULT_OBJECTS)]
+    pub max_cqs_per_user: u32,
+    /// Most queue pairs one user may hold, over all its connections.
+    #[arg(long, default_value_t = DEFAULT_OBJECTS)]
+    pub max_qps_per_user: u32,
+    /// Most memory regions one user may hold, over all its connections.
+    #[arg(long, default_value_t = DEFAULT_MRS)]
+    pub max_mrs_per_user: u32,
+    /// Most bytes of client memory the NIC maps for one user (memory regions and ring
+    /// segments, over all its connections). Default 1 TiB (2^40).
+    #[arg(long, default_value_t = DEFAULT_MAPPED_BYTES)]
+    pub max_mapped_bytes_per_user: u64,
 }
 
 /// Fault-injection settings, validated.
@@ -123,6 +148,10 @@ pub struct Config {
     pub fault: FaultConfig,
     /// Directory of the control socket (`$SOFTNIC_DIR`, default `/tmp/softnic`).
     pub dir: PathBuf,
+    /// Bounds on control connections.
+    pub connections: ConnLimits,
+    /// Per-user object and mapping quotas.
+    pub quotas: Limits,
 }
 
 /// A rejected option.
@@ -183,6 +212,24 @@ impl Config {
                 a.delay_us
             )));
         }
+        for (opt, v) in [
+            ("max-connections", u64::from(a.max_connections)),
+            (
+                "max-connections-per-user",
+                u64::from(a.max_connections_per_user),
+            ),
+            ("max-pds-per-user", u64::from(a.max_pds_per_user)),
+            ("max-cqs-per-user", u64::from(a.max_cqs_per_user)),
+            ("max-qps-per-user", u64::from(a.max_qps_per_user)),
+            ("max-mrs-per-user", u64::from(a.max_mrs_per_user)),
+            ("max-mapped-bytes-per-user", a.max_mapped_bytes_per_user),
+        ] {
+            if v == 0 {
+                return Err(ConfigError(format!(
+                    "--{opt} 0: must be at least 1 (a NIC nobody can use)"
+                )));
+            }
+        }
         let fault = FaultConfig {
             loss: check_probability("loss", a.loss)?,
             reorder: check_probability("reorder", a.reorder)?,
@@ -201,6 +248,17 @@ impl Config {
             pcap: a.pcap.clone(),
             fault,
             dir,
+            connections: ConnLimits {
+                total: a.max_connections,
+                per_user: a.max_connections_per_user,
+            },
+            quotas: Limits {
+                pds: a.max_pds_per_user,
+                cqs: a.max_cqs_per_user,
+                qps: a.max_qps_per_user,
+                mrs: a.max_mrs_per_user,
+                mapped_bytes: a.max_mapped_bytes_per_user,
+            },
         })
     }
 
@@ -227,6 +285,13 @@ impl Default for RunArgs {
             corrupt: 0.0,
             delay_us: 0,
             seed: 1,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_user: DEFAULT_MAX_CONNECTIONS_PER_USER,
+            max_pds_per_user: DEFAULT_OBJECTS,
+            max_cqs_per_user: DEFAULT_OBJECTS,
+            max_qps_per_user: DEFAULT_OBJECTS,
+            max_mrs_per_user: DEFAULT_MRS,
+            max_mapped_bytes_per_user: DEFAULT_MAPPED_BYTES,
         }
     }
 }
@@ -246,6 +311,8 @@ mod tests {
         assert_eq!(c.mtu, 4096);
         assert!(c.fault.is_none());
         assert!(!c.busy_poll, "the NIC sleeps when idle unless asked not to");
+        assert_eq!(c.connections, ConnLimits::default());
+        assert_eq!(c.quotas, Limits::default());
         assert_eq!(c.socket_path(), PathBuf::from("/tmp/x/softnic0.sock"));
     }
 
@@ -290,6 +357,24 @@ mod tests {
             ..RunArgs::default()
         })
         .is_err());
+    }
+
+    #[test]
+    fn limits_must_be_positive() {
+        let e = cfg(RunArgs {
+            max_mrs_per_user: 0,
+            ..RunArgs::default()
+        })
+        .unwrap_err();
+        assert!(e.0.contains("--max-mrs-per-user"), "{e}");
+        let c = cfg(RunArgs {
+            max_connections_per_user: 3,
+            max_mapped_bytes_per_user: 1 << 20,
+            ..RunArgs::default()
+        })
+        .unwrap();
+        assert_eq!(c.connections.per_user, 3);
+        assert_eq!(c.quotas.mapped_bytes, 1 << 20);
     }
 
     #[test]

@@ -90,6 +90,17 @@ counters! {
         clients_opened,
         /// Clients gone (closed or crashed) and cleaned up.
         clients_closed,
+        /// Control connections refused: `--max-connections` were open.
+        control_refused_connections_total,
+        /// Control connections refused: the peer's user had
+        /// `--max-connections-per-user` open.
+        control_refused_connections_user,
+        /// Control connections refused: the peer's credentials were unreadable.
+        control_refused_no_credentials,
+        /// Requests refused: the user holds its quota of PDs, CQs, QPs or MRs.
+        control_refused_quota_objects,
+        /// Requests refused: the user's mapped bytes would pass its quota.
+        control_refused_quota_bytes,
     }
 }
 

@@ -30,6 +30,8 @@ pub enum PushError {
 pub struct CompletionQueue {
     /// Owning client.
     pub client: u32,
+    /// QPs that complete into this CQ (it cannot be destroyed while any does).
+    pub qp_users: u32,
     ring: Producer<Cqe>,
     event: OwnedFd,
     dirty: bool,
@@ -67,6 +69,7 @@ impl CompletionQueue {
         ring.check_header()?;
         Ok(CompletionQueue {
             client,
+            qp_users: 0,
             ring: ring.into_producer(),
             event,
             dirty: false,

@@ -10,10 +10,13 @@
 //! the access, and atomics target an 8-byte-aligned address (IBTA 9.4.5).
 //!
 //! # Keys
-//! L_Keys and R_Keys are separate 32-bit values drawn from an OS-seeded generator, so an
-//! R_Key cannot be guessed from another (IBTA 10.6.3.2 leaves the key format to the
-//! CA; unpredictable R_Keys are what keeps a remote peer from reaching memory it was
-//! never given a key for).
+//! L_Keys and R_Keys are separate 32-bit values, each drawn afresh from the OS's
+//! cryptographic generator ([`super::secret`]), unique among live keys and never 0. So
+//! no key says anything about another — not the L_Key about the R_Key of the same
+//! region, nor one client's keys about another's (IBTA 10.6.3.2 leaves the key format
+//! to the CA; unpredictable R_Keys are what keeps a remote peer from reaching memory it
+//! was never given a key for). A blind guess still succeeds with probability 2^-32 per
+//! try, and a region is reachable only through a connected QP of its PD.
 //!
 //! # Shared memory and soundness
 //! The client may read and write its region while the NIC does, exactly as a CPU may
@@ -36,13 +39,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use memmap2::MmapRaw;
 use softnic_transport::memory::{Access, AtomicOp, MemError, Memory};
 
-use super::rng::SplitMix64;
+use super::handles::HandleAlloc;
+use super::secret::{self, DrawError};
 
 /// Largest region, bytes (a sanity bound on what one client can make the NIC map).
 pub const MAX_MR_SIZE: u64 = 1 << 40;
-
-/// Most regions per client.
-pub const MAX_MR_PER_CLIENT: usize = 1 << 16;
 
 /// Fibonacci hashing of a u32 key (keys are random already; this only spreads them
 /// over the table's control bytes). Cheaper than SipHash on the per-packet path.
@@ -125,8 +126,10 @@ pub enum RegError {
     BadAccess(u32),
     /// Length zero-mapping or above [`MAX_MR_SIZE`], or `iova + len` overflows.
     BadRange(String),
-    /// Too many regions.
-    TooMany,
+    /// Every handle number is taken by a live region.
+    NoHandle,
+    /// No key could be drawn (the OS generator failed).
+    NoKey(DrawError),
 }
 
 impl std::fmt::Display for RegError {
@@ -137,7 +140,8 @@ impl std::fmt::Display for RegError {
                 "access flags {a:#x}: only LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC (0xf) are supported, and REMOTE_WRITE or REMOTE_ATOMIC require LOCAL_WRITE"
             ),
             RegError::BadRange(m) => f.write_str(m),
-            RegError::TooMany => write!(f, "more than {MAX_MR_PER_CLIENT} memory regions"),
+            RegError::NoHandle => f.write_str("every memory-region handle is in use"),
+            RegError::NoKey(e) => write!(f, "cannot draw a key: {e}"),
         }
     }
 }
@@ -164,8 +168,16 @@ pub struct MrTable {
     by_rkey: KeyMap<u32>,
     /// lkey → handle.
     by_lkey: KeyMap<u32>,
-    next_handle: u32,
-    rng: SplitMix64,
+    handles: HandleAlloc,
+}
+
+/// What [`MrTable::deregister`] removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Removed {
+    /// Its protection domain.
+    pub pd: u32,
+    /// Bytes the NIC had mapped for it.
+    pub map_len: u64,
 }
 
 impl std::fmt::Debug for MrTable {
@@ -178,47 +190,30 @@ impl std::fmt::Debug for MrTable {
 
 impl Default for MrTable {
     fn default() -> Self {
-        MrTable::new(SplitMix64::from_os())
+        MrTable::new()
     }
 }
 
 impl MrTable {
-    /// An empty table drawing keys from `rng`.
-    pub fn new(rng: SplitMix64) -> Self {
+    /// An empty table.
+    pub fn new() -> Self {
         MrTable {
             regions: KeyMap::default(),
             by_rkey: KeyMap::default(),
             by_lkey: KeyMap::default(),
-            next_handle: 1,
-            rng,
+            handles: HandleAlloc::new(),
         }
     }
 
-    fn fresh_key(&mut self) -> u32 {
-        // Bounded: the tables hold far fewer than 2^32 keys, so a free one is found in a
-        // few draws; 0 is avoided so an all-zero WQE never names a region.
-        for _ in 0..64 {
-            let k = self.rng.next_u32();
-            if k != 0 && !self.by_rkey.contains_key(&k) && !self.by_lkey.contains_key(&k) {
-                return k;
-            }
-        }
-        // Practically unreachable; fall back to a linear scan from a random start.
-        let mut k = self.rng.next_u32() | 1;
-        while self.by_rkey.contains_key(&k) || self.by_lkey.contains_key(&k) {
-            k = k.wrapping_add(2);
-        }
-        k
-    }
-
-    /// Regions owned by `client`.
-    pub fn count_for_client(&self, client: u32) -> usize {
-        self.regions.values().filter(|r| r.client == client).count()
-    }
-
-    /// Regions in protection domain `pd`.
-    pub fn count_for_pd(&self, pd: u32) -> usize {
-        self.regions.values().filter(|r| r.pd == pd).count()
+    /// A key that no live region uses as L_Key or R_Key and that is not `taken`, fresh
+    /// from the OS generator; 0 is avoided so an all-zero WQE never names a region.
+    /// Bounded: the tables hold far fewer than 2^32 keys, so a free one comes in a draw
+    /// or two.
+    fn fresh_key(&self, taken: u32) -> Result<u32, RegError> {
+        secret::draw_where(u32::MAX, |k| {
+            k != 0 && k != taken && !self.by_rkey.contains_key(&k) && !self.by_lkey.contains_key(&k)
+        })
+        .map_err(RegError::NoKey)
     }
 
     /// Registers `len` bytes of the file `fd` (already checked to be at least
@@ -251,17 +246,15 @@ impl MrTable {
                 "mapping of {map_len} bytes is shorter than the region ({len} bytes)"
             )));
         }
-        if self.count_for_client(client) >= MAX_MR_PER_CLIENT {
-            return Err(RegError::TooMany);
-        }
+        let lkey = self.fresh_key(0)?;
+        let rkey = self.fresh_key(lkey)?;
         let map = verbs_api::os::map_shared(fd, map_len)
             .map_err(|e| RegError::BadRange(format!("cannot map the region's memfd: {e}")))?;
-        let lkey = self.fresh_key();
-        // Reserve the lkey so that the rkey drawn next differs from it.
-        self.by_lkey.insert(lkey, 0);
-        let rkey = self.fresh_key();
-        let handle = self.next_handle;
-        self.next_handle = self.next_handle.wrapping_add(1).max(1);
+        let regions = &self.regions;
+        let handle = self
+            .handles
+            .alloc(|h| regions.contains_key(&h))
+            .ok_or(RegError::NoHandle)?;
         self.by_lkey.insert(lkey, handle);
         self.by_rkey.insert(rkey, handle);
         self.regions.insert(
@@ -286,29 +279,15 @@ impl MrTable {
     }
 
     /// Deregisters (and unmaps) `handle` if `client` owns it.
-    pub fn deregister(&mut self, client: u32, handle: u32) -> bool {
-        if self.get(client, handle).is_none() {
-            return false;
-        }
-        if let Some(r) = self.regions.remove(&handle) {
-            self.by_lkey.remove(&r.lkey);
-            self.by_rkey.remove(&r.rkey);
-        }
-        true
-    }
-
-    /// Deregisters every region of `client` (on disconnect). Returns how many.
-    pub fn remove_client(&mut self, client: u32) -> usize {
-        let handles: Vec<u32> = self
-            .regions
-            .iter()
-            .filter(|(_, r)| r.client == client)
-            .map(|(h, _)| *h)
-            .collect();
-        for h in &handles {
-            self.deregister(client, *h);
-        }
-        handles.len()
+    pub fn deregister(&mut self, client: u32, handle: u32) -> Option<Removed> {
+        self.get(client, handle)?;
+        let r = self.regions.remove(&handle)?;
+        self.by_lkey.remove(&r.lkey);
+        self.by_rkey.remove(&r.rkey);
+        Some(Removed {
+            pd: r.pd,
+            map_len: r.map.len() as u64,
+        })
     }
 
     /// Number of regions.
@@ -437,7 +416,7 @@ mod tests {
     fn table_with(access: u32, len: u64) -> (MrTable, u32, u32, u32, MmapRaw) {
         let fd = verbs_api::os::memfd("mr", 8192).unwrap();
         let client_view = verbs_api::os::map_shared(fd.as_fd(), 8192).unwrap();
-        let mut t = MrTable::new(SplitMix64::new(5));
+        let mut t = MrTable::new();
         let iova = 0x7000_0000_0000;
         let (h, lkey, rkey) = t
             .register(1, 10, fd.as_fd(), 8192, len, access, iova)
@@ -573,8 +552,14 @@ mod tests {
         assert!(check_access(4).is_ok());
         let (mut t, h, lkey, rkey, _v) = table_with(0xF, 4096);
         assert_ne!(lkey, rkey);
-        assert!(!t.deregister(2, h), "another client's region");
-        assert!(t.deregister(1, h));
+        assert!(t.deregister(2, h).is_none(), "another client's region");
+        assert_eq!(
+            t.deregister(1, h),
+            Some(Removed {
+                pd: 10,
+                map_len: 8192
+            })
+        );
         let mut b = [0u8; 1];
         assert_eq!(
             t.read_local(10, lkey, IOVA, &mut b),

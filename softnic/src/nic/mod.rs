@@ -12,9 +12,11 @@
 //! from their peer only), [`pcap`] (capture), [`fault`] (fault
 //! injection), [`memory`] (memory regions: the DMA), [`wqe`] (ring entries → work
 //! requests), [`rings`] (one QP with its rings), [`cq`] (completion queues), [`state`]
-//! (the object tables and control requests), [`control`] (the control socket server),
+//! (the object tables and control requests), [`quota`] (per-user quotas), [`handles`]
+//! (handle numbers that never alias), [`control`] (the control socket server),
 //! [`runtime`] (the loop), [`counters`] (what `softnic stats` prints), [`gid`],
-//! [`clock`], [`rng`], [`signals`].
+//! [`clock`], [`rng`] (seeded, for fault injection), [`secret`] (keys and QPNs from the
+//! OS generator), [`signals`].
 
 use std::process::ExitCode;
 
@@ -25,12 +27,15 @@ pub mod counters;
 pub mod cq;
 pub mod fault;
 pub mod gid;
+pub mod handles;
 pub mod memory;
 pub mod pcap;
+pub mod quota;
 pub mod rings;
 pub mod rng;
 pub mod runtime;
 pub mod rx_icrc;
+pub mod secret;
 pub mod signals;
 pub mod source;
 pub mod state;

@@ -1,6 +1,9 @@
 //! A small, seedable pseudo-random generator (SplitMix64), so that fault injection is
-//! reproducible from `--seed` with no external crate, plus an OS-seeded instance for
-//! values that must be hard to guess (R_Keys).
+//! reproducible from `--seed` with no external crate.
+//!
+//! For fault injection only: SplitMix64 is not cryptographic — two consecutive outputs
+//! give away its state — so values that must be hard to guess (L_Keys, R_Keys, QPNs)
+//! come from the OS generator instead ([`super::secret`]).
 
 /// SplitMix64 (Steele, Lea, Flood 2014): 64 bits of state, passes BigCrush, and every
 /// seed — including 0 — gives a full-period sequence. Not cryptographic.
@@ -13,24 +16,6 @@ impl SplitMix64 {
     /// A generator whose sequence is determined by `seed`.
     pub const fn new(seed: u64) -> Self {
         SplitMix64 { state: seed }
-    }
-
-    /// A generator seeded from the kernel's random pool (`getrandom(2)`), falling back
-    /// to the clock and the process id if that fails.
-    pub fn from_os() -> Self {
-        let mut b = [0u8; 8];
-        // SAFETY: getrandom writes at most `b.len()` bytes into the buffer we own.
-        let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-        let seed = if n == 8 {
-            u64::from_ne_bytes(b)
-        } else {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0);
-            t ^ (u64::from(std::process::id()) << 32)
-        };
-        SplitMix64::new(seed)
     }
 
     /// Next 64 random bits.

@@ -27,6 +27,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,7 +39,7 @@ use wire::PacketRepr;
 
 use super::clock::Clock;
 use super::config::Config;
-use super::control::{ControlMsg, ControlServer};
+use super::control::{ConnCounters, ControlMsg, ControlServer};
 use super::counters::{self, NicCounters};
 use super::fault::FaultInjector;
 use super::pcap::PcapWriter;
@@ -65,6 +66,10 @@ const TX_SLOT: usize = 4096 + 512;
 
 /// Packets one QP may send per iteration (fairness between QPs).
 const TX_BUDGET: usize = 64;
+
+/// Control messages handled per iteration: a burst of requests from many connections
+/// waits for the next iteration rather than holding packets back.
+const CONTROL_BUDGET: usize = 32;
 
 /// The ICRC parameters of a packet this NIC sends to `dest` (IPv4 ID 0 with DF: see
 /// `udp.rs`), or `None` when `dest` is of the other IP family.
@@ -190,6 +195,7 @@ pub struct Runtime {
     clock: Clock,
     ctl_rx: Receiver<ControlMsg>,
     ctl_wake: Arc<OwnedFd>,
+    conn_counters: Arc<ConnCounters>,
     batch: RecvBatch,
     tx_buf: Vec<u8>,
     /// `--busy-poll`: never sleep.
@@ -213,7 +219,14 @@ impl Runtime {
         let ctl_wake = Arc::new(verbs_api::os::eventfd()?);
         signals::install(ctl_wake.as_raw_fd())?;
         let (tx, ctl_rx) = unbounded();
-        let server = ControlServer::start(&cfg.socket_path(), tx, ctl_wake.clone())?;
+        let conn_counters = Arc::new(ConnCounters::default());
+        let server = ControlServer::start(
+            &cfg.socket_path(),
+            cfg.connections,
+            conn_counters.clone(),
+            tx,
+            ctl_wake.clone(),
+        )?;
         tracing::info!(
             name = %cfg.name,
             addr = %local,
@@ -226,14 +239,17 @@ impl Runtime {
             tracing::info!(fault = ?cfg.fault, "fault injection on every sent packet");
         }
         Ok(Runtime {
-            nic: Nic::new(NicInfo {
-                name: cfg.name.clone(),
-                local,
-                mtu: cfg.mtu,
-                compat: softnic_transport::qp::RxeCompat {
-                    retry_cnt_7_is_infinite: cfg.retry_cnt_7_infinite,
+            nic: Nic::new(
+                NicInfo {
+                    name: cfg.name.clone(),
+                    local,
+                    mtu: cfg.mtu,
+                    compat: softnic_transport::qp::RxeCompat {
+                        retry_cnt_7_is_infinite: cfg.retry_cnt_7_infinite,
+                    },
                 },
-            }),
+                cfg.quotas,
+            ),
             path: PacketPath {
                 io,
                 local,
@@ -245,6 +261,7 @@ impl Runtime {
             clock: Clock::new(),
             ctl_rx,
             ctl_wake,
+            conn_counters,
             batch: RecvBatch::with_slot(recv_slot),
             tx_buf: vec![0u8; TX_SLOT * super::udp::GSO_MAX_SEGMENTS],
             busy_poll: cfg.busy_poll,
@@ -303,7 +320,10 @@ impl Runtime {
 
     fn control(&mut self, now: Instant) -> usize {
         let mut n = 0;
-        while let Ok(msg) = self.ctl_rx.try_recv() {
+        while n < CONTROL_BUDGET {
+            let Ok(msg) = self.ctl_rx.try_recv() else {
+                break;
+            };
             n += 1;
             match msg {
                 ControlMsg::Request {
@@ -317,13 +337,14 @@ impl Runtime {
                 }
                 ControlMsg::Request {
                     client,
+                    uid,
                     req,
                     fds,
                     reply,
                 } => {
-                    let answer = self
-                        .nic
-                        .request(now, client, req, fds, &mut self.path.counters);
+                    let answer =
+                        self.nic
+                            .request(now, client, uid, req, fds, &mut self.path.counters);
                     let _ = reply.send(answer);
                 }
                 ControlMsg::Disconnect { client } => {
@@ -355,8 +376,13 @@ impl Runtime {
             ("mrs", self.nic.mrs.len() as u64),
             ("fault_held", self.path.fault.held() as u64),
         ];
+        let mut nic = self.path.counters;
+        let cc = &self.conn_counters;
+        nic.control_refused_connections_total = cc.refused_total.load(Ordering::Relaxed);
+        nic.control_refused_connections_user = cc.refused_user.load(Ordering::Relaxed);
+        nic.control_refused_no_credentials = cc.refused_no_cred.load(Ordering::Relaxed);
         counters::report(
-            &self.path.counters,
+            &nic,
             &self.nic.qp_totals(),
             &self.path.fault.counters(),
             &gauges,

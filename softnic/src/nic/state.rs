@@ -6,6 +6,13 @@
 //! Handles (PD, MR, CQ) and QPNs are global, and every request is checked against the
 //! requesting client: a client can name only its own objects. When a client goes away
 //! [`Nic::remove_client`] destroys everything it created and unmaps its segments.
+//!
+//! A hostile local client must not be able to starve the data plane, so every request
+//! costs O(1) in the number of objects on the NIC (hash lookups; per-PD and per-CQ use
+//! counts instead of scans; a per-client index, so a disconnect costs the client's own
+//! objects only), objects count against the quotas of the client's *user*
+//! ([`super::quota`]), and handles never wrap onto a live object
+//! ([`super::handles`]).
 
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
@@ -24,15 +31,12 @@ use verbs_api::abi::{
 use super::counters::NicCounters;
 use super::cq::CompletionQueue;
 use super::gid;
-use super::memory::{KeyMap, MrTable, MAX_MR_PER_CLIENT, MAX_MR_SIZE};
+use super::handles::HandleAlloc;
+use super::memory::{KeyMap, MrTable, RegError, MAX_MR_SIZE};
+use super::quota::{Kind, Limits, QuotaError, Quotas};
 use super::rings::QpEntry;
+use super::secret;
 
-/// Most QPs per client.
-pub const MAX_QP_PER_CLIENT: usize = 4096;
-/// Most CQs per client.
-pub const MAX_CQ_PER_CLIENT: usize = 4096;
-/// Most PDs per client.
-pub const MAX_PD_PER_CLIENT: usize = 4096;
 /// Most outstanding READ/atomic requests per QP offered.
 pub const MAX_QP_RD_ATOM: u32 = 16;
 
@@ -41,10 +45,33 @@ pub const MAX_QP_RD_ATOM: u32 = 16;
 pub struct Client {
     /// Process id it gave.
     pub pid: u32,
+    /// User id of the connection's peer (`SO_PEERCRED`): whose quotas it uses.
+    pub uid: u32,
     /// Program name it gave.
     pub program: String,
     /// The eventfd it writes when it posts while the NIC sleeps (NEED_WAKEUP).
     pub wake: OwnedFd,
+    /// What it created.
+    owned: Owned,
+}
+
+/// The objects of one client, with the bytes each maps (given back to its user's quota
+/// when the object goes): the index that makes a disconnect cost the client's own
+/// objects, not a scan of every table.
+#[derive(Debug, Default)]
+struct Owned {
+    pds: KeyMap<()>,
+    cqs: KeyMap<u64>,
+    qps: KeyMap<u64>,
+    mrs: KeyMap<u64>,
+}
+
+/// A protection domain.
+#[derive(Debug)]
+struct PdEntry {
+    client: u32,
+    /// Memory regions and QPs in it (it cannot be deallocated while any is).
+    users: u32,
 }
 
 /// What the NIC is (fixed at start).
@@ -67,16 +94,18 @@ pub struct Nic {
     pub info: NicInfo,
     /// Clients that sent OpenDevice.
     pub clients: KeyMap<Client>,
-    /// PD handle → owning client.
-    pds: KeyMap<u32>,
+    /// Protection domains.
+    pds: KeyMap<PdEntry>,
     /// Memory regions.
     pub mrs: MrTable,
     /// Completion queues.
     pub cqs: KeyMap<CompletionQueue>,
     /// Queue pairs by QPN.
     pub qps: KeyMap<QpEntry>,
-    next_handle: u32,
-    next_qpn: u32,
+    /// PD and CQ handles (one space, so a PD and a CQ never share a number).
+    handles: HandleAlloc,
+    /// Per-user quotas.
+    quotas: Quotas,
     /// Counters of QPs already destroyed.
     pub retired: QpCounters,
 }
@@ -97,8 +126,20 @@ fn ok(r: Reply) -> Answer {
     (Response::Ok(r), Vec::new())
 }
 
-/// First QPN handed out (rxe starts at 0x11 too; 0 and 1 are the special QPs).
-const FIRST_QPN: u32 = 0x11;
+/// The answer to a request over quota (counted under its kind).
+fn refuse(e: QuotaError, counters: &mut NicCounters) -> Answer {
+    match e {
+        QuotaError::Objects { .. } => counters.control_refused_quota_objects += 1,
+        QuotaError::Bytes { .. } => counters.control_refused_quota_bytes += 1,
+    }
+    err(ErrorCode::NoResources, e.to_string())
+}
+
+/// QPN 0 (SMI) and 1 (GSI) are the special QPs (IBTA 10.2.5); never handed out.
+const RESERVED_QPNS: u32 = 2;
+
+/// QPN 0xFFFFFF is the multicast QPN (IBTA 9.6.1.1); never handed out.
+const MULTICAST_QPN: u32 = 0xFF_FFFF;
 
 fn to_transport_type(t: QpType) -> tqp::QpType {
     match t {
@@ -175,8 +216,8 @@ fn from_transport_attrs(a: &tqp::Attrs, s: tqp::QpState) -> QpAttr {
 }
 
 impl Nic {
-    /// A NIC with no objects.
-    pub fn new(info: NicInfo) -> Self {
+    /// A NIC with no objects, whose users may each hold up to `limits`.
+    pub fn new(info: NicInfo, limits: Limits) -> Self {
         Nic {
             info,
             clients: KeyMap::default(),
@@ -184,8 +225,8 @@ impl Nic {
             mrs: MrTable::default(),
             cqs: KeyMap::default(),
             qps: KeyMap::default(),
-            next_handle: 1,
-            next_qpn: FIRST_QPN,
+            handles: HandleAlloc::new(),
+            quotas: Quotas::new(limits),
             retired: QpCounters::default(),
         }
     }
@@ -198,37 +239,42 @@ impl Nic {
             addr: self.info.local.ip(),
             port: self.info.local.port(),
             mtu: self.info.mtu,
-            max_qp: MAX_QP_PER_CLIENT as u32,
+            max_qp: self.quotas.limits().qps,
             max_qp_wr: MAX_RING_ENTRIES,
             max_sge: MAX_SGE as u32,
             max_cqe: MAX_RING_ENTRIES,
             max_inline: MAX_INLINE as u32,
-            max_mr: MAX_MR_PER_CLIENT as u32,
+            max_mr: self.quotas.limits().mrs,
             max_mr_size: MAX_MR_SIZE,
             max_qp_rd_atom: MAX_QP_RD_ATOM,
             max_msg_sz: tqp::MAX_MSG_SZ,
         }
     }
 
-    fn handle(&mut self) -> Handle {
-        let h = self.next_handle;
-        self.next_handle = self.next_handle.wrapping_add(1).max(1);
-        h
+    /// A PD or CQ handle that no live PD or CQ holds.
+    fn handle(&mut self) -> Option<Handle> {
+        let (pds, cqs) = (&self.pds, &self.cqs);
+        self.handles
+            .alloc(|h| pds.contains_key(&h) || cqs.contains_key(&h))
     }
 
-    fn qpn(&mut self) -> Option<u32> {
-        // Bounded: at most 2^24 candidates, and far fewer QPs exist.
-        for _ in 0..(1u32 << 24) {
-            let q = self.next_qpn;
-            self.next_qpn = (self.next_qpn + 1) & wire::types::MASK_24;
-            if self.next_qpn < FIRST_QPN {
-                self.next_qpn = FIRST_QPN;
-            }
-            if !self.qps.contains_key(&q) {
-                return Some(q);
-            }
-        }
-        None
+    /// The user of an opened client (0 for none: callers check `opened` first).
+    fn uid_of(&self, client: u32) -> u32 {
+        self.clients.get(&client).map_or(0, |c| c.uid)
+    }
+
+    fn owned(&mut self, client: u32) -> Option<&mut Owned> {
+        self.clients.get_mut(&client).map(|c| &mut c.owned)
+    }
+
+    /// A fresh QPN: 24 random bits from the OS generator ([`super::secret`]), not
+    /// reserved and not in use. Random rather than sequential so that an off-path host
+    /// cannot guess the QPN of a new connection from an old one (ReDMArk's QPN
+    /// guessing); together with the PSN that makes 48 bits to guess for an injection.
+    fn qpn(&self) -> Result<u32, secret::DrawError> {
+        secret::draw_where(wire::types::MASK_24, |q| {
+            q >= RESERVED_QPNS && q != MULTICAST_QPN && !self.qps.contains_key(&q)
+        })
     }
 
     /// Totals of every QP's counters, live and destroyed.
@@ -240,12 +286,14 @@ impl Nic {
         t
     }
 
-    /// Executes one control request of `client`. `fds` are the descriptors that came
-    /// with it; the answer carries descriptors to send back.
+    /// Executes one control request of `client`, a connection of user `uid`. `fds` are
+    /// the descriptors that came with it; the answer carries descriptors to send back.
+    #[allow(clippy::too_many_arguments)]
     pub fn request(
         &mut self,
         now: Instant,
         client: u32,
+        uid: u32,
         req: Request,
         fds: Vec<OwnedFd>,
         counters: &mut NicCounters,
@@ -272,7 +320,7 @@ impl Nic {
                 abi_version,
                 pid,
                 program,
-            } => self.open(client, abi_version, pid, program, counters),
+            } => self.open(client, uid, abi_version, pid, program, counters),
             Request::QueryDevice => ok(Reply::Device(self.device_attr())),
             Request::Stats => err(
                 ErrorCode::Internal,
@@ -282,22 +330,22 @@ impl Nic {
                 ErrorCode::InvalidState,
                 "OpenDevice must be the first request on a connection",
             ),
-            Request::AllocPd => self.alloc_pd(client),
+            Request::AllocPd => self.alloc_pd(client, counters),
             Request::DeallocPd { pd } => self.dealloc_pd(client, pd),
             Request::RegMr {
                 pd,
                 len,
                 access,
                 iova,
-            } => self.reg_mr(client, pd, len, access, iova, fds),
+            } => self.reg_mr(client, pd, len, access, iova, fds, counters),
             Request::DeregMr { mr } => {
-                if self.mrs.deregister(client, mr) {
+                if self.dereg_mr(client, mr) {
                     ok(Reply::Done)
                 } else {
                     err(ErrorCode::NotFound, format!("no memory region {mr}"))
                 }
             }
-            Request::CreateCq { depth } => self.create_cq(client, depth, fds),
+            Request::CreateCq { depth } => self.create_cq(client, depth, fds, counters),
             Request::DestroyCq { cq } => self.destroy_cq(client, cq),
             Request::CreateQp {
                 pd,
@@ -305,7 +353,7 @@ impl Nic {
                 send_cq,
                 recv_cq,
                 caps,
-            } => self.create_qp(client, pd, qp_type, send_cq, recv_cq, caps, fds),
+            } => self.create_qp(client, pd, qp_type, send_cq, recv_cq, caps, fds, counters),
             Request::ModifyQp { qpn, attr } => self.modify_qp(now, client, qpn, &attr),
             Request::QueryQp { qpn } => match self.qps.get(&qpn).filter(|e| e.client == client) {
                 Some(e) => ok(Reply::QpInfo {
@@ -315,10 +363,7 @@ impl Nic {
                 None => err(ErrorCode::NotFound, format!("no QP {qpn:#x}")),
             },
             Request::DestroyQp { qpn } => {
-                if self.qps.get(&qpn).is_some_and(|e| e.client == client) {
-                    if let Some(e) = self.qps.remove(&qpn) {
-                        self.retired.add(e.qp.counters());
-                    }
+                if self.destroy_qp(client, qpn) {
                     ok(Reply::Done)
                 } else {
                     err(ErrorCode::NotFound, format!("no QP {qpn:#x}"))
@@ -330,6 +375,7 @@ impl Nic {
     fn open(
         &mut self,
         client: u32,
+        uid: u32,
         abi_version: u32,
         pid: u32,
         program: String,
@@ -355,9 +401,18 @@ impl Nic {
             Ok(d) => d,
             Err(e) => return err(ErrorCode::Internal, format!("dup: {e}")),
         };
-        tracing::info!(client, pid, program = %program, "client opened the device");
+        tracing::info!(client, uid, pid, program = %program, "client opened the device");
         counters.clients_opened += 1;
-        self.clients.insert(client, Client { pid, program, wake });
+        self.clients.insert(
+            client,
+            Client {
+                pid,
+                uid,
+                program,
+                wake,
+                owned: Owned::default(),
+            },
+        );
         (
             Response::Ok(Reply::Opened {
                 device: self.device_attr(),
@@ -367,7 +422,7 @@ impl Nic {
     }
 
     fn pd_of(&self, client: u32, pd: Handle) -> Result<(), Box<Answer>> {
-        if self.pds.get(&pd) == Some(&client) {
+        if self.pds.get(&pd).is_some_and(|p| p.client == client) {
             Ok(())
         } else {
             Err(Box::new(err(
@@ -377,15 +432,18 @@ impl Nic {
         }
     }
 
-    fn alloc_pd(&mut self, client: u32) -> Answer {
-        if self.pds.values().filter(|c| **c == client).count() >= MAX_PD_PER_CLIENT {
-            return err(
-                ErrorCode::NoResources,
-                format!("more than {MAX_PD_PER_CLIENT} PDs"),
-            );
+    fn alloc_pd(&mut self, client: u32, counters: &mut NicCounters) -> Answer {
+        let uid = self.uid_of(client);
+        let Some(pd) = self.handle() else {
+            return err(ErrorCode::NoResources, "every PD/CQ handle is in use");
+        };
+        if let Err(e) = self.quotas.take(uid, Kind::Pd, 0) {
+            return refuse(e, counters);
         }
-        let pd = self.handle();
-        self.pds.insert(pd, client);
+        self.pds.insert(pd, PdEntry { client, users: 0 });
+        if let Some(o) = self.owned(client) {
+            o.pds.insert(pd, ());
+        }
         ok(Reply::Pd { pd })
     }
 
@@ -393,18 +451,34 @@ impl Nic {
         if let Err(a) = self.pd_of(client, pd) {
             return *a;
         }
-        let mrs = self.mrs.count_for_pd(pd);
-        let qps = self.qps.values().filter(|e| e.qp.pd() == pd).count();
-        if mrs + qps > 0 {
+        let users = self.pds.get(&pd).map_or(0, |p| p.users);
+        if users > 0 {
             return err(
                 ErrorCode::Busy,
-                format!("protection domain {pd} still has {mrs} memory regions and {qps} QPs"),
+                format!("protection domain {pd} still has {users} memory regions and QPs"),
             );
         }
         self.pds.remove(&pd);
+        if let Some(o) = self.owned(client) {
+            o.pds.remove(&pd);
+        }
+        let uid = self.uid_of(client);
+        self.quotas.give_back(uid, Kind::Pd, 0);
         ok(Reply::Done)
     }
 
+    /// One more (`+1`) or one fewer (`-1`) MR or QP in `pd`.
+    fn pd_use(&mut self, pd: Handle, more: bool) {
+        if let Some(p) = self.pds.get_mut(&pd) {
+            p.users = if more {
+                p.users.saturating_add(1)
+            } else {
+                p.users.saturating_sub(1)
+            };
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn reg_mr(
         &mut self,
         client: u32,
@@ -413,6 +487,7 @@ impl Nic {
         access: u32,
         iova: u64,
         fds: Vec<OwnedFd>,
+        counters: &mut NicCounters,
     ) -> Answer {
         if let Err(a) = self.pd_of(client, pd) {
             return *a;
@@ -432,25 +507,61 @@ impl Nic {
                 )
             }
         };
-        if let Err(e) = verbs_api::os::check_shm(fd.as_fd(), map_len) {
-            return err(ErrorCode::InvalidArgument, format!("region memfd: {e}"));
+        // The quota first: a refused request costs no fstat and no mmap.
+        let uid = self.uid_of(client);
+        let bytes = map_len as u64;
+        if let Err(e) = self.quotas.take(uid, Kind::Mr, bytes) {
+            return refuse(e, counters);
         }
-        match self
-            .mrs
-            .register(client, pd, fd.as_fd(), map_len, len, access, iova)
-        {
-            Ok((mr, lkey, rkey)) => ok(Reply::Mr { mr, lkey, rkey }),
-            Err(e) => err(ErrorCode::InvalidArgument, e.to_string()),
+        let registered = match verbs_api::os::check_shm(fd.as_fd(), map_len) {
+            Err(e) => Err(err(
+                ErrorCode::InvalidArgument,
+                format!("region memfd: {e}"),
+            )),
+            Ok(()) => self
+                .mrs
+                .register(client, pd, fd.as_fd(), map_len, len, access, iova)
+                .map_err(|e| match e {
+                    RegError::NoKey(_) | RegError::NoHandle => {
+                        err(ErrorCode::Internal, e.to_string())
+                    }
+                    _ => err(ErrorCode::InvalidArgument, e.to_string()),
+                }),
+        };
+        match registered {
+            Ok((mr, lkey, rkey)) => {
+                self.pd_use(pd, true);
+                if let Some(o) = self.owned(client) {
+                    o.mrs.insert(mr, bytes);
+                }
+                ok(Reply::Mr { mr, lkey, rkey })
+            }
+            Err(a) => {
+                self.quotas.give_back(uid, Kind::Mr, bytes);
+                a
+            }
         }
     }
 
-    fn create_cq(&mut self, client: u32, depth: u32, fds: Vec<OwnedFd>) -> Answer {
-        if self.cqs.values().filter(|c| c.client == client).count() >= MAX_CQ_PER_CLIENT {
-            return err(
-                ErrorCode::NoResources,
-                format!("more than {MAX_CQ_PER_CLIENT} CQs"),
-            );
-        }
+    fn dereg_mr(&mut self, client: u32, mr: Handle) -> bool {
+        let Some(r) = self.mrs.deregister(client, mr) else {
+            return false;
+        };
+        self.pd_use(r.pd, false);
+        let bytes = self.owned(client).and_then(|o| o.mrs.remove(&mr));
+        let uid = self.uid_of(client);
+        self.quotas
+            .give_back(uid, Kind::Mr, bytes.unwrap_or(r.map_len));
+        true
+    }
+
+    fn create_cq(
+        &mut self,
+        client: u32,
+        depth: u32,
+        fds: Vec<OwnedFd>,
+        counters: &mut NicCounters,
+    ) -> Answer {
         let Some(fd) = fds.first() else {
             return err(ErrorCode::Protocol, "CreateCq needs the CQ segment memfd");
         };
@@ -458,42 +569,78 @@ impl Nic {
             Ok(l) => l,
             Err(e) => return err(ErrorCode::InvalidArgument, format!("CQ depth {depth}: {e}")),
         };
-        let map = match map_checked(fd, l.len) {
-            Ok(m) => m,
-            Err(a) => return *a,
-        };
-        let event = match verbs_api::os::eventfd() {
-            Ok(e) => e,
-            Err(e) => return err(ErrorCode::Internal, format!("eventfd: {e}")),
-        };
-        let dup = match event.try_clone() {
-            Ok(d) => d,
-            Err(e) => return err(ErrorCode::Internal, format!("dup: {e}")),
-        };
-        let cq = match CompletionQueue::attach(client, map, &l, event) {
-            Ok(c) => c,
-            Err(e) => return err(ErrorCode::InvalidArgument, format!("CQ segment: {e}")),
-        };
+        let uid = self.uid_of(client);
+        let bytes = l.len as u64;
+        if let Err(e) = self.quotas.take(uid, Kind::Cq, bytes) {
+            return refuse(e, counters);
+        }
+        match self.attach_cq(client, fd, &l) {
+            Ok((cq, capacity, dup)) => {
+                if let Some(o) = self.owned(client) {
+                    o.cqs.insert(cq, bytes);
+                }
+                (Response::Ok(Reply::Cq { cq, capacity }), vec![dup])
+            }
+            Err(a) => {
+                self.quotas.give_back(uid, Kind::Cq, bytes);
+                *a
+            }
+        }
+    }
+
+    /// Maps and attaches a CQ segment; returns (handle, capacity, the event fd to send).
+    fn attach_cq(
+        &mut self,
+        client: u32,
+        fd: &OwnedFd,
+        l: &verbs_api::abi::CqLayout,
+    ) -> Result<(Handle, u32, OwnedFd), Box<Answer>> {
+        let boxed = |code, m: String| Box::new(err(code, m));
+        let map = map_checked(fd, l.len)?;
+        let event = verbs_api::os::eventfd()
+            .map_err(|e| boxed(ErrorCode::Internal, format!("eventfd: {e}")))?;
+        let dup = event
+            .try_clone()
+            .map_err(|e| boxed(ErrorCode::Internal, format!("dup: {e}")))?;
+        let cq = CompletionQueue::attach(client, map, l, event)
+            .map_err(|e| boxed(ErrorCode::InvalidArgument, format!("CQ segment: {e}")))?;
         let capacity = cq.capacity();
-        let h = self.handle();
+        let h = self.handle().ok_or_else(|| {
+            boxed(
+                ErrorCode::NoResources,
+                "every PD/CQ handle is in use".into(),
+            )
+        })?;
         self.cqs.insert(h, cq);
-        (Response::Ok(Reply::Cq { cq: h, capacity }), vec![dup])
+        Ok((h, capacity, dup))
     }
 
     fn destroy_cq(&mut self, client: u32, cq: Handle) -> Answer {
-        if !self.cqs.get(&cq).is_some_and(|c| c.client == client) {
+        let Some(c) = self.cqs.get(&cq).filter(|c| c.client == client) else {
             return err(ErrorCode::NotFound, format!("no CQ {cq}"));
-        }
-        let users = self
-            .qps
-            .values()
-            .filter(|e| e.send_cq == cq || e.recv_cq == cq)
-            .count();
-        if users > 0 {
-            return err(ErrorCode::Busy, format!("CQ {cq} is used by {users} QPs"));
+        };
+        if c.qp_users > 0 {
+            return err(
+                ErrorCode::Busy,
+                format!("CQ {cq} is used by {} QPs", c.qp_users),
+            );
         }
         self.cqs.remove(&cq);
+        let bytes = self.owned(client).and_then(|o| o.cqs.remove(&cq));
+        let uid = self.uid_of(client);
+        self.quotas.give_back(uid, Kind::Cq, bytes.unwrap_or(0));
         ok(Reply::Done)
+    }
+
+    /// One more or one fewer QP completing into `cq`.
+    fn cq_use(&mut self, cq: Handle, more: bool) {
+        if let Some(c) = self.cqs.get_mut(&cq) {
+            c.qp_users = if more {
+                c.qp_users.saturating_add(1)
+            } else {
+                c.qp_users.saturating_sub(1)
+            };
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -506,6 +653,7 @@ impl Nic {
         recv_cq: Handle,
         caps: QpCaps,
         fds: Vec<OwnedFd>,
+        counters: &mut NicCounters,
     ) -> Answer {
         if let Err(a) = self.pd_of(client, pd) {
             return *a;
@@ -514,12 +662,6 @@ impl Nic {
             if !self.cqs.get(&cq).is_some_and(|c| c.client == client) {
                 return err(ErrorCode::NotFound, format!("no CQ {cq}"));
             }
-        }
-        if self.qps.values().filter(|e| e.client == client).count() >= MAX_QP_PER_CLIENT {
-            return err(
-                ErrorCode::NoResources,
-                format!("more than {MAX_QP_PER_CLIENT} QPs"),
-            );
         }
         if caps.max_sge as usize > MAX_SGE {
             return err(
@@ -548,23 +690,68 @@ impl Nic {
                 )
             }
         };
-        let map = match map_checked(fd, l.len) {
-            Ok(m) => m,
-            Err(a) => return *a,
+        let uid = self.uid_of(client);
+        let bytes = l.len as u64;
+        if let Err(e) = self.quotas.take(uid, Kind::Qp, bytes) {
+            return refuse(e, counters);
+        }
+        let spec = QpSpec {
+            client,
+            pd,
+            qp_type,
+            send_cq,
+            recv_cq,
+            caps,
         };
+        match self.attach_qp(&spec, fd, &l) {
+            Ok((qpn, granted)) => {
+                self.pd_use(pd, true);
+                self.cq_use(send_cq, true);
+                self.cq_use(recv_cq, true);
+                if let Some(o) = self.owned(client) {
+                    o.qps.insert(qpn, bytes);
+                }
+                tracing::debug!(client, qpn, ?qp_type, "QP created");
+                ok(Reply::Qp { qpn, caps: granted })
+            }
+            Err(a) => {
+                self.quotas.give_back(uid, Kind::Qp, bytes);
+                *a
+            }
+        }
+    }
+
+    /// Maps and attaches a QP segment and makes the QP; returns its QPN and caps.
+    fn attach_qp(
+        &mut self,
+        spec: &QpSpec,
+        fd: &OwnedFd,
+        l: &QpLayout,
+    ) -> Result<(u32, QpCaps), Box<Answer>> {
+        let QpSpec {
+            client,
+            pd,
+            qp_type,
+            send_cq,
+            recv_cq,
+            caps,
+        } = *spec;
+        let map = map_checked(fd, l.len)?;
         let rings = Ring::<SendWqe>::new(map.clone(), l.sq_offset, l.sq_capacity)
             .and_then(|r| r.check_header().map(|()| r))
             .and_then(|sq| {
                 Ring::<RecvWqe>::new(map, l.rq_offset, l.rq_capacity)
                     .and_then(|r| r.check_header().map(|()| (sq, r)))
             });
-        let (sq, rq) = match rings {
-            Ok(v) => v,
-            Err(e) => return err(ErrorCode::InvalidArgument, format!("QP segment: {e}")),
-        };
-        let Some(qpn) = self.qpn() else {
-            return err(ErrorCode::NoResources, "no free QP number");
-        };
+        let (sq, rq) = rings
+            .map_err(|e| Box::new(err(ErrorCode::InvalidArgument, format!("QP segment: {e}"))))?;
+        let qpn = self.qpn().map_err(|e| {
+            let code = match e {
+                secret::DrawError::Exhausted => ErrorCode::NoResources,
+                secret::DrawError::NoEntropy(_) => ErrorCode::Internal,
+            };
+            Box::new(err(code, format!("no QP number: {e}")))
+        })?;
         let granted = QpCaps {
             max_send_wr: l.sq_capacity,
             max_recv_wr: l.rq_capacity,
@@ -591,8 +778,25 @@ impl Nic {
             rq.into_consumer(),
         );
         self.qps.insert(qpn, entry);
-        tracing::debug!(client, qpn, ?qp_type, "QP created");
-        ok(Reply::Qp { qpn, caps: granted })
+        Ok((qpn, granted))
+    }
+
+    /// Destroys QP `qpn` if `client` owns it.
+    fn destroy_qp(&mut self, client: u32, qpn: u32) -> bool {
+        if !self.qps.get(&qpn).is_some_and(|e| e.client == client) {
+            return false;
+        }
+        let Some(e) = self.qps.remove(&qpn) else {
+            return false;
+        };
+        self.retired.add(e.qp.counters());
+        self.pd_use(e.qp.pd(), false);
+        self.cq_use(e.send_cq, false);
+        self.cq_use(e.recv_cq, false);
+        let bytes = self.owned(client).and_then(|o| o.qps.remove(&qpn));
+        let uid = self.uid_of(client);
+        self.quotas.give_back(uid, Kind::Qp, bytes.unwrap_or(0));
+        true
     }
 
     fn modify_qp(&mut self, now: Instant, client: u32, qpn: u32, attr: &QpAttr) -> Answer {
@@ -634,41 +838,43 @@ impl Nic {
         }
     }
 
-    /// Destroys everything `client` created. Returns (QPs, CQs, MRs, PDs) destroyed.
+    /// Destroys everything `client` created, in dependency order (QPs, then CQs and
+    /// MRs, then PDs), and forgets the client. Returns (QPs, CQs, MRs, PDs) destroyed.
+    /// Costs the client's own objects, through its index.
     pub fn remove_client(&mut self, client: u32) -> (usize, usize, usize, usize) {
-        let qpns: Vec<u32> = self
-            .qps
-            .iter()
-            .filter(|(_, e)| e.client == client)
-            .map(|(q, _)| *q)
-            .collect();
-        for q in &qpns {
-            if let Some(e) = self.qps.remove(q) {
-                self.retired.add(e.qp.counters());
-            }
+        let Some(o) = self.clients.get(&client).map(|c| &c.owned) else {
+            return (0, 0, 0, 0);
+        };
+        let qps: Vec<u32> = o.qps.keys().copied().collect();
+        let cqs: Vec<u32> = o.cqs.keys().copied().collect();
+        let mrs: Vec<u32> = o.mrs.keys().copied().collect();
+        let pds: Vec<u32> = o.pds.keys().copied().collect();
+        for &q in &qps {
+            self.destroy_qp(client, q);
         }
-        let cqs: Vec<u32> = self
-            .cqs
-            .iter()
-            .filter(|(_, c)| c.client == client)
-            .map(|(h, _)| *h)
-            .collect();
-        for h in &cqs {
-            self.cqs.remove(h);
+        for &h in &cqs {
+            self.destroy_cq(client, h);
         }
-        let mrs = self.mrs.remove_client(client);
-        let pds: Vec<u32> = self
-            .pds
-            .iter()
-            .filter(|(_, c)| **c == client)
-            .map(|(h, _)| *h)
-            .collect();
-        for h in &pds {
-            self.pds.remove(h);
+        for &h in &mrs {
+            self.dereg_mr(client, h);
+        }
+        for &h in &pds {
+            self.dealloc_pd(client, h);
         }
         self.clients.remove(&client);
-        (qpns.len(), cqs.len(), mrs, pds.len())
+        (qps.len(), cqs.len(), mrs.len(), pds.len())
     }
+}
+
+/// What a CreateQp asks for, once checked.
+#[derive(Debug, Clone, Copy)]
+struct QpSpec {
+    client: u32,
+    pd: Handle,
+    qp_type: QpType,
+    send_cq: Handle,
+    recv_cq: Handle,
+    caps: QpCaps,
 }
 
 fn map_checked(fd: &OwnedFd, len: usize) -> Result<Arc<memmap2::MmapRaw>, Box<Answer>> {

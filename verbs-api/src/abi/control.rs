@@ -578,12 +578,28 @@ pub fn recv_msg<M: DeserializeOwned>(
 }
 
 /// Sends `req` with `fds` and waits for the response (the client's RPC).
+///
+/// A NIC that refuses a connection (over its connection limits) answers it with one
+/// error frame and closes it, possibly before the first request is sent. So when the
+/// send fails because the NIC is gone, the error frame it left, if any, is returned
+/// instead: the caller learns why rather than "broken pipe".
 pub fn call(
     sock: &impl AsFd,
     req: &Request,
     fds: &[BorrowedFd<'_>],
 ) -> Result<(Response, Vec<OwnedFd>), ControlError> {
-    send_msg(sock.as_fd(), req, fds)?;
+    if let Err(e) = send_msg(sock.as_fd(), req, fds) {
+        let gone = matches!(&e, ControlError::Io(io) if matches!(
+            io.kind(),
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+        ));
+        if gone {
+            if let Ok(parting @ (Response::Err { .. }, _)) = recv_msg(sock.as_fd()) {
+                return Ok(parting);
+            }
+        }
+        return Err(e);
+    }
     recv_msg(sock.as_fd())
 }
 
