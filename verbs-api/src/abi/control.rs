@@ -164,7 +164,7 @@ pub struct DeviceAttr {
     pub port: u16,
     /// Largest path MTU (active MTU of the port), bytes.
     pub mtu: u32,
-    /// Most QPs per client.
+    /// Most QPs per user (over all its connections).
     pub max_qp: u32,
     /// Most work requests per queue.
     pub max_qp_wr: u32,
@@ -174,7 +174,7 @@ pub struct DeviceAttr {
     pub max_cqe: u32,
     /// Most inline bytes.
     pub max_inline: u32,
-    /// Most memory regions per client.
+    /// Most memory regions per user (over all its connections).
     pub max_mr: u32,
     /// Largest memory region, bytes.
     pub max_mr_size: u64,
