@@ -12,8 +12,8 @@
 //!
 //! The data-plane thread owns every object, so the hot path takes no lock; a client
 //! thread only moves bytes and descriptors. When a connection ends — a clean close, a
-//! crash, or a protocol error — the client thread sends [`ControlMsg::Disconnect`] and
-//! the data plane destroys everything that client created. Other clients are not
+//! crash, a protocol error, or a panic of its thread — [`ControlMsg::Disconnect`] is
+//! sent and the data plane destroys everything that client created. Other clients are not
 //! affected.
 //!
 //! # Who may connect
@@ -244,6 +244,25 @@ impl Drop for ControlServer {
     }
 }
 
+/// An admitted connection's place in [`Conns`]. Dropped when its thread ends — however
+/// it ends, a panic or a failed spawn included — it first tells the data plane that the
+/// client is gone, then frees the id, so a later connection given the same id can never
+/// act as this client.
+struct Slot {
+    conns: Arc<Mutex<Conns>>,
+    id: u32,
+    tx: Sender<ControlMsg>,
+    wake: Arc<OwnedFd>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let _ = self.tx.send(ControlMsg::Disconnect { client: self.id });
+        wake_data_plane(&self.wake);
+        lock(&self.conns).release(self.id);
+    }
+}
+
 fn lock(conns: &Mutex<Conns>) -> std::sync::MutexGuard<'_, Conns> {
     // A panicking client thread cannot leave the table half-updated (each update is a
     // few map operations), so a poisoned lock is still consistent.
@@ -305,16 +324,21 @@ fn accept_loop(
                 continue;
             }
         };
-        let (tx, wake, conns2) = (tx.clone(), wake.clone(), conns.clone());
+        let slot = Slot {
+            conns: conns.clone(),
+            id: client,
+            tx: tx.clone(),
+            wake: wake.clone(),
+        };
         let spawned = std::thread::Builder::new()
             .name(format!("softnic-client-{client}"))
             .spawn(move || {
-                client_loop(client, uid, stream, tx, wake);
-                lock(&conns2).release(client);
+                client_loop(client, uid, stream, &slot.tx, &slot.wake);
+                drop(slot);
             });
         if let Err(e) = spawned {
+            // The closure, and with it the slot, was dropped: the slot is free again.
             tracing::warn!(error = %e, "cannot start a client thread");
-            lock(&conns).release(client);
         }
     }
 }
@@ -323,13 +347,9 @@ fn wake_data_plane(wake: &OwnedFd) {
     let _ = verbs_api::os::eventfd_signal(wake.as_fd());
 }
 
-fn client_loop(
-    client: u32,
-    uid: u32,
-    stream: UnixStream,
-    tx: Sender<ControlMsg>,
-    wake: Arc<OwnedFd>,
-) {
+/// Serves one connection until it ends; the caller's [`Slot`] then reports the
+/// disconnect.
+fn client_loop(client: u32, uid: u32, stream: UnixStream, tx: &Sender<ControlMsg>, wake: &OwnedFd) {
     let (reply_tx, reply_rx): (Sender<_>, Receiver<_>) = bounded(1);
     let mut reader = FrameReader::new();
     tracing::debug!(client, uid, "control connection");
@@ -366,7 +386,7 @@ fn client_loop(
         if tx.send(msg).is_err() {
             break; // data plane stopped
         }
-        wake_data_plane(&wake);
+        wake_data_plane(wake);
         let Ok((resp, out_fds)) = reply_rx.recv() else {
             break;
         };
@@ -376,8 +396,6 @@ fn client_loop(
             break;
         }
     }
-    let _ = tx.send(ControlMsg::Disconnect { client });
-    wake_data_plane(&wake);
 }
 
 #[cfg(test)]
