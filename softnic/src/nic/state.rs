@@ -507,7 +507,14 @@ impl Nic {
                 )
             }
         };
-        // The quota first: a refused request costs no fstat and no mmap.
+        if len > MAX_MR_SIZE {
+            // An argument error whatever the quota (MrTable::register checks it too).
+            return err(
+                ErrorCode::InvalidArgument,
+                format!("region length {len} exceeds the largest region ({MAX_MR_SIZE} bytes)"),
+            );
+        }
+        // The quota before the memfd: a refused request costs no fstat and no mmap.
         let uid = self.uid_of(client);
         let bytes = map_len as u64;
         if let Err(e) = self.quotas.take(uid, Kind::Mr, bytes) {
