@@ -919,3 +919,153 @@ pub fn request_name(r: &Request) -> &'static str {
         Request::Stats => "Stats",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::quota;
+    use super::*;
+    use std::sync::Arc;
+    use verbs_api::abi::{CqLayout, Cqe};
+
+    const UID: u32 = 1000;
+
+    fn nic(limits: Limits) -> (Nic, NicCounters) {
+        let info = NicInfo {
+            name: "t".into(),
+            local: "127.0.0.1:4791".parse().unwrap(),
+            mtu: 4096,
+            compat: tqp::RxeCompat::default(),
+        };
+        (Nic::new(info, limits), NicCounters::default())
+    }
+
+    fn call(
+        nic: &mut Nic,
+        c: &mut NicCounters,
+        client: u32,
+        req: Request,
+        fds: Vec<OwnedFd>,
+    ) -> Result<Reply, (ErrorCode, String)> {
+        match nic.request(Instant::ZERO, client, UID, req, fds, c).0 {
+            Response::Ok(r) => Ok(r),
+            Response::Err { code, message } => Err((code, message)),
+        }
+    }
+
+    fn cq_fd() -> OwnedFd {
+        let l = CqLayout::new(8).unwrap();
+        let fd = verbs_api::os::memfd("cq", l.len).unwrap();
+        let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
+        Ring::<Cqe>::new(map, l.offset, l.capacity).unwrap().init();
+        fd
+    }
+
+    fn qp_fd() -> OwnedFd {
+        let l = QpLayout::new(4, 4).unwrap();
+        let fd = verbs_api::os::memfd("qp", l.len).unwrap();
+        let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
+        Ring::<SendWqe>::new(map.clone(), l.sq_offset, l.sq_capacity)
+            .unwrap()
+            .init();
+        Ring::<RecvWqe>::new(map, l.rq_offset, l.rq_capacity)
+            .unwrap()
+            .init();
+        fd
+    }
+
+    /// PD, CQ, QP and MR of `client`; returns (pd, cq, qpn, mr).
+    fn objects(nic: &mut Nic, c: &mut NicCounters, client: u32) -> (u32, u32, u32, u32) {
+        let open = Request::OpenDevice {
+            abi_version: ABI_VERSION,
+            pid: 1,
+            program: "t".into(),
+        };
+        call(nic, c, client, open, vec![]).unwrap();
+        let Ok(Reply::Pd { pd }) = call(nic, c, client, Request::AllocPd, vec![]) else {
+            panic!()
+        };
+        let Ok(Reply::Cq { cq, .. }) = call(
+            nic,
+            c,
+            client,
+            Request::CreateCq { depth: 8 },
+            vec![cq_fd()],
+        ) else {
+            panic!()
+        };
+        let caps = QpCaps {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_sge: 1,
+            max_inline: 0,
+        };
+        let req = Request::CreateQp {
+            pd,
+            qp_type: QpType::Rc,
+            send_cq: cq,
+            recv_cq: cq,
+            caps,
+        };
+        let Ok(Reply::Qp { qpn, .. }) = call(nic, c, client, req, vec![qp_fd()]) else {
+            panic!()
+        };
+        let fd = verbs_api::os::memfd("mr", 4096).unwrap();
+        let req = Request::RegMr {
+            pd,
+            len: 4096,
+            access: 1,
+            iova: 0,
+        };
+        let Ok(Reply::Mr { mr, .. }) = call(nic, c, client, req, vec![fd]) else {
+            panic!()
+        };
+        (pd, cq, qpn, mr)
+    }
+
+    #[test]
+    fn use_counts_quotas_and_disconnect_stay_consistent() {
+        let (mut nic, mut c) = nic(Limits::default());
+        let (pd, cq, qpn, mr) = objects(&mut nic, &mut c, 1);
+        let (pd2, ..) = objects(&mut nic, &mut c, 2);
+        // In use: refused as Busy, in O(1).
+        let e = call(&mut nic, &mut c, 1, Request::DeallocPd { pd }, vec![]).unwrap_err();
+        assert_eq!(e.0, ErrorCode::Busy, "{e:?}");
+        let e = call(&mut nic, &mut c, 1, Request::DestroyCq { cq }, vec![]).unwrap_err();
+        assert_eq!(e.0, ErrorCode::Busy, "{e:?}");
+        // Another client's objects cannot be named.
+        let e = call(&mut nic, &mut c, 1, Request::DeallocPd { pd: pd2 }, vec![]).unwrap_err();
+        assert_eq!(e.0, ErrorCode::NotFound);
+        // Both clients are one user: the quota counts both.
+        let u = nic.quotas.usage(UID);
+        assert_eq!((u.pds, u.cqs, u.qps, u.mrs), (2, 2, 2, 2));
+        // Tear down in order; each use count falls to zero.
+        call(&mut nic, &mut c, 1, Request::DestroyQp { qpn }, vec![]).unwrap();
+        call(&mut nic, &mut c, 1, Request::DestroyCq { cq }, vec![]).unwrap();
+        let e = call(&mut nic, &mut c, 1, Request::DeallocPd { pd }, vec![]).unwrap_err();
+        assert_eq!(e.0, ErrorCode::Busy, "the region is still in the PD");
+        call(&mut nic, &mut c, 1, Request::DeregMr { mr }, vec![]).unwrap();
+        call(&mut nic, &mut c, 1, Request::DeallocPd { pd }, vec![]).unwrap();
+        // Client 2 goes away with everything: the user holds nothing any more.
+        assert_eq!(nic.remove_client(2), (1, 1, 1, 1));
+        assert_eq!(nic.quotas.usage(UID), quota::Usage::default());
+        assert!(nic.qps.is_empty() && nic.cqs.is_empty() && nic.mrs.is_empty());
+        assert!(nic.pds.is_empty());
+    }
+
+    #[test]
+    fn quotas_are_per_user_across_clients_and_counted() {
+        let (mut nic, mut c) = nic(Limits {
+            pds: 3,
+            ..Limits::default()
+        });
+        objects(&mut nic, &mut c, 1);
+        objects(&mut nic, &mut c, 2);
+        call(&mut nic, &mut c, 2, Request::AllocPd, vec![]).unwrap();
+        let e = call(&mut nic, &mut c, 1, Request::AllocPd, vec![]).unwrap_err();
+        assert_eq!(e.0, ErrorCode::NoResources);
+        assert!(e.1.contains("--max-pds-per-user 3"), "{e:?}");
+        assert_eq!(c.control_refused_quota_objects, 1);
+        nic.remove_client(2);
+        call(&mut nic, &mut c, 1, Request::AllocPd, vec![]).unwrap();
+    }
+}
