@@ -44,7 +44,7 @@ fn connect(qp: &mut QueuePair, remote: &QpEndpoint, my_psn: u32, rd_atomic: u8) 
         rq_psn: Some(remote.psn),
         ah_attr: Some(AhAttr {
             dgid: remote.gid,
-            sgid_index: 0,
+            sgid_index: verbs_api::gid::ADDRESS_GID_INDEX as u8,
             hop_limit: 1,
             udp_port: remote.udp_port,
         }),

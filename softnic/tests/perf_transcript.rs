@@ -141,7 +141,7 @@ fn connect(s: &mut Side, rem: &Msg, rem_port: u16, my_psn: u32, my_out_reads: u3
         rq_psn: Some(rem.psn),
         ah_attr: Some(AhAttr {
             dgid: Gid(rem.gid),
-            sgid_index: 0,
+            sgid_index: verbs_api::gid::ADDRESS_GID_INDEX as u8,
             hop_limit: 0xff,
             udp_port: rem_port,
         }),

@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! softnic run --name nic0 --addr 127.0.0.2 &   softnic run --name nic1 --addr 127.0.0.3 &
-//! cargo run --release --example rc_pingpong -- -d nic0 -g 0            # server
-//! cargo run --release --example rc_pingpong -- -d nic1 -g 0 127.0.0.1  # client
+//! cargo run --release --example rc_pingpong -- -d nic0 -g 1            # server
+//! cargo run --release --example rc_pingpong -- -d nic1 -g 1 127.0.0.1  # client
 //! ```
 //!
 //! Differences from the C program: the GID index defaults to 0 (softnic has one GID and
@@ -56,7 +56,7 @@ struct Args {
     #[arg(short = 'e', long = "events")]
     events: bool,
     /// local port gid index
-    #[arg(short = 'g', long = "gid-idx", default_value_t = 0)]
+    #[arg(short = 'g', long = "gid-idx", default_value_t = 1)]
     gid_idx: u32,
     /// validate received buffers (rdma-core's check: first byte of each page)
     #[arg(short = 'c', long = "chk")]

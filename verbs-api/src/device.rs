@@ -94,6 +94,44 @@ impl Device {
     pub fn open_context(&self) -> Result<Context> {
         Context::open(self)
     }
+
+    /// Asks the NIC for its attributes without opening the device (no client is
+    /// counted): how `ibv_get_device_list` tells a running NIC from a stale socket and
+    /// learns its address (for the node GUID) before any `ibv_open_device`.
+    pub fn query(&self) -> Result<DeviceAttributes> {
+        let sock = UnixStream::connect(&self.path).map_err(|source| Error::NoDevice {
+            name: self.name.clone(),
+            path: self.path.clone(),
+            source,
+        })?;
+        match control::call(&sock, &Request::QueryDevice, &[])?.0 {
+            Response::Ok(Reply::Device(d)) => Ok(d),
+            Response::Ok(other) => Err(Error::Protocol(format!(
+                "QueryDevice answered with {other:?}"
+            ))),
+            Response::Err { code, message } => Err(Error::Nic {
+                verb: "ibv_query_device",
+                code,
+                message,
+            }),
+        }
+    }
+}
+
+/// GID `index` of the NIC described by `attr` (rxe's layout, [`crate::gid`]).
+pub fn gid_at(attr: &DeviceAttributes, index: u32) -> Result<Gid> {
+    let table = crate::gid::gid_table(std::net::SocketAddr::new(attr.addr, attr.port));
+    match index {
+        crate::gid::ADDRESS_GID_INDEX => Ok(Gid(attr.gid)),
+        i if i < crate::gid::GID_TABLE_LEN => Ok(table[i as usize]),
+        _ => Err(Error::InvalidArgument(format!(
+            "GID index {index} does not exist: softnic's table has {} entries \
+             (0: link-local {}, 1: address {})",
+            crate::gid::GID_TABLE_LEN,
+            table[0],
+            Gid(attr.gid)
+        ))),
+    }
 }
 
 pub(crate) struct ContextInner {
@@ -228,16 +266,19 @@ impl Context {
         }
     }
 
-    /// GID at `index` (`ibv_query_gid`). softnic has one GID: index 0, the NIC's
-    /// address (IPv4-mapped `::ffff:a.b.c.d` for IPv4).
+    /// GID at `index` (`ibv_query_gid`), from rxe's table layout (see [`crate::gid`]):
+    /// index 0 the link-local GID, index 1 ([`crate::gid::ADDRESS_GID_INDEX`]) the NIC's
+    /// address (IPv4-mapped `::ffff:a.b.c.d` for IPv4), the one peers send to.
     pub fn query_gid(&self, index: u32) -> Result<Gid> {
-        if index != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "GID index {index} does not exist: softnic has only GID 0 ({})",
-                Gid(self.inner.attr.gid)
-            )));
-        }
-        Ok(Gid(self.inner.attr.gid))
+        gid_at(&self.inner.attr, index)
+    }
+
+    /// The node GUID (host order; see [`crate::gid::node_guid`]).
+    pub fn node_guid(&self) -> u64 {
+        crate::gid::node_guid(std::net::SocketAddr::new(
+            self.inner.attr.addr,
+            self.inner.attr.port,
+        ))
     }
 
     /// The NIC's counters (`softnic stats`), as `(name, value)` pairs.

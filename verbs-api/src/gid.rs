@@ -2,7 +2,13 @@
 //!
 //! On RoCEv2 a GID is an IP address: an IPv4 address appears IPv4-mapped
 //! (`::ffff:a.b.c.d`, RFC 4291 §2.5.5.2), as rxe and hardware RNICs show it in
-//! `/sys/class/infiniband/*/ports/1/gids/`. softnic's GID index 0 is its bound address.
+//! `/sys/class/infiniband/*/ports/1/gids/`.
+//!
+//! softnic's GID table is rxe's (so `-g 1` / `-x 1` scripts written for rxe work
+//! unchanged): index 0 ([`LINK_LOCAL_GID_INDEX`]) is the link-local GID `fe80::` + the
+//! node GUID as interface id, listed for compatibility but not routable by softnic (the
+//! NIC has no IPv6 link-local socket); index 1 ([`ADDRESS_GID_INDEX`]) is the NIC's bound
+//! address, the GID every QP sends from and peers address. Both are RoCE v2 GIDs.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -10,6 +16,48 @@ use std::str::FromStr;
 
 /// The UDP destination port of RoCEv2 (IANA; IBTA Annex A17.2.3).
 pub const ROCE_V2_PORT: u16 = 4791;
+
+/// GID index of the link-local GID (`fe80::` + interface id from the node GUID).
+pub const LINK_LOCAL_GID_INDEX: u32 = 0;
+
+/// GID index of the NIC's address (`::ffff:a.b.c.d`, or the IPv6 address): the only
+/// source GID a QP may use.
+pub const ADDRESS_GID_INDEX: u32 = 1;
+
+/// Entries in the GID table.
+pub const GID_TABLE_LEN: u32 = 2;
+
+/// The node GUID (an EUI-64, host order) of a NIC bound to `addr`: `02:00` (locally
+/// administered) followed by the IPv4 address and the UDP port, so two NICs on one host
+/// differ; for IPv6, `02` followed by 56 bits of an FNV-1a hash of address and port.
+pub fn node_guid(addr: SocketAddr) -> u64 {
+    match addr.ip() {
+        IpAddr::V4(v4) => {
+            let [a, b, c, d] = v4.octets();
+            let [p0, p1] = addr.port().to_be_bytes();
+            u64::from_be_bytes([0x02, 0x00, a, b, c, d, p0, p1])
+        }
+        IpAddr::V6(v6) => {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for byte in v6.octets().into_iter().chain(addr.port().to_be_bytes()) {
+                h = (h ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+            }
+            (0x02 << 56) | (h & 0x00ff_ffff_ffff_ffff)
+        }
+    }
+}
+
+/// The GID table of a NIC bound to `addr`, indexed by GID index.
+pub fn gid_table(addr: SocketAddr) -> [Gid; GID_TABLE_LEN as usize] {
+    // Link-local: fe80::/64 with the modified EUI-64 interface id (U/L bit inverted,
+    // RFC 4291 appendix A), as rxe derives GID 0 from its netdev's MAC.
+    let iid = node_guid(addr) ^ (0x02 << 56);
+    let mut ll = [0u8; 16];
+    ll[0] = 0xfe;
+    ll[1] = 0x80;
+    ll[8..].copy_from_slice(&iid.to_be_bytes());
+    [Gid(ll), Gid::from_ip(addr.ip())]
+}
 
 /// A 16-byte GID, in wire order.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -103,6 +151,28 @@ mod tests {
         );
         assert_eq!("::ffff:127.0.0.2".parse::<Gid>().unwrap(), g);
         assert_eq!("127.0.0.2".parse::<Gid>().unwrap(), g);
+    }
+
+    #[test]
+    fn table_is_link_local_then_address() {
+        let a: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let t = gid_table(a);
+        assert_eq!(
+            t[ADDRESS_GID_INDEX as usize].to_string(),
+            "::ffff:127.0.0.2"
+        );
+        assert_eq!(
+            t[LINK_LOCAL_GID_INDEX as usize].to_string(),
+            "fe80::7f00:2:12b7"
+        );
+        assert_eq!(node_guid(a), 0x0200_7f00_0002_12b7);
+        // Another port on the same address: another GUID and link-local GID.
+        let b: SocketAddr = "127.0.0.2:4792".parse().unwrap();
+        assert_ne!(node_guid(a), node_guid(b));
+        assert_ne!(gid_table(a)[0], gid_table(b)[0]);
+        let v6: SocketAddr = "[fd00::1]:4791".parse().unwrap();
+        assert_eq!(node_guid(v6) >> 56, 0x02);
+        assert_eq!(gid_table(v6)[1].to_string(), "fd00::1");
     }
 
     #[test]

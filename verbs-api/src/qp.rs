@@ -101,17 +101,29 @@ pub struct QpInitAttr<'a> {
 }
 
 /// Address vector (`struct ibv_ah_attr` with its GRH, as RoCE needs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AhAttr {
     /// Destination GID: the peer NIC's address.
     pub dgid: Gid,
-    /// Source GID index (softnic has only 0).
+    /// Source GID index: must be [`crate::gid::ADDRESS_GID_INDEX`] (1, the default).
     pub sgid_index: u8,
     /// IP TTL / hop limit (informational).
     pub hop_limit: u8,
     /// Peer NIC's UDP port; 0 = 4791 (softnic extension for several NICs on one
     /// address).
     pub udp_port: u16,
+}
+
+/// An all-zero address from the NIC's address GID ([`crate::gid::ADDRESS_GID_INDEX`]).
+impl Default for AhAttr {
+    fn default() -> AhAttr {
+        AhAttr {
+            dgid: Gid::default(),
+            sgid_index: crate::gid::ADDRESS_GID_INDEX as u8,
+            hop_limit: 0,
+            udp_port: 0,
+        }
+    }
 }
 
 /// `struct ibv_qp_attr` with its mask folded in: `None` = not in the mask.
@@ -399,10 +411,13 @@ pub fn check_modify(
         }
     }
     if let Some(ah) = attr.ah_attr {
-        if ah.sgid_index != 0 {
+        if u32::from(ah.sgid_index) != crate::gid::ADDRESS_GID_INDEX {
             return Err(format!(
-                "sgid_index {} does not exist: softnic has only GID 0",
-                ah.sgid_index
+                "sgid_index {} cannot source RoCEv2 traffic: softnic sends from its \
+                 address, GID index {} (index 0 is the link-local GID, listed as rxe \
+                 lists it but not routable)",
+                ah.sgid_index,
+                crate::gid::ADDRESS_GID_INDEX
             ));
         }
         if ah.dgid.is_zero() {
@@ -604,7 +619,7 @@ impl QueuePair {
             a.rq_psn = Some(remote.psn);
             a.ah_attr = Some(AhAttr {
                 dgid: remote.gid,
-                sgid_index: 0,
+                sgid_index: crate::gid::ADDRESS_GID_INDEX as u8,
                 hop_limit: 1,
                 udp_port: remote.udp_port,
             });

@@ -25,9 +25,13 @@ fn open_query_and_list() {
         .iter()
         .any(|d| d.name() == "mock-list"));
     let ctx = Device::open("mock-list").unwrap();
-    assert_eq!(ctx.query_gid(0).unwrap().to_string(), "::ffff:127.0.0.9");
-    let e = ctx.query_gid(1).unwrap_err().to_string();
-    assert!(e.contains("GID index 1 does not exist"), "{e}");
+    // rxe's table: 0 link-local (from the node GUID), 1 the NIC's address.
+    assert_eq!(ctx.query_gid(1).unwrap().to_string(), "::ffff:127.0.0.9");
+    let ll = ctx.query_gid(0).unwrap();
+    assert_eq!(ll.0[..8], [0xfe, 0x80, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(ll.0[8..], (ctx.node_guid() ^ (0x02 << 56)).to_be_bytes());
+    let e = ctx.query_gid(2).unwrap_err().to_string();
+    assert!(e.contains("GID index 2 does not exist"), "{e}");
     assert_eq!(ctx.query_device().unwrap().mtu, 4096);
     let missing = Device::open("no-such-nic").unwrap_err().to_string();
     assert!(

@@ -109,7 +109,7 @@ pub struct PerfArgs {
     /// Outstanding READ/atomics (default: the device's maximum).
     #[arg(short = 'o', long = "outs")]
     pub outs: Option<u32>,
-    /// GID index (softnic has only 0).
+    /// GID index (1, the address GID; index 0 is the link-local GID, as on rxe).
     #[arg(short = 'x', long = "gid-index")]
     pub gid_index: Option<u32>,
     /// Accepted and ignored (perftest: do not fail on CPU frequency differences).
@@ -234,9 +234,11 @@ impl Params {
             }
         }
         if let Some(g) = a.gid_index {
-            if g != 0 {
+            if g != verbs_api::gid::ADDRESS_GID_INDEX {
                 return Err(format!(
-                    "GID index {g} does not exist: softnic has only GID 0"
+                    "GID index {g} cannot be used: softnic sends from its address, GID \
+                     index {} (index 0 is the link-local GID, not routable)",
+                    verbs_api::gid::ADDRESS_GID_INDEX
                 ));
             }
         }
@@ -416,7 +418,9 @@ mod tests {
         assert!(parse(&["write_bw", "-A", "FETCH_AND_ADD"]).is_err());
         assert!(parse(&["write_bw", "-o", "4"]).is_err());
         assert!(parse(&["atomic_bw", "-s", "16"]).is_err());
-        assert!(parse(&["write_bw", "-x", "1"]).is_err());
+        assert!(parse(&["write_bw", "-x", "0"]).is_err());
+        assert!(parse(&["write_bw", "-x", "2"]).is_err());
+        assert!(parse(&["write_bw", "-x", "1"]).is_ok());
         assert!(parse(&["write_bw", "-c", "UD"]).is_err());
         assert!(parse(&["write_bw", "-b"]).is_err());
     }

@@ -223,7 +223,10 @@ impl Resources {
 
     /// Our side of the address exchange for QP `q` (`set_up_connection`).
     pub fn my_dest(&self, q: usize) -> Result<Dest, String> {
-        let gid = self.ctx.query_gid(0).map_err(|e| e.to_string())?;
+        let gid = self
+            .ctx
+            .query_gid(verbs_api::gid::ADDRESS_GID_INDEX)
+            .map_err(|e| e.to_string())?;
         let qp = self.qps.get(q).ok_or("no such QP")?;
         Ok(Dest {
             lid: 0,
@@ -259,7 +262,7 @@ impl Resources {
             rq_psn: Some(rem.psn),
             ah_attr: Some(AhAttr {
                 dgid: verbs_api::Gid(rem.gid),
-                sgid_index: 0,
+                sgid_index: verbs_api::gid::ADDRESS_GID_INDEX as u8,
                 hop_limit: HOP_LIMIT,
                 udp_port: peer_udp_port,
             }),

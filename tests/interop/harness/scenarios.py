@@ -7,7 +7,7 @@ The client gets the server's address appended, as ibv_rc_pingpong and perftest e
 
 Placeholders in `softnic`: {softnic} (the binary), {rc_pingpong} (the example), {dev} (the
 NIC's name), {addr} (its address), {fakepeer} (the harness's Python peer). GID index: rxe's
-IPv4-mapped GID is index 1 (`-g 1` / `-x 1`); softnic's is index 0.
+IPv4-mapped GID is index 1 (`-g 1` / `-x 1`), and so is softnic's (same table layout).
 
 `needs` lists softnic capabilities (nic.Softnic.CAPS); a row whose needs are not built
 is reported SKIP with the reason.
@@ -56,7 +56,7 @@ def _pingpong():
             rows.append(Scenario(
                 name="pingpong_s%d_m%d" % (size, mtu), group="rc_pingpong",
                 rxe="ibv_rc_pingpong -d rxe0 -g 1 " + args,
-                softnic="{rc_pingpong} -d {dev} -g 0 " + args,
+                softnic="{rc_pingpong} -d {dev} -g 1 " + args,
                 needs=("run", "rc_pingpong"), link_mtu=link, expect_rxe=PINGPONG_OK))
     return rows
 
@@ -69,7 +69,7 @@ def _perf(name, tool, args, test, extra_needs=(), **kw):
     return Scenario(
         name=name, group=kw.pop("group", "perftest"),
         rxe="%s -d rxe0 -x 1 -F %s" % (tool, args),
-        softnic="{softnic} perf %s -d {dev} -x 0 -F --verify %s" % (test, args),
+        softnic="{softnic} perf %s -d {dev} -x 1 -F --verify %s" % (test, args),
         needs=("run", "perf") + tuple(extra_needs), expect_rxe=PERF_OK, **kw)
 
 
@@ -98,7 +98,7 @@ SCENARIOS = [
     # 5% loss inside the guest (netem; the host kernel has no sch_netem)
     Scenario(name="loss_guest_pingpong", group="loss-guest",
              rxe="ibv_rc_pingpong -d rxe0 -g 1 -s 3000 -m 1024 -n 100 -c",
-             softnic="{rc_pingpong} -d {dev} -g 0 -s 3000 -m 1024 -n 100 -c",
+             softnic="{rc_pingpong} -d {dev} -g 1 -s 3000 -m 1024 -n 100 -c",
              needs=("run", "rc_pingpong"), guest_setup=NETEM, guest_post=NETEM_SHOW,
              expect_rxe=PINGPONG_OK, timeout=90),
     _perf("loss_guest_write_bw", "ib_write_bw", BW, "write_bw", group="loss-guest",
@@ -108,7 +108,7 @@ SCENARIOS = [
     # 5% loss from softnic's own fault injection (seeded: reproducible)
     Scenario(name="loss_softnic_pingpong", group="loss-softnic",
              rxe="ibv_rc_pingpong -d rxe0 -g 1 -s 3000 -m 1024 -n 100 -c",
-             softnic="{rc_pingpong} -d {dev} -g 0 -s 3000 -m 1024 -n 100 -c",
+             softnic="{rc_pingpong} -d {dev} -g 1 -s 3000 -m 1024 -n 100 -c",
              needs=("run", "rc_pingpong", "loss"), nic_args=("--loss", "0.05", "--seed", "1"),
              expect_rxe=PINGPONG_OK, timeout=90),
     _perf("loss_softnic_write_bw", "ib_write_bw", BW, "write_bw", extra_needs=("loss",),

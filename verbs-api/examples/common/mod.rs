@@ -29,7 +29,7 @@ pub struct Args {
     #[arg(short = 'p', long = "port", default_value_t = oob::DEFAULT_PORT)]
     pub port: u16,
     /// GID index
-    #[arg(short = 'g', long = "gid-idx", default_value_t = 0)]
+    #[arg(short = 'g', long = "gid-idx", default_value_t = 1)]
     pub gid_idx: u32,
     /// path MTU
     #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
