@@ -1,0 +1,664 @@
+//! `#[repr(C)]` mirrors of the rdma-core structs this library allocates or fills, as
+//! `<infiniband/verbs.h>` (rdma-core v44, Debian 12) lays them out on x86_64.
+//!
+//! Every field here is checked against the real header by `tests/layout.rs`, which
+//! turns [`layout_table`] into `_Static_assert(offsetof(...) == ...)` lines and compiles
+//! them with the system C compiler. Names are the C names, so that table reads 1:1.
+//!
+//! Growth rules rdma-core relies on (and this library follows):
+//! * `struct verbs_context` "grows up": new ops are *prepended*, so an op's distance to
+//!   the embedded `struct ibv_context` never changes. [`verbs_context`] starts with
+//!   [`NEWER_OPS`] always-NULL slots, so binaries built against newer headers find NULL
+//!   (rdma-core's inline wrappers then answer EOPNOTSUPP) instead of reading before our
+//!   allocation; `sz` covers them.
+//! * `ibv_query_port` and `ibv_query_device_ex` pass the caller's struct size; this
+//!   library writes what it knows and zeroes the rest of the caller's buffer.
+#![allow(non_camel_case_types)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+/// `IBV_SYSFS_NAME_MAX`.
+pub const IBV_SYSFS_NAME_MAX: usize = 64;
+/// `IBV_SYSFS_PATH_MAX`.
+pub const IBV_SYSFS_PATH_MAX: usize = 256;
+
+/// An op slot this library leaves NULL (its signature does not matter, only its size).
+pub type OpaqueOp = Option<unsafe extern "C" fn()>;
+
+/// `struct ibv_device` (664 bytes).
+#[repr(C)]
+pub struct ibv_device {
+    /// `struct _ibv_device_ops` (two obsolete pointers, must be NULL).
+    pub _ops: [*mut c_void; 2],
+    /// `enum ibv_node_type`.
+    pub node_type: c_int,
+    /// `enum ibv_transport_type`.
+    pub transport_type: c_int,
+    /// Device name, NUL-terminated.
+    pub name: [c_char; IBV_SYSFS_NAME_MAX],
+    /// uverbs device name (`uverbsN` on a kernel device).
+    pub dev_name: [c_char; IBV_SYSFS_NAME_MAX],
+    /// sysfs path of the uverbs device.
+    pub dev_path: [c_char; IBV_SYSFS_PATH_MAX],
+    /// sysfs path of the IB device.
+    pub ibdev_path: [c_char; IBV_SYSFS_PATH_MAX],
+}
+
+/// `struct ibv_context_ops` (256 bytes). Only the slots rdma-core's inline wrappers
+/// call directly carry real signatures.
+#[repr(C)]
+pub struct ibv_context_ops {
+    /// `_compat_query_device` (pre-2006 binaries only).
+    pub _compat_query_device: OpaqueOp,
+    /// `_compat_query_port`.
+    pub _compat_query_port: OpaqueOp,
+    /// `_compat_alloc_pd` … `_compat_dereg_mr`.
+    pub _compat_pd_mr: [OpaqueOp; 5],
+    /// `alloc_mw` (the inline `ibv_alloc_mw` answers EOPNOTSUPP when NULL).
+    pub alloc_mw: OpaqueOp,
+    /// `bind_mw`.
+    pub bind_mw: OpaqueOp,
+    /// `dealloc_mw`.
+    pub dealloc_mw: OpaqueOp,
+    /// `_compat_create_cq`.
+    pub _compat_create_cq: OpaqueOp,
+    /// `poll_cq` (inline `ibv_poll_cq`).
+    pub poll_cq: Option<unsafe extern "C" fn(*mut c_void, c_int, *mut c_void) -> c_int>,
+    /// `req_notify_cq` (inline `ibv_req_notify_cq`).
+    pub req_notify_cq: Option<unsafe extern "C" fn(*mut c_void, c_int) -> c_int>,
+    /// `_compat_cq_event` … `_compat_destroy_srq`.
+    pub _compat_cq_srq: [OpaqueOp; 7],
+    /// `post_srq_recv` (inline `ibv_post_srq_recv`).
+    pub post_srq_recv:
+        Option<unsafe extern "C" fn(*mut c_void, *mut c_void, *mut *mut c_void) -> c_int>,
+    /// `_compat_create_qp` … `_compat_destroy_qp`.
+    pub _compat_qp: [OpaqueOp; 4],
+    /// `post_send` (inline `ibv_post_send`).
+    pub post_send:
+        Option<unsafe extern "C" fn(*mut c_void, *mut c_void, *mut *mut c_void) -> c_int>,
+    /// `post_recv` (inline `ibv_post_recv`).
+    pub post_recv:
+        Option<unsafe extern "C" fn(*mut c_void, *mut c_void, *mut *mut c_void) -> c_int>,
+    /// `_compat_create_ah` … `_compat_async_event`.
+    pub _compat_tail: [OpaqueOp; 5],
+}
+
+/// `struct ibv_context` (328 bytes).
+#[repr(C)]
+pub struct ibv_context {
+    /// The device this context was opened on.
+    pub device: *mut ibv_device,
+    /// Data-path ops called by the inline wrappers.
+    pub ops: ibv_context_ops,
+    /// Command fd (a kernel uverbs fd on rdma-core; here a dup of the control socket).
+    pub cmd_fd: c_int,
+    /// Async event fd (pollable).
+    pub async_fd: c_int,
+    /// Completion vectors (≥ 1; perftest checks it).
+    pub num_comp_vectors: c_int,
+    /// Context mutex (initialised, unused by this library).
+    pub mutex: libc::pthread_mutex_t,
+    /// `__VERBS_ABI_IS_EXTENDED` (`UINTPTR_MAX`): tells `verbs_get_ctx` that a
+    /// `verbs_context` surrounds this struct.
+    pub abi_compat: *mut c_void,
+}
+
+/// `query_port` op: `(ctx, port, attr, attr_len)`.
+pub type QueryPortFn = unsafe extern "C" fn(*mut ibv_context, u8, *mut c_void, usize) -> c_int;
+/// `query_device_ex` op: `(ctx, input, attr, attr_size)`.
+pub type QueryDeviceExFn =
+    unsafe extern "C" fn(*mut ibv_context, *const c_void, *mut c_void, usize) -> c_int;
+
+/// Always-NULL op slots in front of v44's first op, for binaries built against newer
+/// headers (rdma-core HEAD prepends 6 more; 16 leaves room).
+pub const NEWER_OPS: usize = 16;
+
+/// `struct verbs_context` as v44 lays it out, preceded by [`NEWER_OPS`] NULL slots.
+/// The C test checks each op's distance to `context` (not its offset from the start,
+/// which differs between header versions by design).
+#[repr(C)]
+pub struct verbs_context {
+    /// Ops of rdma-core releases newer than v44: always NULL.
+    pub newer_ops: [OpaqueOp; NEWER_OPS],
+    /// `query_port` (the inline `ibv_query_port` calls it with `sizeof(*attr)`).
+    pub query_port: Option<QueryPortFn>,
+    /// `advise_mr`.
+    pub advise_mr: OpaqueOp,
+    /// `alloc_null_mr`.
+    pub alloc_null_mr: OpaqueOp,
+    /// `read_counters`.
+    pub read_counters: OpaqueOp,
+    /// `attach_counters_point_flow`.
+    pub attach_counters_point_flow: OpaqueOp,
+    /// `create_counters`.
+    pub create_counters: OpaqueOp,
+    /// `destroy_counters`.
+    pub destroy_counters: OpaqueOp,
+    /// `reg_dm_mr`.
+    pub reg_dm_mr: OpaqueOp,
+    /// `alloc_dm`.
+    pub alloc_dm: OpaqueOp,
+    /// `free_dm`.
+    pub free_dm: OpaqueOp,
+    /// `modify_flow_action_esp`.
+    pub modify_flow_action_esp: OpaqueOp,
+    /// `destroy_flow_action`.
+    pub destroy_flow_action: OpaqueOp,
+    /// `create_flow_action_esp`.
+    pub create_flow_action_esp: OpaqueOp,
+    /// `modify_qp_rate_limit`.
+    pub modify_qp_rate_limit: OpaqueOp,
+    /// `alloc_parent_domain`.
+    pub alloc_parent_domain: OpaqueOp,
+    /// `dealloc_td`.
+    pub dealloc_td: OpaqueOp,
+    /// `alloc_td`.
+    pub alloc_td: OpaqueOp,
+    /// `modify_cq`.
+    pub modify_cq: OpaqueOp,
+    /// `post_srq_ops`.
+    pub post_srq_ops: OpaqueOp,
+    /// `destroy_rwq_ind_table`.
+    pub destroy_rwq_ind_table: OpaqueOp,
+    /// `create_rwq_ind_table`.
+    pub create_rwq_ind_table: OpaqueOp,
+    /// `destroy_wq`.
+    pub destroy_wq: OpaqueOp,
+    /// `modify_wq`.
+    pub modify_wq: OpaqueOp,
+    /// `create_wq`.
+    pub create_wq: OpaqueOp,
+    /// `query_rt_values`.
+    pub query_rt_values: OpaqueOp,
+    /// `create_cq_ex` (NULL: the inline `ibv_create_cq_ex` answers EOPNOTSUPP).
+    pub create_cq_ex: OpaqueOp,
+    /// `priv` (rdma-core's private data; unused here).
+    pub priv_: *mut c_void,
+    /// `query_device_ex`.
+    pub query_device_ex: Option<QueryDeviceExFn>,
+    /// `ibv_destroy_flow`.
+    pub ibv_destroy_flow: OpaqueOp,
+    /// `ABI_placeholder2` (rdma-core sets it equal to `ibv_destroy_flow`).
+    pub abi_placeholder2: OpaqueOp,
+    /// `ibv_create_flow`.
+    pub ibv_create_flow: OpaqueOp,
+    /// `ABI_placeholder1` (equal to `ibv_create_flow`).
+    pub abi_placeholder1: OpaqueOp,
+    /// `open_qp`.
+    pub open_qp: OpaqueOp,
+    /// `create_qp_ex`.
+    pub create_qp_ex: OpaqueOp,
+    /// `get_srq_num`.
+    pub get_srq_num: OpaqueOp,
+    /// `create_srq_ex`.
+    pub create_srq_ex: OpaqueOp,
+    /// `open_xrcd`.
+    pub open_xrcd: OpaqueOp,
+    /// `close_xrcd`.
+    pub close_xrcd: OpaqueOp,
+    /// `_ABI_placeholder3`.
+    pub abi_placeholder3: u64,
+    /// Bytes from the first op slot to the end of `context`: `verbs_get_ctx_op`
+    /// requires `sz >= sizeof(verbs_context) - offsetof(op)` of the caller's header.
+    pub sz: usize,
+    /// The public context; must be last.
+    pub context: ibv_context,
+}
+
+/// `struct ibv_device_attr` (232 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_device_attr {
+    /// Firmware version string.
+    pub fw_ver: [c_char; 64],
+    /// Node GUID, network order.
+    pub node_guid: u64,
+    /// System image GUID, network order.
+    pub sys_image_guid: u64,
+    /// Largest MR.
+    pub max_mr_size: u64,
+    /// Supported page sizes (bit mask).
+    pub page_size_cap: u64,
+    /// IEEE vendor id.
+    pub vendor_id: u32,
+    /// Vendor part id.
+    pub vendor_part_id: u32,
+    /// Hardware version.
+    pub hw_ver: u32,
+    /// Most QPs.
+    pub max_qp: c_int,
+    /// Most WRs per queue.
+    pub max_qp_wr: c_int,
+    /// `enum ibv_device_cap_flags`.
+    pub device_cap_flags: c_uint,
+    /// Most SGEs per WR.
+    pub max_sge: c_int,
+    /// Most SGEs per RDMA READ.
+    pub max_sge_rd: c_int,
+    /// Most CQs.
+    pub max_cq: c_int,
+    /// Most CQEs per CQ.
+    pub max_cqe: c_int,
+    /// Most MRs.
+    pub max_mr: c_int,
+    /// Most PDs.
+    pub max_pd: c_int,
+    /// Most outstanding READ/atomic per QP (as target).
+    pub max_qp_rd_atom: c_int,
+    /// EE equivalent (RD; 0).
+    pub max_ee_rd_atom: c_int,
+    /// Total READ/atomic resources.
+    pub max_res_rd_atom: c_int,
+    /// Most outstanding READ/atomic per QP (as initiator).
+    pub max_qp_init_rd_atom: c_int,
+    /// EE equivalent (0).
+    pub max_ee_init_rd_atom: c_int,
+    /// `enum ibv_atomic_cap`.
+    pub atomic_cap: c_int,
+    /// Most EE contexts (0).
+    pub max_ee: c_int,
+    /// Most RDDs (0).
+    pub max_rdd: c_int,
+    /// Most memory windows.
+    pub max_mw: c_int,
+    /// Raw IPv6 QPs.
+    pub max_raw_ipv6_qp: c_int,
+    /// Raw Ethertype QPs.
+    pub max_raw_ethy_qp: c_int,
+    /// Multicast groups.
+    pub max_mcast_grp: c_int,
+    /// QPs per multicast group.
+    pub max_mcast_qp_attach: c_int,
+    /// Total multicast attachments.
+    pub max_total_mcast_qp_attach: c_int,
+    /// Most AHs.
+    pub max_ah: c_int,
+    /// Most FMRs.
+    pub max_fmr: c_int,
+    /// Maps per FMR.
+    pub max_map_per_fmr: c_int,
+    /// Most SRQs.
+    pub max_srq: c_int,
+    /// Most WRs per SRQ.
+    pub max_srq_wr: c_int,
+    /// Most SGEs per SRQ WR.
+    pub max_srq_sge: c_int,
+    /// P_Key table length.
+    pub max_pkeys: u16,
+    /// Local CA ACK delay (4.096 µs × 2^n).
+    pub local_ca_ack_delay: u8,
+    /// Physical ports.
+    pub phys_port_cnt: u8,
+}
+
+/// The fixed-size head of `struct ibv_device_attr_ex` this library fills: `orig_attr`
+/// and `comp_mask`; every later field (ODP, TSO, RSS, … capabilities) is written as zero
+/// up to the caller's `attr_size` ("not supported").
+#[repr(C)]
+pub struct ibv_device_attr_ex {
+    /// The classic attributes.
+    pub orig_attr: ibv_device_attr,
+    /// Which optional fields are valid (none).
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_port_attr` as v44 defines it (52 bytes; newer headers append
+/// `active_speed_ex`, which the caller's `attr_len` lets us zero).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_port_attr {
+    /// `enum ibv_port_state`.
+    pub state: c_int,
+    /// `enum ibv_mtu`.
+    pub max_mtu: c_int,
+    /// `enum ibv_mtu`.
+    pub active_mtu: c_int,
+    /// GID table length.
+    pub gid_tbl_len: c_int,
+    /// `enum ibv_port_cap_flags`.
+    pub port_cap_flags: u32,
+    /// Largest message.
+    pub max_msg_sz: u32,
+    /// Bad P_Key counter.
+    pub bad_pkey_cntr: u32,
+    /// Q_Key violation counter.
+    pub qkey_viol_cntr: u32,
+    /// P_Key table length.
+    pub pkey_tbl_len: u16,
+    /// LID (0 on RoCE).
+    pub lid: u16,
+    /// SM LID (0 on RoCE).
+    pub sm_lid: u16,
+    /// LMC.
+    pub lmc: u8,
+    /// Virtual lanes (encoded).
+    pub max_vl_num: u8,
+    /// SM SL.
+    pub sm_sl: u8,
+    /// Subnet timeout.
+    pub subnet_timeout: u8,
+    /// Init type reply.
+    pub init_type_reply: u8,
+    /// Link width (encoded).
+    pub active_width: u8,
+    /// Link speed (encoded).
+    pub active_speed: u8,
+    /// Physical state (5 = LinkUp).
+    pub phys_state: u8,
+    /// `IBV_LINK_LAYER_ETHERNET` (2).
+    pub link_layer: u8,
+    /// `enum ibv_port_attr_flags`.
+    pub flags: u8,
+    /// `enum ibv_port_cap_flags2`.
+    pub port_cap_flags2: u16,
+}
+
+/// Bytes the exported `ibv_query_port@IBVERBS_1.1` writes: rdma-core's
+/// `struct _compat_ibv_port_attr`, i.e. `ibv_port_attr` up to and including `flags`.
+/// Binaries that call the exported symbol (instead of the inline wrapper's
+/// `query_port` op) may have a buffer of only this size.
+pub const COMPAT_PORT_ATTR_SIZE: usize = 48;
+
+/// `struct ibv_gid_entry` (32 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_gid_entry {
+    /// The GID (`union ibv_gid`), wire order.
+    pub gid: [u8; 16],
+    /// Its index.
+    pub gid_index: u32,
+    /// Its port.
+    pub port_num: u32,
+    /// `enum ibv_gid_type`.
+    pub gid_type: u32,
+    /// Netdev ifindex (0: no netdev).
+    pub ndev_ifindex: u32,
+}
+
+/// `IBV_NODE_CA`.
+pub const IBV_NODE_CA: c_int = 1;
+/// `IBV_TRANSPORT_IB` (RoCE devices report InfiniBand transport).
+pub const IBV_TRANSPORT_IB: c_int = 0;
+/// `IBV_LINK_LAYER_ETHERNET`.
+pub const IBV_LINK_LAYER_ETHERNET: u8 = 2;
+/// `IBV_PORT_ACTIVE`.
+pub const IBV_PORT_ACTIVE: c_int = 4;
+/// `IBV_ATOMIC_HCA`.
+pub const IBV_ATOMIC_HCA: c_int = 1;
+/// `IBV_GID_TYPE_ROCE_V2`.
+pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
+/// `IBV_GID_TYPE_SYSFS_ROCE_V2` (`enum ibv_gid_type_sysfs`, rdma-core's `driver.h`).
+pub const IBV_GID_TYPE_SYSFS_ROCE_V2: c_int = 1;
+/// `IBV_FORK_UNNEEDED`.
+pub const IBV_FORK_UNNEEDED: c_int = 2;
+
+/// One row of the layout table: `offsetof(struct strukt, field) == offset` and
+/// `sizeof(field) == size`, or (for `verbs_context` ops, [`Kind::FromContext`]) the
+/// op's distance to the embedded `context`.
+#[derive(Debug, Clone, Copy)]
+pub struct FieldLayout {
+    /// C struct name (without `struct`).
+    pub strukt: &'static str,
+    /// C field name.
+    pub field: &'static str,
+    /// What `value` means.
+    pub kind: Kind,
+    /// Offset, or distance to `context`.
+    pub value: usize,
+    /// `sizeof` the field.
+    pub size: usize,
+}
+
+/// How a [`FieldLayout`] is to be checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `offsetof(struct, field) == value`.
+    Offset,
+    /// `offsetof(struct, context) - offsetof(struct, field) == value`.
+    FromContext,
+}
+
+/// One row of the struct-size table.
+#[derive(Debug, Clone, Copy)]
+pub struct StructSize {
+    /// C struct name.
+    pub strukt: &'static str,
+    /// Our `size_of`.
+    pub size: usize,
+    /// True: the C struct must have exactly this size. False: the C struct may be
+    /// larger (it grows at the end and callers pass their size).
+    pub exact: bool,
+}
+
+macro_rules! fields {
+    ($out:ident, $kind:ident, $t:ident { $($f:ident $(as $c:literal)?),* $(,)? }) => {
+        $(
+            $out.push(FieldLayout {
+                strukt: stringify!($t),
+                field: fields!(@name $f $($c)?),
+                kind: Kind::$kind,
+                value: fields!(@value $kind $t $f),
+                size: {
+                    fn size_of_field<T>(_: *const T) -> usize { std::mem::size_of::<T>() }
+                    let u = std::mem::MaybeUninit::<$t>::uninit();
+                    // SAFETY: addr_of! computes a field address without reading it.
+                    size_of_field(unsafe { std::ptr::addr_of!((*u.as_ptr()).$f) })
+                },
+            });
+        )*
+    };
+    (@name $f:ident) => { stringify!($f) };
+    (@name $f:ident $c:literal) => { $c };
+    (@value Offset $t:ident $f:ident) => { std::mem::offset_of!($t, $f) };
+    (@value FromContext $t:ident $f:ident) => {
+        std::mem::offset_of!($t, context) - std::mem::offset_of!($t, $f)
+    };
+}
+
+/// Every field this library fills, with its Rust offset and size; `tests/layout.rs`
+/// compares them with the C header.
+pub fn layout_table() -> Vec<FieldLayout> {
+    let mut v = Vec::new();
+    fields!(
+        v,
+        Offset,
+        ibv_device {
+            _ops,
+            node_type,
+            transport_type,
+            name,
+            dev_name,
+            dev_path,
+            ibdev_path
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_context_ops {
+            _compat_query_device,
+            _compat_query_port,
+            alloc_mw,
+            bind_mw,
+            dealloc_mw,
+            _compat_create_cq,
+            poll_cq,
+            req_notify_cq,
+            post_srq_recv,
+            post_send,
+            post_recv
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_context {
+            device,
+            ops,
+            cmd_fd,
+            async_fd,
+            num_comp_vectors,
+            mutex,
+            abi_compat
+        }
+    );
+    fields!(v, FromContext, verbs_context {
+        query_port, advise_mr, alloc_null_mr, read_counters, attach_counters_point_flow,
+        create_counters, destroy_counters, reg_dm_mr, alloc_dm, free_dm,
+        modify_flow_action_esp, destroy_flow_action, create_flow_action_esp,
+        modify_qp_rate_limit, alloc_parent_domain, dealloc_td, alloc_td, modify_cq,
+        post_srq_ops, destroy_rwq_ind_table, create_rwq_ind_table, destroy_wq, modify_wq,
+        create_wq, query_rt_values, create_cq_ex, priv_ as "priv", query_device_ex,
+        ibv_destroy_flow, abi_placeholder2 as "ABI_placeholder2", ibv_create_flow,
+        abi_placeholder1 as "ABI_placeholder1", open_qp, create_qp_ex, get_srq_num,
+        create_srq_ex, open_xrcd, close_xrcd, abi_placeholder3 as "_ABI_placeholder3", sz
+    });
+    fields!(
+        v,
+        Offset,
+        ibv_device_attr {
+            fw_ver,
+            node_guid,
+            sys_image_guid,
+            max_mr_size,
+            page_size_cap,
+            vendor_id,
+            vendor_part_id,
+            hw_ver,
+            max_qp,
+            max_qp_wr,
+            device_cap_flags,
+            max_sge,
+            max_sge_rd,
+            max_cq,
+            max_cqe,
+            max_mr,
+            max_pd,
+            max_qp_rd_atom,
+            max_ee_rd_atom,
+            max_res_rd_atom,
+            max_qp_init_rd_atom,
+            max_ee_init_rd_atom,
+            atomic_cap,
+            max_ee,
+            max_rdd,
+            max_mw,
+            max_raw_ipv6_qp,
+            max_raw_ethy_qp,
+            max_mcast_grp,
+            max_mcast_qp_attach,
+            max_total_mcast_qp_attach,
+            max_ah,
+            max_fmr,
+            max_map_per_fmr,
+            max_srq,
+            max_srq_wr,
+            max_srq_sge,
+            max_pkeys,
+            local_ca_ack_delay,
+            phys_port_cnt
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_device_attr_ex {
+            orig_attr,
+            comp_mask
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_port_attr {
+            state,
+            max_mtu,
+            active_mtu,
+            gid_tbl_len,
+            port_cap_flags,
+            max_msg_sz,
+            bad_pkey_cntr,
+            qkey_viol_cntr,
+            pkey_tbl_len,
+            lid,
+            sm_lid,
+            lmc,
+            max_vl_num,
+            sm_sl,
+            subnet_timeout,
+            init_type_reply,
+            active_width,
+            active_speed,
+            phys_state,
+            link_layer,
+            flags,
+            port_cap_flags2
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_gid_entry {
+            gid,
+            gid_index,
+            port_num,
+            gid_type,
+            ndev_ifindex
+        }
+    );
+    v
+}
+
+/// The struct sizes the layout test compares.
+pub fn size_table() -> Vec<StructSize> {
+    use std::mem::size_of;
+    vec![
+        StructSize {
+            strukt: "ibv_device",
+            size: size_of::<ibv_device>(),
+            exact: true,
+        },
+        StructSize {
+            strukt: "ibv_context_ops",
+            size: size_of::<ibv_context_ops>(),
+            exact: true,
+        },
+        StructSize {
+            strukt: "ibv_context",
+            size: size_of::<ibv_context>(),
+            exact: true,
+        },
+        StructSize {
+            strukt: "ibv_device_attr",
+            size: size_of::<ibv_device_attr>(),
+            exact: true,
+        },
+        StructSize {
+            strukt: "ibv_device_attr_ex",
+            size: size_of::<ibv_device_attr_ex>(),
+            exact: false,
+        },
+        StructSize {
+            strukt: "ibv_port_attr",
+            size: size_of::<ibv_port_attr>(),
+            exact: false,
+        },
+        StructSize {
+            strukt: "ibv_gid_entry",
+            size: size_of::<ibv_gid_entry>(),
+            exact: true,
+        },
+    ]
+}
+
+/// `sz` as this library sets it: from the first (NULL) newer-op slot to the end of
+/// `context`, i.e. the whole [`verbs_context`].
+pub const VERBS_CONTEXT_SZ: usize = std::mem::size_of::<verbs_context>();
+
+const _: () = assert!(std::mem::size_of::<ibv_device>() == 664);
+const _: () = assert!(std::mem::size_of::<ibv_context>() == 328);
+const _: () = assert!(std::mem::size_of::<ibv_port_attr>() >= COMPAT_PORT_ATTR_SIZE);
+const _: () = assert!(
+    std::mem::offset_of!(verbs_context, context) + std::mem::size_of::<ibv_context>()
+        == VERBS_CONTEXT_SZ
+);

@@ -1,0 +1,35 @@
+//! A drop-in `libibverbs.so.1` for softnic: rdma-core's C ABI over [`verbs_api`].
+//!
+//! Unmodified programs linked against rdma-core's libibverbs (ibverbs-utils, perftest,
+//! pyverbs) load this library instead when its directory comes first in
+//! `LD_LIBRARY_PATH` (`softnic exec` sets that up). They then see every NIC running
+//! under `$SOFTNIC_DIR` as an RDMA device. See `docs/ibverbs.md` for what works.
+//!
+//! How the `.so` is made: this crate is a `staticlib`; [`builder`] links that archive
+//! with `cc -shared` and `libibverbs.map` (rdma-core's version nodes `IBVERBS_1.0` …
+//! `IBVERBS_1.18`, plus `IBVERBS_PRIVATE_34` for `ibv_query_gid_type`), and builds the
+//! stub `libmlx5.so.1` / `libefa.so.1` that perftest links. A `cdylib` cannot do it:
+//! rustc passes its own version script and the symbols come out unversioned, which the
+//! loader rejects for binaries that import `ibv_get_device_list@IBVERBS_1.1`.
+//!
+//! Modules:
+//! * [`abi`]: `#[repr(C)]` mirrors of the structs we fill, and the layout table the C
+//!   test checks against `<infiniband/verbs.h>`.
+//! * [`device`]: device list, open/close, device names/GUIDs.
+//! * [`query`]: `ibv_query_device(_ex)`, `ibv_query_port`, GIDs, P_Keys.
+//! * [`strings`]: `ibv_*_str` helpers and the fork API.
+//! * [`unsupported`]: every other verb the stock tools import, answering the errno
+//!   rdma-core gives for a verb the provider does not implement.
+//! * [`builder`]: links the shared libraries (used by `softnic exec` and the tests).
+//!
+//! Every `extern "C"` entry point is `unsafe`: its pointer arguments are trusted as the
+//! C API documents them (as rdma-core does); NULL is checked where rdma-core checks it.
+//! A Rust panic cannot cross the boundary (`extern "C"` aborts on unwind).
+
+pub mod abi;
+pub mod builder;
+pub mod device;
+mod errno;
+pub mod query;
+pub mod strings;
+pub mod unsupported;

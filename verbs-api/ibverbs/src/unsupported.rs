@@ -1,0 +1,237 @@
+//! Verbs the stock tools import that softnic's C ABI does not implement yet.
+//!
+//! Each answers exactly as rdma-core does for a provider that lacks the verb (its
+//! `dummy_ops.c`): a pointer-returning verb sets `errno` to EOPNOTSUPP and returns
+//! NULL; an `int`-returning verb returns EOPNOTSUPP. Nothing crashes and nothing
+//! pretends to succeed. The binaries are BIND_NOW, so every symbol they import must
+//! exist for them to start at all (`ibv_devinfo` imports `ibv_query_gid_type`, perftest
+//! imports the QP verbs even for a device query).
+//!
+//! Objects (PD, MR, CQ, QP, SRQ, AH, completion channel) cannot be created yet, so the
+//! destroy/modify/query verbs can only be reached with a pointer this library never
+//! handed out; they return EOPNOTSUPP too.
+
+use std::ffi::{c_int, c_void};
+
+use crate::abi::ibv_context_ops;
+use crate::errno;
+
+const E: c_int = libc::EOPNOTSUPP;
+
+/// The data-path ops of every context. The inline `ibv_poll_cq`, `ibv_post_send`, …
+/// call these through `ctx->ops`; they need a CQ/QP/SRQ, which cannot exist yet, so
+/// they only ever see foreign pointers and refuse.
+pub fn context_ops() -> ibv_context_ops {
+    // SAFETY: all fields are Option<fn>: all-zero is all-None.
+    let mut ops: ibv_context_ops = unsafe { std::mem::zeroed() };
+    ops.poll_cq = Some(poll_cq);
+    ops.req_notify_cq = Some(req_notify_cq);
+    ops.post_send = Some(post_wr);
+    ops.post_recv = Some(post_wr);
+    ops.post_srq_recv = Some(post_wr);
+    ops
+}
+
+/// `poll_cq` op: a negative value is `ibv_poll_cq`'s error return.
+unsafe extern "C" fn poll_cq(_cq: *mut c_void, _n: c_int, _wc: *mut c_void) -> c_int {
+    -E
+}
+
+unsafe extern "C" fn req_notify_cq(_cq: *mut c_void, _solicited: c_int) -> c_int {
+    E
+}
+
+/// `post_send` / `post_recv` / `post_srq_recv` op: `*bad_wr` = the first WR, as a
+/// provider reports a WR it did not post.
+unsafe extern "C" fn post_wr(_q: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: bad is the caller's out-pointer.
+        unsafe { *bad = wr };
+    }
+    E
+}
+
+macro_rules! null_verb {
+    ($(#[$m:meta])* $name:ident ( $($a:ident : $t:ty),* )) => {
+        $(#[$m])*
+        ///
+        /// Not implemented yet: NULL with `errno` = EOPNOTSUPP.
+        ///
+        /// # Safety
+        /// Arguments are not dereferenced.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> *mut c_void {
+            $(let _ = $a;)*
+            errno::null(E)
+        }
+    };
+}
+
+macro_rules! int_verb {
+    ($(#[$m:meta])* $name:ident ( $($a:ident : $t:ty),* )) => {
+        $(#[$m])*
+        ///
+        /// Not implemented yet: returns EOPNOTSUPP.
+        ///
+        /// # Safety
+        /// Arguments are not dereferenced.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            $(let _ = $a;)*
+            E
+        }
+    };
+}
+
+type P = *mut c_void;
+
+null_verb!(
+    /// `ibv_alloc_pd`.
+    ibv_alloc_pd(context: P)
+);
+int_verb!(
+    /// `ibv_dealloc_pd`.
+    ibv_dealloc_pd(pd: P)
+);
+null_verb!(
+    /// `ibv_reg_mr`.
+    ibv_reg_mr(pd: P, addr: P, length: usize, access: c_int)
+);
+null_verb!(
+    /// `ibv_reg_mr_iova2`.
+    ibv_reg_mr_iova2(pd: P, addr: P, length: usize, iova: u64, access: u32)
+);
+int_verb!(
+    /// `ibv_dereg_mr`.
+    ibv_dereg_mr(mr: P)
+);
+null_verb!(
+    /// `ibv_create_comp_channel`.
+    ibv_create_comp_channel(context: P)
+);
+int_verb!(
+    /// `ibv_destroy_comp_channel`.
+    ibv_destroy_comp_channel(channel: P)
+);
+null_verb!(
+    /// `ibv_create_cq`.
+    ibv_create_cq(context: P, cqe: c_int, cq_context: P, channel: P, comp_vector: c_int)
+);
+int_verb!(
+    /// `ibv_destroy_cq`.
+    ibv_destroy_cq(cq: P)
+);
+null_verb!(
+    /// `ibv_create_qp`.
+    ibv_create_qp(pd: P, attr: P)
+);
+int_verb!(
+    /// `ibv_destroy_qp`.
+    ibv_destroy_qp(qp: P)
+);
+int_verb!(
+    /// `ibv_modify_qp`.
+    ibv_modify_qp(qp: P, attr: P, attr_mask: c_int)
+);
+int_verb!(
+    /// `ibv_query_qp`.
+    ibv_query_qp(qp: P, attr: P, attr_mask: c_int, init_attr: P)
+);
+null_verb!(
+    /// `ibv_create_srq`.
+    ibv_create_srq(pd: P, attr: P)
+);
+int_verb!(
+    /// `ibv_destroy_srq`.
+    ibv_destroy_srq(srq: P)
+);
+null_verb!(
+    /// `ibv_create_ah`.
+    ibv_create_ah(pd: P, attr: P)
+);
+null_verb!(
+    /// `ibv_create_ah_from_wc`.
+    ibv_create_ah_from_wc(pd: P, wc: P, grh: P, port_num: u8)
+);
+int_verb!(
+    /// `ibv_destroy_ah`.
+    ibv_destroy_ah(ah: P)
+);
+int_verb!(
+    /// `ibv_attach_mcast`.
+    ibv_attach_mcast(qp: P, gid: P, lid: u16)
+);
+int_verb!(
+    /// `ibv_detach_mcast`.
+    ibv_detach_mcast(qp: P, gid: P, lid: u16)
+);
+int_verb!(
+    /// `ibv_query_ece`.
+    ibv_query_ece(qp: P, ece: P)
+);
+int_verb!(
+    /// `ibv_set_ece`.
+    ibv_set_ece(qp: P, ece: P)
+);
+
+/// `ibv_get_cq_event`: -1 with `errno` = EOPNOTSUPP (no completion channel can exist).
+///
+/// # Safety
+/// Arguments are not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_cq_event(channel: P, cq: *mut P, cq_context: *mut P) -> c_int {
+    let _ = (channel, cq, cq_context);
+    errno::set(E);
+    -1
+}
+
+/// `ibv_ack_cq_events`: no CQ can exist, so there is nothing to acknowledge.
+///
+/// # Safety
+/// Arguments are not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: P, nevents: u32) {
+    let _ = (cq, nevents);
+}
+
+/// `ibv_qp_to_qp_ex`: NULL, as rdma-core answers for a QP not created extended.
+///
+/// # Safety
+/// Arguments are not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: P) -> P {
+    let _ = qp;
+    std::ptr::null_mut()
+}
+
+/// `ibv_copy_ah_attr_from_kern`, `ibv_copy_qp_attr_from_kern`,
+/// `ibv_copy_path_rec_from_kern`: converters from kernel uverbs structs that only
+/// rdma-core's own librdmacm calls, after a reply of the kernel's rdma_cm — which does
+/// not exist here (its `rdma_create_event_channel` fails first, on
+/// `/dev/infiniband/rdma_cm`). They are exported so that librdmacm loads; they leave
+/// `dst` untouched (they return nothing, so they cannot report it).
+///
+/// # Safety
+/// Arguments are not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_copy_ah_attr_from_kern(dst: P, src: P) {
+    let _ = (dst, src);
+}
+
+/// See [`ibv_copy_ah_attr_from_kern`].
+///
+/// # Safety
+/// Arguments are not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_copy_qp_attr_from_kern(dst: P, src: P) {
+    let _ = (dst, src);
+}
+
+/// See [`ibv_copy_ah_attr_from_kern`].
+///
+/// # Safety
+/// Arguments are not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_copy_path_rec_from_kern(dst: P, src: P) {
+    let _ = (dst, src);
+}
