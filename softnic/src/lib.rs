@@ -3,7 +3,10 @@
 //! * [`decode`] — the capture decoder behind `softnic decode`.
 //! * [`nic`] — the NIC process behind `softnic run`: control socket, shared-memory
 //!   rings, UDP I/O, around the sans-IO transport in `softnic-transport`.
+//! * [`perf`] — perftest-compatible benchmarks behind `softnic perf`.
+//! * [`exec`] — `softnic exec`: run a stock libibverbs program on softnic.
 
 pub mod decode;
+pub mod exec;
 pub mod nic;
 pub mod perf;

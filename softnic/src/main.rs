@@ -1,7 +1,8 @@
 //! `softnic`: the NIC process and its tools.
 //!
 //! Subcommands: `run` (the NIC), `decode` (pcap/pcapng → one line per RoCEv2 packet),
-//! `stats` (a running NIC's counters).
+//! `stats` (a running NIC's counters), `perf` (perftest-compatible benchmarks), `exec`
+//! (run an unmodified libibverbs program on softnic).
 
 use std::process::ExitCode;
 
@@ -28,6 +29,9 @@ enum Command {
     Stats(softnic::nic::StatsArgs),
     /// perftest-compatible benchmarks (ib_write_bw & co.), pairing with stock perftest.
     Perf(softnic::perf::PerfArgs),
+    /// Run an unmodified libibverbs program (ibv_devinfo, ibv_rc_pingpong, perftest…) on
+    /// softnic: `softnic exec [-d NAME] -- CMD [ARGS…]`.
+    Exec(softnic::exec::ExecArgs),
 }
 
 fn main() -> ExitCode {
@@ -37,5 +41,6 @@ fn main() -> ExitCode {
         Command::Run(a) => softnic::nic::run_main(a),
         Command::Stats(a) => softnic::nic::stats_main(a),
         Command::Perf(a) => softnic::perf::main(a),
+        Command::Exec(a) => softnic::exec::main(a),
     }
 }

@@ -1,7 +1,7 @@
 //! String helpers (`ibv_wc_status_str`, `ibv_node_type_str`, `ibv_port_state_str`,
 //! `ibv_event_type_str`), the fork API and the sysfs helpers rdma-core exports.
 //!
-//! The strings are rdma-core's, byte for byte: `tests/stock_abi.rs` prints every value
+//! The strings are rdma-core's, byte for byte: `tests/strings.rs` prints every value
 //! through rdma-core's own library and through this one and compares.
 
 use std::ffi::{c_char, c_int, CStr};
