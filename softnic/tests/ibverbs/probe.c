@@ -6,6 +6,10 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <stdint.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 #include <infiniband/verbs.h>
@@ -120,16 +124,97 @@ int main(int argc, char **argv)
 	printf("pkey rc %d 0x%04x pkey1 %d\n", rc, be16toh(pkey), ibv_query_pkey(ctx, 1, 1, &pkey));
 	printf("fork %d init %d\n", ibv_is_fork_initialized(), ibv_fork_init());
 
-	/* Verbs not implemented yet answer EOPNOTSUPP, never success. */
+	/* Objects: PD, CQ on a completion channel, MRs by in-place remap. */
 	errno = 0;
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
-	printf("alloc_pd %s errno %d\n", pd ? "ptr" : "null", errno);
-	errno = 0;
-	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
-	printf("create_cq %s errno %d\n", cq ? "ptr" : "null", errno);
-	errno = 0;
+	printf("alloc_pd %s\n", pd ? "ok" : "null");
 	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
-	printf("create_comp_channel %s errno %d\n", ch ? "ptr" : "null", errno);
+	printf("create_comp_channel %s fd_valid %d\n", ch ? "ok" : "null", ch && ch->fd >= 0);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, (void *)0x1234, ch, 0);
+	printf("create_cq %s cqe_ge_16 %d\n", cq ? "ok" : "null", cq && cq->cqe >= 16);
+	printf("channel_busy %d\n", ibv_destroy_comp_channel(ch));
+	struct ibv_wc wc[4];
+	rc = ibv_poll_cq(cq, 4, wc);
+	printf("poll_empty %d\n", rc);
+	printf("notify %d\n", ibv_req_notify_cq(cq, 0));
+	fcntl(ch->fd, F_SETFL, O_NONBLOCK);
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	errno = 0;
+	rc = ibv_get_cq_event(ch, &ev_cq, &ev_ctx);
+	printf("cq_event_nonblocking %d errno %d\n", rc, errno);
+
+	long page = sysconf(_SC_PAGESIZE);
+	/* Two pages: the buffer is page 0 plus 100 bytes of page 1; the rest of page 1 is
+	 * a "neighbour" that must keep its bytes through the remap. */
+	unsigned char *buf = memalign(page, 2 * page);
+	for (long i = 0; i < 2 * page; i++)
+		buf[i] = (unsigned char)(i * 7 + 3);
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, page + 100, IBV_ACCESS_LOCAL_WRITE);
+	int same = 1;
+	for (long i = 0; i < 2 * page; i++)
+		same &= buf[i] == (unsigned char)(i * 7 + 3);
+	printf("reg_mr %s addr_ok %d len %zu bytes_kept %d\n", mr ? "ok" : "null",
+	       mr && mr->addr == buf, mr ? mr->length : 0, same);
+	buf[page + 200] = 0xee; /* the neighbour stays writable */
+	printf("neighbour_write %d\n", buf[page + 200] == 0xee);
+	errno = 0;
+	struct ibv_mr *mr2 = ibv_reg_mr(pd, buf + page, 64, IBV_ACCESS_LOCAL_WRITE);
+	printf("reg_overlap %s errno %d\n", mr2 ? "ok" : "null", errno);
+	errno = 0;
+	mr2 = ibv_reg_mr(pd, buf + 8, 64, IBV_ACCESS_LOCAL_WRITE);
+	printf("reg_unaligned %s errno %d\n", mr2 ? "ok" : "null", errno);
+	errno = 0;
+	mr2 = ibv_reg_mr(pd, buf, 64, 1 << 15);
+	printf("reg_bad_access %s errno %d\n", mr2 ? "ok" : "null", errno);
+	printf("dealloc_pd_busy %d\n", ibv_dealloc_pd(pd));
+	printf("dereg %d\n", ibv_dereg_mr(mr));
+	mr = ibv_reg_mr(pd, buf, page, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	printf("rereg %s byte0_kept %d\n", mr ? "ok" : "null", buf[0] == 3);
+	if (!mr)
+		return 1;
+
+	struct ibv_qp_init_attr qia = {
+		.send_cq = cq, .recv_cq = cq,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_UD,
+	};
+	errno = 0;
+	struct ibv_qp *qp = ibv_create_qp(pd, &qia);
+	printf("create_ud_qp %s errno %d\n", qp ? "ok" : "null", errno);
+	qia.qp_type = IBV_QPT_RC;
+	qp = ibv_create_qp(pd, &qia);
+	printf("create_rc_qp %s state %d cap_send_ge_4 %d\n", qp ? "ok" : "null",
+	       qp ? (int)qp->state : -1, qia.cap.max_send_wr >= 4);
+	printf("destroy_cq_busy %d\n", ibv_destroy_cq(cq));
+	struct ibv_qp_attr qa = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1 };
+	rc = ibv_modify_qp(qp, &qa,
+			   IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	printf("modify_init %d state %d\n", rc, (int)qp->state);
+	qa.qp_state = IBV_QPS_RTS;
+	printf("modify_init_to_rts %d\n", ibv_modify_qp(qp, &qa, IBV_QP_STATE));
+	printf("modify_alt_path %d\n", ibv_modify_qp(qp, &qa, IBV_QP_ALT_PATH));
+	struct ibv_qp_init_attr qia2;
+	memset(&qa, 0, sizeof(qa));
+	rc = ibv_query_qp(qp, &qa, IBV_QP_STATE, &qia2);
+	printf("query_qp %d state %d port %d send_cq_ok %d\n", rc, (int)qa.qp_state, qa.port_num,
+	       qia2.send_cq == cq);
+	struct ibv_recv_wr rwr = { .wr_id = 7, .sg_list = NULL, .num_sge = 0 }, *bad_r = NULL;
+	printf("post_recv %d\n", ibv_post_recv(qp, &rwr, &bad_r));
+	struct ibv_sge bad_sge = { .addr = (uintptr_t)buf, .length = 8, .lkey = mr->lkey + 1 };
+	struct ibv_send_wr swr = { .wr_id = 9, .sg_list = &bad_sge, .num_sge = 1,
+				   .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED },
+			   *bad_s = NULL;
+	rc = ibv_post_send(qp, &swr, &bad_s);
+	printf("post_send_bad_lkey %d bad_is_wr %d\n", rc, bad_s == &swr);
+	printf("qp_ex %s\n", ibv_qp_to_qp_ex(qp) ? "ptr" : "null");
+	printf("destroy_qp %d\n", ibv_destroy_qp(qp));
+	printf("destroy_cq %d\n", ibv_destroy_cq(cq));
+	printf("dereg %d\n", ibv_dereg_mr(mr));
+	printf("destroy_channel %d\n", ibv_destroy_comp_channel(ch));
+	printf("dealloc_pd %d\n", ibv_dealloc_pd(pd));
+
+	/* Verbs not implemented yet answer EOPNOTSUPP, never success. */
 	errno = 0;
 	struct ibv_cq_init_attr_ex cq_attr = { .cqe = 16 };
 	struct ibv_cq_ex *cqx = ibv_create_cq_ex(ctx, &cq_attr);

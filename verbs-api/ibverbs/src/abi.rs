@@ -375,6 +375,357 @@ pub struct ibv_gid_entry {
     pub ndev_ifindex: u32,
 }
 
+/// `struct ibv_pd` (16 bytes).
+#[repr(C)]
+pub struct ibv_pd {
+    /// Owning context.
+    pub context: *mut ibv_context,
+    /// Handle.
+    pub handle: u32,
+}
+
+/// `struct ibv_mr` (48 bytes); programs read `addr`, `length`, `lkey`, `rkey`.
+#[repr(C)]
+pub struct ibv_mr {
+    /// Owning context.
+    pub context: *mut ibv_context,
+    /// PD.
+    pub pd: *mut ibv_pd,
+    /// First byte.
+    pub addr: *mut c_void,
+    /// Length.
+    pub length: usize,
+    /// Handle.
+    pub handle: u32,
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+/// `struct ibv_comp_channel` (16 bytes); programs poll `fd`.
+#[repr(C)]
+pub struct ibv_comp_channel {
+    /// Owning context.
+    pub context: *mut ibv_context,
+    /// Pollable descriptor.
+    pub fd: c_int,
+    /// CQs using this channel.
+    pub refcnt: c_int,
+}
+
+/// `struct ibv_cq` (128 bytes).
+#[repr(C)]
+pub struct ibv_cq {
+    /// Owning context.
+    pub context: *mut ibv_context,
+    /// Completion channel, or NULL.
+    pub channel: *mut ibv_comp_channel,
+    /// The program's cookie.
+    pub cq_context: *mut c_void,
+    /// Handle.
+    pub handle: u32,
+    /// Capacity.
+    pub cqe: c_int,
+    /// Guards the event counters.
+    pub mutex: libc::pthread_mutex_t,
+    /// Signalled when events are acknowledged.
+    pub cond: libc::pthread_cond_t,
+    /// Acknowledged completion events.
+    pub comp_events_completed: u32,
+    /// Acknowledged async events.
+    pub async_events_completed: u32,
+}
+
+/// Size of `struct ibv_cq_ex`: every CQ is allocated this large, zero past `ibv_cq`,
+/// because `ibv_cq_ex_to_cq` and friends are plain casts.
+pub const IBV_CQ_EX_SIZE: usize = 288;
+
+/// `struct ibv_qp` (160 bytes).
+#[repr(C)]
+pub struct ibv_qp {
+    /// Owning context.
+    pub context: *mut ibv_context,
+    /// The program's cookie.
+    pub qp_context: *mut c_void,
+    /// PD.
+    pub pd: *mut ibv_pd,
+    /// Send CQ.
+    pub send_cq: *mut ibv_cq,
+    /// Receive CQ.
+    pub recv_cq: *mut ibv_cq,
+    /// SRQ (always NULL).
+    pub srq: *mut c_void,
+    /// Handle.
+    pub handle: u32,
+    /// QP number (exchanged out of band by every program).
+    pub qp_num: u32,
+    /// `enum ibv_qp_state`.
+    pub state: c_int,
+    /// `enum ibv_qp_type`.
+    pub qp_type: c_int,
+    /// Guards `events_completed`.
+    pub mutex: libc::pthread_mutex_t,
+    /// Signalled when events are acknowledged.
+    pub cond: libc::pthread_cond_t,
+    /// Acknowledged async events.
+    pub events_completed: u32,
+}
+
+/// Size of `struct ibv_qp_ex` in rdma-core HEAD (352 in v44): every QP is allocated
+/// this large, zero past `ibv_qp`.
+pub const IBV_QP_EX_SIZE: usize = 360;
+
+/// `struct ibv_qp_cap` (20 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_qp_cap {
+    /// Send WRs.
+    pub max_send_wr: u32,
+    /// Receive WRs.
+    pub max_recv_wr: u32,
+    /// SGEs per send.
+    pub max_send_sge: u32,
+    /// SGEs per receive.
+    pub max_recv_sge: u32,
+    /// Inline bytes.
+    pub max_inline_data: u32,
+}
+
+/// `struct ibv_qp_init_attr` (64 bytes).
+#[repr(C)]
+pub struct ibv_qp_init_attr {
+    /// Cookie for `qp->qp_context`.
+    pub qp_context: *mut c_void,
+    /// Send CQ.
+    pub send_cq: *mut ibv_cq,
+    /// Receive CQ.
+    pub recv_cq: *mut ibv_cq,
+    /// SRQ.
+    pub srq: *mut c_void,
+    /// Requested (in) / granted (out) sizes.
+    pub cap: ibv_qp_cap,
+    /// `enum ibv_qp_type`.
+    pub qp_type: c_int,
+    /// Signal every send.
+    pub sq_sig_all: c_int,
+}
+
+/// `struct ibv_global_route` (24 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_global_route {
+    /// Destination GID.
+    pub dgid: [u8; 16],
+    /// Flow label.
+    pub flow_label: u32,
+    /// Source GID index.
+    pub sgid_index: u8,
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// Traffic class.
+    pub traffic_class: u8,
+}
+
+/// `struct ibv_ah_attr` (32 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_ah_attr {
+    /// GRH (required on RoCE).
+    pub grh: ibv_global_route,
+    /// Destination LID (0 on RoCE).
+    pub dlid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// Source path bits.
+    pub src_path_bits: u8,
+    /// Static rate.
+    pub static_rate: u8,
+    /// 1 when `grh` is valid.
+    pub is_global: u8,
+    /// Port.
+    pub port_num: u8,
+}
+
+/// `struct ibv_qp_attr` (144 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_qp_attr {
+    /// `enum ibv_qp_state`.
+    pub qp_state: c_int,
+    /// Current state (modify: the caller's belief).
+    pub cur_qp_state: c_int,
+    /// `enum ibv_mtu`.
+    pub path_mtu: c_int,
+    /// `enum ibv_mig_state`.
+    pub path_mig_state: c_int,
+    /// Q_Key.
+    pub qkey: u32,
+    /// Receive PSN.
+    pub rq_psn: u32,
+    /// Send PSN.
+    pub sq_psn: u32,
+    /// Destination QPN.
+    pub dest_qp_num: u32,
+    /// `ibv_access_flags`.
+    pub qp_access_flags: c_uint,
+    /// Queue sizes.
+    pub cap: ibv_qp_cap,
+    /// Primary path.
+    pub ah_attr: ibv_ah_attr,
+    /// Alternate path.
+    pub alt_ah_attr: ibv_ah_attr,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Alternate P_Key index.
+    pub alt_pkey_index: u16,
+    /// SQD event request.
+    pub en_sqd_async_notify: u8,
+    /// SQ draining.
+    pub sq_draining: u8,
+    /// Outstanding READ/atomic as initiator.
+    pub max_rd_atomic: u8,
+    /// Outstanding READ/atomic as responder.
+    pub max_dest_rd_atomic: u8,
+    /// RNR NAK timer (encoded).
+    pub min_rnr_timer: u8,
+    /// Port.
+    pub port_num: u8,
+    /// Local ACK timeout (encoded).
+    pub timeout: u8,
+    /// Retry count.
+    pub retry_cnt: u8,
+    /// RNR retry count.
+    pub rnr_retry: u8,
+    /// Alternate port.
+    pub alt_port_num: u8,
+    /// Alternate timeout.
+    pub alt_timeout: u8,
+    /// Rate limit (kbps).
+    pub rate_limit: u32,
+}
+
+/// `ibv_send_wr.wr.rdma`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdma_wr {
+    /// Remote address.
+    pub remote_addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+/// `ibv_send_wr.wr.atomic`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct atomic_wr {
+    /// Remote address.
+    pub remote_addr: u64,
+    /// Compare (CAS) or add (FAA) value.
+    pub compare_add: u64,
+    /// Swap value (CAS).
+    pub swap: u64,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+/// `ibv_send_wr.wr.ud`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ud_wr {
+    /// Address handle.
+    pub ah: *mut c_void,
+    /// Remote QPN.
+    pub remote_qpn: u32,
+    /// Remote Q_Key.
+    pub remote_qkey: u32,
+}
+
+/// `ibv_send_wr.wr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union wr_union {
+    /// RDMA WRITE / READ.
+    pub rdma: rdma_wr,
+    /// Atomics.
+    pub atomic: atomic_wr,
+    /// UD.
+    pub ud: ud_wr,
+}
+
+/// `struct ibv_send_wr` (128 bytes).
+#[repr(C)]
+pub struct ibv_send_wr {
+    /// Cookie returned in the completion.
+    pub wr_id: u64,
+    /// Next WR, or NULL.
+    pub next: *mut ibv_send_wr,
+    /// SGEs (`struct ibv_sge`, the same layout as verbs-api's `Sge`).
+    pub sg_list: *mut verbs_api::Sge,
+    /// SGE count.
+    pub num_sge: c_int,
+    /// `enum ibv_wr_opcode`.
+    pub opcode: c_int,
+    /// `enum ibv_send_flags`.
+    pub send_flags: c_uint,
+    /// Immediate data, network order (or invalidate rkey).
+    pub imm_data: u32,
+    /// Operation arguments.
+    pub wr: wr_union,
+    /// `qp_type.xrc.remote_srqn`.
+    pub qp_type: u32,
+    /// `bind_mw` / `tso` (unused here).
+    pub bind_mw: [u64; 6],
+}
+
+/// `struct ibv_recv_wr` (32 bytes).
+#[repr(C)]
+pub struct ibv_recv_wr {
+    /// Cookie.
+    pub wr_id: u64,
+    /// Next WR, or NULL.
+    pub next: *mut ibv_recv_wr,
+    /// SGEs.
+    pub sg_list: *mut verbs_api::Sge,
+    /// SGE count.
+    pub num_sge: c_int,
+}
+
+/// `struct ibv_sge` (16 bytes), for the layout check of verbs-api's `Sge`.
+pub type ibv_sge = verbs_api::Sge;
+
+/// `struct ibv_wc` (48 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_wc {
+    /// Cookie.
+    pub wr_id: u64,
+    /// `enum ibv_wc_status`.
+    pub status: c_int,
+    /// `enum ibv_wc_opcode`.
+    pub opcode: c_int,
+    /// Vendor error.
+    pub vendor_err: u32,
+    /// Bytes.
+    pub byte_len: u32,
+    /// Immediate data, network order.
+    pub imm_data: u32,
+    /// Local QPN.
+    pub qp_num: u32,
+    /// Source QPN (UD).
+    pub src_qp: u32,
+    /// `enum ibv_wc_flags`.
+    pub wc_flags: c_uint,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Source LID.
+    pub slid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// Destination LID path bits.
+    pub dlid_path_bits: u8,
+}
+
 /// `IBV_NODE_CA`.
 pub const IBV_NODE_CA: c_int = 1;
 /// `IBV_TRANSPORT_IB` (RoCE devices report InfiniBand transport).
@@ -389,8 +740,8 @@ pub const IBV_ATOMIC_HCA: c_int = 1;
 pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
 /// `IBV_GID_TYPE_SYSFS_ROCE_V2` (`enum ibv_gid_type_sysfs`, rdma-core's `driver.h`).
 pub const IBV_GID_TYPE_SYSFS_ROCE_V2: c_int = 1;
-/// `IBV_FORK_UNNEEDED`.
-pub const IBV_FORK_UNNEEDED: c_int = 2;
+/// `IBV_FORK_ENABLED`.
+pub const IBV_FORK_ENABLED: c_int = 1;
 
 /// One row of the layout table: `offsetof(struct strukt, field) == offset` and
 /// `sizeof(field) == size`, or (for `verbs_context` ops, [`Kind::FromContext`]) the
@@ -425,9 +776,19 @@ pub struct StructSize {
     pub strukt: &'static str,
     /// Our `size_of`.
     pub size: usize,
-    /// True: the C struct must have exactly this size. False: the C struct may be
-    /// larger (it grows at the end and callers pass their size).
-    pub exact: bool,
+    /// How the C size must compare with ours.
+    pub rule: SizeRule,
+}
+
+/// How a C struct's size must compare with [`StructSize::size`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeRule {
+    /// Equal.
+    Exact,
+    /// The C struct may be larger: it grows at the end and callers pass their size.
+    CMayBeLarger,
+    /// The C struct may be smaller: we allocate room for newer headers' fields.
+    CMayBeSmaller,
 }
 
 macro_rules! fields {
@@ -616,37 +977,37 @@ pub fn size_table() -> Vec<StructSize> {
         StructSize {
             strukt: "ibv_device",
             size: size_of::<ibv_device>(),
-            exact: true,
+            rule: SizeRule::Exact,
         },
         StructSize {
             strukt: "ibv_context_ops",
             size: size_of::<ibv_context_ops>(),
-            exact: true,
+            rule: SizeRule::Exact,
         },
         StructSize {
             strukt: "ibv_context",
             size: size_of::<ibv_context>(),
-            exact: true,
+            rule: SizeRule::Exact,
         },
         StructSize {
             strukt: "ibv_device_attr",
             size: size_of::<ibv_device_attr>(),
-            exact: true,
+            rule: SizeRule::Exact,
         },
         StructSize {
             strukt: "ibv_device_attr_ex",
             size: size_of::<ibv_device_attr_ex>(),
-            exact: false,
+            rule: SizeRule::CMayBeLarger,
         },
         StructSize {
             strukt: "ibv_port_attr",
             size: size_of::<ibv_port_attr>(),
-            exact: false,
+            rule: SizeRule::CMayBeLarger,
         },
         StructSize {
             strukt: "ibv_gid_entry",
             size: size_of::<ibv_gid_entry>(),
-            exact: true,
+            rule: SizeRule::Exact,
         },
     ]
 }

@@ -17,6 +17,9 @@
 //!   test checks against `<infiniband/verbs.h>`.
 //! * [`device`]: device list, open/close, device names/GUIDs.
 //! * [`query`]: `ibv_query_device(_ex)`, `ibv_query_port`, GIDs, P_Keys.
+//! * [`objects`]: PDs, CQs (`poll_cq`, `req_notify_cq`), completion channels.
+//! * [`mr`]: `ibv_reg_mr` by remapping the program's pages onto a memfd.
+//! * [`qp`]: RC/UC QPs, `ibv_modify_qp`/`ibv_query_qp`, `post_send`/`post_recv`.
 //! * [`strings`]: `ibv_*_str` helpers and the fork API.
 //! * [`unsupported`]: every other verb the stock tools import, answering the errno
 //!   rdma-core gives for a verb the provider does not implement.
@@ -30,6 +33,9 @@ pub mod abi;
 pub mod builder;
 pub mod device;
 mod errno;
+pub mod mr;
+pub mod objects;
+pub mod qp;
 pub mod query;
 pub mod strings;
 pub mod unsupported;

@@ -107,20 +107,20 @@ fn lookup(table: &[&'static [u8]], i: c_int) -> *const c_char {
     }
 }
 
-/// `ibv_fork_init`: nothing to do, fork is safe without it (see
+/// `ibv_fork_init`: nothing to do, registrations are always fork-protected (see
 /// [`ibv_is_fork_initialized`]).
 #[no_mangle]
 pub extern "C" fn ibv_fork_init() -> c_int {
     0
 }
 
-/// `ibv_is_fork_initialized`: `IBV_FORK_UNNEEDED`. No page of the program is pinned
-/// for the NIC behind its back (rings and MRs are shared memfd mappings), so a child
-/// after `fork()` cannot break the parent's registrations the way it can with pinned
-/// pages on a kernel without copy-on-fork.
+/// `ibv_is_fork_initialized`: `IBV_FORK_ENABLED`. Registered pages are marked
+/// `MADV_DONTFORK` (see [`crate::mr`]), which is what rdma-core's `ibv_fork_init`
+/// arranges: a child after `fork()` does not see them, so it cannot write into the
+/// parent's registered memory.
 #[no_mangle]
 pub extern "C" fn ibv_is_fork_initialized() -> c_int {
-    crate::abi::IBV_FORK_UNNEEDED
+    crate::abi::IBV_FORK_ENABLED
 }
 
 /// `ibv_get_sysfs_path`: `$SYSFS_PATH` (honoured only when not set-uid, as rdma-core

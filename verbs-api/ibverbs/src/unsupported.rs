@@ -7,9 +7,8 @@
 //! exist for them to start at all (`ibv_devinfo` imports `ibv_query_gid_type`, perftest
 //! imports the QP verbs even for a device query).
 //!
-//! Objects (PD, MR, CQ, QP, SRQ, AH, completion channel) cannot be created yet, so the
-//! destroy/modify/query verbs can only be reached with a pointer this library never
-//! handed out; they return EOPNOTSUPP too.
+//! SRQs and AHs cannot be created yet, so their destroy verbs can only be reached with
+//! a pointer this library never handed out; they return EOPNOTSUPP too.
 
 use std::ffi::{c_int, c_void};
 
@@ -18,31 +17,22 @@ use crate::errno;
 
 const E: c_int = libc::EOPNOTSUPP;
 
-/// The data-path ops of every context. The inline `ibv_poll_cq`, `ibv_post_send`, …
-/// call these through `ctx->ops`; they need a CQ/QP/SRQ, which cannot exist yet, so
-/// they only ever see foreign pointers and refuse.
+/// The data-path ops of every context, called by the inline `ibv_poll_cq`,
+/// `ibv_req_notify_cq`, `ibv_post_send`, `ibv_post_recv` through `ctx->ops`.
+/// `post_srq_recv` refuses: an SRQ cannot exist yet, so it only sees foreign pointers.
 pub fn context_ops() -> ibv_context_ops {
     // SAFETY: all fields are Option<fn>: all-zero is all-None.
     let mut ops: ibv_context_ops = unsafe { std::mem::zeroed() };
-    ops.poll_cq = Some(poll_cq);
-    ops.req_notify_cq = Some(req_notify_cq);
-    ops.post_send = Some(post_wr);
-    ops.post_recv = Some(post_wr);
+    ops.poll_cq = Some(crate::objects::poll_cq);
+    ops.req_notify_cq = Some(crate::objects::req_notify_cq);
+    ops.post_send = Some(crate::qp::post_send);
+    ops.post_recv = Some(crate::qp::post_recv);
     ops.post_srq_recv = Some(post_wr);
     ops
 }
 
-/// `poll_cq` op: a negative value is `ibv_poll_cq`'s error return.
-unsafe extern "C" fn poll_cq(_cq: *mut c_void, _n: c_int, _wc: *mut c_void) -> c_int {
-    -E
-}
-
-unsafe extern "C" fn req_notify_cq(_cq: *mut c_void, _solicited: c_int) -> c_int {
-    E
-}
-
-/// `post_send` / `post_recv` / `post_srq_recv` op: `*bad_wr` = the first WR, as a
-/// provider reports a WR it did not post.
+/// `post_srq_recv` op: `*bad_wr` = the first WR, as a provider reports a WR it did not
+/// post.
 unsafe extern "C" fn post_wr(_q: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
     if !bad.is_null() {
         // SAFETY: bad is the caller's out-pointer.
@@ -86,58 +76,6 @@ macro_rules! int_verb {
 type P = *mut c_void;
 
 null_verb!(
-    /// `ibv_alloc_pd`.
-    ibv_alloc_pd(context: P)
-);
-int_verb!(
-    /// `ibv_dealloc_pd`.
-    ibv_dealloc_pd(pd: P)
-);
-null_verb!(
-    /// `ibv_reg_mr`.
-    ibv_reg_mr(pd: P, addr: P, length: usize, access: c_int)
-);
-null_verb!(
-    /// `ibv_reg_mr_iova2`.
-    ibv_reg_mr_iova2(pd: P, addr: P, length: usize, iova: u64, access: u32)
-);
-int_verb!(
-    /// `ibv_dereg_mr`.
-    ibv_dereg_mr(mr: P)
-);
-null_verb!(
-    /// `ibv_create_comp_channel`.
-    ibv_create_comp_channel(context: P)
-);
-int_verb!(
-    /// `ibv_destroy_comp_channel`.
-    ibv_destroy_comp_channel(channel: P)
-);
-null_verb!(
-    /// `ibv_create_cq`.
-    ibv_create_cq(context: P, cqe: c_int, cq_context: P, channel: P, comp_vector: c_int)
-);
-int_verb!(
-    /// `ibv_destroy_cq`.
-    ibv_destroy_cq(cq: P)
-);
-null_verb!(
-    /// `ibv_create_qp`.
-    ibv_create_qp(pd: P, attr: P)
-);
-int_verb!(
-    /// `ibv_destroy_qp`.
-    ibv_destroy_qp(qp: P)
-);
-int_verb!(
-    /// `ibv_modify_qp`.
-    ibv_modify_qp(qp: P, attr: P, attr_mask: c_int)
-);
-int_verb!(
-    /// `ibv_query_qp`.
-    ibv_query_qp(qp: P, attr: P, attr_mask: c_int, init_attr: P)
-);
-null_verb!(
     /// `ibv_create_srq`.
     ibv_create_srq(pd: P, attr: P)
 );
@@ -173,26 +111,6 @@ int_verb!(
     /// `ibv_set_ece`.
     ibv_set_ece(qp: P, ece: P)
 );
-
-/// `ibv_get_cq_event`: -1 with `errno` = EOPNOTSUPP (no completion channel can exist).
-///
-/// # Safety
-/// Arguments are not dereferenced.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_get_cq_event(channel: P, cq: *mut P, cq_context: *mut P) -> c_int {
-    let _ = (channel, cq, cq_context);
-    errno::set(E);
-    -1
-}
-
-/// `ibv_ack_cq_events`: no CQ can exist, so there is nothing to acknowledge.
-///
-/// # Safety
-/// Arguments are not dereferenced.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_ack_cq_events(cq: P, nevents: u32) {
-    let _ = (cq, nevents);
-}
 
 /// `ibv_qp_to_qp_ex`: NULL, as rdma-core answers for a QP not created extended.
 ///

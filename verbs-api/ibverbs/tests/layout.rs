@@ -8,7 +8,7 @@
 
 use std::process::Command;
 
-use softnic_ibverbs::abi::{layout_table, size_table, Kind, VERBS_CONTEXT_SZ};
+use softnic_ibverbs::abi::{layout_table, size_table, Kind, SizeRule, VERBS_CONTEXT_SZ};
 
 fn c_source() -> String {
     let mut c = String::from(
@@ -39,7 +39,11 @@ fn c_source() -> String {
     }
     for s in size_table() {
         let (name, z) = (s.strukt, s.size);
-        let op = if s.exact { "==" } else { ">=" };
+        let op = match s.rule {
+            SizeRule::Exact => "==",
+            SizeRule::CMayBeLarger => ">=",
+            SizeRule::CMayBeSmaller => "<=",
+        };
         c.push_str(&format!(
             "_Static_assert(sizeof(struct {name}) {op} {z}, \"sizeof({name}) {op} {z} (Rust) fails\");\n"
         ));

@@ -1,0 +1,302 @@
+//! `ibv_reg_mr` of a program's own memory: the pages are remapped in place onto a memfd.
+//!
+//! The NIC is another process, so it can reach a buffer only through shared memory.
+//! This first mechanism (abi-facts §4 (a)) copies the buffer's pages into a fresh memfd
+//! and maps the memfd `MAP_SHARED | MAP_FIXED` over the same addresses: the program
+//! keeps its pointers and contents, and the NIC maps the same memfd. It is zero-copy
+//! from then on. Limits, each refused (never silently mishandled):
+//!
+//! * `addr` must be page-aligned (what `memalign(page_size)` buffers of
+//!   `ibv_rc_pingpong` and perftest are): otherwise EOPNOTSUPP. The pages from `addr`
+//!   to the end of the last page are remapped, so a buffer that does not end on a page
+//!   boundary drags the rest of its last page along (heap neighbours keep their
+//!   contents; see the fork note).
+//! * Only private anonymous memory (heap, `mmap(MAP_ANONYMOUS|MAP_PRIVATE)`) is
+//!   converted, per `/proc/self/maps`: remapping shared or file-backed memory would
+//!   silently un-share it from its other users, so SysV shm, `/dev/shm`, files,
+//!   hugetlbfs and the stack are refused with EOPNOTSUPP.
+//! * A range that overlaps a live registration is refused with EOPNOTSUPP (converting
+//!   it again would detach the earlier registration from the program's memory). Pages
+//!   of a registration since deregistered can be registered again.
+//! * Another thread writing those pages *during* `ibv_reg_mr` may lose that write
+//!   (there is no atomic "make this range shared" in Linux).
+//! * The converted pages are `MADV_DONTFORK`: a child after `fork()` has no mapping
+//!   there (it faults if it touches them) instead of sharing the parent's pages — what
+//!   rdma-core does after `ibv_fork_init()`, hence `ibv_is_fork_initialized()` =
+//!   ENABLED. The pages stay memfd-backed after `ibv_dereg_mr` (contents unchanged;
+//!   `MADV_DONTNEED` on them no longer zero-fills).
+
+use std::ffi::{c_int, c_void};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+
+use verbs_api::{AccessFlags, FdMemoryRegion};
+
+use crate::abi::*;
+use crate::errno;
+use crate::objects::{last_errno, softnic_pd, SoftnicPd};
+
+/// `IBV_ACCESS_OPTIONAL_RANGE`: access bits a provider may ignore (rdma-core masks
+/// those it does not support before they reach the kernel).
+const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
+
+/// Page-aligned ranges `[start, end)` of live registrations.
+static LIVE: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+/// An MR: `ibv_mr`, then the verbs-api registration.
+#[repr(C)]
+pub struct SoftnicMr {
+    /// Public part.
+    pub mr: ibv_mr,
+    reg: FdMemoryRegion,
+    range: (usize, usize),
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+/// True when every byte of `[start, end)` lies in private anonymous read-write
+/// mappings (no path, or `[heap]`) or in pages this library converted earlier, per
+/// `/proc/self/maps`.
+fn private_anonymous(start: usize, end: usize) -> bool {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return false;
+    };
+    let mut covered = start;
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let path = f.nth(3).unwrap_or("");
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else {
+            continue;
+        };
+        if b <= covered || a >= end {
+            continue;
+        }
+        if a > covered {
+            return false; // a hole
+        }
+        let anonymous = path.is_empty() || path == "[heap]";
+        // Pages this library converted before (a registration since deregistered):
+        // converting them again only moves them to a fresh memfd.
+        let ours = path.starts_with("/memfd:softnic-ibv-mr");
+        let ok = perms.starts_with("rw")
+            && ((anonymous && perms.ends_with('p')) || (ours && perms.ends_with('s')));
+        if !ok {
+            return false;
+        }
+        covered = b;
+        if covered >= end {
+            return true;
+        }
+    }
+    false
+}
+
+/// Copies `[start, start + len)` into a new memfd (verbs-api's: sealed against
+/// shrinking, as the NIC requires) and maps it over the same range.
+///
+/// # Safety
+/// The range is mapped private anonymous read-write memory of this process.
+unsafe fn remap_onto_memfd(start: usize, len: usize) -> Result<OwnedFd, c_int> {
+    let fd = verbs_api::os::memfd("softnic-ibv-mr", len)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?;
+    let raw = fd.as_raw_fd();
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    // SAFETY: plain syscalls on a descriptor and mappings created here; the final
+    // MAP_FIXED replaces exactly the caller's range (private anonymous, checked by the
+    // caller) with a mapping holding the same bytes.
+    unsafe {
+        let tmp = libc::mmap(std::ptr::null_mut(), len, rw, libc::MAP_SHARED, raw, 0);
+        if tmp == libc::MAP_FAILED {
+            return Err(last_errno());
+        }
+        std::ptr::copy_nonoverlapping(start as *const u8, tmp as *mut u8, len);
+        let fixed = libc::mmap(
+            start as *mut c_void,
+            len,
+            rw,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            raw,
+            0,
+        );
+        let e = last_errno();
+        libc::munmap(tmp, len);
+        if fixed == libc::MAP_FAILED {
+            return Err(e);
+        }
+        libc::madvise(start as *mut c_void, len, libc::MADV_DONTFORK);
+    }
+    Ok(fd)
+}
+
+/// Undoes [`remap_onto_memfd`] when the NIC refuses the registration: the range
+/// becomes private anonymous memory again, with the same bytes.
+///
+/// # Safety
+/// `[start, start + len)` is mapped from `fd` by [`remap_onto_memfd`].
+unsafe fn unremap(start: usize, len: usize, fd: &OwnedFd) {
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    // SAFETY: as in remap_onto_memfd, in reverse; on any failure the range keeps its
+    // memfd mapping, which still holds the program's bytes.
+    unsafe {
+        let tmp = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            rw,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        );
+        if tmp == libc::MAP_FAILED {
+            return;
+        }
+        let anon = libc::mmap(
+            start as *mut c_void,
+            len,
+            rw,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+            -1,
+            0,
+        );
+        if anon != libc::MAP_FAILED {
+            std::ptr::copy_nonoverlapping(tmp as *const u8, start as *mut u8, len);
+        }
+        libc::munmap(tmp, len);
+    }
+}
+
+/// Registers `[addr, addr + length)` with iova = `addr`.
+///
+/// # Safety
+/// `pd` came from `ibv_alloc_pd`; `addr..addr+length` is the program's memory.
+unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) -> *mut ibv_mr {
+    if pd.is_null() || addr.is_null() || length == 0 {
+        return errno::null(libc::EINVAL);
+    }
+    let access = AccessFlags(access & !ACCESS_OPTIONAL_RANGE);
+    if access.validate().is_err() {
+        return errno::null(libc::EINVAL);
+    }
+    let page = page_size();
+    let start = addr as usize;
+    if start % page != 0 {
+        return errno::null(libc::EOPNOTSUPP);
+    }
+    let Some(end) = start
+        .checked_add(length)
+        .and_then(|e| e.checked_add(page - 1))
+        .map(|e| e & !(page - 1))
+    else {
+        return errno::null(libc::EINVAL);
+    };
+    let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    if live.iter().any(|&(a, b)| a < end && start < b) {
+        return errno::null(libc::EOPNOTSUPP);
+    }
+    if !private_anonymous(start, end) {
+        return errno::null(libc::EOPNOTSUPP);
+    }
+    // SAFETY: checked just above: private anonymous read-write memory.
+    let fd = match unsafe { remap_onto_memfd(start, end - start) } {
+        Ok(fd) => fd,
+        Err(e) => return errno::null(e),
+    };
+    // SAFETY: caller contract.
+    let p: &SoftnicPd = unsafe { softnic_pd(pd) };
+    let reg = match p.api.reg_fd(fd.as_fd(), start as u64, length, access) {
+        Ok(r) => r,
+        Err(e) => {
+            // SAFETY: the range was just remapped from fd.
+            unsafe { unremap(start, end - start, &fd) };
+            return errno::null(errno::of(&e));
+        }
+    };
+    live.push((start, end));
+    p.users.fetch_add(1, Ordering::AcqRel);
+    let b = Box::new(SoftnicMr {
+        mr: ibv_mr {
+            // SAFETY: pd is live.
+            context: unsafe { (*pd).context },
+            pd,
+            addr,
+            length,
+            handle: reg.handle(),
+            lkey: reg.lkey(),
+            rkey: reg.rkey(),
+        },
+        reg,
+        range: (start, end),
+    });
+    Box::into_raw(b) as *mut ibv_mr
+}
+
+/// `ibv_reg_mr` (see the module doc for what is supported).
+///
+/// # Safety
+/// `pd` came from `ibv_alloc_pd`; the buffer is the program's memory.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: forwarded caller contract.
+    unsafe { reg(pd, addr, length, access as u32) }
+}
+
+/// `ibv_reg_mr_iova2`: only `iova == addr` (softnic's NIC addresses regions by the
+/// program's virtual address); another iova is EOPNOTSUPP.
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: u32,
+) -> *mut ibv_mr {
+    if iova != addr as u64 {
+        return errno::null(libc::EOPNOTSUPP);
+    }
+    // SAFETY: forwarded caller contract.
+    unsafe { reg(pd, addr, length, access) }
+}
+
+/// `ibv_dereg_mr`.
+///
+/// # Safety
+/// `mr` came from [`ibv_reg_mr`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    if mr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: reverses reg's Box::into_raw (caller contract: once).
+    let b = unsafe { Box::from_raw(mr as *mut SoftnicMr) };
+    // SAFETY: the PD outlives its MRs (dealloc is EBUSY while users != 0).
+    unsafe { softnic_pd(b.mr.pd) }
+        .users
+        .fetch_sub(1, Ordering::AcqRel);
+    LIVE.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|r| *r != b.range);
+    drop(b);
+    0
+}

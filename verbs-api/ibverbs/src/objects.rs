@@ -1,0 +1,460 @@
+//! Protection domains, completion queues and completion channels.
+//!
+//! Each object is one allocation: the public rdma-core struct first (what the program
+//! holds a pointer to), then the verbs-api object behind it. CQs are allocated as large
+//! as `struct ibv_cq_ex` (zero past `ibv_cq`), because rdma-core's `ibv_cq_ex_to_cq` is a
+//! cast.
+//!
+//! A completion channel is an epoll descriptor: each CQ created on the channel adds its
+//! eventfd (which the NIC writes when the CQ is armed and a completion arrives), so the
+//! channel fd is readable, to `poll(2)` as to `ibv_get_cq_event`, exactly when one of
+//! its CQs has an event.
+
+use std::ffi::{c_int, c_void};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use verbs_api::{CompletionQueue, ProtectionDomain, WcOpcode, WorkCompletion};
+
+use crate::abi::*;
+use crate::device::softnic_context;
+use crate::errno;
+
+/// A PD: `ibv_pd`, then the verbs-api PD and a count of its MRs and QPs (a PD in use
+/// cannot be deallocated: EBUSY, as the kernel answers).
+#[repr(C)]
+pub struct SoftnicPd {
+    /// Public part.
+    pub pd: ibv_pd,
+    /// The verbs-api PD.
+    pub api: ProtectionDomain,
+    /// MRs and QPs on this PD.
+    pub users: AtomicU32,
+}
+
+/// The [`SoftnicPd`] around `pd`.
+///
+/// # Safety
+/// `pd` came from [`ibv_alloc_pd`] and is live.
+pub(crate) unsafe fn softnic_pd<'a>(pd: *mut ibv_pd) -> &'a SoftnicPd {
+    // SAFETY: `pd` is the first field of a boxed SoftnicPd (repr(C)).
+    unsafe { &*(pd as *const SoftnicPd) }
+}
+
+/// `ibv_alloc_pd`.
+///
+/// # Safety
+/// `context` came from `ibv_open_device`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    if context.is_null() {
+        return errno::null(libc::EINVAL);
+    }
+    // SAFETY: caller contract.
+    let ctx = unsafe { softnic_context(context) };
+    let api = match ctx.api.alloc_pd() {
+        Ok(pd) => pd,
+        Err(e) => return errno::null(errno::of(&e)),
+    };
+    let b = Box::new(SoftnicPd {
+        pd: ibv_pd {
+            context,
+            handle: api.handle(),
+        },
+        api,
+        users: AtomicU32::new(0),
+    });
+    Box::into_raw(b) as *mut ibv_pd
+}
+
+/// `ibv_dealloc_pd`: EBUSY while MRs or QPs use it.
+///
+/// # Safety
+/// `pd` came from [`ibv_alloc_pd`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    if pd.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: caller contract.
+    if unsafe { softnic_pd(pd) }.users.load(Ordering::Acquire) != 0 {
+        return libc::EBUSY;
+    }
+    // SAFETY: reverses ibv_alloc_pd's Box::into_raw.
+    drop(unsafe { Box::from_raw(pd as *mut SoftnicPd) });
+    0
+}
+
+/// A CQ: `ibv_cq` padded to `ibv_cq_ex`, then the verbs-api CQ.
+#[repr(C)]
+pub struct SoftnicCq {
+    /// Public part.
+    pub cq: ibv_cq,
+    ex_tail: [u8; IBV_CQ_EX_SIZE - std::mem::size_of::<ibv_cq>()],
+    /// The verbs-api CQ. The lock is uncontended in the common single-poller case
+    /// (an atomic, no syscall); rdma-core providers lock their CQs the same way.
+    pub api: Mutex<CompletionQueue>,
+    /// QPs using this CQ (EBUSY on destroy while non-zero).
+    pub users: AtomicU32,
+}
+
+/// The [`SoftnicCq`] around `cq`.
+///
+/// # Safety
+/// `cq` came from [`ibv_create_cq`] and is live.
+pub(crate) unsafe fn softnic_cq<'a>(cq: *mut ibv_cq) -> &'a SoftnicCq {
+    // SAFETY: `cq` is the first field of a boxed SoftnicCq.
+    unsafe { &*(cq as *const SoftnicCq) }
+}
+
+/// A completion channel: `ibv_comp_channel` whose `fd` is an epoll instance.
+#[repr(C)]
+pub struct SoftnicChannel {
+    /// Public part.
+    pub ch: ibv_comp_channel,
+    epoll: OwnedFd,
+}
+
+/// `ibv_create_comp_channel`.
+///
+/// # Safety
+/// `context` came from `ibv_open_device`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_comp_channel(
+    context: *mut ibv_context,
+) -> *mut ibv_comp_channel {
+    if context.is_null() {
+        return errno::null(libc::EINVAL);
+    }
+    // SAFETY: plain syscall; the descriptor is owned below.
+    let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if fd < 0 {
+        return errno::null(last_errno());
+    }
+    // SAFETY: fresh descriptor.
+    let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
+    let b = Box::new(SoftnicChannel {
+        ch: ibv_comp_channel {
+            context,
+            fd,
+            refcnt: 0,
+        },
+        epoll,
+    });
+    Box::into_raw(b) as *mut ibv_comp_channel
+}
+
+/// `ibv_destroy_comp_channel`: EBUSY while CQs use it.
+///
+/// # Safety
+/// `channel` came from [`ibv_create_comp_channel`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    if channel.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: caller contract.
+    if unsafe { (*channel).refcnt } != 0 {
+        return libc::EBUSY;
+    }
+    // SAFETY: reverses ibv_create_comp_channel's Box::into_raw.
+    drop(unsafe { Box::from_raw(channel as *mut SoftnicChannel) });
+    0
+}
+
+pub(crate) fn last_errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// `ibv_create_cq`: at least `cqe` entries; on `channel` if not NULL.
+///
+/// # Safety
+/// `context` came from `ibv_open_device`; `channel` is NULL or from
+/// [`ibv_create_comp_channel`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    if context.is_null() || cqe <= 0 || comp_vector != 0 {
+        return errno::null(libc::EINVAL);
+    }
+    // SAFETY: caller contract.
+    let ctx = unsafe { softnic_context(context) };
+    let api = match ctx.api.create_cq(cqe as u32) {
+        Ok(cq) => cq,
+        Err(e) => return errno::null(errno::of(&e)),
+    };
+    let capacity = api.capacity();
+    // SAFETY: ibv_cq is pointers, integers, a mutex and a condvar: all-zero is valid
+    // before pthread_*_init below.
+    let mut pub_cq: ibv_cq = unsafe { std::mem::zeroed() };
+    pub_cq.context = context;
+    pub_cq.channel = channel;
+    pub_cq.cq_context = cq_context;
+    pub_cq.handle = api.handle();
+    pub_cq.cqe = capacity.min(c_int::MAX as u32) as c_int;
+    let event_fd = api.event_fd().as_raw_fd();
+    let b = Box::into_raw(Box::new(SoftnicCq {
+        cq: pub_cq,
+        ex_tail: [0; IBV_CQ_EX_SIZE - std::mem::size_of::<ibv_cq>()],
+        api: Mutex::new(api),
+        users: AtomicU32::new(0),
+    }));
+    // SAFETY: b is a fresh box; the mutex and condvar are at their final addresses.
+    unsafe {
+        libc::pthread_mutex_init(std::ptr::addr_of_mut!((*b).cq.mutex), std::ptr::null());
+        libc::pthread_cond_init(std::ptr::addr_of_mut!((*b).cq.cond), std::ptr::null());
+    }
+    if !channel.is_null() {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: b as u64,
+        };
+        // SAFETY: channel is a live SoftnicChannel (caller contract); ev is valid.
+        let rc = unsafe { libc::epoll_ctl((*channel).fd, libc::EPOLL_CTL_ADD, event_fd, &mut ev) };
+        if rc != 0 {
+            let e = last_errno();
+            // SAFETY: reverses the Box::into_raw above; nothing else saw it.
+            drop(unsafe { Box::from_raw(b) });
+            return errno::null(e);
+        }
+        // SAFETY: caller contract; refcnt is only changed under the program's own
+        // create/destroy calls, which rdma-core also leaves unsynchronised.
+        unsafe { (*channel).refcnt += 1 };
+    }
+    b as *mut ibv_cq
+}
+
+/// `ibv_destroy_cq`: EBUSY while QPs use it.
+///
+/// # Safety
+/// `cq` came from [`ibv_create_cq`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    if cq.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: caller contract.
+    let c = unsafe { softnic_cq(cq) };
+    if c.users.load(Ordering::Acquire) != 0 {
+        return libc::EBUSY;
+    }
+    // SAFETY: caller contract.
+    let channel = unsafe { (*cq).channel };
+    if !channel.is_null() {
+        let fd = c
+            .api
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .event_fd()
+            .as_raw_fd();
+        // SAFETY: the channel outlives its CQs (refcnt); deleting needs no event.
+        unsafe {
+            libc::epoll_ctl((*channel).fd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
+            (*channel).refcnt -= 1;
+        }
+    }
+    // SAFETY: reverses ibv_create_cq's Box::into_raw.
+    let b = unsafe { Box::from_raw(cq as *mut SoftnicCq) };
+    // SAFETY: initialised in ibv_create_cq; nobody waits on them any more.
+    unsafe {
+        libc::pthread_cond_destroy(std::ptr::addr_of!(b.cq.cond).cast_mut());
+        libc::pthread_mutex_destroy(std::ptr::addr_of!(b.cq.mutex).cast_mut());
+    }
+    drop(b);
+    0
+}
+
+/// `enum ibv_wc_opcode` of a verbs-api opcode.
+fn wc_opcode(o: WcOpcode) -> c_int {
+    match o {
+        WcOpcode::Send => 0,
+        WcOpcode::RdmaWrite => 1,
+        WcOpcode::RdmaRead => 2,
+        WcOpcode::CompSwap => 3,
+        WcOpcode::FetchAdd => 4,
+        WcOpcode::Recv => 128,
+        WcOpcode::RecvRdmaWithImm => 129,
+        WcOpcode::Other(v) => v as c_int,
+    }
+}
+
+/// `IBV_WC_WITH_IMM`.
+const IBV_WC_WITH_IMM: u32 = 1 << 1;
+
+fn to_ibv_wc(w: &WorkCompletion) -> ibv_wc {
+    ibv_wc {
+        wr_id: w.wr_id,
+        status: w.status.raw() as c_int,
+        opcode: wc_opcode(w.opcode),
+        vendor_err: w.vendor_err,
+        byte_len: w.byte_len,
+        imm_data: w.imm_data.map_or(0, u32::to_be),
+        qp_num: w.qp_num,
+        src_qp: w.src_qp,
+        wc_flags: if w.imm_data.is_some() {
+            IBV_WC_WITH_IMM
+        } else {
+            0
+        },
+        ..ibv_wc::default()
+    }
+}
+
+/// The `poll_cq` op behind the inline `ibv_poll_cq`: loads and stores on the shared
+/// ring, no syscall. Returns the number of completions, or a negative value on error.
+///
+/// # Safety
+/// `cq` came from [`ibv_create_cq`]; `wc` is writable for `num_entries` entries.
+pub unsafe extern "C" fn poll_cq(cq: *mut c_void, num_entries: c_int, wc: *mut c_void) -> c_int {
+    if cq.is_null() || num_entries < 0 || (wc.is_null() && num_entries > 0) {
+        return -libc::EINVAL;
+    }
+    // SAFETY: caller contract.
+    let c = unsafe { softnic_cq(cq as *mut ibv_cq) };
+    let mut api = c.api.lock().unwrap_or_else(|e| e.into_inner());
+    let wc = wc as *mut ibv_wc;
+    let mut buf = [WorkCompletion::default(); 16];
+    let mut done = 0usize;
+    let want = num_entries as usize;
+    while done < want {
+        let chunk = (want - done).min(buf.len());
+        let n = match api.poll(&mut buf[..chunk]) {
+            Ok(n) => n,
+            Err(_) => return if done > 0 { done as c_int } else { -libc::EIO },
+        };
+        for (i, w) in buf[..n].iter().enumerate() {
+            // SAFETY: done + i < num_entries, within the caller's array.
+            unsafe { wc.add(done + i).write(to_ibv_wc(w)) };
+        }
+        done += n;
+        if n < chunk {
+            break;
+        }
+    }
+    done as c_int
+}
+
+/// The `req_notify_cq` op behind the inline `ibv_req_notify_cq`: arms the CQ so the
+/// NIC signals its next completion on the CQ's eventfd. softnic does not distinguish
+/// solicited completions, so `solicited_only` arms for every completion (a superset,
+/// as the verbs allow spurious events). If completions are already waiting, the event
+/// is raised at once, so a program that arms and then sleeps never misses them.
+///
+/// # Safety
+/// `cq` came from [`ibv_create_cq`].
+pub unsafe extern "C" fn req_notify_cq(cq: *mut c_void, _solicited_only: c_int) -> c_int {
+    if cq.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: caller contract.
+    let c = unsafe { softnic_cq(cq as *mut ibv_cq) };
+    let mut api = c.api.lock().unwrap_or_else(|e| e.into_inner());
+    match api.arm() {
+        Ok(true) => 0,
+        Ok(false) => {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes to the CQ's eventfd.
+            let r =
+                unsafe { libc::write(api.event_fd().as_raw_fd(), (&one as *const u64).cast(), 8) };
+            if r == 8 {
+                0
+            } else {
+                last_errno()
+            }
+        }
+        Err(e) => errno::of(&e),
+    }
+}
+
+/// `ibv_get_cq_event`: waits for an event on `channel` (blocking, unless the program
+/// made the channel fd non-blocking: then -1 with EAGAIN), consumes it and returns the
+/// CQ and its `cq_context`.
+///
+/// # Safety
+/// `channel` came from [`ibv_create_comp_channel`]; `cq` and `cq_context` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    if channel.is_null() || cq.is_null() || cq_context.is_null() {
+        errno::set(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: caller contract.
+    let fd = unsafe { (*channel).fd };
+    // SAFETY: plain fcntl on the channel's own descriptor.
+    let nonblocking = unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0;
+    let mut ev = libc::epoll_event { events: 0, u64: 0 };
+    loop {
+        // SAFETY: one event into `ev`.
+        let n = unsafe { libc::epoll_wait(fd, &mut ev, 1, if nonblocking { 0 } else { -1 }) };
+        if n < 0 {
+            if last_errno() == libc::EINTR {
+                continue;
+            }
+            errno::set(last_errno());
+            return -1;
+        }
+        if n == 0 {
+            errno::set(libc::EAGAIN);
+            return -1;
+        }
+        let found = ev.u64 as *mut SoftnicCq;
+        // SAFETY: the epoll data is the SoftnicCq registered by ibv_create_cq; a CQ is
+        // removed from the channel before it is freed.
+        let c = unsafe { &*found };
+        let efd = c
+            .api
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .event_fd()
+            .as_raw_fd();
+        let mut v = 0u64;
+        // SAFETY: reads the 8-byte counter; non-blocking-safe (readable per epoll,
+        // or EAGAIN if another thread took it first, then wait again).
+        let r = unsafe { libc::read(efd, (&mut v as *mut u64).cast(), 8) };
+        if r != 8 {
+            if nonblocking {
+                errno::set(libc::EAGAIN);
+                return -1;
+            }
+            continue;
+        }
+        // SAFETY: out-pointers are writable (caller contract).
+        unsafe {
+            *cq = found as *mut ibv_cq;
+            *cq_context = (*found).cq.cq_context;
+        }
+        return 0;
+    }
+}
+
+/// `ibv_ack_cq_events`: counts acknowledged events (rdma-core's `ibv_destroy_cq` waits
+/// for them; here destroy does not block, the count is informational).
+///
+/// # Safety
+/// `cq` came from [`ibv_create_cq`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: u32) {
+    if cq.is_null() {
+        return;
+    }
+    // SAFETY: live CQ; the mutex was initialised at create.
+    unsafe {
+        let m = std::ptr::addr_of_mut!((*cq).mutex);
+        libc::pthread_mutex_lock(m);
+        (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(nevents);
+        libc::pthread_cond_signal(std::ptr::addr_of_mut!((*cq).cond));
+        libc::pthread_mutex_unlock(m);
+    }
+}

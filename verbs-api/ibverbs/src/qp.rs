@@ -1,0 +1,636 @@
+//! Queue pairs: `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp`, `ibv_destroy_qp` and
+//! the `post_send` / `post_recv` ops behind the inline `ibv_post_send` /
+//! `ibv_post_recv` (loads and stores on the shared rings, no syscall unless the NIC
+//! sleeps).
+//!
+//! RC and UC QPs are supported. UD needs address handles, which do not exist yet:
+//! `ibv_create_qp` of a UD QP answers EOPNOTSUPP. Every QP is allocated as large as
+//! `struct ibv_qp_ex` (zero past `ibv_qp`); `ibv_qp_to_qp_ex` answers NULL (the
+//! `ibv_wr_*` API is not implemented).
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+
+use verbs_api::{
+    AccessFlags, AhAttr, Gid, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, QueuePair, RecvWr,
+    SendFlags, SendWr, Sge, WrOpcode,
+};
+
+use crate::abi::*;
+use crate::errno;
+use crate::objects::{softnic_cq, softnic_pd};
+
+/// A QP: `ibv_qp` padded to `ibv_qp_ex`, then the verbs-api QP.
+#[repr(C)]
+pub struct SoftnicQp {
+    /// Public part.
+    pub qp: ibv_qp,
+    ex_tail: [u8; IBV_QP_EX_SIZE - std::mem::size_of::<ibv_qp>()],
+    /// The verbs-api QP (one poster at a time; uncontended lock = no syscall).
+    api: Mutex<QueuePair>,
+    sq_sig_all: bool,
+}
+
+// enum ibv_qp_type
+const IBV_QPT_RC: c_int = 2;
+const IBV_QPT_UC: c_int = 3;
+
+// enum ibv_qp_attr_mask
+const QP_STATE: c_int = 1 << 0;
+const QP_CUR_STATE: c_int = 1 << 1;
+const QP_ACCESS_FLAGS: c_int = 1 << 3;
+const QP_PKEY_INDEX: c_int = 1 << 4;
+const QP_PORT: c_int = 1 << 5;
+const QP_QKEY: c_int = 1 << 6;
+const QP_AV: c_int = 1 << 7;
+const QP_PATH_MTU: c_int = 1 << 8;
+const QP_TIMEOUT: c_int = 1 << 9;
+const QP_RETRY_CNT: c_int = 1 << 10;
+const QP_RNR_RETRY: c_int = 1 << 11;
+const QP_RQ_PSN: c_int = 1 << 12;
+const QP_MAX_QP_RD_ATOMIC: c_int = 1 << 13;
+const QP_MIN_RNR_TIMER: c_int = 1 << 15;
+const QP_SQ_PSN: c_int = 1 << 16;
+const QP_MAX_DEST_RD_ATOMIC: c_int = 1 << 17;
+const QP_DEST_QPN: c_int = 1 << 20;
+/// Every mask bit this library implements.
+const QP_SUPPORTED: c_int = QP_STATE
+    | QP_CUR_STATE
+    | QP_ACCESS_FLAGS
+    | QP_PKEY_INDEX
+    | QP_PORT
+    | QP_QKEY
+    | QP_AV
+    | QP_PATH_MTU
+    | QP_TIMEOUT
+    | QP_RETRY_CNT
+    | QP_RNR_RETRY
+    | QP_RQ_PSN
+    | QP_MAX_QP_RD_ATOMIC
+    | QP_MIN_RNR_TIMER
+    | QP_SQ_PSN
+    | QP_MAX_DEST_RD_ATOMIC
+    | QP_DEST_QPN;
+
+fn state_num(s: QpState) -> c_int {
+    match s {
+        QpState::Reset => 0,
+        QpState::Init => 1,
+        QpState::Rtr => 2,
+        QpState::Rts => 3,
+        QpState::Sqd => 4,
+        QpState::Sqe => 5,
+        QpState::Err => 6,
+    }
+}
+
+fn state_of(n: c_int) -> Option<QpState> {
+    Some(match n {
+        0 => QpState::Reset,
+        1 => QpState::Init,
+        2 => QpState::Rtr,
+        3 => QpState::Rts,
+        4 => QpState::Sqd,
+        5 => QpState::Sqe,
+        6 => QpState::Err,
+        _ => return None,
+    })
+}
+
+fn mtu_of(n: c_int) -> Option<Mtu> {
+    Some(match n {
+        1 => Mtu::Mtu256,
+        2 => Mtu::Mtu512,
+        3 => Mtu::Mtu1024,
+        4 => Mtu::Mtu2048,
+        5 => Mtu::Mtu4096,
+        _ => return None,
+    })
+}
+
+fn mtu_num(bytes: u32) -> c_int {
+    match bytes {
+        256 => 1,
+        512 => 2,
+        1024 => 3,
+        2048 => 4,
+        4096 => 5,
+        _ => 0,
+    }
+}
+
+fn cap_out(c: QpCap) -> ibv_qp_cap {
+    ibv_qp_cap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
+/// `ibv_create_qp`: RC or UC on `pd`, with the CQs given; writes the granted sizes
+/// back into `init_attr->cap`.
+///
+/// # Safety
+/// `pd` came from `ibv_alloc_pd`; `init_attr` is a valid `ibv_qp_init_attr` whose CQs
+/// came from `ibv_create_cq`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    init_attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    if pd.is_null() || init_attr.is_null() {
+        return errno::null(libc::EINVAL);
+    }
+    // SAFETY: caller contract.
+    let ia = unsafe { &mut *init_attr };
+    let qp_type = match ia.qp_type {
+        IBV_QPT_RC => QpType::Rc,
+        IBV_QPT_UC => QpType::Uc,
+        _ => return errno::null(libc::EOPNOTSUPP),
+    };
+    if !ia.srq.is_null() {
+        return errno::null(libc::EOPNOTSUPP);
+    }
+    if ia.send_cq.is_null() || ia.recv_cq.is_null() {
+        return errno::null(libc::EINVAL);
+    }
+    // SAFETY: caller contract (CQs and PD from this library).
+    let (p, scq, rcq) = unsafe {
+        (
+            softnic_pd(pd),
+            softnic_cq(ia.send_cq),
+            softnic_cq(ia.recv_cq),
+        )
+    };
+    let cap = QpCap {
+        max_send_wr: ia.cap.max_send_wr,
+        max_recv_wr: ia.cap.max_recv_wr,
+        max_send_sge: ia.cap.max_send_sge,
+        max_recv_sge: ia.cap.max_recv_sge,
+        max_inline_data: ia.cap.max_inline_data,
+    };
+    let created = {
+        let s = scq.api.lock().unwrap_or_else(|e| e.into_inner());
+        if std::ptr::eq(scq, rcq) {
+            p.api.create_qp(&QpInitAttr {
+                qp_type,
+                send_cq: &s,
+                recv_cq: &s,
+                cap,
+                sq_sig_all: ia.sq_sig_all != 0,
+            })
+        } else {
+            let r = rcq.api.lock().unwrap_or_else(|e| e.into_inner());
+            p.api.create_qp(&QpInitAttr {
+                qp_type,
+                send_cq: &s,
+                recv_cq: &r,
+                cap,
+                sq_sig_all: ia.sq_sig_all != 0,
+            })
+        }
+    };
+    let api = match created {
+        Ok(q) => q,
+        Err(e) => return errno::null(errno::of(&e)),
+    };
+    ia.cap = cap_out(api.cap());
+    // SAFETY: ibv_qp is pointers, integers, a mutex and a condvar: all-zero is valid
+    // before pthread_*_init below.
+    let mut pub_qp: ibv_qp = unsafe { std::mem::zeroed() };
+    // SAFETY: pd is live.
+    pub_qp.context = unsafe { (*pd).context };
+    pub_qp.qp_context = ia.qp_context;
+    pub_qp.pd = pd;
+    pub_qp.send_cq = ia.send_cq;
+    pub_qp.recv_cq = ia.recv_cq;
+    pub_qp.handle = api.qp_num();
+    pub_qp.qp_num = api.qp_num();
+    pub_qp.state = state_num(api.state());
+    pub_qp.qp_type = ia.qp_type;
+    let b = Box::into_raw(Box::new(SoftnicQp {
+        qp: pub_qp,
+        ex_tail: [0; IBV_QP_EX_SIZE - std::mem::size_of::<ibv_qp>()],
+        api: Mutex::new(api),
+        sq_sig_all: ia.sq_sig_all != 0,
+    }));
+    // SAFETY: b is a fresh box; the mutex and condvar are at their final addresses.
+    unsafe {
+        libc::pthread_mutex_init(std::ptr::addr_of_mut!((*b).qp.mutex), std::ptr::null());
+        libc::pthread_cond_init(std::ptr::addr_of_mut!((*b).qp.cond), std::ptr::null());
+    }
+    p.users.fetch_add(1, Ordering::AcqRel);
+    scq.users.fetch_add(1, Ordering::AcqRel);
+    rcq.users.fetch_add(1, Ordering::AcqRel);
+    b as *mut ibv_qp
+}
+
+/// # Safety
+/// `qp` came from [`ibv_create_qp`] and is live.
+unsafe fn softnic_qp<'a>(qp: *mut ibv_qp) -> &'a SoftnicQp {
+    // SAFETY: `qp` is the first field of a boxed SoftnicQp.
+    unsafe { &*(qp as *const SoftnicQp) }
+}
+
+/// `ibv_destroy_qp`.
+///
+/// # Safety
+/// `qp` came from [`ibv_create_qp`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    if qp.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: reverses ibv_create_qp's Box::into_raw (caller contract: once).
+    let b = unsafe { Box::from_raw(qp as *mut SoftnicQp) };
+    // SAFETY: the PD and CQs outlive their QPs (their destroy is EBUSY meanwhile).
+    unsafe {
+        softnic_pd(b.qp.pd).users.fetch_sub(1, Ordering::AcqRel);
+        softnic_cq(b.qp.send_cq)
+            .users
+            .fetch_sub(1, Ordering::AcqRel);
+        softnic_cq(b.qp.recv_cq)
+            .users
+            .fetch_sub(1, Ordering::AcqRel);
+        libc::pthread_cond_destroy(std::ptr::addr_of!(b.qp.cond).cast_mut());
+        libc::pthread_mutex_destroy(std::ptr::addr_of!(b.qp.mutex).cast_mut());
+    }
+    drop(b);
+    0
+}
+
+/// The verbs-api attributes of `(attr, mask)`, or the errno: EOPNOTSUPP for a mask bit
+/// softnic does not implement (SQD notification, alternate paths, path migration, cap
+/// changes, rate limits), EINVAL for an out-of-range value.
+fn attrs_of(attr: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, c_int> {
+    if mask & !QP_SUPPORTED != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let has = |b: c_int| mask & b != 0;
+    let mut a = QpAttr::default();
+    if has(QP_STATE) {
+        a.qp_state = Some(state_of(attr.qp_state).ok_or(libc::EINVAL)?);
+    }
+    if has(QP_PATH_MTU) {
+        a.path_mtu = Some(mtu_of(attr.path_mtu).ok_or(libc::EINVAL)?);
+    }
+    if has(QP_DEST_QPN) {
+        a.dest_qp_num = Some(attr.dest_qp_num);
+    }
+    if has(QP_RQ_PSN) {
+        a.rq_psn = Some(attr.rq_psn);
+    }
+    if has(QP_SQ_PSN) {
+        a.sq_psn = Some(attr.sq_psn);
+    }
+    if has(QP_AV) {
+        let ah = &attr.ah_attr;
+        // RoCE addresses by GID: a LID-only (non-global) address cannot be routed.
+        if ah.is_global == 0 {
+            return Err(libc::EINVAL);
+        }
+        a.ah_attr = Some(AhAttr {
+            dgid: Gid(ah.grh.dgid),
+            sgid_index: ah.grh.sgid_index,
+            hop_limit: ah.grh.hop_limit,
+            udp_port: 0,
+        });
+    }
+    if has(QP_TIMEOUT) {
+        a.timeout = Some(attr.timeout);
+    }
+    if has(QP_RETRY_CNT) {
+        a.retry_cnt = Some(attr.retry_cnt);
+    }
+    if has(QP_RNR_RETRY) {
+        a.rnr_retry = Some(attr.rnr_retry);
+    }
+    if has(QP_MIN_RNR_TIMER) {
+        a.min_rnr_timer = Some(attr.min_rnr_timer);
+    }
+    if has(QP_MAX_QP_RD_ATOMIC) {
+        a.max_rd_atomic = Some(attr.max_rd_atomic);
+    }
+    if has(QP_MAX_DEST_RD_ATOMIC) {
+        a.max_dest_rd_atomic = Some(attr.max_dest_rd_atomic);
+    }
+    if has(QP_ACCESS_FLAGS) {
+        a.qp_access_flags = Some(AccessFlags(attr.qp_access_flags));
+    }
+    if has(QP_QKEY) {
+        a.qkey = Some(attr.qkey);
+    }
+    if has(QP_PKEY_INDEX) {
+        a.pkey_index = Some(attr.pkey_index);
+    }
+    if has(QP_PORT) {
+        a.port_num = Some(attr.port_num);
+    }
+    Ok(a)
+}
+
+/// `ibv_modify_qp`.
+///
+/// # Safety
+/// `qp` came from [`ibv_create_qp`]; `attr` is readable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+) -> c_int {
+    if qp.is_null() || attr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: caller contract.
+    let (q, attr) = unsafe { (softnic_qp(qp), &*attr) };
+    let a = match attrs_of(attr, attr_mask) {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
+    let mut api = q.api.lock().unwrap_or_else(|e| e.into_inner());
+    if attr_mask & QP_CUR_STATE != 0 && state_of(attr.cur_qp_state) != Some(api.state()) {
+        return libc::EINVAL;
+    }
+    let r = api.modify(&a);
+    // SAFETY: the public state mirrors ours; written under the QP's lock.
+    unsafe { (*qp).state = state_num(api.state()) };
+    match r {
+        Ok(()) => 0,
+        Err(e) => errno::of(&e),
+    }
+}
+
+/// `ibv_query_qp`: asks the NIC; fills `attr` and `init_attr` (every field softnic
+/// knows, whatever the mask, as providers do).
+///
+/// # Safety
+/// `qp` came from [`ibv_create_qp`]; `attr` and `init_attr` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _attr_mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    if qp.is_null() || attr.is_null() || init_attr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: caller contract.
+    let q = unsafe { softnic_qp(qp) };
+    let mut api = q.api.lock().unwrap_or_else(|e| e.into_inner());
+    let (state, c) = match api.query() {
+        Ok(x) => x,
+        Err(e) => return errno::of(&e),
+    };
+    let cap = cap_out(api.cap());
+    let mut out = ibv_qp_attr {
+        qp_state: state_num(state),
+        cur_qp_state: state_num(state),
+        path_mtu: c.path_mtu.map_or(0, mtu_num),
+        qkey: c.qkey.unwrap_or(0),
+        rq_psn: c.rq_psn.unwrap_or(0),
+        sq_psn: c.sq_psn.unwrap_or(0),
+        dest_qp_num: c.dest_qpn.unwrap_or(0),
+        qp_access_flags: c.access.unwrap_or(0),
+        cap,
+        pkey_index: c.pkey_index.unwrap_or(0),
+        max_rd_atomic: c.max_rd_atomic.unwrap_or(0),
+        max_dest_rd_atomic: c.max_dest_rd_atomic.unwrap_or(0),
+        min_rnr_timer: c.min_rnr_timer.unwrap_or(0),
+        port_num: c.port_num.unwrap_or(1),
+        timeout: c.timeout.unwrap_or(0),
+        retry_cnt: c.retry_cnt.unwrap_or(0),
+        rnr_retry: c.rnr_retry.unwrap_or(0),
+        ..ibv_qp_attr::default()
+    };
+    if let Some(remote) = c.remote {
+        out.ah_attr.is_global = 1;
+        out.ah_attr.port_num = 1;
+        out.ah_attr.grh.dgid = Gid::from_ip(remote.ip()).0;
+        out.ah_attr.grh.sgid_index = verbs_api::gid::ADDRESS_GID_INDEX as u8;
+    }
+    // SAFETY: writable (caller contract).
+    unsafe {
+        attr.write(out);
+        (*init_attr).qp_context = (*qp).qp_context;
+        (*init_attr).send_cq = (*qp).send_cq;
+        (*init_attr).recv_cq = (*qp).recv_cq;
+        (*init_attr).srq = std::ptr::null_mut();
+        (*init_attr).cap = cap;
+        (*init_attr).qp_type = (*qp).qp_type;
+        (*init_attr).sq_sig_all = c_int::from(q.sq_sig_all);
+        (*qp).state = state_num(state);
+    }
+    0
+}
+
+/// The errno of a refused post: ENOMEM for a full queue (what providers answer),
+/// EINVAL for anything malformed.
+fn post_errno(e: &verbs_api::Error) -> c_int {
+    match e {
+        verbs_api::Error::Post {
+            reason: verbs_api::PostError::QueueFull { .. },
+            ..
+        } => libc::ENOMEM,
+        verbs_api::Error::Post { .. } | verbs_api::Error::InvalidState { .. } => libc::EINVAL,
+        other => errno::of(other),
+    }
+}
+
+/// The SGE list of a WR as a slice (`ibv_sge` and verbs-api's `Sge` share a layout,
+/// checked by the layout test).
+///
+/// # Safety
+/// `sg` is readable for `n` entries when `n > 0`.
+unsafe fn sges<'a>(sg: *const Sge, n: c_int) -> Option<&'a [Sge]> {
+    match n {
+        0 => Some(&[]),
+        n if n > 0 && !sg.is_null() => {
+            // SAFETY: caller contract.
+            Some(unsafe { std::slice::from_raw_parts(sg, n as usize) })
+        }
+        _ => None,
+    }
+}
+
+/// One `ibv_send_wr` as a verbs-api WR, or the errno refusing it.
+///
+/// # Safety
+/// `w` is a valid `ibv_send_wr` (its SGE array readable).
+unsafe fn send_wr<'a>(w: &'a ibv_send_wr) -> Result<SendWr<'a>, c_int> {
+    // SAFETY: caller contract.
+    let sg = unsafe { sges(w.sg_list, w.num_sge) }.ok_or(libc::EINVAL)?;
+    // SAFETY: the union member read is the one the opcode selects.
+    let opcode = unsafe {
+        match w.opcode {
+            0 => WrOpcode::RdmaWrite {
+                remote_addr: w.wr.rdma.remote_addr,
+                rkey: w.wr.rdma.rkey,
+            },
+            1 => WrOpcode::RdmaWriteWithImm {
+                remote_addr: w.wr.rdma.remote_addr,
+                rkey: w.wr.rdma.rkey,
+                imm: u32::from_be(w.imm_data),
+            },
+            2 => WrOpcode::Send,
+            3 => WrOpcode::SendWithImm(u32::from_be(w.imm_data)),
+            4 => WrOpcode::RdmaRead {
+                remote_addr: w.wr.rdma.remote_addr,
+                rkey: w.wr.rdma.rkey,
+            },
+            5 => WrOpcode::AtomicCmpAndSwp {
+                remote_addr: w.wr.atomic.remote_addr,
+                rkey: w.wr.atomic.rkey,
+                compare: w.wr.atomic.compare_add,
+                swap: w.wr.atomic.swap,
+            },
+            6 => WrOpcode::AtomicFetchAndAdd {
+                remote_addr: w.wr.atomic.remote_addr,
+                rkey: w.wr.atomic.rkey,
+                add: w.wr.atomic.compare_add,
+            },
+            // LOCAL_INV, BIND_MW, SEND_WITH_INV, TSO, DRIVER1, ATOMIC_WRITE, FLUSH.
+            _ => return Err(libc::EOPNOTSUPP),
+        }
+    };
+    if w.send_flags & !0xf != 0 {
+        // IBV_SEND_IP_CSUM and beyond.
+        return Err(libc::EOPNOTSUPP);
+    }
+    Ok(SendWr {
+        wr_id: w.wr_id,
+        opcode,
+        sg_list: sg,
+        send_flags: SendFlags(w.send_flags as u8),
+        ud: None,
+    })
+}
+
+/// The `post_send` op behind the inline `ibv_post_send`: on error, `*bad_wr` is the
+/// first WR not posted (those before it are posted) and the errno is returned.
+///
+/// # Safety
+/// `qp` came from [`ibv_create_qp`]; `wr` is a valid NULL-terminated WR list.
+pub unsafe extern "C" fn post_send(
+    qp: *mut c_void,
+    wr: *mut c_void,
+    bad: *mut *mut c_void,
+) -> c_int {
+    if qp.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: caller contract.
+    let q = unsafe { softnic_qp(qp as *mut ibv_qp) };
+    let mut list: Vec<(*mut ibv_send_wr, SendWr<'_>)> = Vec::new();
+    let mut cur = wr as *mut ibv_send_wr;
+    let mut refused: Option<(*mut ibv_send_wr, c_int)> = None;
+    while !cur.is_null() {
+        // SAFETY: a valid WR list (caller contract), alive during this call.
+        match unsafe { send_wr(&*cur) } {
+            Ok(w) => list.push((cur, w)),
+            Err(e) => {
+                refused = Some((cur, e));
+                break;
+            }
+        }
+        // SAFETY: as above.
+        cur = unsafe { (*cur).next };
+    }
+    let wrs: Vec<SendWr<'_>> = list.iter().map(|(_, w)| *w).collect();
+    let mut api = q.api.lock().unwrap_or_else(|e| e.into_inner());
+    let r = if wrs.is_empty() {
+        Ok(())
+    } else {
+        api.post_send(&wrs)
+    };
+    let failed = match r {
+        Ok(()) => refused,
+        Err(e) => {
+            let i = match &e {
+                verbs_api::Error::Post { index, .. } => *index,
+                _ => 0,
+            };
+            Some((
+                list.get(i).map_or(wr as *mut ibv_send_wr, |(p, _)| *p),
+                post_errno(&e),
+            ))
+        }
+    };
+    match failed {
+        None => 0,
+        Some((w, e)) => {
+            if !bad.is_null() {
+                // SAFETY: the caller's out-pointer.
+                unsafe { *bad = w as *mut c_void };
+            }
+            e
+        }
+    }
+}
+
+/// The `post_recv` op behind the inline `ibv_post_recv` (conventions of
+/// [`post_send`]).
+///
+/// # Safety
+/// `qp` came from [`ibv_create_qp`]; `wr` is a valid NULL-terminated WR list.
+pub unsafe extern "C" fn post_recv(
+    qp: *mut c_void,
+    wr: *mut c_void,
+    bad: *mut *mut c_void,
+) -> c_int {
+    if qp.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: caller contract.
+    let q = unsafe { softnic_qp(qp as *mut ibv_qp) };
+    let mut list: Vec<(*mut ibv_recv_wr, RecvWr<'_>)> = Vec::new();
+    let mut cur = wr as *mut ibv_recv_wr;
+    let mut refused = None;
+    while !cur.is_null() {
+        // SAFETY: a valid WR list (caller contract).
+        let w = unsafe { &*cur };
+        // SAFETY: its SGE array is readable (caller contract).
+        match unsafe { sges(w.sg_list, w.num_sge) } {
+            Some(sg) => list.push((cur, RecvWr::new(w.wr_id, sg))),
+            None => {
+                refused = Some((cur, libc::EINVAL));
+                break;
+            }
+        }
+        cur = w.next;
+    }
+    let wrs: Vec<RecvWr<'_>> = list.iter().map(|(_, w)| *w).collect();
+    let mut api = q.api.lock().unwrap_or_else(|e| e.into_inner());
+    let r = if wrs.is_empty() {
+        Ok(())
+    } else {
+        api.post_recv(&wrs)
+    };
+    let failed = match r {
+        Ok(()) => refused,
+        Err(e) => {
+            let i = match &e {
+                verbs_api::Error::Post { index, .. } => *index,
+                _ => 0,
+            };
+            Some((
+                list.get(i).map_or(wr as *mut ibv_recv_wr, |(p, _)| *p),
+                post_errno(&e),
+            ))
+        }
+    };
+    match failed {
+        None => 0,
+        Some((w, e)) => {
+            if !bad.is_null() {
+                // SAFETY: the caller's out-pointer.
+                unsafe { *bad = w as *mut c_void };
+            }
+            e
+        }
+    }
+}

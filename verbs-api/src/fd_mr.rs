@@ -1,0 +1,134 @@
+//! Registering memory the caller already shares through a memfd (`ibv_reg_mr` on a
+//! buffer the caller mapped itself): the building block of softnic's drop-in
+//! libibverbs, which remaps a program's pages onto a memfd in place and registers that.
+//!
+//! Unlike [`crate::MemoryRegion`], the region's mapping belongs to the caller: this
+//! type only holds the registration (keys, the PD's local key table entry) and undoes
+//! it on drop. The NIC maps the memfd itself, from offset 0, for `len` bytes rounded up
+//! to a page, and translates `iova` .. `iova + len` onto it.
+
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+
+use crate::abi::control::{Handle, Reply, Request};
+use crate::error::{Error, Result};
+use crate::mr::AccessFlags;
+use crate::pd::{MrEntry, PdShared, ProtectionDomain};
+
+/// A registration of caller-mapped, memfd-backed memory. `Send + Sync`.
+pub struct FdMemoryRegion {
+    iova: u64,
+    len: u64,
+    handle: Handle,
+    lkey: u32,
+    rkey: u32,
+    pd: Arc<PdShared>,
+}
+
+impl std::fmt::Debug for FdMemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FdMemoryRegion")
+            .field("iova", &format_args!("{:#x}", self.iova))
+            .field("len", &self.len)
+            .field("lkey", &format_args!("{:#x}", self.lkey))
+            .finish()
+    }
+}
+
+impl ProtectionDomain {
+    /// Registers `len` bytes of `fd` (from its offset 0) at client address `iova`, where
+    /// the caller has mapped the same memfd `MAP_SHARED` and keeps it mapped while the
+    /// registration lives (local SGEs and inline sends are read from that mapping).
+    pub fn reg_fd(
+        &self,
+        fd: BorrowedFd<'_>,
+        iova: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<FdMemoryRegion> {
+        access.validate()?;
+        let max = self.inner.ctx.inner.attr().max_mr_size;
+        if len as u64 > max || iova.checked_add(len as u64).is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "memory region of {len} bytes at {iova:#x} exceeds the device's max_mr_size \
+                 {max} or the address space"
+            )));
+        }
+        let req = Request::RegMr {
+            pd: self.inner.handle,
+            len: len as u64,
+            access: access.0,
+            iova,
+        };
+        let (reply, _) = self.inner.ctx.inner.call("ibv_reg_mr", &req, &[fd])?;
+        let (handle, lkey, rkey) = match reply {
+            Reply::Mr { mr, lkey, rkey } => (mr, lkey, rkey),
+            other => return Err(Error::Protocol(format!("RegMr answered with {other:?}"))),
+        };
+        self.inner
+            .mrs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(MrEntry {
+                lkey,
+                addr: iova,
+                len: len as u64,
+                access,
+            });
+        Ok(FdMemoryRegion {
+            iova,
+            len: len as u64,
+            handle,
+            lkey,
+            rkey,
+            pd: self.inner.clone(),
+        })
+    }
+}
+
+impl FdMemoryRegion {
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// First byte's client address.
+    pub fn iova(&self) -> u64 {
+        self.iova
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The NIC's handle.
+    pub fn handle(&self) -> Handle {
+        self.handle
+    }
+}
+
+impl Drop for FdMemoryRegion {
+    fn drop(&mut self) {
+        self.pd
+            .mrs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|m| m.lkey != self.lkey);
+        let _ = self
+            .pd
+            .ctx
+            .inner
+            .call("ibv_dereg_mr", &Request::DeregMr { mr: self.handle }, &[]);
+    }
+}
