@@ -150,19 +150,37 @@ impl Drop for Spawned {
     }
 }
 
-/// Runs stock `prog ARGS` as server on `server` and as client on `client` (through
-/// `softnic exec -d`), the client connecting to 127.0.0.1:`port`; both must succeed.
-/// Returns both outputs.
-fn pingpong(
+/// Runs stock `prog -p PORT ARGS` as server on `server` and as client on `client`
+/// (through `softnic exec -d`), the client connecting to 127.0.0.1:PORT; both must
+/// succeed. Returns both outputs. PORT is `port`, or another one if something else on
+/// the host holds it (the server then says "Couldn't listen").
+fn pair_run(
     prog: &str,
     server: &NicProc,
     client: &NicProc,
     port: u16,
     args: &[&str],
 ) -> (String, String) {
+    for attempt in 0..4u32 {
+        let p = 20000 + ((u32::from(port) - 20000 + attempt * 4999) % 40000) as u16;
+        if let Some(outputs) = pair_attempt(prog, server, client, p, args) {
+            return outputs;
+        }
+    }
+    panic!("{prog}: no free TCP port for the exchange after 4 tries");
+}
+
+/// One [`pair_run`] attempt; None when the server could not listen on `port`.
+fn pair_attempt(
+    prog: &str,
+    server: &NicProc,
+    client: &NicProc,
+    port: u16,
+    args: &[&str],
+) -> Option<(String, String)> {
     let bin = stock(prog);
     let port = port.to_string();
-    let mut common = vec!["-g", "1", "-p", &port];
+    let mut common = vec!["-p", &port];
     common.extend_from_slice(args);
     let child = Command::new(env!("CARGO_BIN_EXE_softnic"))
         .args(["exec", "-d", &server.name, "--", bin.to_str().unwrap()])
@@ -174,21 +192,23 @@ fn pingpong(
         .expect("spawn server");
     let mut srv = Spawned(Some(child));
     let deadline = std::time::Instant::now() + nic_support::WAIT;
-    let cli = loop {
+    let mut cli = None;
+    while cli.is_none() {
         let mut args = vec!["-d", client.name.as_str(), "--", bin.to_str().unwrap()];
         args.extend_from_slice(&common);
         args.push("127.0.0.1");
         let o = exec(&args);
-        // The server may not listen yet: rdma-core's pingpongs then exit at once.
-        if !o.status.success()
-            && text(&o).contains("Couldn't connect")
-            && std::time::Instant::now() < deadline
-        {
+        // The server may not listen yet: the pingpongs and perftest then exit at once.
+        let early = !o.status.success()
+            && (text(&o).contains("Couldn't connect") || text(&o).contains("Unable to"));
+        let server_gone = srv.0.as_mut().unwrap().try_wait().unwrap().is_some();
+        if early && !server_gone && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(100));
             continue;
         }
-        break o;
-    };
+        cli = Some(o);
+    }
+    let cli = cli.unwrap();
     let cli_text = text(&cli);
     // Bounded wait for the server (the client finished, so it has too, or soon).
     let mut child = srv.0.take().unwrap();
@@ -203,17 +223,20 @@ fn pingpong(
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     let srv_text = text(&srv_out);
+    if !srv_out.status.success() && srv_text.contains("Couldn't listen") {
+        return None;
+    }
     assert!(
         cli.status.success() && srv_out.status.success(),
         "{prog} {args:?}\n=== client\n{cli_text}\n=== server\n{srv_text}"
     );
-    (srv_text, cli_text)
+    Some((srv_text, cli_text))
 }
 
-/// A TCP port for the pingpong exchange (20000..60015), distinct per test process and
-/// per call site (`offset` < 16).
+/// A TCP port for the exchange (20000..59999), distinct per test process and per call
+/// site (`offset` < 40).
 fn tcp_port(offset: u16) -> u16 {
-    20000 + (std::process::id() % 2500) as u16 * 16 + offset
+    20000 + (std::process::id() % 1000) as u16 * 40 + offset
 }
 
 /// Stock `ibv_rc_pingpong` between two softnic NICs, both ways, with rdma-core's own
@@ -241,7 +264,9 @@ fn stock_rc_pingpong_between_two_nics() {
     .into_iter()
     .enumerate()
     {
-        let (s, c) = pingpong("ibv_rc_pingpong", srv, cli, tcp_port(i as u16), &args);
+        let mut all = vec!["-g", "1"];
+        all.extend_from_slice(&args);
+        let (s, c) = pair_run("ibv_rc_pingpong", srv, cli, tcp_port(i as u16), &all);
         let n = args[args.iter().position(|x| *x == "-n").unwrap() + 1];
         for out in [&s, &c] {
             assert!(out.contains(&format!("{n} iters in")), "{out}");
@@ -257,17 +282,51 @@ fn stock_rc_pingpong_between_two_nics() {
 #[test]
 fn stock_uc_pingpong_between_two_nics() {
     let (a, b) = nic_pair("ibvstock-uc", 4);
-    let (s, c) = pingpong(
+    let (s, c) = pair_run(
         "ibv_uc_pingpong",
         &a,
         &b,
-        tcp_port(8),
-        &["-e", "-c", "-n", "50"],
+        tcp_port(6),
+        &["-g", "1", "-e", "-c", "-n", "50"],
     );
     assert!(
         s.contains("50 iters in") && c.contains("50 iters in"),
         "{s}\n{c}"
     );
+}
+
+/// Stock perftest between two softnic NICs, half the cases each way: every RC test
+/// runs to its result table (perftest itself checks no data; `softnic perf --verify`
+/// and the pingpongs' `-c` do).
+#[test]
+fn stock_perftest_between_two_nics() {
+    let (a, b) = nic_pair("ibvstock-perf", 6);
+    let cases: [(&str, &[&str]); 10] = [
+        ("ib_write_bw", &["-s", "65536", "-n", "50"]),
+        ("ib_read_bw", &["-s", "65536", "-n", "50"]),
+        ("ib_send_bw", &["-s", "65536", "-n", "50"]),
+        ("ib_atomic_bw", &["-n", "50"]),
+        ("ib_atomic_bw", &["-A", "CMP_AND_SWAP", "-n", "50"]),
+        ("ib_write_bw", &["-q", "4", "-s", "4096", "-n", "50"]),
+        ("ib_send_bw", &["-e", "-s", "4096", "-n", "50"]),
+        ("ib_write_lat", &["-s", "8", "-n", "20"]),
+        ("ib_send_lat", &["-s", "8", "-n", "20"]),
+        ("ib_read_lat", &["-s", "8", "-n", "20"]),
+    ];
+    for (i, (prog, args)) in cases.into_iter().enumerate() {
+        let mut all = vec!["-x", "1", "-F"];
+        all.extend_from_slice(args);
+        let (srv, cli) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let (s, c) = pair_run(prog, srv, cli, tcp_port(10 + i as u16), &all);
+        // The client always prints the result table (a READ latency server is passive).
+        assert!(
+            c.contains("#bytes"),
+            "{prog} {args:?}: no result table\n{c}"
+        );
+        for out in [&s, &c] {
+            assert!(out.contains("GID index       : 1"), "{out}");
+        }
+    }
 }
 
 /// Every symbol (and version node) that the installed stock binaries import resolves
