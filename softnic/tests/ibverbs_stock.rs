@@ -329,6 +329,70 @@ fn stock_perftest_between_two_nics() {
     }
 }
 
+/// Compiles `tests/ibverbs/NAME.c` against the real `<infiniband/verbs.h>` (and
+/// `-libverbs`, which `softnic exec` then replaces) into this test's directory.
+fn compile_c(name: &str, extra: &[&str]) -> PathBuf {
+    let dir = softnic_dir().join("c-build");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(name);
+    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
+    let o = Command::new(&cc)
+        .args(["-std=gnu11", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/ibverbs/{name}.c")))
+        .args(extra)
+        .arg("-libverbs")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cc:?} (a C compiler is required): {e}"));
+    assert!(
+        o.status.success(),
+        "compiling {name}.c (libibverbs-dev?): {}",
+        text(&o)
+    );
+    exe
+}
+
+/// Zero system calls per `ibv_post_send` / `ibv_post_recv` / `ibv_poll_cq` through the
+/// C ABI: `tests/ibverbs/nosyscall.c` runs 1000 SEND round trips between two
+/// `--busy-poll` NICs in a thread under a seccomp filter that kills the process on any
+/// syscall but `exit`. Control: the same loop with one `getppid` must die by SIGSYS.
+#[test]
+fn post_and_poll_make_no_syscalls_through_the_c_abi() {
+    use std::os::unix::process::ExitStatusExt;
+    let pid = std::process::id();
+    let net = format!("127.{}.{}", 100 + pid % 100, 1 + (pid / 100) % 250);
+    let a = NicProc::start("ibvstock-ns-a", &format!("{net}.8"), 4791, &["--busy-poll"]);
+    let b = NicProc::start("ibvstock-ns-b", &format!("{net}.9"), 4791, &["--busy-poll"]);
+    let exe = compile_c("nosyscall", &["-pthread"]);
+    let run = |mode: &str| {
+        exec(&[
+            "-d",
+            &a.name,
+            "-d",
+            &b.name,
+            "--",
+            exe.to_str().unwrap(),
+            &a.name,
+            &b.name,
+            mode,
+        ])
+    };
+    let o = run("clean");
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("ok 1000 rounds without a system call"),
+        "{}",
+        text(&o)
+    );
+    let o = run("getppid");
+    assert_eq!(
+        o.status.signal(),
+        Some(libc::SIGSYS),
+        "the filter did not bite: {}",
+        text(&o)
+    );
+}
+
 /// Every symbol (and version node) that the installed stock binaries import resolves
 /// against the drop-in directory: they are BIND_NOW, so one missing symbol stops them
 /// from starting at all.
@@ -393,22 +457,7 @@ fn every_stock_binary_links_against_the_drop_in() {
 #[test]
 fn c_abi_probe() {
     let nic = NicProc::start("ibvstock-probe", "127.0.0.1", 0, &[]);
-    let dir = softnic_dir().join("probe-build");
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("probe");
-    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
-    let o = Command::new(&cc)
-        .args(["-std=gnu11", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ibverbs/probe.c"))
-        .arg("-libverbs")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cc:?} (a C compiler is required): {e}"));
-    assert!(
-        o.status.success(),
-        "compiling probe.c (libibverbs-dev?): {}",
-        text(&o)
-    );
+    let exe = compile_c("probe", &[]);
     let o = exec(&["-d", &nic.name, "--", exe.to_str().unwrap(), &nic.name]);
     let out = text(&o);
     assert!(o.status.success(), "{out}");

@@ -510,6 +510,29 @@ unsafe fn send_wr<'a>(w: &'a ibv_send_wr) -> Result<SendWr<'a>, c_int> {
     })
 }
 
+/// WRs converted per call to verbs-api: a list is posted in chunks of this many, kept on
+/// the stack, so that posting allocates nothing (no `malloc`, which may make a system
+/// call in a thread's first use).
+const CHUNK: usize = 16;
+
+/// Posts one chunk; on refusal returns the index in the chunk and the errno.
+fn post_chunk<W>(
+    api: &mut QueuePair,
+    wrs: &[W],
+    post: fn(&mut QueuePair, &[W]) -> verbs_api::Result<()>,
+) -> Result<(), (usize, c_int)> {
+    match post(api, wrs) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let i = match &e {
+                verbs_api::Error::Post { index, .. } => *index,
+                _ => 0,
+            };
+            Err((i, post_errno(&e)))
+        }
+    }
+}
+
 /// The `post_send` op behind the inline `ibv_post_send`: on error, `*bad_wr` is the
 /// first WR not posted (those before it are posted) and the errno is returned.
 ///
@@ -525,51 +548,43 @@ pub unsafe extern "C" fn post_send(
     }
     // SAFETY: caller contract.
     let q = unsafe { softnic_qp(qp as *mut ibv_qp) };
-    let mut list: Vec<(*mut ibv_send_wr, SendWr<'_>)> = Vec::new();
-    let mut cur = wr as *mut ibv_send_wr;
-    let mut refused: Option<(*mut ibv_send_wr, c_int)> = None;
-    while !cur.is_null() {
-        // SAFETY: a valid WR list (caller contract), alive during this call.
-        match unsafe { send_wr(&*cur) } {
-            Ok(w) => list.push((cur, w)),
-            Err(e) => {
-                refused = Some((cur, e));
-                break;
-            }
-        }
-        // SAFETY: as above.
-        cur = unsafe { (*cur).next };
-    }
-    let wrs: Vec<SendWr<'_>> = list.iter().map(|(_, w)| *w).collect();
     let mut api = q.api.lock().unwrap_or_else(|e| e.into_inner());
-    let r = if wrs.is_empty() {
-        Ok(())
-    } else {
-        api.post_send(&wrs)
-    };
-    let failed = match r {
-        Ok(()) => refused,
-        Err(e) => {
-            let i = match &e {
-                verbs_api::Error::Post { index, .. } => *index,
-                _ => 0,
-            };
-            Some((
-                list.get(i).map_or(wr as *mut ibv_send_wr, |(p, _)| *p),
-                post_errno(&e),
-            ))
+    let mut cur = wr as *mut ibv_send_wr;
+    let filler = SendWr::new(0, WrOpcode::Send, &[]);
+    while !cur.is_null() {
+        let mut ptrs = [std::ptr::null_mut::<ibv_send_wr>(); CHUNK];
+        let mut wrs = [filler; CHUNK];
+        let mut n = 0;
+        let mut refused = None;
+        while n < CHUNK && !cur.is_null() {
+            // SAFETY: a valid WR list (caller contract), alive during this call.
+            match unsafe { send_wr(&*cur) } {
+                Ok(w) => {
+                    ptrs[n] = cur;
+                    wrs[n] = w;
+                    n += 1;
+                }
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+            // SAFETY: as above.
+            cur = unsafe { (*cur).next };
         }
-    };
-    match failed {
-        None => 0,
-        Some((w, e)) => {
+        let failed = match post_chunk(&mut api, &wrs[..n], QueuePair::post_send) {
+            Err((i, e)) => Some((ptrs[i.min(n.saturating_sub(1))], e)),
+            Ok(()) => refused.map(|e| (cur, e)),
+        };
+        if let Some((w, e)) = failed {
             if !bad.is_null() {
                 // SAFETY: the caller's out-pointer.
                 unsafe { *bad = w as *mut c_void };
             }
-            e
+            return e;
         }
     }
+    0
 }
 
 /// The `post_recv` op behind the inline `ibv_post_recv` (conventions of
@@ -587,50 +602,42 @@ pub unsafe extern "C" fn post_recv(
     }
     // SAFETY: caller contract.
     let q = unsafe { softnic_qp(qp as *mut ibv_qp) };
-    let mut list: Vec<(*mut ibv_recv_wr, RecvWr<'_>)> = Vec::new();
-    let mut cur = wr as *mut ibv_recv_wr;
-    let mut refused = None;
-    while !cur.is_null() {
-        // SAFETY: a valid WR list (caller contract).
-        let w = unsafe { &*cur };
-        // SAFETY: its SGE array is readable (caller contract).
-        match unsafe { sges(w.sg_list, w.num_sge) } {
-            Some(sg) => list.push((cur, RecvWr::new(w.wr_id, sg))),
-            None => {
-                refused = Some((cur, libc::EINVAL));
-                break;
-            }
-        }
-        cur = w.next;
-    }
-    let wrs: Vec<RecvWr<'_>> = list.iter().map(|(_, w)| *w).collect();
     let mut api = q.api.lock().unwrap_or_else(|e| e.into_inner());
-    let r = if wrs.is_empty() {
-        Ok(())
-    } else {
-        api.post_recv(&wrs)
-    };
-    let failed = match r {
-        Ok(()) => refused,
-        Err(e) => {
-            let i = match &e {
-                verbs_api::Error::Post { index, .. } => *index,
-                _ => 0,
-            };
-            Some((
-                list.get(i).map_or(wr as *mut ibv_recv_wr, |(p, _)| *p),
-                post_errno(&e),
-            ))
+    let mut cur = wr as *mut ibv_recv_wr;
+    let filler = RecvWr::new(0, &[]);
+    while !cur.is_null() {
+        let mut ptrs = [std::ptr::null_mut::<ibv_recv_wr>(); CHUNK];
+        let mut wrs = [filler; CHUNK];
+        let mut n = 0;
+        let mut refused = None;
+        while n < CHUNK && !cur.is_null() {
+            // SAFETY: a valid WR list (caller contract).
+            let w = unsafe { &*cur };
+            // SAFETY: its SGE array is readable (caller contract).
+            match unsafe { sges(w.sg_list, w.num_sge) } {
+                Some(sg) => {
+                    ptrs[n] = cur;
+                    wrs[n] = RecvWr::new(w.wr_id, sg);
+                    n += 1;
+                }
+                None => {
+                    refused = Some(libc::EINVAL);
+                    break;
+                }
+            }
+            cur = w.next;
         }
-    };
-    match failed {
-        None => 0,
-        Some((w, e)) => {
+        let failed = match post_chunk(&mut api, &wrs[..n], QueuePair::post_recv) {
+            Err((i, e)) => Some((ptrs[i.min(n.saturating_sub(1))], e)),
+            Ok(()) => refused.map(|e| (cur, e)),
+        };
+        if let Some((w, e)) = failed {
             if !bad.is_null() {
                 // SAFETY: the caller's out-pointer.
                 unsafe { *bad = w as *mut c_void };
             }
-            e
+            return e;
         }
     }
+    0
 }

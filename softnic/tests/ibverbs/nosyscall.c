@@ -1,0 +1,198 @@
+/* Zero system calls per ibv_post_send / ibv_post_recv / ibv_poll_cq through softnic's
+ * C ABI, shown with seccomp. Run by softnic/tests/ibverbs_stock.rs through
+ * `softnic exec` against two NICs started with --busy-poll (a sleeping NIC would make
+ * the next post write its wake eventfd: one legitimate syscall).
+ *
+ *   nosyscall DEV_A DEV_B clean|getppid
+ *
+ * Sets up an RC QP pair (x on DEV_A, y on DEV_B) with the ordinary verbs, then a
+ * thread installs a filter that kills the process (SIGSYS) on every system call but
+ * exit, and runs ROUNDS of: post a RECV on y, post a signaled SEND on x, poll both CQs
+ * until both completions arrive. It ends with a raw exit; the main thread checks the
+ * results. In `getppid` mode the loop makes one getppid() half-way: the process must
+ * die by SIGSYS, which shows the filter bites. */
+#define _GNU_SOURCE
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <infiniband/verbs.h>
+
+#define ROUNDS 1000
+#define MSG 64
+
+struct side {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	unsigned char *buf;
+	union ibv_gid gid;
+};
+
+static struct side x, y;
+static int mode_getppid;
+static volatile int done;	 /* 1: the filtered loop finished */
+static volatile int failures; /* completions that were not what was posted */
+
+static void die(const char *what)
+{
+	fprintf(stderr, "FAIL %s\n", what);
+	exit(2);
+}
+
+static void open_side(struct side *s, const char *name)
+{
+	int n;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	for (int i = 0; i < n; i++)
+		if (!strcmp(ibv_get_device_name(l[i]), name))
+			s->ctx = ibv_open_device(l[i]);
+	ibv_free_device_list(l);
+	if (!s->ctx)
+		die("open");
+	s->pd = ibv_alloc_pd(s->ctx);
+	s->cq = ibv_create_cq(s->ctx, 64, NULL, NULL, 0);
+	s->buf = memalign(4096, 4096);
+	if (!s->pd || !s->cq || !s->buf)
+		die("pd/cq/buf");
+	memset(s->buf, 0, 4096);
+	s->mr = ibv_reg_mr(s->pd, s->buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_qp_init_attr ia = {
+		.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	s->qp = ibv_create_qp(s->pd, &ia);
+	if (!s->mr || !s->qp || ibv_query_gid(s->ctx, 1, 1, &s->gid))
+		die("mr/qp/gid");
+}
+
+static void connect_side(struct side *s, struct side *peer)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+				 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE };
+	if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					     IBV_QP_ACCESS_FLAGS))
+		die("init");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = peer->qp->qp_num;
+	a.rq_psn = 0;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = peer->gid;
+	a.ah_attr.grh.sgid_index = 1;
+	a.ah_attr.grh.hop_limit = 1;
+	a.ah_attr.port_num = 1;
+	if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+					     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+					     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+		die("rtr");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.sq_psn = 0;
+	a.max_rd_atomic = 1;
+	if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+					     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+					     IBV_QP_MAX_QP_RD_ATOMIC))
+		die("rts");
+}
+
+/* One round: RECV on y, SEND on x, both completions. Returns 0 or a failure count. */
+static int round_trip(int i)
+{
+	struct ibv_sge rs = { (uintptr_t)y.buf, MSG, y.mr->lkey };
+	struct ibv_recv_wr r = { .wr_id = 1000000 + i, .sg_list = &rs, .num_sge = 1 }, *br;
+	struct ibv_sge ss = { (uintptr_t)x.buf, MSG, x.mr->lkey };
+	struct ibv_send_wr w = { .wr_id = i, .sg_list = &ss, .num_sge = 1,
+				 .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bw;
+	x.buf[0] = (unsigned char)i;
+	if (ibv_post_recv(y.qp, &r, &br) || ibv_post_send(x.qp, &w, &bw))
+		return 1;
+	int got_send = 0, got_recv = 0, bad = 0;
+	struct ibv_wc wc;
+	for (long spins = 0; (!got_send || !got_recv) && spins < 2000000000L; spins++) {
+		if (!got_send && ibv_poll_cq(x.cq, 1, &wc) == 1) {
+			got_send = 1;
+			bad += wc.status != IBV_WC_SUCCESS || wc.wr_id != (uint64_t)i;
+		}
+		if (!got_recv && ibv_poll_cq(y.cq, 1, &wc) == 1) {
+			got_recv = 1;
+			bad += wc.status != IBV_WC_SUCCESS || wc.byte_len != MSG ||
+			       wc.wr_id != (uint64_t)(1000000 + i) || y.buf[0] != (unsigned char)i;
+		}
+	}
+	return bad + !got_send + !got_recv;
+}
+
+static void forbid_syscalls_but_exit(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 0, 3),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_exit, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+	};
+	struct sock_fprog p = { .len = sizeof(f) / sizeof(f[0]), .filter = f };
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &p))
+		die("seccomp");
+}
+
+static void *filtered(void *arg)
+{
+	(void)arg;
+	forbid_syscalls_but_exit();
+	int bad = 0;
+	for (int i = 1; i <= ROUNDS; i++) {
+		if (mode_getppid && i == ROUNDS / 2)
+			bad += getppid() == 0;
+		bad += round_trip(i);
+	}
+	failures = bad;
+	__atomic_store_n(&done, 1, __ATOMIC_RELEASE);
+	syscall(SYS_exit, 0);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 4)
+		die("usage: nosyscall DEV_A DEV_B clean|getppid");
+	mode_getppid = !strcmp(argv[3], "getppid");
+	open_side(&x, argv[1]);
+	open_side(&y, argv[2]);
+	connect_side(&x, &y);
+	connect_side(&y, &x);
+	if (round_trip(0)) /* warm-up, unfiltered */
+		die("warm-up round");
+	pthread_t t;
+	if (pthread_create(&t, NULL, filtered, NULL))
+		die("pthread_create");
+	for (int ms = 0; ms < 120000 && !__atomic_load_n(&done, __ATOMIC_ACQUIRE); ms += 10) {
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	if (!done)
+		die("the filtered loop did not finish");
+	if (failures)
+		die("bad completions");
+	printf("ok %d rounds without a system call\n", ROUNDS);
+	return 0;
+}
