@@ -108,19 +108,6 @@ fn ibv_devinfo_verbose_describes_the_nic() {
     }
 }
 
-/// `ibv_ud_pingpong` opens the device and stops at the first verb not implemented yet
-/// (UD QPs need address handles) with rdma-core's own "not supported" answer — not a
-/// crash. (Update this test when UD lands.)
-#[test]
-fn ud_pingpong_stops_cleanly_at_the_first_missing_verb() {
-    let nic = NicProc::start("ibvstock-ud", "127.0.0.1", 0, &[]);
-    let bin = stock("ibv_ud_pingpong");
-    let o = exec(&["--", bin.to_str().unwrap(), "-d", &nic.name, "-g", "1"]);
-    let out = text(&o);
-    assert_eq!(o.status.code(), Some(1), "{out}");
-    assert!(out.contains("Couldn't create QP"), "{out}");
-}
-
 /// Two NICs on loopback addresses of their own, at the RoCEv2 port: stock programs
 /// address a peer by its GID only, so the peer NIC must listen on UDP 4791. The second
 /// and third octets come from the test process id, the last from `host`, so
@@ -295,13 +282,33 @@ fn stock_uc_pingpong_between_two_nics() {
     );
 }
 
-/// Stock perftest between two softnic NICs, half the cases each way: every RC test
-/// runs to its result table (perftest itself checks no data; `softnic perf --verify`
+/// Stock `ibv_ud_pingpong` between two softnic NICs, both ways (the receive buffers
+/// start with the 40-byte GRH).
+#[test]
+fn stock_ud_pingpong_between_two_nics() {
+    let (a, b) = nic_pair("ibvstock-ud", 10);
+    for (i, (srv, cli)) in [(&a, &b), (&b, &a)].into_iter().enumerate() {
+        let (s, c) = pair_run(
+            "ibv_ud_pingpong",
+            srv,
+            cli,
+            tcp_port(7 + i as u16),
+            &["-g", "1", "-e", "-c", "-n", "50", "-s", "1024"],
+        );
+        assert!(
+            s.contains("50 iters in") && c.contains("50 iters in"),
+            "{s}\n{c}"
+        );
+    }
+}
+
+/// Stock perftest between two softnic NICs, half the cases each way: every RC test,
+/// SEND over UD and WRITE over UC run to their result table (perftest itself checks no data; `softnic perf --verify`
 /// and the pingpongs' `-c` do).
 #[test]
 fn stock_perftest_between_two_nics() {
     let (a, b) = nic_pair("ibvstock-perf", 6);
-    let cases: [(&str, &[&str]); 10] = [
+    let cases: [(&str, &[&str]); 13] = [
         ("ib_write_bw", &["-s", "65536", "-n", "50"]),
         ("ib_read_bw", &["-s", "65536", "-n", "50"]),
         ("ib_send_bw", &["-s", "65536", "-n", "50"]),
@@ -312,6 +319,9 @@ fn stock_perftest_between_two_nics() {
         ("ib_write_lat", &["-s", "8", "-n", "20"]),
         ("ib_send_lat", &["-s", "8", "-n", "20"]),
         ("ib_read_lat", &["-s", "8", "-n", "20"]),
+        ("ib_send_bw", &["-c", "UD", "-s", "1024", "-n", "50"]),
+        ("ib_send_lat", &["-c", "UD", "-s", "8", "-n", "20"]),
+        ("ib_write_bw", &["-c", "UC", "-s", "4096", "-n", "50"]),
     ];
     for (i, (prog, args)) in cases.into_iter().enumerate() {
         let mut all = vec!["-x", "1", "-F"];
@@ -508,7 +518,11 @@ fn c_abi_probe() {
         format!("dealloc_pd_busy {ebusy}"),
         "dereg 0".into(),
         "rereg ok byte0_kept 1".into(),
-        format!("create_ud_qp null errno {eop}"),
+        "create_ud_qp ok".into(),
+        "destroy_ud_qp 0".into(),
+        format!("create_ah_lid_only null errno {einval}"),
+        "create_ah ok".into(),
+        "destroy_ah 0".into(),
         "create_rc_qp ok state 0 cap_send_ge_4 1".into(),
         format!("destroy_cq_busy {ebusy}"),
         "modify_init 0 state 1".into(),

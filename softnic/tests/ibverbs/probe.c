@@ -181,7 +181,18 @@ int main(int argc, char **argv)
 	};
 	errno = 0;
 	struct ibv_qp *qp = ibv_create_qp(pd, &qia);
-	printf("create_ud_qp %s errno %d\n", qp ? "ok" : "null", errno);
+	printf("create_ud_qp %s\n", qp ? "ok" : "null");
+	if (qp)
+		printf("destroy_ud_qp %d\n", ibv_destroy_qp(qp));
+	struct ibv_ah_attr aha = { .is_global = 0, .port_num = 1 };
+	errno = 0;
+	struct ibv_ah *ah = ibv_create_ah(pd, &aha);
+	printf("create_ah_lid_only %s errno %d\n", ah ? "ok" : "null", errno);
+	aha.is_global = 1;
+	aha.grh.sgid_index = 1;
+	ah = ibv_create_ah(pd, &aha);
+	printf("create_ah %s\n", ah ? "ok" : "null");
+	printf("destroy_ah %d\n", ah ? ibv_destroy_ah(ah) : -1);
 	qia.qp_type = IBV_QPT_RC;
 	qp = ibv_create_qp(pd, &qia);
 	printf("create_rc_qp %s state %d cap_send_ge_4 %d\n", qp ? "ok" : "null",

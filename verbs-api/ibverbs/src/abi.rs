@@ -359,12 +359,22 @@ pub struct ibv_port_attr {
 /// `query_port` op) may have a buffer of only this size.
 pub const COMPAT_PORT_ATTR_SIZE: usize = 48;
 
+/// `union ibv_gid` (16 bytes, wire order). The C union has a member of two `__be64`,
+/// so it is 8-byte aligned, and so is every struct that embeds it (which makes
+/// `ibv_qp_attr` 144 bytes, not 140).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+pub struct ibv_gid {
+    /// The bytes.
+    pub raw: [u8; 16],
+}
+
 /// `struct ibv_gid_entry` (32 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub struct ibv_gid_entry {
-    /// The GID (`union ibv_gid`), wire order.
-    pub gid: [u8; 16],
+    /// The GID.
+    pub gid: ibv_gid,
     /// Its index.
     pub gid_index: u32,
     /// Its port.
@@ -516,7 +526,7 @@ pub struct ibv_qp_init_attr {
 #[derive(Clone, Copy, Default)]
 pub struct ibv_global_route {
     /// Destination GID.
-    pub dgid: [u8; 16],
+    pub dgid: ibv_gid,
     /// Flow label.
     pub flow_label: u32,
     /// Source GID index.
@@ -603,6 +613,17 @@ pub struct ibv_qp_attr {
     pub alt_timeout: u8,
     /// Rate limit (kbps).
     pub rate_limit: u32,
+}
+
+/// `struct ibv_ah` (24 bytes).
+#[repr(C)]
+pub struct ibv_ah {
+    /// Owning context.
+    pub context: *mut ibv_context,
+    /// PD.
+    pub pd: *mut ibv_pd,
+    /// Handle.
+    pub handle: u32,
 }
 
 /// `ibv_send_wr.wr.rdma`.
@@ -967,6 +988,239 @@ pub fn layout_table() -> Vec<FieldLayout> {
             ndev_ifindex
         }
     );
+    fields!(v, Offset, ibv_pd { context, handle });
+    fields!(
+        v,
+        Offset,
+        ibv_ah {
+            context,
+            pd,
+            handle
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_mr {
+            context,
+            pd,
+            addr,
+            length,
+            handle,
+            lkey,
+            rkey
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_comp_channel {
+            context,
+            fd,
+            refcnt
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_cq {
+            context,
+            channel,
+            cq_context,
+            handle,
+            cqe,
+            mutex,
+            cond,
+            comp_events_completed,
+            async_events_completed
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_qp {
+            context,
+            qp_context,
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+            handle,
+            qp_num,
+            state,
+            qp_type,
+            mutex,
+            cond,
+            events_completed
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_qp_cap {
+            max_send_wr,
+            max_recv_wr,
+            max_send_sge,
+            max_recv_sge,
+            max_inline_data
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_qp_init_attr {
+            qp_context,
+            send_cq,
+            recv_cq,
+            srq,
+            cap,
+            qp_type,
+            sq_sig_all
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_global_route {
+            dgid,
+            flow_label,
+            sgid_index,
+            hop_limit,
+            traffic_class
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_ah_attr {
+            grh,
+            dlid,
+            sl,
+            src_path_bits,
+            static_rate,
+            is_global,
+            port_num
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_qp_attr {
+            qp_state,
+            cur_qp_state,
+            path_mtu,
+            path_mig_state,
+            qkey,
+            rq_psn,
+            sq_psn,
+            dest_qp_num,
+            qp_access_flags,
+            cap,
+            ah_attr,
+            alt_ah_attr,
+            pkey_index,
+            alt_pkey_index,
+            en_sqd_async_notify,
+            sq_draining,
+            max_rd_atomic,
+            max_dest_rd_atomic,
+            min_rnr_timer,
+            port_num,
+            timeout,
+            retry_cnt,
+            rnr_retry,
+            alt_port_num,
+            alt_timeout,
+            rate_limit
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_send_wr {
+            wr_id,
+            next,
+            sg_list,
+            num_sge,
+            opcode,
+            send_flags,
+            imm_data,
+            wr,
+            qp_type,
+            bind_mw
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_recv_wr {
+            wr_id,
+            next,
+            sg_list,
+            num_sge
+        }
+    );
+    fields!(v, Offset, ibv_sge { addr, length, lkey });
+    fields!(
+        v,
+        Offset,
+        ibv_wc {
+            wr_id,
+            status,
+            opcode,
+            vendor_err,
+            byte_len,
+            imm_data,
+            qp_num,
+            src_qp,
+            wc_flags,
+            pkey_index,
+            slid,
+            sl,
+            dlid_path_bits
+        }
+    );
+    // The members of ibv_send_wr's `wr` union, as `wr.rdma.rkey` etc.
+    let wr = std::mem::offset_of!(ibv_send_wr, wr);
+    for (field, off, size) in [
+        (
+            "wr.rdma.remote_addr",
+            std::mem::offset_of!(rdma_wr, remote_addr),
+            8,
+        ),
+        ("wr.rdma.rkey", std::mem::offset_of!(rdma_wr, rkey), 4),
+        (
+            "wr.atomic.remote_addr",
+            std::mem::offset_of!(atomic_wr, remote_addr),
+            8,
+        ),
+        (
+            "wr.atomic.compare_add",
+            std::mem::offset_of!(atomic_wr, compare_add),
+            8,
+        ),
+        ("wr.atomic.swap", std::mem::offset_of!(atomic_wr, swap), 8),
+        ("wr.atomic.rkey", std::mem::offset_of!(atomic_wr, rkey), 4),
+        ("wr.ud.ah", std::mem::offset_of!(ud_wr, ah), 8),
+        (
+            "wr.ud.remote_qpn",
+            std::mem::offset_of!(ud_wr, remote_qpn),
+            4,
+        ),
+        (
+            "wr.ud.remote_qkey",
+            std::mem::offset_of!(ud_wr, remote_qkey),
+            4,
+        ),
+    ] {
+        v.push(FieldLayout {
+            strukt: "ibv_send_wr",
+            field,
+            kind: Kind::Offset,
+            value: wr + off,
+            size,
+        });
+    }
     v
 }
 
@@ -1007,6 +1261,92 @@ pub fn size_table() -> Vec<StructSize> {
         StructSize {
             strukt: "ibv_gid_entry",
             size: size_of::<ibv_gid_entry>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_pd",
+            size: size_of::<ibv_pd>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_ah",
+            size: size_of::<ibv_ah>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_mr",
+            size: size_of::<ibv_mr>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_comp_channel",
+            size: size_of::<ibv_comp_channel>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_cq",
+            size: size_of::<ibv_cq>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_cq_ex",
+            size: IBV_CQ_EX_SIZE,
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_qp",
+            size: size_of::<ibv_qp>(),
+            rule: SizeRule::Exact,
+        },
+        // v44's ibv_qp_ex is 352 bytes, HEAD's 360: QPs are allocated at the larger.
+        StructSize {
+            strukt: "ibv_qp_ex",
+            size: IBV_QP_EX_SIZE,
+            rule: SizeRule::CMayBeSmaller,
+        },
+        StructSize {
+            strukt: "ibv_qp_cap",
+            size: size_of::<ibv_qp_cap>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_qp_init_attr",
+            size: size_of::<ibv_qp_init_attr>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_global_route",
+            size: size_of::<ibv_global_route>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_ah_attr",
+            size: size_of::<ibv_ah_attr>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_qp_attr",
+            size: size_of::<ibv_qp_attr>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_send_wr",
+            size: size_of::<ibv_send_wr>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_recv_wr",
+            size: size_of::<ibv_recv_wr>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_sge",
+            size: size_of::<ibv_sge>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_wc",
+            size: size_of::<ibv_wc>(),
             rule: SizeRule::Exact,
         },
     ]

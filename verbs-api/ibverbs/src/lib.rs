@@ -19,7 +19,8 @@
 //! * [`query`]: `ibv_query_device(_ex)`, `ibv_query_port`, GIDs, P_Keys.
 //! * [`objects`]: PDs, CQs (`poll_cq`, `req_notify_cq`), completion channels.
 //! * [`mr`]: `ibv_reg_mr` by remapping the program's pages onto a memfd.
-//! * [`qp`]: RC/UC QPs, `ibv_modify_qp`/`ibv_query_qp`, `post_send`/`post_recv`.
+//! * [`qp`]: RC/UC/UD QPs, `ibv_modify_qp`/`ibv_query_qp`, `post_send`/`post_recv`.
+//! * [`ah`]: address handles for UD.
 //! * [`strings`]: `ibv_*_str` helpers and the fork API.
 //! * [`unsupported`]: every other verb the stock tools import, answering the errno
 //!   rdma-core gives for a verb the provider does not implement.
@@ -30,6 +31,7 @@
 //! A Rust panic cannot cross the boundary (`extern "C"` aborts on unwind).
 
 pub mod abi;
+pub mod ah;
 pub mod builder;
 pub mod device;
 mod errno;

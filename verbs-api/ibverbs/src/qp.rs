@@ -3,8 +3,8 @@
 //! `ibv_post_recv` (loads and stores on the shared rings, no syscall unless the NIC
 //! sleeps).
 //!
-//! RC and UC QPs are supported. UD needs address handles, which do not exist yet:
-//! `ibv_create_qp` of a UD QP answers EOPNOTSUPP. Every QP is allocated as large as
+//! RC, UC and UD QPs are supported (a UD receive buffer starts with the 40-byte GRH, as
+//! on rxe; the NIC writes it). Every QP is allocated as large as
 //! `struct ibv_qp_ex` (zero past `ibv_qp`); `ibv_qp_to_qp_ex` answers NULL (the
 //! `ibv_wr_*` API is not implemented).
 
@@ -35,6 +35,7 @@ pub struct SoftnicQp {
 // enum ibv_qp_type
 const IBV_QPT_RC: c_int = 2;
 const IBV_QPT_UC: c_int = 3;
+const IBV_QPT_UD: c_int = 4;
 
 // enum ibv_qp_attr_mask
 const QP_STATE: c_int = 1 << 0;
@@ -149,6 +150,7 @@ pub unsafe extern "C" fn ibv_create_qp(
     let qp_type = match ia.qp_type {
         IBV_QPT_RC => QpType::Rc,
         IBV_QPT_UC => QpType::Uc,
+        IBV_QPT_UD => QpType::Ud,
         _ => return errno::null(libc::EOPNOTSUPP),
     };
     if !ia.srq.is_null() {
@@ -293,7 +295,7 @@ fn attrs_of(attr: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, c_int> {
             return Err(libc::EINVAL);
         }
         a.ah_attr = Some(AhAttr {
-            dgid: Gid(ah.grh.dgid),
+            dgid: Gid(ah.grh.dgid.raw),
             sgid_index: ah.grh.sgid_index,
             hop_limit: ah.grh.hop_limit,
             udp_port: 0,
@@ -410,7 +412,9 @@ pub unsafe extern "C" fn ibv_query_qp(
     if let Some(remote) = c.remote {
         out.ah_attr.is_global = 1;
         out.ah_attr.port_num = 1;
-        out.ah_attr.grh.dgid = Gid::from_ip(remote.ip()).0;
+        out.ah_attr.grh.dgid = ibv_gid {
+            raw: Gid::from_ip(remote.ip()).0,
+        };
         out.ah_attr.grh.sgid_index = verbs_api::gid::ADDRESS_GID_INDEX as u8;
     }
     // SAFETY: writable (caller contract).
@@ -460,8 +464,9 @@ unsafe fn sges<'a>(sg: *const Sge, n: c_int) -> Option<&'a [Sge]> {
 /// One `ibv_send_wr` as a verbs-api WR, or the errno refusing it.
 ///
 /// # Safety
-/// `w` is a valid `ibv_send_wr` (its SGE array readable).
-unsafe fn send_wr<'a>(w: &'a ibv_send_wr) -> Result<SendWr<'a>, c_int> {
+/// `w` is a valid `ibv_send_wr` (its SGE array readable; for `ud`, its AH from
+/// `ibv_create_ah`).
+unsafe fn send_wr<'a>(w: &'a ibv_send_wr, ud: bool) -> Result<SendWr<'a>, c_int> {
     // SAFETY: caller contract.
     let sg = unsafe { sges(w.sg_list, w.num_sge) }.ok_or(libc::EINVAL)?;
     // SAFETY: the union member read is the one the opcode selects.
@@ -501,12 +506,28 @@ unsafe fn send_wr<'a>(w: &'a ibv_send_wr) -> Result<SendWr<'a>, c_int> {
         // IBV_SEND_IP_CSUM and beyond.
         return Err(libc::EOPNOTSUPP);
     }
+    let ud = if ud {
+        // SAFETY: UD WRs carry `wr.ud` (the caller's QP is UD).
+        let u = unsafe { w.wr.ud };
+        if u.ah.is_null() {
+            return Err(libc::EINVAL);
+        }
+        Some(verbs_api::UdAddress {
+            // SAFETY: an AH from ibv_create_ah (caller contract).
+            gid: unsafe { crate::ah::dest_of(u.ah as *mut ibv_ah) },
+            udp_port: 0,
+            qpn: u.remote_qpn,
+            qkey: u.remote_qkey,
+        })
+    } else {
+        None
+    };
     Ok(SendWr {
         wr_id: w.wr_id,
         opcode,
         sg_list: sg,
         send_flags: SendFlags(w.send_flags as u8),
-        ud: None,
+        ud,
     })
 }
 
@@ -558,7 +579,7 @@ pub unsafe extern "C" fn post_send(
         let mut refused = None;
         while n < CHUNK && !cur.is_null() {
             // SAFETY: a valid WR list (caller contract), alive during this call.
-            match unsafe { send_wr(&*cur) } {
+            match unsafe { send_wr(&*cur, q.qp.qp_type == IBV_QPT_UD) } {
                 Ok(w) => {
                     ptrs[n] = cur;
                     wrs[n] = w;

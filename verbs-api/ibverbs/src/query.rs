@@ -206,7 +206,7 @@ fn gid_entry(
     }
     let gid = verbs_api::device::gid_at(&ctx.attr, index).map_err(|_| libc::EINVAL)?;
     Ok(ibv_gid_entry {
-        gid: gid.0,
+        gid: ibv_gid { raw: gid.0 },
         gid_index: index,
         port_num: port,
         gid_type: IBV_GID_TYPE_ROCE_V2,
@@ -234,7 +234,7 @@ pub unsafe extern "C" fn ibv_query_gid(
     match gid_entry(ctx, port_num.into(), index as u32) {
         Ok(e) => {
             // SAFETY: gid writable (caller contract).
-            unsafe { gid.write(e.gid) };
+            unsafe { gid.write(e.gid.raw) };
             0
         }
         Err(e) => {

@@ -7,8 +7,8 @@
 //! exist for them to start at all (`ibv_devinfo` imports `ibv_query_gid_type`, perftest
 //! imports the QP verbs even for a device query).
 //!
-//! SRQs and AHs cannot be created yet, so their destroy verbs can only be reached with
-//! a pointer this library never handed out; they return EOPNOTSUPP too.
+//! SRQs cannot be created yet, so their destroy verb can only be reached with a
+//! pointer this library never handed out; it returns EOPNOTSUPP too.
 
 use std::ffi::{c_int, c_void};
 
@@ -84,16 +84,8 @@ int_verb!(
     ibv_destroy_srq(srq: P)
 );
 null_verb!(
-    /// `ibv_create_ah`.
-    ibv_create_ah(pd: P, attr: P)
-);
-null_verb!(
     /// `ibv_create_ah_from_wc`.
     ibv_create_ah_from_wc(pd: P, wc: P, grh: P, port_num: u8)
-);
-int_verb!(
-    /// `ibv_destroy_ah`.
-    ibv_destroy_ah(ah: P)
 );
 int_verb!(
     /// `ibv_attach_mcast`.
