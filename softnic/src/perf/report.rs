@@ -50,7 +50,10 @@ pub fn test_info(p: &Params, device: &str, mtu_bytes: u32, out_reads: u32) -> St
     }
     s.push_str(&format!(" Mtu             : {mtu_bytes}[B]\n"));
     s.push_str(" Link type       : Ethernet\n");
-    s.push_str(" GID index       : 0\n");
+    s.push_str(&format!(
+        " GID index       : {}\n",
+        verbs_api::gid::ADDRESS_GID_INDEX
+    ));
     if matches!(p.verb, Verb::Read | Verb::Atomic) {
         s.push_str(&format!(" Outstand reads  : {out_reads}\n"));
     } else {

