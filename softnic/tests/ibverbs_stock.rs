@@ -518,6 +518,7 @@ fn c_abi_probe() {
         format!("dealloc_pd_busy {ebusy}"),
         "dereg 0".into(),
         "rereg ok byte0_kept 1".into(),
+        "fork_child_segv 1 parent_byte1_kept 1".into(),
         "create_ud_qp ok".into(),
         "destroy_ud_qp 0".into(),
         format!("create_ah_lid_only null errno {einval}"),

@@ -9,6 +9,8 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <stdint.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <string.h>
@@ -173,6 +175,18 @@ int main(int argc, char **argv)
 	printf("rereg %s byte0_kept %d\n", mr ? "ok" : "null", buf[0] == 3);
 	if (!mr)
 		return 1;
+	/* fork: the registered pages are MADV_DONTFORK, so a child cannot write into the
+	 * parent's MR (it faults); the parent's bytes stay. */
+	fflush(stdout);
+	pid_t child = fork();
+	if (child == 0) {
+		buf[1] = 0x99;
+		_exit(0);
+	}
+	int wstatus = 0;
+	waitpid(child, &wstatus, 0);
+	printf("fork_child_segv %d parent_byte1_kept %d\n",
+	       WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGSEGV, buf[1] == (unsigned char)10);
 
 	struct ibv_qp_init_attr qia = {
 		.send_cq = cq, .recv_cq = cq,
