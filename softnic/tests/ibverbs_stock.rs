@@ -228,7 +228,8 @@ fn tcp_port(offset: u16) -> u16 {
 
 /// Stock `ibv_rc_pingpong` between two softnic NICs, both ways, with rdma-core's own
 /// data check (`-c`), in event mode (`-e`: completion channels) and busy-polling, at
-/// sizes 1, 4096 and 65536 and path MTUs 1024 and 4096.
+/// sizes 1, 4096 and 65536 and path MTUs 1024 and 4096, and with the `ibv_wr_*` post
+/// API (`-N`).
 #[test]
 fn stock_rc_pingpong_between_two_nics() {
     let (a, b) = nic_pair("ibvstock-rc", 2);
@@ -247,6 +248,13 @@ fn stock_rc_pingpong_between_two_nics() {
             vec!["-e", "-c", "-n", "20", "-s", "4096", "-m", "1024"],
         ),
         (&b, &a, vec!["-c", "-n", "5"]),
+        // The ibv_wr_* post API (ibv_create_qp_ex with send-ops flags).
+        (&a, &b, vec!["-N", "-e", "-c", "-n", "50"]),
+        (
+            &b,
+            &a,
+            vec!["-N", "-e", "-c", "-n", "20", "-s", "65536", "-m", "1024"],
+        ),
     ]
     .into_iter()
     .enumerate()
@@ -273,7 +281,7 @@ fn stock_uc_pingpong_between_two_nics() {
         "ibv_uc_pingpong",
         &a,
         &b,
-        tcp_port(6),
+        tcp_port(30),
         &["-g", "1", "-e", "-c", "-n", "50"],
     );
     assert!(
@@ -292,7 +300,7 @@ fn stock_ud_pingpong_between_two_nics() {
             "ibv_ud_pingpong",
             srv,
             cli,
-            tcp_port(7 + i as u16),
+            tcp_port(31 + i as u16),
             &["-g", "1", "-e", "-c", "-n", "50", "-s", "1024"],
         );
         assert!(

@@ -186,8 +186,9 @@ pub struct verbs_context {
     pub abi_placeholder1: OpaqueOp,
     /// `open_qp`.
     pub open_qp: OpaqueOp,
-    /// `create_qp_ex`.
-    pub create_qp_ex: OpaqueOp,
+    /// `create_qp_ex` (the inline `ibv_create_qp_ex` calls it unless only
+    /// `IBV_QP_INIT_ATTR_PD` is set).
+    pub create_qp_ex: Option<unsafe extern "C" fn(*mut ibv_context, *mut c_void) -> *mut c_void>,
     /// `get_srq_num`.
     pub get_srq_num: OpaqueOp,
     /// `create_srq_ex`.
@@ -482,9 +483,108 @@ pub struct ibv_qp {
     pub events_completed: u32,
 }
 
-/// Size of `struct ibv_qp_ex` in rdma-core HEAD (352 in v44): every QP is allocated
-/// this large, zero past `ibv_qp`.
-pub const IBV_QP_EX_SIZE: usize = 360;
+/// Size of `struct ibv_qp_ex` in rdma-core HEAD (352 in v44, which lacks `wr_flush`):
+/// every QP is allocated as a [`ibv_qp_ex`].
+pub const IBV_QP_EX_SIZE: usize = std::mem::size_of::<ibv_qp_ex>();
+const _: () = assert!(IBV_QP_EX_SIZE == 360);
+
+/// `struct ibv_qp_ex` (v44: 352 bytes; HEAD appends `wr_flush`, 360): the `ibv_wr_*`
+/// post API. Every QP is allocated as this struct; the function pointers are filled
+/// only for QPs created through `ibv_create_qp_ex` with send-ops flags.
+#[repr(C)]
+pub struct ibv_qp_ex {
+    /// The classic QP (`ibv_qp_ex_to_qp` is a cast).
+    pub qp_base: ibv_qp,
+    /// Valid extensions (none).
+    pub comp_mask: u64,
+    /// wr_id of the next WR built.
+    pub wr_id: u64,
+    /// `ibv_send_flags` of the next WR built.
+    pub wr_flags: c_uint,
+    /// `wr_atomic_cmp_swp(qp, rkey, remote_addr, compare, swap)`.
+    pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64, u64)>,
+    /// `wr_atomic_fetch_add(qp, rkey, remote_addr, add)`.
+    pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64)>,
+    /// `wr_bind_mw`.
+    pub wr_bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, u32, *const c_void)>,
+    /// `wr_local_inv(qp, rkey)`.
+    pub wr_local_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    /// `wr_rdma_read(qp, rkey, remote_addr)`.
+    pub wr_rdma_read: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    /// `wr_rdma_write(qp, rkey, remote_addr)`.
+    pub wr_rdma_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    /// `wr_rdma_write_imm(qp, rkey, remote_addr, imm_be)`.
+    pub wr_rdma_write_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    /// `wr_send(qp)`.
+    pub wr_send: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    /// `wr_send_imm(qp, imm_be)`.
+    pub wr_send_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    /// `wr_send_inv(qp, rkey)`.
+    pub wr_send_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    /// `wr_send_tso(qp, hdr, hdr_sz, mss)`.
+    pub wr_send_tso: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, u16, u16)>,
+    /// `wr_set_ud_addr(qp, ah, remote_qpn, remote_qkey)`.
+    pub wr_set_ud_addr: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_ah, u32, u32)>,
+    /// `wr_set_xrc_srqn(qp, srqn)`.
+    pub wr_set_xrc_srqn: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    /// `wr_set_inline_data(qp, addr, length)`.
+    pub wr_set_inline_data: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, usize)>,
+    /// `wr_set_inline_data_list(qp, num_buf, buf_list)`.
+    pub wr_set_inline_data_list: Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const c_void)>,
+    /// `wr_set_sge(qp, lkey, addr, length)`.
+    pub wr_set_sge: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    /// `wr_set_sge_list(qp, num_sge, sg_list)`.
+    pub wr_set_sge_list: Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_sge)>,
+    /// `wr_start(qp)`.
+    pub wr_start: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    /// `wr_complete(qp)`: posts the batch; 0 or an errno.
+    pub wr_complete: Option<unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int>,
+    /// `wr_abort(qp)`.
+    pub wr_abort: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    /// `wr_atomic_write(qp, rkey, remote_addr, atomic_wr)`.
+    pub wr_atomic_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, *const c_void)>,
+    /// `wr_flush` (rdma-core HEAD only; not in v44's header).
+    pub wr_flush: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, usize, u8, u8)>,
+}
+
+/// `struct ibv_qp_init_attr_ex` (136 bytes); beyond the classic fields this library
+/// reads `comp_mask`, `pd`, `create_flags` and `send_ops_flags`.
+#[repr(C)]
+pub struct ibv_qp_init_attr_ex {
+    /// Cookie for `qp->qp_context`.
+    pub qp_context: *mut c_void,
+    /// Send CQ.
+    pub send_cq: *mut ibv_cq,
+    /// Receive CQ.
+    pub recv_cq: *mut ibv_cq,
+    /// SRQ.
+    pub srq: *mut c_void,
+    /// Sizes (in and out).
+    pub cap: ibv_qp_cap,
+    /// `enum ibv_qp_type`.
+    pub qp_type: c_int,
+    /// Signal every send.
+    pub sq_sig_all: c_int,
+    /// `enum ibv_qp_init_attr_mask`.
+    pub comp_mask: u32,
+    /// PD (IBV_QP_INIT_ATTR_PD).
+    pub pd: *mut ibv_pd,
+    /// XRC domain.
+    pub xrcd: *mut c_void,
+    /// `enum ibv_qp_create_flags`.
+    pub create_flags: u32,
+    /// TSO header size.
+    pub max_tso_header: u16,
+    /// RSS indirection table.
+    pub rwq_ind_tbl: *mut c_void,
+    /// `struct ibv_rx_hash_conf`: function (u8), key length (u8), key pointer, fields
+    /// mask (u64).
+    pub rx_hash_conf: [u64; 3],
+    /// Source QPN.
+    pub source_qpn: u32,
+    /// `enum ibv_qp_create_send_ops_flags`.
+    pub send_ops_flags: u64,
+}
 
 /// `struct ibv_qp_cap` (20 bytes).
 #[repr(C)]
@@ -1180,6 +1280,59 @@ pub fn layout_table() -> Vec<FieldLayout> {
             dlid_path_bits
         }
     );
+    fields!(
+        v,
+        Offset,
+        ibv_qp_ex {
+            qp_base,
+            comp_mask,
+            wr_id,
+            wr_flags,
+            wr_atomic_cmp_swp,
+            wr_atomic_fetch_add,
+            wr_bind_mw,
+            wr_local_inv,
+            wr_rdma_read,
+            wr_rdma_write,
+            wr_rdma_write_imm,
+            wr_send,
+            wr_send_imm,
+            wr_send_inv,
+            wr_send_tso,
+            wr_set_ud_addr,
+            wr_set_xrc_srqn,
+            wr_set_inline_data,
+            wr_set_inline_data_list,
+            wr_set_sge,
+            wr_set_sge_list,
+            wr_start,
+            wr_complete,
+            wr_abort,
+            wr_atomic_write
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_qp_init_attr_ex {
+            qp_context,
+            send_cq,
+            recv_cq,
+            srq,
+            cap,
+            qp_type,
+            sq_sig_all,
+            comp_mask,
+            pd,
+            xrcd,
+            create_flags,
+            max_tso_header,
+            rwq_ind_tbl,
+            rx_hash_conf,
+            source_qpn,
+            send_ops_flags
+        }
+    );
     // The members of ibv_send_wr's `wr` union, as `wr.rdma.rkey` etc.
     let wr = std::mem::offset_of!(ibv_send_wr, wr);
     for (field, off, size) in [
@@ -1303,6 +1456,11 @@ pub fn size_table() -> Vec<StructSize> {
             strukt: "ibv_qp_ex",
             size: IBV_QP_EX_SIZE,
             rule: SizeRule::CMayBeSmaller,
+        },
+        StructSize {
+            strukt: "ibv_qp_init_attr_ex",
+            size: size_of::<ibv_qp_init_attr_ex>(),
+            rule: SizeRule::Exact,
         },
         StructSize {
             strukt: "ibv_qp_cap",

@@ -262,6 +262,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
     vctx.query_port = Some(crate::query::query_port_op);
     vctx.query_device_ex = Some(crate::query::query_device_ex_op);
+    vctx.create_qp_ex = Some(crate::qp::create_qp_ex_op);
     vctx.sz = VERBS_CONTEXT_SZ;
     vctx.context.device = device;
     vctx.context.ops = crate::unsupported::context_ops();

@@ -21,6 +21,7 @@
 //! * [`mr`]: `ibv_reg_mr` by remapping the program's pages onto a memfd.
 //! * [`qp`]: RC/UC/UD QPs, `ibv_modify_qp`/`ibv_query_qp`, `post_send`/`post_recv`.
 //! * [`ah`]: address handles for UD.
+//! * [`wr`]: the `ibv_wr_*` post API of `ibv_qp_ex`.
 //! * [`strings`]: `ibv_*_str` helpers and the fork API.
 //! * [`unsupported`]: every other verb the stock tools import, answering the errno
 //!   rdma-core gives for a verb the provider does not implement.
@@ -41,3 +42,4 @@ pub mod qp;
 pub mod query;
 pub mod strings;
 pub mod unsupported;
+pub mod wr;

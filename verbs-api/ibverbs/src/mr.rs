@@ -41,8 +41,25 @@ use crate::objects::{last_errno, softnic_pd, SoftnicPd};
 /// those it does not support before they reach the kernel).
 const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 
-/// Page-aligned ranges `[start, end)` of live registrations.
-static LIVE: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+/// A live registration: its page-aligned range `[start, end)`, and its exact bytes.
+struct Live {
+    range: (usize, usize),
+    addr: u64,
+    len: usize,
+    lkey: u32,
+}
+
+/// Live registrations of this process.
+static LIVE: Mutex<Vec<Live>> = Mutex::new(Vec::new());
+
+/// The lkey of a live registration holding `[addr, addr + len)`.
+pub(crate) fn lkey_covering(addr: u64, len: usize) -> Option<u32> {
+    let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let end = addr.checked_add(len as u64)?;
+    live.iter()
+        .find(|m| m.addr <= addr && end <= m.addr + m.len as u64)
+        .map(|m| m.lkey)
+}
 
 /// An MR: `ibv_mr`, then the verbs-api registration.
 #[repr(C)]
@@ -221,7 +238,7 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) ->
         return errno::null(libc::EINVAL);
     };
     let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-    if live.iter().any(|&(a, b)| a < end && start < b) {
+    if live.iter().any(|m| m.range.0 < end && start < m.range.1) {
         return errno::null(libc::EOPNOTSUPP);
     }
     if !private_anonymous(start, end) {
@@ -242,7 +259,12 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) ->
             return errno::null(errno::of(&e));
         }
     };
-    live.push((start, end));
+    live.push(Live {
+        range: (start, end),
+        addr: start as u64,
+        len: length,
+        lkey: reg.lkey(),
+    });
     p.users.fetch_add(1, Ordering::AcqRel);
     let b = Box::new(SoftnicMr {
         mr: ibv_mr {
@@ -313,7 +335,7 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         .fetch_sub(1, Ordering::AcqRel);
     LIVE.lock()
         .unwrap_or_else(|e| e.into_inner())
-        .retain(|r| *r != b.range);
+        .retain(|m| m.range != b.range);
     drop(b);
     0
 }

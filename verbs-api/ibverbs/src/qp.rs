@@ -4,9 +4,9 @@
 //! sleeps).
 //!
 //! RC, UC and UD QPs are supported (a UD receive buffer starts with the 40-byte GRH, as
-//! on rxe; the NIC writes it). Every QP is allocated as large as
-//! `struct ibv_qp_ex` (zero past `ibv_qp`); `ibv_qp_to_qp_ex` answers NULL (the
-//! `ibv_wr_*` API is not implemented).
+//! on rxe; the NIC writes it). Every QP is allocated as a `struct ibv_qp_ex`; QPs made
+//! by `ibv_create_qp_ex` with send-ops flags also get the `ibv_wr_*` API
+//! ([`crate::wr`]).
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
@@ -21,15 +21,18 @@ use crate::abi::*;
 use crate::errno;
 use crate::objects::{softnic_cq, softnic_pd};
 
-/// A QP: `ibv_qp` padded to `ibv_qp_ex`, then the verbs-api QP.
+/// A QP: `ibv_qp_ex` (whose first member is `ibv_qp`), then the verbs-api QP.
 #[repr(C)]
 pub struct SoftnicQp {
     /// Public part.
-    pub qp: ibv_qp,
-    ex_tail: [u8; IBV_QP_EX_SIZE - std::mem::size_of::<ibv_qp>()],
+    pub qpx: ibv_qp_ex,
     /// The verbs-api QP (one poster at a time; uncontended lock = no syscall).
-    api: Mutex<QueuePair>,
+    pub(crate) api: Mutex<QueuePair>,
     sq_sig_all: bool,
+    /// The `ibv_wr_*` batch being built (QPs from `ibv_create_qp_ex` only).
+    pub(crate) batch: Mutex<crate::wr::Batch>,
+    /// Created with send-ops flags: `ibv_qp_to_qp_ex` returns it.
+    pub(crate) extended: bool,
 }
 
 // enum ibv_qp_type
@@ -142,9 +145,70 @@ pub unsafe extern "C" fn ibv_create_qp(
     pd: *mut ibv_pd,
     init_attr: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
+    // SAFETY: forwarded caller contract.
+    unsafe { create(pd, init_attr, None) }
+}
+
+// enum ibv_qp_init_attr_mask
+const QP_INIT_ATTR_PD: u32 = 1 << 0;
+const QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
+
+/// The `create_qp_ex` op behind the inline `ibv_create_qp_ex` (used when the caller
+/// sets more than `IBV_QP_INIT_ATTR_PD`): with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`, the
+/// QP gets the `ibv_wr_*` API. Other extensions (XRC, RSS, create flags, TSO, source
+/// QPN) are EOPNOTSUPP.
+///
+/// # Safety
+/// `attr` is a valid `ibv_qp_init_attr_ex`.
+pub unsafe extern "C" fn create_qp_ex_op(
+    _context: *mut ibv_context,
+    attr: *mut c_void,
+) -> *mut c_void {
+    if attr.is_null() {
+        return errno::null(libc::EINVAL);
+    }
+    // SAFETY: caller contract.
+    let ax = unsafe { &mut *(attr as *mut ibv_qp_init_attr_ex) };
+    if ax.comp_mask & !(QP_INIT_ATTR_PD | QP_INIT_ATTR_SEND_OPS_FLAGS) != 0 || ax.create_flags != 0
+    {
+        return errno::null(libc::EOPNOTSUPP);
+    }
+    if ax.comp_mask & QP_INIT_ATTR_PD == 0 || ax.pd.is_null() {
+        return errno::null(libc::EINVAL);
+    }
+    let send_ops = (ax.comp_mask & QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(ax.send_ops_flags);
+    if send_ops.is_some_and(|o| o & !crate::wr::SUPPORTED_SEND_OPS != 0) {
+        return errno::null(libc::EOPNOTSUPP);
+    }
+    let mut ia = ibv_qp_init_attr {
+        qp_context: ax.qp_context,
+        send_cq: ax.send_cq,
+        recv_cq: ax.recv_cq,
+        srq: ax.srq,
+        cap: ax.cap,
+        qp_type: ax.qp_type,
+        sq_sig_all: ax.sq_sig_all,
+    };
+    // SAFETY: forwarded caller contract.
+    let qp = unsafe { create(ax.pd, &mut ia, send_ops) };
+    ax.cap = ia.cap;
+    qp as *mut c_void
+}
+
+/// `ibv_create_qp` and the `create_qp_ex` op; `send_ops` = the `ibv_wr_*` operations
+/// to enable.
+///
+/// # Safety
+/// As [`ibv_create_qp`].
+unsafe fn create(
+    pd: *mut ibv_pd,
+    init_attr: *mut ibv_qp_init_attr,
+    send_ops: Option<u64>,
+) -> *mut ibv_qp {
     if pd.is_null() || init_attr.is_null() {
         return errno::null(libc::EINVAL);
     }
+
     // SAFETY: caller contract.
     let ia = unsafe { &mut *init_attr };
     let qp_type = match ia.qp_type {
@@ -213,16 +277,29 @@ pub unsafe extern "C" fn ibv_create_qp(
     pub_qp.qp_num = api.qp_num();
     pub_qp.state = state_num(api.state());
     pub_qp.qp_type = ia.qp_type;
+    // SAFETY: ibv_qp_ex is an ibv_qp, integers and Option<fn>s: all-zero is valid.
+    let mut qpx: ibv_qp_ex = unsafe { std::mem::zeroed() };
+    qpx.qp_base = pub_qp;
+    if let Some(ops) = send_ops {
+        crate::wr::install(&mut qpx, ops);
+    }
     let b = Box::into_raw(Box::new(SoftnicQp {
-        qp: pub_qp,
-        ex_tail: [0; IBV_QP_EX_SIZE - std::mem::size_of::<ibv_qp>()],
+        qpx,
         api: Mutex::new(api),
         sq_sig_all: ia.sq_sig_all != 0,
+        batch: Mutex::new(crate::wr::Batch::default()),
+        extended: send_ops.is_some(),
     }));
     // SAFETY: b is a fresh box; the mutex and condvar are at their final addresses.
     unsafe {
-        libc::pthread_mutex_init(std::ptr::addr_of_mut!((*b).qp.mutex), std::ptr::null());
-        libc::pthread_cond_init(std::ptr::addr_of_mut!((*b).qp.cond), std::ptr::null());
+        libc::pthread_mutex_init(
+            std::ptr::addr_of_mut!((*b).qpx.qp_base.mutex),
+            std::ptr::null(),
+        );
+        libc::pthread_cond_init(
+            std::ptr::addr_of_mut!((*b).qpx.qp_base.cond),
+            std::ptr::null(),
+        );
     }
     p.users.fetch_add(1, Ordering::AcqRel);
     scq.users.fetch_add(1, Ordering::AcqRel);
@@ -232,7 +309,7 @@ pub unsafe extern "C" fn ibv_create_qp(
 
 /// # Safety
 /// `qp` came from [`ibv_create_qp`] and is live.
-unsafe fn softnic_qp<'a>(qp: *mut ibv_qp) -> &'a SoftnicQp {
+pub(crate) unsafe fn softnic_qp<'a>(qp: *mut ibv_qp) -> &'a SoftnicQp {
     // SAFETY: `qp` is the first field of a boxed SoftnicQp.
     unsafe { &*(qp as *const SoftnicQp) }
 }
@@ -250,15 +327,17 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     let b = unsafe { Box::from_raw(qp as *mut SoftnicQp) };
     // SAFETY: the PD and CQs outlive their QPs (their destroy is EBUSY meanwhile).
     unsafe {
-        softnic_pd(b.qp.pd).users.fetch_sub(1, Ordering::AcqRel);
-        softnic_cq(b.qp.send_cq)
+        softnic_pd(b.qpx.qp_base.pd)
             .users
             .fetch_sub(1, Ordering::AcqRel);
-        softnic_cq(b.qp.recv_cq)
+        softnic_cq(b.qpx.qp_base.send_cq)
             .users
             .fetch_sub(1, Ordering::AcqRel);
-        libc::pthread_cond_destroy(std::ptr::addr_of!(b.qp.cond).cast_mut());
-        libc::pthread_mutex_destroy(std::ptr::addr_of!(b.qp.mutex).cast_mut());
+        softnic_cq(b.qpx.qp_base.recv_cq)
+            .users
+            .fetch_sub(1, Ordering::AcqRel);
+        libc::pthread_cond_destroy(std::ptr::addr_of!(b.qpx.qp_base.cond).cast_mut());
+        libc::pthread_mutex_destroy(std::ptr::addr_of!(b.qpx.qp_base.mutex).cast_mut());
     }
     drop(b);
     0
@@ -434,7 +513,7 @@ pub unsafe extern "C" fn ibv_query_qp(
 
 /// The errno of a refused post: ENOMEM for a full queue (what providers answer),
 /// EINVAL for anything malformed.
-fn post_errno(e: &verbs_api::Error) -> c_int {
+pub(crate) fn post_errno(e: &verbs_api::Error) -> c_int {
     match e {
         verbs_api::Error::Post {
             reason: verbs_api::PostError::QueueFull { .. },
@@ -534,7 +613,7 @@ unsafe fn send_wr<'a>(w: &'a ibv_send_wr, ud: bool) -> Result<SendWr<'a>, c_int>
 /// WRs converted per call to verbs-api: a list is posted in chunks of this many, kept on
 /// the stack, so that posting allocates nothing (no `malloc`, which may make a system
 /// call in a thread's first use).
-const CHUNK: usize = 16;
+pub(crate) const CHUNK: usize = 16;
 
 /// Posts one chunk; on refusal returns the index in the chunk and the errno.
 fn post_chunk<W>(
@@ -579,7 +658,7 @@ pub unsafe extern "C" fn post_send(
         let mut refused = None;
         while n < CHUNK && !cur.is_null() {
             // SAFETY: a valid WR list (caller contract), alive during this call.
-            match unsafe { send_wr(&*cur, q.qp.qp_type == IBV_QPT_UD) } {
+            match unsafe { send_wr(&*cur, q.qpx.qp_base.qp_type == IBV_QPT_UD) } {
                 Ok(w) => {
                     ptrs[n] = cur;
                     wrs[n] = w;

@@ -104,16 +104,6 @@ int_verb!(
     ibv_set_ece(qp: P, ece: P)
 );
 
-/// `ibv_qp_to_qp_ex`: NULL, as rdma-core answers for a QP not created extended.
-///
-/// # Safety
-/// Arguments are not dereferenced.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: P) -> P {
-    let _ = qp;
-    std::ptr::null_mut()
-}
-
 /// `ibv_copy_ah_attr_from_kern`, `ibv_copy_qp_attr_from_kern`,
 /// `ibv_copy_path_rec_from_kern`: converters from kernel uverbs structs that only
 /// rdma-core's own librdmacm calls, after a reply of the kernel's rdma_cm — which does

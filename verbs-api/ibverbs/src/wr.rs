@@ -1,0 +1,420 @@
+//! The `ibv_wr_*` post API of `struct ibv_qp_ex` (rdma-core 1.6+): `ibv_wr_start`,
+//! one builder call per WR (`ibv_wr_send`, `ibv_wr_rdma_write`, …) taking `wr_id` and
+//! `wr_flags` from the `ibv_qp_ex` fields, setters for the last WR (`ibv_wr_set_sge`,
+//! `ibv_wr_set_ud_addr`, `ibv_wr_set_inline_data`), then `ibv_wr_complete` posts the
+//! batch (or `ibv_wr_abort` drops it).
+//!
+//! The batch lives in the QP (its vector keeps its capacity, so a steady stream of
+//! batches allocates nothing); each call takes the batch's lock briefly (uncontended:
+//! no syscall). An operation softnic lacks (memory windows, local/send invalidate, TSO,
+//! XRC, ATOMIC WRITE, FLUSH), or a setter misuse, marks the batch failed and
+//! `ibv_wr_complete` returns the errno without posting anything of it.
+//!
+//! Inline data (`ibv_wr_set_inline_data`) must lie in a memory region of the QP's PD:
+//! verbs-api copies inline payloads from registered memory only.
+
+use std::ffi::{c_int, c_void};
+
+use verbs_api::{SendFlags, SendWr, Sge, UdAddress, WrOpcode};
+
+use crate::abi::*;
+use crate::qp::SoftnicQp;
+
+/// `IBV_QP_EX_WITH_*` operations implemented: RDMA_WRITE, RDMA_WRITE_WITH_IMM, SEND,
+/// SEND_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD.
+pub const SUPPORTED_SEND_OPS: u64 = 0x7f;
+
+const MAX_SGE: usize = verbs_api::abi::MAX_SGE;
+
+/// One WR being built.
+#[derive(Clone, Copy)]
+struct Pending {
+    wr_id: u64,
+    flags: u32,
+    opcode: WrOpcode,
+    sge: [Sge; MAX_SGE],
+    nsge: usize,
+    ud: Option<UdAddress>,
+}
+
+/// The batch between `ibv_wr_start` and `ibv_wr_complete`.
+#[derive(Default)]
+pub struct Batch {
+    wrs: Vec<Pending>,
+    /// First error of this batch (0: none).
+    error: c_int,
+}
+
+/// Fills the `wr_*` pointers of a QP created with send-ops flags `_ops`.
+pub(crate) fn install(q: &mut ibv_qp_ex, _ops: u64) {
+    q.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+    q.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    q.wr_bind_mw = Some(wr_bind_mw);
+    q.wr_local_inv = Some(wr_u32_unsupported);
+    q.wr_rdma_read = Some(wr_rdma_read);
+    q.wr_rdma_write = Some(wr_rdma_write);
+    q.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+    q.wr_send = Some(wr_send);
+    q.wr_send_imm = Some(wr_send_imm);
+    q.wr_send_inv = Some(wr_u32_unsupported);
+    q.wr_send_tso = Some(wr_send_tso);
+    q.wr_set_ud_addr = Some(wr_set_ud_addr);
+    q.wr_set_xrc_srqn = Some(wr_u32_unsupported);
+    q.wr_set_inline_data = Some(wr_set_inline_data);
+    q.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+    q.wr_set_sge = Some(wr_set_sge);
+    q.wr_set_sge_list = Some(wr_set_sge_list);
+    q.wr_start = Some(wr_start);
+    q.wr_complete = Some(wr_complete);
+    q.wr_abort = Some(wr_abort);
+    q.wr_atomic_write = Some(wr_atomic_write);
+    q.wr_flush = Some(wr_flush);
+}
+
+/// Runs `f` on the QP's batch.
+///
+/// # Safety
+/// `qpx` is the `ibv_qp_ex` of a live [`SoftnicQp`].
+unsafe fn with_batch<R>(qpx: *mut ibv_qp_ex, f: impl FnOnce(&mut Batch, &ibv_qp_ex) -> R) -> R {
+    // SAFETY: `qpx` is the first field of a boxed SoftnicQp (caller contract).
+    let q = unsafe { &*(qpx as *const SoftnicQp) };
+    let mut b = q.batch.lock().unwrap_or_else(|e| e.into_inner());
+    f(&mut b, &q.qpx)
+}
+
+/// Starts a new WR with `opcode`.
+///
+/// # Safety
+/// As [`with_batch`].
+unsafe fn begin(qpx: *mut ibv_qp_ex, opcode: WrOpcode) {
+    // SAFETY: forwarded.
+    unsafe {
+        with_batch(qpx, |b, q| {
+            b.wrs.push(Pending {
+                wr_id: q.wr_id,
+                flags: q.wr_flags,
+                opcode,
+                sge: [Sge::default(); MAX_SGE],
+                nsge: 0,
+                ud: None,
+            })
+        })
+    }
+}
+
+/// Marks the batch failed with `e` (the first error wins).
+///
+/// # Safety
+/// As [`with_batch`].
+unsafe fn fail(qpx: *mut ibv_qp_ex, e: c_int) {
+    // SAFETY: forwarded.
+    unsafe {
+        with_batch(qpx, |b, _| {
+            if b.error == 0 {
+                b.error = e;
+            }
+        })
+    }
+}
+
+/// Applies `f` to the last WR, or fails the batch with EINVAL if there is none.
+///
+/// # Safety
+/// As [`with_batch`].
+unsafe fn last(qpx: *mut ibv_qp_ex, f: impl FnOnce(&mut Pending) -> Result<(), c_int>) {
+    // SAFETY: forwarded.
+    unsafe {
+        with_batch(qpx, |b, _| {
+            let r = match b.wrs.last_mut() {
+                Some(w) => f(w),
+                None => Err(libc::EINVAL),
+            };
+            if let Err(e) = r {
+                if b.error == 0 {
+                    b.error = e;
+                }
+            }
+        })
+    }
+}
+
+unsafe extern "C" fn wr_start(qpx: *mut ibv_qp_ex) {
+    // SAFETY: a QP from this library (rdma-core's inline wrapper passes it through).
+    unsafe {
+        with_batch(qpx, |b, _| {
+            b.wrs.clear();
+            b.error = 0;
+        })
+    }
+}
+
+unsafe extern "C" fn wr_abort(qpx: *mut ibv_qp_ex) {
+    // SAFETY: as wr_start.
+    unsafe { wr_start(qpx) }
+}
+
+unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
+    // SAFETY: `qpx` is the first field of a boxed SoftnicQp.
+    let q = unsafe { &*(qpx as *const SoftnicQp) };
+    let mut b = q.batch.lock().unwrap_or_else(|e| e.into_inner());
+    let result = if b.error != 0 {
+        b.error
+    } else {
+        let mut api = q.api.lock().unwrap_or_else(|e| e.into_inner());
+        let filler = SendWr::new(0, WrOpcode::Send, &[]);
+        let mut rc = 0;
+        for chunk in b.wrs.chunks(crate::qp::CHUNK) {
+            let mut wrs = [filler; crate::qp::CHUNK];
+            for (dst, p) in wrs.iter_mut().zip(chunk) {
+                *dst = SendWr {
+                    wr_id: p.wr_id,
+                    opcode: p.opcode,
+                    sg_list: &p.sge[..p.nsge],
+                    send_flags: SendFlags(p.flags as u8),
+                    ud: p.ud,
+                };
+            }
+            if let Err(e) = api.post_send(&wrs[..chunk.len()]) {
+                rc = crate::qp::post_errno(&e);
+                break;
+            }
+        }
+        rc
+    };
+    b.wrs.clear();
+    b.error = 0;
+    result
+}
+
+unsafe extern "C" fn wr_send(qpx: *mut ibv_qp_ex) {
+    // SAFETY: as wr_start.
+    unsafe { begin(qpx, WrOpcode::Send) }
+}
+
+unsafe extern "C" fn wr_send_imm(qpx: *mut ibv_qp_ex, imm_be: u32) {
+    // SAFETY: as wr_start.
+    unsafe { begin(qpx, WrOpcode::SendWithImm(u32::from_be(imm_be))) }
+}
+
+unsafe extern "C" fn wr_rdma_write(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    // SAFETY: as wr_start.
+    unsafe { begin(qpx, WrOpcode::RdmaWrite { remote_addr, rkey }) }
+}
+
+unsafe extern "C" fn wr_rdma_write_imm(
+    qpx: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    imm_be: u32,
+) {
+    let imm = u32::from_be(imm_be);
+    // SAFETY: as wr_start.
+    unsafe {
+        begin(
+            qpx,
+            WrOpcode::RdmaWriteWithImm {
+                remote_addr,
+                rkey,
+                imm,
+            },
+        )
+    }
+}
+
+unsafe extern "C" fn wr_rdma_read(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    // SAFETY: as wr_start.
+    unsafe { begin(qpx, WrOpcode::RdmaRead { remote_addr, rkey }) }
+}
+
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    qpx: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    compare: u64,
+    swap: u64,
+) {
+    let op = WrOpcode::AtomicCmpAndSwp {
+        remote_addr,
+        rkey,
+        compare,
+        swap,
+    };
+    // SAFETY: as wr_start.
+    unsafe { begin(qpx, op) }
+}
+
+unsafe extern "C" fn wr_atomic_fetch_add(
+    qpx: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    add: u64,
+) {
+    let op = WrOpcode::AtomicFetchAndAdd {
+        remote_addr,
+        rkey,
+        add,
+    };
+    // SAFETY: as wr_start.
+    unsafe { begin(qpx, op) }
+}
+
+/// `wr_local_inv`, `wr_send_inv`, `wr_set_xrc_srqn`: not supported.
+unsafe extern "C" fn wr_u32_unsupported(qpx: *mut ibv_qp_ex, _v: u32) {
+    // SAFETY: as wr_start.
+    unsafe { fail(qpx, libc::EOPNOTSUPP) }
+}
+
+unsafe extern "C" fn wr_bind_mw(
+    qpx: *mut ibv_qp_ex,
+    _mw: *mut c_void,
+    _rkey: u32,
+    _info: *const c_void,
+) {
+    // SAFETY: as wr_start.
+    unsafe { fail(qpx, libc::EOPNOTSUPP) }
+}
+
+unsafe extern "C" fn wr_send_tso(qpx: *mut ibv_qp_ex, _hdr: *mut c_void, _sz: u16, _mss: u16) {
+    // SAFETY: as wr_start.
+    unsafe { fail(qpx, libc::EOPNOTSUPP) }
+}
+
+unsafe extern "C" fn wr_atomic_write(
+    qpx: *mut ibv_qp_ex,
+    _rkey: u32,
+    _addr: u64,
+    _wr: *const c_void,
+) {
+    // SAFETY: as wr_start.
+    unsafe { fail(qpx, libc::EOPNOTSUPP) }
+}
+
+unsafe extern "C" fn wr_flush(
+    qpx: *mut ibv_qp_ex,
+    _rkey: u32,
+    _addr: u64,
+    _len: usize,
+    _t: u8,
+    _s: u8,
+) {
+    // SAFETY: as wr_start.
+    unsafe { fail(qpx, libc::EOPNOTSUPP) }
+}
+
+unsafe extern "C" fn wr_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    // SAFETY: as wr_start.
+    unsafe {
+        last(qpx, |w| {
+            w.sge[0] = Sge { addr, length, lkey };
+            w.nsge = 1;
+            Ok(())
+        })
+    }
+}
+
+unsafe extern "C" fn wr_set_sge_list(qpx: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) {
+    // SAFETY: as wr_start; `sg_list` holds `num_sge` entries (caller contract).
+    unsafe {
+        last(qpx, |w| {
+            if num_sge > MAX_SGE || (num_sge > 0 && sg_list.is_null()) {
+                return Err(libc::EINVAL);
+            }
+            for i in 0..num_sge {
+                w.sge[i] = *sg_list.add(i);
+            }
+            w.nsge = num_sge;
+            Ok(())
+        })
+    }
+}
+
+unsafe extern "C" fn wr_set_ud_addr(
+    qpx: *mut ibv_qp_ex,
+    ah: *mut ibv_ah,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) {
+    // SAFETY: as wr_start; `ah` came from ibv_create_ah (caller contract).
+    unsafe {
+        last(qpx, |w| {
+            if ah.is_null() {
+                return Err(libc::EINVAL);
+            }
+            w.ud = Some(UdAddress {
+                gid: crate::ah::dest_of(ah),
+                udp_port: 0,
+                qpn: remote_qpn,
+                qkey: remote_qkey,
+            });
+            Ok(())
+        })
+    }
+}
+
+/// Inline data as SGEs of registered memory (see the module doc), with IBV_SEND_INLINE.
+fn set_inline(w: &mut Pending, bufs: &[(u64, usize)]) -> Result<(), c_int> {
+    if bufs.len() > MAX_SGE {
+        return Err(libc::EINVAL);
+    }
+    for (i, &(addr, len)) in bufs.iter().enumerate() {
+        let lkey = crate::mr::lkey_covering(addr, len).ok_or(libc::EINVAL)?;
+        let length = u32::try_from(len).map_err(|_| libc::EINVAL)?;
+        w.sge[i] = Sge { addr, length, lkey };
+    }
+    w.nsge = bufs.len();
+    w.flags |= 8; // IBV_SEND_INLINE
+    Ok(())
+}
+
+unsafe extern "C" fn wr_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
+    // SAFETY: as wr_start.
+    unsafe { last(qpx, |w| set_inline(w, &[(addr as u64, length)])) }
+}
+
+/// `struct ibv_data_buf { void *addr; size_t length; }`.
+#[repr(C)]
+struct DataBuf {
+    addr: *mut c_void,
+    length: usize,
+}
+
+unsafe extern "C" fn wr_set_inline_data_list(
+    qpx: *mut ibv_qp_ex,
+    num_buf: usize,
+    list: *const c_void,
+) {
+    // SAFETY: as wr_start; `list` holds `num_buf` ibv_data_buf entries (caller contract).
+    unsafe {
+        last(qpx, |w| {
+            if num_buf > MAX_SGE || (num_buf > 0 && list.is_null()) {
+                return Err(libc::EINVAL);
+            }
+            let l = list as *const DataBuf;
+            let mut bufs = [(0u64, 0usize); MAX_SGE];
+            for (i, b) in bufs.iter_mut().enumerate().take(num_buf) {
+                let d = &*l.add(i);
+                *b = (d.addr as u64, d.length);
+            }
+            set_inline(w, &bufs[..num_buf])
+        })
+    }
+}
+
+/// `ibv_qp_to_qp_ex`: the QP as `ibv_qp_ex` if it was created with send-ops flags,
+/// else NULL (as rdma-core answers).
+///
+/// # Safety
+/// `qp` came from `ibv_create_qp` / `ibv_create_qp_ex`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    if qp.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: caller contract.
+    let q = unsafe { crate::qp::softnic_qp(qp) };
+    if q.extended {
+        qp as *mut ibv_qp_ex
+    } else {
+        std::ptr::null_mut()
+    }
+}
