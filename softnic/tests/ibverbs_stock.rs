@@ -101,6 +101,7 @@ fn ibv_devinfo_verbose_describes_the_nic() {
         "state:\t\t\tPORT_ACTIVE (4)".to_string(),
         "link_layer:\t\tEthernet".to_string(),
         "gid_tbl_len:\t\t2".to_string(),
+        "max_msg_sz:\t\t0x7fffff00".to_string(),
         format!("GID[  0]:\t\t{ll}, RoCE v2"),
         "GID[  1]:\t\t::ffff:127.0.0.1, RoCE v2".to_string(),
     ] {

@@ -81,8 +81,8 @@ pub fn port_attr(ctx: &crate::device::SoftnicContext) -> ibv_port_attr {
     p.max_mtu = mtu_enum(ctx.attr.mtu);
     p.active_mtu = mtu_enum(ctx.attr.mtu);
     p.gid_tbl_len = GID_TABLE_LEN as c_int;
-    // IBTA's largest message (2^31 bytes, 9.4.1).
-    p.max_msg_sz = 1 << 31;
+    // What a connected QP carries at every path MTU (the NIC says; 2^31 - 256).
+    p.max_msg_sz = ctx.attr.max_msg_sz;
     p.pkey_tbl_len = 1;
     p.max_vl_num = 1;
     p.active_width = 1;
