@@ -374,7 +374,8 @@ fn compile_c(name: &str, extra: &[&str]) -> PathBuf {
 /// Zero system calls per `ibv_post_send` / `ibv_post_recv` / `ibv_poll_cq` through the
 /// C ABI: `tests/ibverbs/nosyscall.c` runs 1000 SEND round trips between two
 /// `--busy-poll` NICs in a thread under a seccomp filter that kills the process on any
-/// syscall but `exit`. Control: the same loop with one `getppid` must die by SIGSYS.
+/// syscall but `exit`, once with classic CQs and once polling one side with the
+/// `ibv_cq_ex` API. Control: the same loop with one `getppid` must die by SIGSYS.
 #[test]
 fn post_and_poll_make_no_syscalls_through_the_c_abi() {
     use std::os::unix::process::ExitStatusExt;
@@ -397,6 +398,15 @@ fn post_and_poll_make_no_syscalls_through_the_c_abi() {
         ])
     };
     let o = run("clean");
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("ok 1000 rounds without a system call"),
+        "{}",
+        text(&o)
+    );
+    // The same under the filter with y's CQ from ibv_create_cq_ex, polled with
+    // ibv_start_poll / ibv_wc_read_* / ibv_next_poll / ibv_end_poll.
+    let o = run("cqex");
     assert!(o.status.success(), "{}", text(&o));
     assert!(
         text(&o).contains("ok 1000 rounds without a system call"),
@@ -547,7 +557,10 @@ fn c_abi_probe() {
         "dereg 0".into(),
         "destroy_channel 0".into(),
         "dealloc_pd 0".into(),
-        format!("create_cq_ex null errno {eop}"),
+        format!("create_cq_ex_timestamp null errno {eop}"),
+        "create_cq_ex ok".into(),
+        format!("cq_ex_empty {}", libc::ENOENT),
+        "destroy_cq_ex 0".into(),
         format!("alloc_mw null errno {eop}"),
         "close 0".into(),
     ] {

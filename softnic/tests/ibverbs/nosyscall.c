@@ -3,18 +3,20 @@
  * `softnic exec` against two NICs started with --busy-poll (a sleeping NIC would make
  * the next post write its wake eventfd: one legitimate syscall).
  *
- *   nosyscall DEV_A DEV_B clean|getppid
+ *   nosyscall DEV_A DEV_B clean|getppid|cqex
  *
  * Sets up an RC QP pair (x on DEV_A, y on DEV_B) with the ordinary verbs, then a
  * thread installs a filter that kills the process (SIGSYS) on every system call but
  * exit, and runs ROUNDS of: post a RECV on y, post a signaled SEND on x, poll both CQs
  * until both completions arrive. It ends with a raw exit; the main thread checks the
  * results. In `getppid` mode the loop makes one getppid() half-way: the process must
- * die by SIGSYS, which shows the filter bites. */
+ * die by SIGSYS, which shows the filter bites. In `cqex` mode y's CQ comes from
+ * ibv_create_cq_ex and is polled with ibv_start_poll / ibv_wc_read_* / ibv_end_poll. */
 #define _GNU_SOURCE
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -34,6 +36,7 @@ struct side {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
+	struct ibv_cq_ex *cqx;
 	struct ibv_qp *qp;
 	struct ibv_mr *mr;
 	unsigned char *buf;
@@ -41,7 +44,7 @@ struct side {
 };
 
 static struct side x, y;
-static int mode_getppid;
+static int mode_getppid, mode_cqex;
 static volatile int done;	 /* 1: the filtered loop finished */
 static volatile int failures; /* completions that were not what was posted */
 
@@ -62,7 +65,17 @@ static void open_side(struct side *s, const char *name)
 	if (!s->ctx)
 		die("open");
 	s->pd = ibv_alloc_pd(s->ctx);
-	s->cq = ibv_create_cq(s->ctx, 64, NULL, NULL, 0);
+	if (mode_cqex && s == &y) {
+		struct ibv_cq_init_attr_ex ca = {
+			.cqe = 64,
+			.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM |
+				    IBV_WC_EX_WITH_IMM,
+		};
+		s->cqx = ibv_create_cq_ex(s->ctx, &ca);
+		s->cq = s->cqx ? ibv_cq_ex_to_cq(s->cqx) : NULL;
+	} else {
+		s->cq = ibv_create_cq(s->ctx, 64, NULL, NULL, 0);
+	}
 	s->buf = memalign(4096, 4096);
 	if (!s->pd || !s->cq || !s->buf)
 		die("pd/cq/buf");
@@ -102,7 +115,9 @@ static void connect_side(struct side *s, struct side *peer)
 		die("rtr");
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
+	/* 1 s local ACK timeout (4.096 us * 2^18): on a loaded 2-vCPU host the NICs can be
+	 * descheduled long enough to exhaust 7 retries of rdma-core's usual 67 ms. */
+	a.timeout = 18;
 	a.retry_cnt = 7;
 	a.rnr_retry = 7;
 	a.sq_psn = 0;
@@ -131,7 +146,21 @@ static int round_trip(int i)
 			got_send = 1;
 			bad += wc.status != IBV_WC_SUCCESS || wc.wr_id != (uint64_t)i;
 		}
-		if (!got_recv && ibv_poll_cq(y.cq, 1, &wc) == 1) {
+		if (!got_recv && mode_cqex) {
+			struct ibv_poll_cq_attr pa = { 0 };
+			if (ibv_start_poll(y.cqx, &pa) == 0) {
+				got_recv = 1;
+				bad += y.cqx->status != IBV_WC_SUCCESS ||
+				       y.cqx->wr_id != (uint64_t)(1000000 + i) ||
+				       ibv_wc_read_opcode(y.cqx) != IBV_WC_RECV ||
+				       ibv_wc_read_byte_len(y.cqx) != MSG ||
+				       ibv_wc_read_qp_num(y.cqx) != y.qp->qp_num ||
+				       (ibv_wc_read_wc_flags(y.cqx) & IBV_WC_WITH_IMM) ||
+				       y.buf[0] != (unsigned char)i;
+				bad += ibv_next_poll(y.cqx) != ENOENT;
+				ibv_end_poll(y.cqx);
+			}
+		} else if (!got_recv && ibv_poll_cq(y.cq, 1, &wc) == 1) {
 			got_recv = 1;
 			bad += wc.status != IBV_WC_SUCCESS || wc.byte_len != MSG ||
 			       wc.wr_id != (uint64_t)(1000000 + i) || y.buf[0] != (unsigned char)i;
@@ -176,6 +205,7 @@ int main(int argc, char **argv)
 	if (argc != 4)
 		die("usage: nosyscall DEV_A DEV_B clean|getppid");
 	mode_getppid = !strcmp(argv[3], "getppid");
+	mode_cqex = !strcmp(argv[3], "cqex");
 	open_side(&x, argv[1]);
 	open_side(&y, argv[2]);
 	connect_side(&x, &y);

@@ -241,9 +241,18 @@ int main(int argc, char **argv)
 
 	/* Verbs not implemented yet answer EOPNOTSUPP, never success. */
 	errno = 0;
-	struct ibv_cq_init_attr_ex cq_attr = { .cqe = 16 };
+	struct ibv_cq_init_attr_ex cq_attr = { .cqe = 16,
+					       .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
 	struct ibv_cq_ex *cqx = ibv_create_cq_ex(ctx, &cq_attr);
-	printf("create_cq_ex %s errno %d\n", cqx ? "ptr" : "null", errno);
+	printf("create_cq_ex_timestamp %s errno %d\n", cqx ? "ptr" : "null", errno);
+	cq_attr.wc_flags = IBV_WC_STANDARD_FLAGS;
+	cqx = ibv_create_cq_ex(ctx, &cq_attr);
+	struct ibv_poll_cq_attr pca = { 0 };
+	printf("create_cq_ex %s\n", cqx ? "ok" : "null");
+	if (cqx) {
+		printf("cq_ex_empty %d\n", ibv_start_poll(cqx, &pca));
+		printf("destroy_cq_ex %d\n", ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)));
+	}
 	errno = 0;
 	struct ibv_mw *mw = ibv_alloc_mw((struct ibv_pd *)&(struct ibv_pd){ .context = ctx },
 					 IBV_MW_TYPE_1);

@@ -170,8 +170,8 @@ pub struct verbs_context {
     pub create_wq: OpaqueOp,
     /// `query_rt_values`.
     pub query_rt_values: OpaqueOp,
-    /// `create_cq_ex` (NULL: the inline `ibv_create_cq_ex` answers EOPNOTSUPP).
-    pub create_cq_ex: OpaqueOp,
+    /// `create_cq_ex` (the inline `ibv_create_cq_ex`).
+    pub create_cq_ex: Option<unsafe extern "C" fn(*mut ibv_context, *mut c_void) -> *mut c_void>,
     /// `priv` (rdma-core's private data; unused here).
     pub priv_: *mut c_void,
     /// `query_device_ex`.
@@ -448,9 +448,82 @@ pub struct ibv_cq {
     pub async_events_completed: u32,
 }
 
-/// Size of `struct ibv_cq_ex`: every CQ is allocated this large, zero past `ibv_cq`,
-/// because `ibv_cq_ex_to_cq` and friends are plain casts.
-pub const IBV_CQ_EX_SIZE: usize = 288;
+/// `struct ibv_cq_ex` (288 bytes): an `ibv_cq` (`ibv_cq_ex_to_cq` is a cast) plus the
+/// iterator-style poll API. Every CQ is allocated as this struct; the function pointers
+/// are filled only for CQs from `ibv_create_cq_ex`.
+#[repr(C)]
+pub struct ibv_cq_ex {
+    /// The classic CQ (C repeats its members inline; the layout test checks them as
+    /// `ibv_cq`'s and `comp_mask` at 128).
+    pub cq_base: ibv_cq,
+    /// Valid extensions (none).
+    pub comp_mask: u32,
+    /// Status of the current completion.
+    pub status: c_int,
+    /// wr_id of the current completion.
+    pub wr_id: u64,
+    /// `start_poll(cq, attr)`: 0, or ENOENT when empty.
+    pub start_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut c_void) -> c_int>,
+    /// `next_poll(cq)`: 0, or ENOENT.
+    pub next_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int>,
+    /// `end_poll(cq)`.
+    pub end_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex)>,
+    /// `read_opcode`.
+    pub read_opcode: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int>,
+    /// `read_vendor_err`.
+    pub read_vendor_err: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `read_byte_len`.
+    pub read_byte_len: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `read_imm_data` (network order).
+    pub read_imm_data: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `read_qp_num`.
+    pub read_qp_num: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `read_src_qp`.
+    pub read_src_qp: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `read_wc_flags`.
+    pub read_wc_flags: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_uint>,
+    /// `read_slid`.
+    pub read_slid: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `read_sl`.
+    pub read_sl: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u8>,
+    /// `read_dlid_path_bits`.
+    pub read_dlid_path_bits: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u8>,
+    /// `read_completion_ts`.
+    pub read_completion_ts: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u64>,
+    /// `read_cvlan`.
+    pub read_cvlan: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u16>,
+    /// `read_flow_tag`.
+    pub read_flow_tag: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `read_tm_info`.
+    pub read_tm_info: Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut c_void)>,
+    /// `read_completion_wallclock_ns`.
+    pub read_completion_wallclock_ns: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u64>,
+}
+
+/// `struct ibv_cq_init_attr_ex` (56 bytes).
+#[repr(C)]
+pub struct ibv_cq_init_attr_ex {
+    /// Minimum entries.
+    pub cqe: u32,
+    /// The program's cookie.
+    pub cq_context: *mut c_void,
+    /// Completion channel, or NULL.
+    pub channel: *mut ibv_comp_channel,
+    /// Completion vector.
+    pub comp_vector: u32,
+    /// `IBV_WC_EX_WITH_*` fields the program will read.
+    pub wc_flags: u64,
+    /// `enum ibv_cq_init_attr_mask`.
+    pub comp_mask: u32,
+    /// `enum ibv_create_cq_attr_flags`.
+    pub flags: u32,
+    /// Parent domain (IBV_CQ_INIT_ATTR_MASK_PD).
+    pub parent_domain: *mut ibv_pd,
+}
+
+/// Size of `struct ibv_cq_ex`: every CQ is allocated as an [`ibv_cq_ex`].
+pub const IBV_CQ_EX_SIZE: usize = std::mem::size_of::<ibv_cq_ex>();
+const _: () = assert!(IBV_CQ_EX_SIZE == 288);
 
 /// `struct ibv_qp` (160 bytes).
 #[repr(C)]
@@ -1333,6 +1406,47 @@ pub fn layout_table() -> Vec<FieldLayout> {
             send_ops_flags
         }
     );
+    fields!(
+        v,
+        Offset,
+        ibv_cq_ex {
+            comp_mask,
+            status,
+            wr_id,
+            start_poll,
+            next_poll,
+            end_poll,
+            read_opcode,
+            read_vendor_err,
+            read_byte_len,
+            read_imm_data,
+            read_qp_num,
+            read_src_qp,
+            read_wc_flags,
+            read_slid,
+            read_sl,
+            read_dlid_path_bits,
+            read_completion_ts,
+            read_cvlan,
+            read_flow_tag,
+            read_tm_info,
+            read_completion_wallclock_ns
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_cq_init_attr_ex {
+            cqe,
+            cq_context,
+            channel,
+            comp_vector,
+            wc_flags,
+            comp_mask,
+            flags,
+            parent_domain
+        }
+    );
     // The members of ibv_send_wr's `wr` union, as `wr.rdma.rkey` etc.
     let wr = std::mem::offset_of!(ibv_send_wr, wr);
     for (field, off, size) in [
@@ -1456,6 +1570,11 @@ pub fn size_table() -> Vec<StructSize> {
             strukt: "ibv_qp_ex",
             size: IBV_QP_EX_SIZE,
             rule: SizeRule::CMayBeSmaller,
+        },
+        StructSize {
+            strukt: "ibv_cq_init_attr_ex",
+            size: size_of::<ibv_cq_init_attr_ex>(),
+            rule: SizeRule::Exact,
         },
         StructSize {
             strukt: "ibv_qp_init_attr_ex",

@@ -263,6 +263,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     vctx.query_port = Some(crate::query::query_port_op);
     vctx.query_device_ex = Some(crate::query::query_device_ex_op);
     vctx.create_qp_ex = Some(crate::qp::create_qp_ex_op);
+    vctx.create_cq_ex = Some(crate::cq_ex::create_cq_ex_op);
     vctx.sz = VERBS_CONTEXT_SZ;
     vctx.context.device = device;
     vctx.context.ops = crate::unsupported::context_ops();

@@ -18,6 +18,7 @@
 //! * [`device`]: device list, open/close, device names/GUIDs.
 //! * [`query`]: `ibv_query_device(_ex)`, `ibv_query_port`, GIDs, P_Keys.
 //! * [`objects`]: PDs, CQs (`poll_cq`, `req_notify_cq`), completion channels.
+//! * [`cq_ex`]: `ibv_create_cq_ex` and its `ibv_start_poll` … `ibv_wc_read_*` API.
 //! * [`mr`]: `ibv_reg_mr` by remapping the program's pages onto a memfd.
 //! * [`qp`]: RC/UC/UD QPs, `ibv_modify_qp`/`ibv_query_qp`, `post_send`/`post_recv`.
 //! * [`ah`]: address handles for UD.
@@ -34,6 +35,7 @@
 pub mod abi;
 pub mod ah;
 pub mod builder;
+pub mod cq_ex;
 pub mod device;
 mod errno;
 pub mod mr;

@@ -86,12 +86,14 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     0
 }
 
-/// A CQ: `ibv_cq` padded to `ibv_cq_ex`, then the verbs-api CQ.
+/// A CQ: `ibv_cq_ex` (whose first member is `ibv_cq`), then the verbs-api CQ.
 #[repr(C)]
 pub struct SoftnicCq {
     /// Public part.
-    pub cq: ibv_cq,
-    ex_tail: [u8; IBV_CQ_EX_SIZE - std::mem::size_of::<ibv_cq>()],
+    pub cqx: ibv_cq_ex,
+    /// The completion `ibv_start_poll`/`ibv_next_poll` last returned (CQs from
+    /// `ibv_create_cq_ex`).
+    pub(crate) current: Mutex<WorkCompletion>,
     /// The verbs-api CQ. The lock is uncontended in the common single-poller case
     /// (an atomic, no syscall); rdma-core providers lock their CQs the same way.
     pub api: Mutex<CompletionQueue>,
@@ -182,6 +184,22 @@ pub unsafe extern "C" fn ibv_create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
+    // SAFETY: forwarded caller contract.
+    unsafe { create_cq(context, cqe, cq_context, channel, comp_vector, false) }
+}
+
+/// `ibv_create_cq`, and the `create_cq_ex` op when `ex` (the poll API installed).
+///
+/// # Safety
+/// As [`ibv_create_cq`].
+pub(crate) unsafe fn create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+    ex: bool,
+) -> *mut ibv_cq {
     if context.is_null() || cqe <= 0 || comp_vector != 0 {
         return errno::null(libc::EINVAL);
     }
@@ -201,16 +219,28 @@ pub unsafe extern "C" fn ibv_create_cq(
     pub_cq.handle = api.handle();
     pub_cq.cqe = capacity.min(c_int::MAX as u32) as c_int;
     let event_fd = api.event_fd().as_raw_fd();
+    // SAFETY: ibv_cq_ex is an ibv_cq, integers and Option<fn>s: all-zero is valid.
+    let mut cqx: ibv_cq_ex = unsafe { std::mem::zeroed() };
+    cqx.cq_base = pub_cq;
+    if ex {
+        crate::cq_ex::install(&mut cqx);
+    }
     let b = Box::into_raw(Box::new(SoftnicCq {
-        cq: pub_cq,
-        ex_tail: [0; IBV_CQ_EX_SIZE - std::mem::size_of::<ibv_cq>()],
+        cqx,
+        current: Mutex::new(WorkCompletion::default()),
         api: Mutex::new(api),
         users: AtomicU32::new(0),
     }));
     // SAFETY: b is a fresh box; the mutex and condvar are at their final addresses.
     unsafe {
-        libc::pthread_mutex_init(std::ptr::addr_of_mut!((*b).cq.mutex), std::ptr::null());
-        libc::pthread_cond_init(std::ptr::addr_of_mut!((*b).cq.cond), std::ptr::null());
+        libc::pthread_mutex_init(
+            std::ptr::addr_of_mut!((*b).cqx.cq_base.mutex),
+            std::ptr::null(),
+        );
+        libc::pthread_cond_init(
+            std::ptr::addr_of_mut!((*b).cqx.cq_base.cond),
+            std::ptr::null(),
+        );
     }
     if !channel.is_null() {
         let mut ev = libc::epoll_event {
@@ -265,15 +295,15 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     let b = unsafe { Box::from_raw(cq as *mut SoftnicCq) };
     // SAFETY: initialised in ibv_create_cq; nobody waits on them any more.
     unsafe {
-        libc::pthread_cond_destroy(std::ptr::addr_of!(b.cq.cond).cast_mut());
-        libc::pthread_mutex_destroy(std::ptr::addr_of!(b.cq.mutex).cast_mut());
+        libc::pthread_cond_destroy(std::ptr::addr_of!(b.cqx.cq_base.cond).cast_mut());
+        libc::pthread_mutex_destroy(std::ptr::addr_of!(b.cqx.cq_base.mutex).cast_mut());
     }
     drop(b);
     0
 }
 
 /// `enum ibv_wc_opcode` of a verbs-api opcode.
-fn wc_opcode(o: WcOpcode) -> c_int {
+pub(crate) fn wc_opcode(o: WcOpcode) -> c_int {
     match o {
         WcOpcode::Send => 0,
         WcOpcode::RdmaWrite => 1,
@@ -289,7 +319,7 @@ fn wc_opcode(o: WcOpcode) -> c_int {
 /// `IBV_WC_WITH_IMM`.
 const IBV_WC_WITH_IMM: u32 = 1 << 1;
 
-fn to_ibv_wc(w: &WorkCompletion) -> ibv_wc {
+pub(crate) fn to_ibv_wc(w: &WorkCompletion) -> ibv_wc {
     ibv_wc {
         wr_id: w.wr_id,
         status: w.status.raw() as c_int,
@@ -433,7 +463,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         // SAFETY: out-pointers are writable (caller contract).
         unsafe {
             *cq = found as *mut ibv_cq;
-            *cq_context = (*found).cq.cq_context;
+            *cq_context = (*found).cqx.cq_base.cq_context;
         }
         return 0;
     }
