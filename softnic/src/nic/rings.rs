@@ -322,5 +322,7 @@ fn post_vendor_err(e: PostError) -> u32 {
             PostError::BadUdDest => 6,
             PostError::BadAtomicSge => 7,
             PostError::TooLong => 8,
+            PostError::UsesSrq => 9,
+            PostError::SrqInError => 10,
         }
 }

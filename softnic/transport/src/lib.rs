@@ -19,6 +19,7 @@
 pub mod memory;
 pub mod qp;
 pub mod sgl;
+pub mod srq;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod time;

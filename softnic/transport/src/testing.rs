@@ -13,6 +13,7 @@ use core::net::{IpAddr, SocketAddr};
 
 use crate::memory::{Access, AtomicOp, MemError, Memory};
 use crate::qp::{Qp, QpAttr, QpCaps, QpState, QpType};
+use crate::srq::{Srq, SrqCaps};
 use crate::time::{Duration, Instant};
 
 /// One registered region.
@@ -258,11 +259,13 @@ pub struct Seen {
     pub index: u64,
 }
 
-/// A node: one QP and its memory.
+/// A node: one QP, its memory, and the SRQ the QP receives from, if any.
 #[derive(Debug)]
 pub struct Node {
     /// The QP.
     pub qp: Qp,
+    /// The QP's shared receive queue ([`Pair::connect_srq`]).
+    pub srq: Option<Srq>,
     /// Its registered memory.
     pub mem: MemVec,
     /// Its UDP endpoint.
@@ -338,6 +341,9 @@ impl core::fmt::Debug for Pair {
             .finish()
     }
 }
+
+/// The SRQ number [`Pair::connect_srq`] gives B's SRQ.
+pub const PAIR_SRQN: u32 = 0x5;
 
 /// Connection parameters for [`Pair::connect`].
 #[derive(Debug, Clone, Copy)]
@@ -457,11 +463,13 @@ impl Pair {
         Pair {
             a: Node {
                 qp: qa,
+                srq: None,
                 mem: MemVec::default(),
                 addr: addr_a,
             },
             b: Node {
                 qp: qb,
+                srq: None,
                 mem: MemVec::default(),
                 addr: addr_b,
             },
@@ -475,6 +483,19 @@ impl Pair {
             seq: 0,
             buf: vec![0; 4096 + 128],
         }
+    }
+
+    /// As [`Pair::connect`], but B's QP takes its receive WQEs from an SRQ (number
+    /// [`PAIR_SRQN`], `caps`), kept in `b.srq`.
+    pub fn connect_srq(cfg: PairConfig, seed: u64, caps: SrqCaps) -> Pair {
+        let mut p = Pair::connect(cfg, seed);
+        let mut qb = Qp::new_with_srq(cfg.qpns.1, cfg.qp_type, 1, cfg.caps, PAIR_SRQN);
+        connect_qp(&mut qb, &cfg, cfg.qpns.0, p.a.addr, cfg.psns.0, cfg.psns.1);
+        qb.set_port_mtu(cfg.mtu);
+        qb.set_local_addr(p.b.addr);
+        p.b.qp = qb;
+        p.b.srq = Some(Srq::new(PAIR_SRQN, 1, caps));
+        p
     }
 
     /// The node on `side`.
@@ -661,7 +682,12 @@ impl Pair {
                 continue;
             }
             self.stats.delivered += 1;
-            node.qp.handle_packet(now, p.src, &parsed, &mut node.mem);
+            match node.srq.as_mut() {
+                Some(srq) => node
+                    .qp
+                    .handle_packet_srq(now, p.src, &parsed, &mut node.mem, srq),
+                None => node.qp.handle_packet(now, p.src, &parsed, &mut node.mem),
+            }
         }
         n
     }

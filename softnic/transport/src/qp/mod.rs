@@ -227,6 +227,11 @@ pub enum PostError {
     /// than 2^31 bytes (IBTA 9.4.1: DMA length limit), or on RC/UC more than
     /// 2^23 − 1 packets, which no PSN window can hold (IBTA 9.7.1).
     TooLong,
+    /// `post_recv` on a QP created with a shared receive queue: its receive WQEs are
+    /// posted to the SRQ (`ibv_post_recv(3)`: such a post fails).
+    UsesSrq,
+    /// A post to an SRQ in error.
+    SrqInError,
 }
 
 impl core::fmt::Display for PostError {
@@ -243,6 +248,8 @@ impl core::fmt::Display for PostError {
                 f,
                 "message longer than the QP carries (2^31 bytes, 2^31 - 256 at MTU 256)"
             ),
+            PostError::UsesSrq => write!(f, "QP receives from a shared receive queue"),
+            PostError::SrqInError => write!(f, "shared receive queue in error"),
         }
     }
 }
@@ -327,6 +334,8 @@ pub struct Qp {
     compat: RxeCompat,
     port_mtu: u32,
     local: Option<SocketAddr>,
+    /// The SRQ this QP takes receive WQEs from (its number), if any.
+    srq: Option<u32>,
     req: Requester,
     resp: Responder,
     timers: Timers,
@@ -373,12 +382,35 @@ impl Qp {
             compat: RxeCompat::default(),
             port_mtu: DEFAULT_PORT_MTU,
             local: None,
+            srq: None,
             req: Requester::new(caps.max_send_wr),
             resp: Responder::new(caps.max_recv_wr),
             timers: Timers::default(),
             completions: VecDeque::new(),
             counters: QpCounters::default(),
         }
+    }
+
+    /// A QP in state Reset that takes its receive WQEs from the shared receive queue
+    /// `srqn` (`ibv_qp_init_attr.srq`): `caps.max_recv_wr` is ignored, `post_recv` is
+    /// refused, and packets come in through [`Qp::handle_packet_srq`].
+    pub fn new_with_srq(qpn: u32, qp_type: QpType, pd: u32, caps: QpCaps, srqn: u32) -> Qp {
+        let mut qp = Qp::new(
+            qpn,
+            qp_type,
+            pd,
+            QpCaps {
+                max_recv_wr: 0,
+                ..caps
+            },
+        );
+        qp.srq = Some(srqn);
+        qp
+    }
+
+    /// The SRQ this QP receives from, if it was created with one.
+    pub fn srq(&self) -> Option<u32> {
+        self.srq
     }
 
     /// This QP's number.
@@ -440,7 +472,7 @@ impl Qp {
         self.req.sq.len()
     }
 
-    /// Receive WQEs queued.
+    /// Receive WQEs queued (0 for a QP on an SRQ: they are the SRQ's).
     pub fn recv_queue_len(&self) -> usize {
         self.resp.rq.len()
     }
@@ -511,7 +543,7 @@ impl Qp {
     /// IBTA 10.3.1: a QP moved to Reset loses all its WQEs without completions and
     /// returns to its just-created condition.
     fn reset(&mut self) {
-        let (qpn, qp_type, pd, caps, compat, port_mtu, local) = (
+        let (qpn, qp_type, pd, caps, compat, port_mtu, local, srq) = (
             self.qpn,
             self.qp_type,
             self.pd,
@@ -519,9 +551,11 @@ impl Qp {
             self.compat,
             self.port_mtu,
             self.local,
+            self.srq,
         );
         let counters = self.counters;
         *self = Qp::new(qpn, qp_type, pd, caps);
+        self.srq = srq;
         self.compat = compat;
         self.port_mtu = port_mtu;
         self.local = local;
@@ -568,10 +602,17 @@ impl Qp {
         self.resp.on_error(keep_responses);
     }
 
+    /// Flushes the receive WQEs this QP owns: the one of the message in progress, and
+    /// its own receive queue. A QP on an SRQ owns only the former; the WQE it may hold
+    /// on loan for the packet being handled goes back to the SRQ (IBTA 10.2.9: the
+    /// SRQ's other WQEs are not affected by one QP's error).
     fn flush_recv_queue(&mut self) {
         if let Some(r) = self.resp.take_current_recv() {
             let c = self.recv_flush_completion(&r);
             self.push_completion(c);
+        }
+        if self.srq.is_some() {
+            return;
         }
         while let Some(r) = self.resp.rq.pop_front() {
             let c = self.recv_flush_completion(&r);
@@ -682,6 +723,9 @@ impl Qp {
     /// `ibv_post_recv`: queues a receive WQE (allowed from Init on; flushed at once
     /// in Err).
     pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
+        if self.srq.is_some() {
+            return Err(PostError::UsesSrq);
+        }
         if self.state == QpState::Reset {
             return Err(PostError::InvalidState(QpState::Reset));
         }
@@ -703,6 +747,8 @@ impl Qp {
     /// Handles one packet addressed to this QP (BTH dest QPN already matched by the
     /// caller, ICRC already checked). Requests go to the responder, responses to the
     /// completer. Never panics; anything unusable is dropped and counted.
+    /// A QP created with an SRQ takes its receive WQEs through
+    /// [`Qp::handle_packet_srq`]; here it finds none (RNR / drop).
     pub fn handle_packet(
         &mut self,
         now: Instant,
@@ -737,6 +783,41 @@ impl Qp {
                 return;
             }
             self.handle_response(now, pkt, info, mem);
+        }
+    }
+
+    /// [`Qp::handle_packet`] for a QP created with [`Qp::new_with_srq`]: `srq` must be
+    /// that SRQ (another one, or a QP without an SRQ, drops the packet and counts it
+    /// as `drop_bad_state`). The QP borrows the SRQ's front WQE for this one packet;
+    /// if the packet does not consume it (or a WQE of an abandoned UC message comes
+    /// back), what is left returns to the front of the SRQ in order. A consumed WQE may
+    /// fire the SRQ's limit event; a request that found the SRQ empty is counted there
+    /// (RC: RNR NAK; UC/UD: dropped).
+    pub fn handle_packet_srq(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        pkt: &wire::ParsedPacket<'_>,
+        mem: &mut dyn Memory,
+        srq: &mut crate::srq::Srq,
+    ) {
+        if self.srq != Some(srq.srqn()) {
+            self.counters.packets_received += 1;
+            self.counters.drop_bad_state += 1;
+            return;
+        }
+        let before = srq.len();
+        let lent = srq.lend();
+        let lent_some = lent.is_some();
+        self.resp.rq.extend(lent);
+        let starved = self.counters.nak_rnr_sent + self.counters.drop_no_recv_wqe;
+        self.handle_packet(now, src, pkt, mem);
+        srq.give_back(self.resp.rq.drain(..));
+        if srq.len() < before {
+            srq.consumed();
+        }
+        if !lent_some && self.counters.nak_rnr_sent + self.counters.drop_no_recv_wqe > starved {
+            srq.found_empty();
         }
     }
 
