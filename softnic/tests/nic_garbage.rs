@@ -81,6 +81,7 @@ fn raw_qp(nic: &NicProc, peer: &NicProc, peer_qpn: u32) -> RawQp {
         send_cq: cq,
         recv_cq: cq,
         caps,
+        srq: None,
     };
     let Reply::Qp { qpn, .. } = ok(&sock, req, &[qfd.as_fd()]).0 else {
         panic!()

@@ -54,8 +54,10 @@ pub mod oob;
 pub mod os;
 pub mod pd;
 pub mod qp;
+pub mod srq;
 pub mod wr;
 
+pub use abi::control::{AsyncEvent, SrqAttr};
 pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 pub use device::{Context, Device, DeviceAttributes};
 pub use error::{Error, PostError, Result};
@@ -66,6 +68,7 @@ pub use pd::ProtectionDomain;
 pub use qp::{
     AhAttr, Mtu, QpAttr, QpCap, QpEndpoint, QpInitAttr, QpState, QpType, QueuePair, DEFAULT_QKEY,
 };
+pub use srq::{SharedReceiveQueue, SrqInitAttr};
 pub use wr::{RecvWr, SendFlags, SendWr, Sge, UdAddress, WrOpcode};
 
 #[cfg(test)]

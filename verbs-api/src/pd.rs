@@ -87,6 +87,17 @@ impl ProtectionDomain {
 
     /// Creates a queue pair (`ibv_create_qp`).
     pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<QueuePair> {
-        QueuePair::create(self, attr)
+        QueuePair::create(self, attr, None)
+    }
+
+    /// Creates a queue pair that takes its receive WQEs from `srq`
+    /// (`ibv_create_qp` with `ibv_qp_init_attr.srq`); `attr.cap.max_recv_wr` and
+    /// `max_recv_sge` are ignored, and the QP's `post_recv` is refused.
+    pub fn create_qp_with_srq(
+        &self,
+        attr: &QpInitAttr<'_>,
+        srq: &crate::srq::SharedReceiveQueue,
+    ) -> Result<QueuePair> {
+        QueuePair::create(self, attr, Some(srq))
     }
 }

@@ -23,6 +23,7 @@ use crate::gid::{Gid, ROCE_V2_PORT};
 use crate::mr::AccessFlags;
 use crate::os;
 use crate::pd::{PdShared, ProtectionDomain};
+use crate::srq::{SharedReceiveQueue, SrqShared};
 use crate::wr::{build_recv_wqe, build_send_wqe, QpLimits, RecvWr, SendWr};
 
 pub use crate::abi::control::{QpState, QpType};
@@ -439,6 +440,8 @@ pub struct QueuePair {
     pd: Arc<PdShared>,
     _send_cq: Arc<CqShared>,
     _recv_cq: Arc<CqShared>,
+    /// The SRQ this QP receives from (kept alive while the QP exists).
+    srq: Option<Arc<SrqShared>>,
 }
 
 impl fmt::Debug for QueuePair {
@@ -483,9 +486,24 @@ pub(crate) fn check_cap(cap: &QpCap, dev: &control::DeviceAttr) -> std::result::
 }
 
 impl QueuePair {
-    pub(crate) fn create(pd: &ProtectionDomain, attr: &QpInitAttr<'_>) -> Result<Self> {
+    pub(crate) fn create(
+        pd: &ProtectionDomain,
+        attr: &QpInitAttr<'_>,
+        srq: Option<&SharedReceiveQueue>,
+    ) -> Result<Self> {
         let ctx = &pd.inner.ctx;
-        check_cap(&attr.cap, ctx.inner.attr()).map_err(Error::InvalidArgument)?;
+        let mut cap = attr.cap;
+        if let Some(s) = srq {
+            if !s.same_pd(pd) {
+                return Err(Error::InvalidArgument(
+                    "the SRQ belongs to another protection domain".into(),
+                ));
+            }
+            // Receive WQEs go to the SRQ; the QP's own RQ ring is a 1-slot stub.
+            cap.max_recv_wr = 1;
+            cap.max_recv_sge = s.attr().max_sge;
+        }
+        check_cap(&cap, ctx.inner.attr()).map_err(Error::InvalidArgument)?;
         for cq in [attr.send_cq, attr.recv_cq] {
             if !Arc::ptr_eq(&cq.shared.ctx.inner, &ctx.inner) {
                 return Err(Error::InvalidArgument(
@@ -493,7 +511,6 @@ impl QueuePair {
                 ));
             }
         }
-        let cap = attr.cap;
         let layout = QpLayout::new(cap.max_send_wr, cap.max_recv_wr)?;
         let fd = os::memfd("softnic-qp", layout.len).map_err(io("creating the QP memfd"))?;
         let map = Arc::new(os::map_shared(fd.as_fd(), layout.len).map_err(io("mapping the QP"))?);
@@ -512,6 +529,7 @@ impl QueuePair {
                 max_sge: cap.max_send_sge.max(cap.max_recv_sge),
                 max_inline: cap.max_inline_data,
             },
+            srq: srq.map(|s| s.handle()),
         };
         let (reply, _) = ctx.inner.call("ibv_create_qp", &req, &[fd.as_fd()])?;
         let qpn = match reply {
@@ -529,6 +547,7 @@ impl QueuePair {
             pd: pd.inner.clone(),
             _send_cq: attr.send_cq.shared.clone(),
             _recv_cq: attr.recv_cq.shared.clone(),
+            srq: srq.map(|s| s.shared.clone()),
         })
     }
 
@@ -697,6 +716,13 @@ impl QueuePair {
     /// Posts receive work requests (`ibv_post_recv`), same conventions as
     /// [`Self::post_send`].
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        if self.srq.is_some() {
+            return Err(Error::InvalidState {
+                qpn: self.qpn,
+                state: self.state,
+                what: "ibv_post_recv on a QP created with an SRQ (post to the SRQ)".into(),
+            });
+        }
         let q = self.limits();
         let mut result = Ok(());
         let mut pushed = 0usize;

@@ -38,6 +38,7 @@ pub mod rx_icrc;
 pub mod secret;
 pub mod signals;
 pub mod source;
+pub mod srq;
 pub mod state;
 pub mod udp;
 pub mod wqe;

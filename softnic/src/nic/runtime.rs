@@ -303,6 +303,9 @@ impl Runtime {
     fn iterate(&mut self, now: Instant) -> io::Result<usize> {
         let mut work = self.control(now);
         let local = self.path.local;
+        for s in self.nic.srqs.values_mut() {
+            work += s.drain_ring(&mut self.path.counters);
+        }
         for e in self.nic.qps.values_mut() {
             work += e.drain_rings(now, local, &mut self.path.counters);
         }
@@ -376,6 +379,7 @@ impl Runtime {
         let gauges = [
             ("clients", self.nic.clients.len() as u64),
             ("qps", self.nic.qps.len() as u64),
+            ("srqs", self.nic.srqs.len() as u64),
             ("cqs", self.nic.cqs.len() as u64),
             ("mrs", self.nic.mrs.len() as u64),
             ("fault_held", self.path.fault.held() as u64),
@@ -536,6 +540,9 @@ impl Runtime {
         for e in self.nic.qps.values_mut() {
             busy |= e.arm_wakeup();
         }
+        for s in self.nic.srqs.values_mut() {
+            busy |= s.arm_wakeup();
+        }
         if !busy {
             // Completions waiting for CQ room: the client frees room by polling, which
             // makes no syscall, so check back soon rather than at the next timer.
@@ -573,6 +580,9 @@ impl Runtime {
         }
         for e in self.nic.qps.values_mut() {
             e.disarm_wakeup();
+        }
+        for s in self.nic.srqs.values_mut() {
+            s.disarm_wakeup();
         }
         Ok(())
     }
@@ -644,7 +654,12 @@ fn rx_one(
         return;
     };
     match source::check(e.qp.qp_type(), e.qp.attrs().remote, peer) {
-        Ok(()) => e.qp.handle_packet(now, peer, &pkt, &mut nic.mrs),
+        Ok(()) => match e.qp.srq().and_then(|h| nic.srqs.get_mut(&h)) {
+            Some(s) => {
+                e.qp.handle_packet_srq(now, peer, &pkt, &mut nic.mrs, &mut s.srq)
+            }
+            None => e.qp.handle_packet(now, peer, &pkt, &mut nic.mrs),
+        },
         Err(source::Mismatch::Address) => c.rx_drop_source_address += 1,
         Err(source::Mismatch::Port) => c.rx_drop_source_port += 1,
     }

@@ -36,6 +36,7 @@ use super::memory::{KeyMap, MrTable, RegError, MAX_MR_SIZE};
 use super::quota::{Kind, Limits, QuotaError, Quotas};
 use super::rings::QpEntry;
 use super::secret;
+use super::srq::SrqEntry;
 
 /// Most outstanding READ/atomic requests per QP offered.
 pub const MAX_QP_RD_ATOM: u32 = 16;
@@ -102,6 +103,8 @@ pub struct Nic {
     pub cqs: KeyMap<CompletionQueue>,
     /// Queue pairs by QPN.
     pub qps: KeyMap<QpEntry>,
+    /// Shared receive queues by handle (`srq.rs`).
+    pub srqs: KeyMap<SrqEntry>,
     /// PD and CQ handles (one space, so a PD and a CQ never share a number).
     handles: HandleAlloc,
     /// Per-user quotas.
@@ -110,9 +113,9 @@ pub struct Nic {
     pub retired: QpCounters,
 }
 
-type Answer = (Response, Vec<OwnedFd>);
+pub(super) type Answer = (Response, Vec<OwnedFd>);
 
-fn err(code: ErrorCode, message: impl Into<String>) -> Answer {
+pub(super) fn err(code: ErrorCode, message: impl Into<String>) -> Answer {
     (
         Response::Err {
             code,
@@ -122,7 +125,7 @@ fn err(code: ErrorCode, message: impl Into<String>) -> Answer {
     )
 }
 
-fn ok(r: Reply) -> Answer {
+pub(super) fn ok(r: Reply) -> Answer {
     (Response::Ok(r), Vec::new())
 }
 
@@ -225,6 +228,7 @@ impl Nic {
             mrs: MrTable::default(),
             cqs: KeyMap::default(),
             qps: KeyMap::default(),
+            srqs: KeyMap::default(),
             handles: HandleAlloc::new(),
             quotas: Quotas::new(limits),
             retired: QpCounters::default(),
@@ -251,15 +255,33 @@ impl Nic {
         }
     }
 
-    /// A PD or CQ handle that no live PD or CQ holds.
-    fn handle(&mut self) -> Option<Handle> {
-        let (pds, cqs) = (&self.pds, &self.cqs);
+    /// A PD, CQ or SRQ handle that no live PD, CQ or SRQ holds.
+    pub(super) fn handle(&mut self) -> Option<Handle> {
+        let (pds, cqs, srqs) = (&self.pds, &self.cqs, &self.srqs);
         self.handles
-            .alloc(|h| pds.contains_key(&h) || cqs.contains_key(&h))
+            .alloc(|h| pds.contains_key(&h) || cqs.contains_key(&h) || srqs.contains_key(&h))
+    }
+
+    /// Takes one SRQ of `bytes` mapped for `uid`: an SRQ counts as a queue pair
+    /// against the per-user QP quota, and its ring as mapped bytes.
+    pub(super) fn take_srq_quota(
+        &mut self,
+        uid: u32,
+        bytes: u64,
+        counters: &mut NicCounters,
+    ) -> Result<(), Box<Answer>> {
+        self.quotas
+            .take(uid, Kind::Qp, bytes)
+            .map_err(|e| Box::new(refuse(e, counters)))
+    }
+
+    /// Gives back what [`Nic::take_srq_quota`] took.
+    pub(super) fn give_srq_quota(&mut self, uid: u32, bytes: u64) {
+        self.quotas.give_back(uid, Kind::Qp, bytes);
     }
 
     /// The user of an opened client (0 for none: callers check `opened` first).
-    fn uid_of(&self, client: u32) -> u32 {
+    pub(super) fn uid_of(&self, client: u32) -> u32 {
         self.clients.get(&client).map_or(0, |c| c.uid)
     }
 
@@ -301,7 +323,10 @@ impl Nic {
         counters.control_requests += 1;
         let want_fds = matches!(
             req,
-            Request::RegMr { .. } | Request::CreateCq { .. } | Request::CreateQp { .. }
+            Request::RegMr { .. }
+                | Request::CreateCq { .. }
+                | Request::CreateQp { .. }
+                | Request::CreateSrq { .. }
         );
         if fds.len() != usize::from(want_fds) {
             return err(
@@ -353,7 +378,28 @@ impl Nic {
                 send_cq,
                 recv_cq,
                 caps,
-            } => self.create_qp(client, pd, qp_type, send_cq, recv_cq, caps, fds, counters),
+                srq,
+            } => {
+                let spec = QpSpec {
+                    client,
+                    pd,
+                    qp_type,
+                    send_cq,
+                    recv_cq,
+                    caps,
+                    srq,
+                };
+                self.create_qp(&spec, fds, counters)
+            }
+            Request::CreateSrq { pd, attr } => self.create_srq(client, pd, attr, fds, counters),
+            Request::ModifySrq {
+                srq,
+                max_wr,
+                srq_limit,
+            } => self.modify_srq(client, srq, max_wr, srq_limit),
+            Request::QuerySrq { srq } => self.query_srq(client, srq),
+            Request::DestroySrq { srq } => self.destroy_srq(client, srq),
+            Request::GetAsyncEvents => self.async_events(client),
             Request::ModifyQp { qpn, attr } => self.modify_qp(now, client, qpn, &attr),
             Request::QueryQp { qpn } => match self.qps.get(&qpn).filter(|e| e.client == client) {
                 Some(e) => ok(Reply::QpInfo {
@@ -421,7 +467,7 @@ impl Nic {
         )
     }
 
-    fn pd_of(&self, client: u32, pd: Handle) -> Result<(), Box<Answer>> {
+    pub(super) fn pd_of(&self, client: u32, pd: Handle) -> Result<(), Box<Answer>> {
         if self.pds.get(&pd).is_some_and(|p| p.client == client) {
             Ok(())
         } else {
@@ -455,7 +501,7 @@ impl Nic {
         if users > 0 {
             return err(
                 ErrorCode::Busy,
-                format!("protection domain {pd} still has {users} memory regions and QPs"),
+                format!("protection domain {pd} still has {users} memory regions, QPs and SRQs"),
             );
         }
         self.pds.remove(&pd);
@@ -468,7 +514,7 @@ impl Nic {
     }
 
     /// One more (`+1`) or one fewer (`-1`) MR or QP in `pd`.
-    fn pd_use(&mut self, pd: Handle, more: bool) {
+    pub(super) fn pd_use(&mut self, pd: Handle, more: bool) {
         if let Some(p) = self.pds.get_mut(&pd) {
             p.users = if more {
                 p.users.saturating_add(1)
@@ -650,20 +696,28 @@ impl Nic {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn create_qp(
         &mut self,
-        client: u32,
-        pd: Handle,
-        qp_type: QpType,
-        send_cq: Handle,
-        recv_cq: Handle,
-        caps: QpCaps,
+        spec: &QpSpec,
         fds: Vec<OwnedFd>,
         counters: &mut NicCounters,
     ) -> Answer {
+        let QpSpec {
+            client,
+            pd,
+            qp_type,
+            send_cq,
+            recv_cq,
+            caps,
+            srq,
+        } = *spec;
         if let Err(a) = self.pd_of(client, pd) {
             return *a;
+        }
+        if let Some(h) = srq {
+            if let Err(a) = self.srq_for_qp(client, pd, h) {
+                return *a;
+            }
         }
         for cq in [send_cq, recv_cq] {
             if !self.cqs.get(&cq).is_some_and(|c| c.client == client) {
@@ -702,15 +756,7 @@ impl Nic {
         if let Err(e) = self.quotas.take(uid, Kind::Qp, bytes) {
             return refuse(e, counters);
         }
-        let spec = QpSpec {
-            client,
-            pd,
-            qp_type,
-            send_cq,
-            recv_cq,
-            caps,
-        };
-        match self.attach_qp(&spec, fd, &l) {
+        match self.attach_qp(spec, fd, &l) {
             Ok((qpn, granted)) => {
                 self.pd_use(pd, true);
                 self.cq_use(send_cq, true);
@@ -742,6 +788,7 @@ impl Nic {
             send_cq,
             recv_cq,
             caps,
+            srq,
         } = *spec;
         let map = map_checked(fd, l.len)?;
         let rings = Ring::<SendWqe>::new(map.clone(), l.sq_offset, l.sq_capacity)
@@ -771,7 +818,10 @@ impl Nic {
             max_sge: granted.max_sge,
             max_inline: granted.max_inline,
         };
-        let mut qp = Qp::new(qpn, to_transport_type(qp_type), pd, tcaps);
+        let mut qp = match srq {
+            Some(h) => Qp::new_with_srq(qpn, to_transport_type(qp_type), pd, tcaps, h),
+            None => Qp::new(qpn, to_transport_type(qp_type), pd, tcaps),
+        };
         qp.set_port_mtu(self.info.mtu);
         qp.set_local_addr(self.info.local);
         qp.set_rxe_compat(self.info.compat);
@@ -859,6 +909,15 @@ impl Nic {
         for &q in &qps {
             self.destroy_qp(client, q);
         }
+        let srqs: Vec<u32> = self
+            .srqs
+            .iter()
+            .filter(|(_, e)| e.client == client)
+            .map(|(h, _)| *h)
+            .collect();
+        for &h in &srqs {
+            self.remove_srq(h);
+        }
         for &h in &cqs {
             self.destroy_cq(client, h);
         }
@@ -882,9 +941,11 @@ struct QpSpec {
     send_cq: Handle,
     recv_cq: Handle,
     caps: QpCaps,
+    /// The SRQ it receives from.
+    srq: Option<Handle>,
 }
 
-fn map_checked(fd: &OwnedFd, len: usize) -> Result<Arc<memmap2::MmapRaw>, Box<Answer>> {
+pub(super) fn map_checked(fd: &OwnedFd, len: usize) -> Result<Arc<memmap2::MmapRaw>, Box<Answer>> {
     verbs_api::os::check_shm(fd.as_fd(), len).map_err(|e| {
         Box::new(err(
             ErrorCode::InvalidArgument,
@@ -917,6 +978,11 @@ pub fn request_name(r: &Request) -> &'static str {
         Request::QueryQp { .. } => "QueryQp",
         Request::DestroyQp { .. } => "DestroyQp",
         Request::Stats => "Stats",
+        Request::CreateSrq { .. } => "CreateSrq",
+        Request::ModifySrq { .. } => "ModifySrq",
+        Request::QuerySrq { .. } => "QuerySrq",
+        Request::DestroySrq { .. } => "DestroySrq",
+        Request::GetAsyncEvents => "GetAsyncEvents",
     }
 }
 
@@ -1005,6 +1071,7 @@ mod tests {
             send_cq: cq,
             recv_cq: cq,
             caps,
+            srq: None,
         };
         let Ok(Reply::Qp { qpn, .. }) = call(nic, c, client, req, vec![qp_fd()]) else {
             panic!()

@@ -31,6 +31,11 @@ use std::collections::VecDeque;
 use crate::qp::PostError;
 use crate::wr::{RecvWr, MAX_SGE};
 
+/// Events an SRQ keeps until the caller polls them; later ones are dropped and
+/// counted (each kind is one-shot until re-armed, so only a caller that re-arms
+/// without ever polling reaches this).
+pub const MAX_EVENTS: usize = 16;
+
 /// Capacities given at creation (`struct ibv_srq_attr` without the limit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SrqCaps {
@@ -103,6 +108,8 @@ pub struct SrqCounters {
     pub empty: u64,
     /// Limit events raised.
     pub limit_events: u64,
+    /// Events dropped because [`MAX_EVENTS`] were waiting.
+    pub events_dropped: u64,
 }
 
 /// A shared receive queue.
@@ -226,7 +233,7 @@ impl Srq {
         if !self.error {
             self.error = true;
             self.limit = 0;
-            self.events.push_back(SrqEvent::Error);
+            self.push_event(SrqEvent::Error);
         }
         self.pool.drain(..).collect()
     }
@@ -255,7 +262,15 @@ impl Srq {
         if self.limit > 0 && (self.pool.len() as u64) < u64::from(self.limit) {
             self.limit = 0;
             self.counters.limit_events += 1;
-            self.events.push_back(SrqEvent::LimitReached);
+            self.push_event(SrqEvent::LimitReached);
+        }
+    }
+
+    fn push_event(&mut self, e: SrqEvent) {
+        if self.events.len() < MAX_EVENTS {
+            self.events.push_back(e);
+        } else {
+            self.counters.events_dropped += 1;
         }
     }
 

@@ -21,6 +21,7 @@
 //! | `RegMr`            | region memfd (1)       | –                      |
 //! | `CreateCq`         | CQ segment memfd (1)   | CQ eventfd (1)         |
 //! | `CreateQp`         | QP segment memfd (1)   | –                      |
+//! | `CreateSrq`        | SRQ segment memfd (1)  | –                      |
 //! | everything else    | –                      | –                      |
 //!
 //! Segment sizes and ring offsets are never sent: both sides compute them from the
@@ -250,8 +251,13 @@ pub enum Request {
         send_cq: Handle,
         /// CQ for receive completions.
         recv_cq: Handle,
-        /// Capabilities.
+        /// Capabilities. With `srq`, `max_recv_wr` only sizes the (unused) RQ ring:
+        /// send 1.
         caps: QpCaps,
+        /// The shared receive queue the QP takes its receive WQEs from
+        /// (`ibv_qp_init_attr.srq`); it must be of the same client and PD.
+        #[serde(default)]
+        srq: Option<Handle>,
     },
     /// Reply: [`Reply::Done`].
     ModifyQp {
@@ -272,6 +278,65 @@ pub enum Request {
     },
     /// Reply: [`Reply::Stats`].
     Stats,
+    /// Attaches the SRQ segment sent with this frame (layout
+    /// [`super::SrqLayout::new`]`(max_wr)`: one receive ring). Reply: [`Reply::Srq`].
+    CreateSrq {
+        /// PD handle.
+        pd: Handle,
+        /// Capabilities and the initial limit (0 = not armed).
+        attr: SrqAttr,
+    },
+    /// `ibv_modify_srq`: `None` = not in the mask. Resizing (`max_wr`) is not
+    /// supported (the ring is fixed at creation); only the limit can be armed.
+    /// Reply: [`Reply::Done`].
+    ModifySrq {
+        /// SRQ handle.
+        srq: Handle,
+        /// IBV_SRQ_MAX_WR.
+        max_wr: Option<u32>,
+        /// IBV_SRQ_LIMIT.
+        srq_limit: Option<u32>,
+    },
+    /// Reply: [`Reply::SrqInfo`].
+    QuerySrq {
+        /// SRQ handle.
+        srq: Handle,
+    },
+    /// Refused (`Busy`) while a QP uses it. Reply: [`Reply::Done`].
+    DestroySrq {
+        /// SRQ handle.
+        srq: Handle,
+    },
+    /// Takes the client's pending asynchronous events (never blocks).
+    /// Reply: [`Reply::AsyncEvents`].
+    GetAsyncEvents,
+}
+
+/// SRQ attributes (`struct ibv_srq_attr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct SrqAttr {
+    /// Most WQEs outstanding in the SRQ.
+    pub max_wr: u32,
+    /// SGEs per WQE (≤ [`super::MAX_SGE`]).
+    pub max_sge: u32,
+    /// The armed limit (0 = not armed).
+    pub srq_limit: u32,
+}
+
+/// An affiliated asynchronous event (`struct ibv_async_event`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AsyncEvent {
+    /// IBV_EVENT_SRQ_LIMIT_REACHED: fewer WQEs than the armed limit remain in the SRQ;
+    /// the SRQ is disarmed.
+    SrqLimitReached {
+        /// SRQ handle.
+        srq: Handle,
+    },
+    /// IBV_EVENT_SRQ_ERR: the SRQ entered the error state.
+    SrqErr {
+        /// SRQ handle.
+        srq: Handle,
+    },
 }
 
 /// A successful answer.
@@ -312,6 +377,17 @@ pub enum Reply {
         /// Capabilities granted (≥ requested).
         caps: QpCaps,
     },
+    /// To CreateSrq.
+    Srq {
+        /// New SRQ handle.
+        srq: Handle,
+        /// Granted attributes (`max_wr` is the ring capacity).
+        attr: SrqAttr,
+    },
+    /// To QuerySrq.
+    SrqInfo(SrqAttr),
+    /// To GetAsyncEvents, oldest first.
+    AsyncEvents(Vec<AsyncEvent>),
     /// To QueryQp.
     QpInfo {
         /// Current state.

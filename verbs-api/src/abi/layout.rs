@@ -164,6 +164,31 @@ impl QpLayout {
     }
 }
 
+/// The layout of an SRQ segment: one receive ring at offset 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SrqLayout {
+    /// Ring capacity (power of two).
+    pub capacity: u32,
+    /// Offset of the ring (always 0).
+    pub offset: usize,
+    /// Segment length (page-rounded).
+    pub len: usize,
+}
+
+impl SrqLayout {
+    /// The layout for an SRQ of at least `max_wr` WQEs.
+    pub fn new(max_wr: u32) -> Result<Self, LayoutError> {
+        let capacity = ring_capacity(max_wr)?;
+        let bytes = ring_bytes::<RecvWqe>(capacity)?;
+        let len = round_up(bytes, SEGMENT_ALIGN).ok_or(LayoutError::TooLarge { bytes })?;
+        Ok(SrqLayout {
+            capacity,
+            offset: 0,
+            len,
+        })
+    }
+}
+
 /// The layout of a CQ segment: one CQ ring at offset 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CqLayout {

@@ -9,6 +9,8 @@
 //!  QP segment (memfd, created by the client) ─────► mapped by the NIC too
 //!    [SQ ring: RingHeader | SendWqe × cap]          client produces, NIC consumes
 //!    [RQ ring: RingHeader | RecvWqe × cap]          client produces, NIC consumes
+//!  SRQ segment (memfd, created by the client) ────► mapped by the NIC too
+//!    [SRQ ring: RingHeader | RecvWqe × cap]         client produces, NIC consumes
 //!  CQ segment (memfd, created by the client) ─────► mapped by the NIC too
 //!    [CQ ring: RingHeader | Cqe × cap]              NIC produces, client consumes
 //!  MR segment (memfd per region)             ─────► the NIC's "DMA" target
@@ -64,7 +66,7 @@ pub mod layout;
 pub mod ring;
 pub mod slots;
 
-pub use layout::{CqLayout, LayoutError, QpLayout};
+pub use layout::{CqLayout, LayoutError, QpLayout, SrqLayout};
 pub use ring::{CachePadded, Consumer, Producer, Ring, RingError, RingHeader};
 pub use slots::{Cqe, RecvWqe, SendWqe, Sge, Slot, UdDest};
 

@@ -36,8 +36,25 @@ fn sample_requests() -> Vec<Request> {
                 max_sge: 4,
                 max_inline: 64,
             },
+            srq: Some(4),
         },
         Request::Stats,
+        Request::CreateSrq {
+            pd: 1,
+            attr: SrqAttr {
+                max_wr: 64,
+                max_sge: 2,
+                srq_limit: 8,
+            },
+        },
+        Request::ModifySrq {
+            srq: 5,
+            max_wr: None,
+            srq_limit: Some(3),
+        },
+        Request::QuerySrq { srq: 5 },
+        Request::DestroySrq { srq: 5 },
+        Request::GetAsyncEvents,
     ]
 }
 

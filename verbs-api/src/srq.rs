@@ -1,0 +1,225 @@
+//! Shared receive queues (`ibv_create_srq`, `ibv_post_srq_recv`, `ibv_modify_srq`,
+//! `ibv_query_srq`) and the asynchronous events they raise.
+//!
+//! An SRQ is one receive ring in a client-created memfd (layout
+//! [`crate::abi::SrqLayout`]), shared with the NIC exactly like a QP's RQ: posting
+//! validates each work request, writes its slot and publishes, with no syscall unless
+//! the NIC has set NEED_WAKEUP. QPs created with
+//! [`ProtectionDomain::create_qp_with_srq`] take their receive WQEs from it, in posting
+//! order; their receive completions carry their own QP number (`qp_num`).
+//!
+//! The SRQ limit ("low watermark", `ibv_modify_srq(3)`): once armed, the NIC raises
+//! [`AsyncEvent::SrqLimitReached`] the first time a QP takes a WQE and fewer than the
+//! limit remain, and disarms it (`query` reads 0 again). Events are fetched with
+//! [`Context::poll_async_events`] (the `ibv_get_async_event` of this library: it never
+//! blocks).
+
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+use crate::abi::control::{AsyncEvent, Reply, Request, SrqAttr};
+use crate::abi::{Producer, RecvWqe, Ring, SrqLayout, NEED_WAKEUP};
+use crate::device::Context;
+use crate::error::{io, Error, PostError, Result};
+use crate::os;
+use crate::pd::{PdShared, ProtectionDomain};
+use crate::qp::{QpState, QpType};
+use crate::wr::{build_recv_wqe, QpLimits, RecvWr};
+
+/// `struct ibv_srq_init_attr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SrqInitAttr {
+    /// Most outstanding WQEs (rounded up to a power of two).
+    pub max_wr: u32,
+    /// SGEs per WQE (≤ 4).
+    pub max_sge: u32,
+    /// Limit armed at creation (0 = not armed).
+    pub srq_limit: u32,
+}
+
+/// What QPs on an SRQ keep alive: the NIC's SRQ is destroyed when the
+/// [`SharedReceiveQueue`] and every QP created on it are gone.
+pub(crate) struct SrqShared {
+    pub handle: u32,
+    pub pd: Arc<PdShared>,
+}
+
+impl Drop for SrqShared {
+    fn drop(&mut self) {
+        // Best effort: if the NIC is gone, everything is gone with the connection.
+        let _ = self.pd.ctx.inner.call(
+            "ibv_destroy_srq",
+            &Request::DestroySrq { srq: self.handle },
+            &[],
+        );
+    }
+}
+
+/// A shared receive queue (`struct ibv_srq`). `Send`; single producer (`&mut self` to
+/// post).
+pub struct SharedReceiveQueue {
+    handle: u32,
+    attr: SrqAttr,
+    ring: Producer<RecvWqe>,
+    pd: Arc<PdShared>,
+    pub(crate) shared: Arc<SrqShared>,
+}
+
+impl std::fmt::Debug for SharedReceiveQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedReceiveQueue")
+            .field("handle", &self.handle)
+            .field("attr", &self.attr)
+            .finish()
+    }
+}
+
+impl SharedReceiveQueue {
+    pub(crate) fn create(pd: &ProtectionDomain, init: &SrqInitAttr) -> Result<Self> {
+        let dev = pd.inner.ctx.inner.attr();
+        let max_sge = dev.max_sge.min(crate::abi::MAX_SGE as u32);
+        if init.max_sge > max_sge {
+            return Err(Error::InvalidArgument(format!(
+                "SRQ max_sge {} exceeds the device's {max_sge}",
+                init.max_sge
+            )));
+        }
+        let layout = SrqLayout::new(init.max_wr)?;
+        let fd = os::memfd("softnic-srq", layout.len).map_err(io("creating the SRQ memfd"))?;
+        let map = Arc::new(os::map_shared(fd.as_fd(), layout.len).map_err(io("mapping the SRQ"))?);
+        let ring = Ring::<RecvWqe>::new(map, layout.offset, layout.capacity)?;
+        ring.init();
+        let req = Request::CreateSrq {
+            pd: pd.inner.handle,
+            attr: SrqAttr {
+                max_wr: init.max_wr,
+                max_sge: init.max_sge,
+                srq_limit: init.srq_limit,
+            },
+        };
+        let (reply, _) = pd
+            .inner
+            .ctx
+            .inner
+            .call("ibv_create_srq", &req, &[fd.as_fd()])?;
+        let (handle, attr) = match reply {
+            Reply::Srq { srq, attr } => (srq, attr),
+            other => {
+                return Err(Error::Protocol(format!(
+                    "CreateSrq answered with {other:?}"
+                )))
+            }
+        };
+        Ok(SharedReceiveQueue {
+            handle,
+            attr,
+            ring: ring.into_producer(),
+            pd: pd.inner.clone(),
+            shared: Arc::new(SrqShared {
+                handle,
+                pd: pd.inner.clone(),
+            }),
+        })
+    }
+
+    /// The NIC's handle of this SRQ (what [`AsyncEvent`]s name).
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// Attributes granted at creation (`max_wr` is the ring capacity).
+    pub fn attr(&self) -> SrqAttr {
+        self.attr
+    }
+
+    pub(crate) fn same_pd(&self, pd: &ProtectionDomain) -> bool {
+        Arc::ptr_eq(&self.pd, &pd.inner)
+    }
+
+    /// Posts receive work requests (`ibv_post_srq_recv`), with the conventions of
+    /// [`crate::QueuePair::post_recv`]: on error the earlier ones are posted. No
+    /// syscall unless the NIC is asleep.
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        let q = QpLimits {
+            qp_type: QpType::Rc,
+            state: QpState::Init,
+            max_send_sge: 0,
+            max_recv_sge: self.attr.max_sge,
+            max_inline: 0,
+            sq_sig_all: false,
+        };
+        let mut result = Ok(());
+        let mut pushed = 0usize;
+        {
+            let mrs = self.pd.mrs.read().unwrap_or_else(|e| e.into_inner());
+            for (index, wr) in wrs.iter().enumerate() {
+                let pushed_one = build_recv_wqe(wr, &q, &mrs).and_then(|wqe| {
+                    let capacity = self.ring.ring().capacity();
+                    self.ring.push(&wqe).map_err(|e| match e {
+                        crate::abi::RingError::Full => PostError::QueueFull { capacity },
+                        e => PostError::Ring(e),
+                    })
+                });
+                if let Err(reason) = pushed_one {
+                    result = Err(Error::Post {
+                        index,
+                        wr_id: wr.wr_id,
+                        reason,
+                    });
+                    break;
+                }
+                pushed += 1;
+            }
+        }
+        if pushed > 0 && self.ring.publish_and_check(NEED_WAKEUP) {
+            os::eventfd_signal(self.pd.ctx.inner.wake_fd()).map_err(io("waking the NIC"))?;
+        }
+        result
+    }
+
+    /// `ibv_modify_srq` with IBV_SRQ_LIMIT: arms the limit event at `srq_limit`
+    /// (0 disarms). Resizing is not supported.
+    pub fn modify_limit(&mut self, srq_limit: u32) -> Result<()> {
+        let req = Request::ModifySrq {
+            srq: self.handle,
+            max_wr: None,
+            srq_limit: Some(srq_limit),
+        };
+        self.pd.ctx.inner.call("ibv_modify_srq", &req, &[])?;
+        Ok(())
+    }
+
+    /// `ibv_query_srq`: `max_wr`, `max_sge` and the armed limit (0 once the limit event
+    /// has fired).
+    pub fn query(&self) -> Result<SrqAttr> {
+        let req = Request::QuerySrq { srq: self.handle };
+        match self.pd.ctx.inner.call("ibv_query_srq", &req, &[])?.0 {
+            Reply::SrqInfo(a) => Ok(a),
+            other => Err(Error::Protocol(format!("QuerySrq answered with {other:?}"))),
+        }
+    }
+}
+
+impl ProtectionDomain {
+    /// Creates a shared receive queue (`ibv_create_srq`).
+    pub fn create_srq(&self, init: &SrqInitAttr) -> Result<SharedReceiveQueue> {
+        SharedReceiveQueue::create(self, init)
+    }
+}
+
+impl Context {
+    /// The asynchronous events the NIC has for this context, oldest first (empty if
+    /// none). Never blocks: call it when convenient, e.g. between polls of a CQ.
+    pub fn poll_async_events(&self) -> Result<Vec<AsyncEvent>> {
+        match self
+            .inner
+            .call("ibv_get_async_event", &Request::GetAsyncEvents, &[])?
+            .0
+        {
+            Reply::AsyncEvents(v) => Ok(v),
+            other => Err(Error::Protocol(format!(
+                "GetAsyncEvents answered with {other:?}"
+            ))),
+        }
+    }
+}
