@@ -312,3 +312,306 @@ impl Nic {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+    use std::sync::Arc;
+
+    use softnic_transport::time::Instant;
+    use verbs_api::abi::control::{QpCaps as CQpCaps, QpType, Request, Response};
+    use verbs_api::abi::{CqLayout, Cqe, QpLayout, SendWqe, ABI_VERSION};
+
+    use super::super::quota::Limits;
+    use super::super::state::NicInfo;
+    use super::*;
+
+    const UID: u32 = 1000;
+
+    fn nic(limits: Limits) -> (Nic, NicCounters) {
+        let info = NicInfo {
+            name: "t".into(),
+            local: "127.0.0.1:4791".parse().unwrap(),
+            mtu: 4096,
+            compat: Default::default(),
+        };
+        (Nic::new(info, limits), NicCounters::default())
+    }
+
+    fn call(
+        nic: &mut Nic,
+        c: &mut NicCounters,
+        client: u32,
+        req: Request,
+        fds: Vec<OwnedFd>,
+    ) -> Result<Reply, ErrorCode> {
+        match nic.request(Instant::ZERO, client, UID, req, fds, c).0 {
+            Response::Ok(r) => Ok(r),
+            Response::Err { code, .. } => Err(code),
+        }
+    }
+
+    fn srq_fd(max_wr: u32) -> OwnedFd {
+        let l = SrqLayout::new(max_wr).unwrap();
+        let fd = verbs_api::os::memfd("srq", l.len).unwrap();
+        let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
+        Ring::<RecvWqe>::new(map, l.offset, l.capacity)
+            .unwrap()
+            .init();
+        fd
+    }
+
+    fn cq_fd() -> OwnedFd {
+        let l = CqLayout::new(8).unwrap();
+        let fd = verbs_api::os::memfd("cq", l.len).unwrap();
+        let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
+        Ring::<Cqe>::new(map, l.offset, l.capacity).unwrap().init();
+        fd
+    }
+
+    fn qp_fd() -> OwnedFd {
+        let l = QpLayout::new(4, 1).unwrap();
+        let fd = verbs_api::os::memfd("qp", l.len).unwrap();
+        let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
+        Ring::<SendWqe>::new(map.clone(), l.sq_offset, l.sq_capacity)
+            .unwrap()
+            .init();
+        Ring::<RecvWqe>::new(map, l.rq_offset, l.rq_capacity)
+            .unwrap()
+            .init();
+        fd
+    }
+
+    /// Opens `client`; returns (pd, cq).
+    fn open(nic: &mut Nic, c: &mut NicCounters, client: u32) -> (u32, u32) {
+        let req = Request::OpenDevice {
+            abi_version: ABI_VERSION,
+            pid: 1,
+            program: "t".into(),
+        };
+        call(nic, c, client, req, vec![]).unwrap();
+        let Ok(Reply::Pd { pd }) = call(nic, c, client, Request::AllocPd, vec![]) else {
+            panic!()
+        };
+        let req = Request::CreateCq { depth: 8 };
+        let Ok(Reply::Cq { cq, .. }) = call(nic, c, client, req, vec![cq_fd()]) else {
+            panic!()
+        };
+        (pd, cq)
+    }
+
+    fn create_srq(
+        nic: &mut Nic,
+        c: &mut NicCounters,
+        client: u32,
+        pd: u32,
+        attr: SrqAttr,
+    ) -> Result<Reply, ErrorCode> {
+        let req = Request::CreateSrq { pd, attr };
+        call(nic, c, client, req, vec![srq_fd(attr.max_wr.max(1))])
+    }
+
+    fn create_qp(
+        nic: &mut Nic,
+        c: &mut NicCounters,
+        client: u32,
+        (pd, cq): (u32, u32),
+        srq: Option<u32>,
+    ) -> Result<Reply, ErrorCode> {
+        let req = Request::CreateQp {
+            pd,
+            qp_type: QpType::Rc,
+            send_cq: cq,
+            recv_cq: cq,
+            caps: CQpCaps {
+                max_send_wr: 4,
+                max_recv_wr: 1,
+                max_sge: 1,
+                max_inline: 0,
+            },
+            srq,
+        };
+        call(nic, c, client, req, vec![qp_fd()])
+    }
+
+    fn attr(max_wr: u32, srq_limit: u32) -> SrqAttr {
+        SrqAttr {
+            max_wr,
+            max_sge: 1,
+            srq_limit,
+        }
+    }
+
+    #[test]
+    fn create_query_modify_and_the_checks() {
+        let (mut nic, mut c) = nic(Limits::default());
+        let (pd, _) = open(&mut nic, &mut c, 1);
+        let Ok(Reply::Srq { srq, attr: got }) = create_srq(&mut nic, &mut c, 1, pd, attr(100, 7))
+        else {
+            panic!()
+        };
+        assert_eq!(got, attr(128, 7), "max_wr is the ring capacity");
+        let q =
+            |nic: &mut Nic, c: &mut NicCounters| call(nic, c, 1, Request::QuerySrq { srq }, vec![]);
+        assert_eq!(q(&mut nic, &mut c), Ok(Reply::SrqInfo(attr(128, 7))));
+        let modify = |nic: &mut Nic, c: &mut NicCounters, max_wr, srq_limit| {
+            let req = Request::ModifySrq {
+                srq,
+                max_wr,
+                srq_limit,
+            };
+            call(nic, c, 1, req, vec![])
+        };
+        assert_eq!(modify(&mut nic, &mut c, None, Some(2)), Ok(Reply::Done));
+        assert_eq!(
+            modify(&mut nic, &mut c, None, Some(129)),
+            Err(ErrorCode::InvalidArgument)
+        );
+        assert_eq!(
+            modify(&mut nic, &mut c, Some(256), None),
+            Err(ErrorCode::InvalidArgument),
+            "no resize"
+        );
+        assert_eq!(q(&mut nic, &mut c), Ok(Reply::SrqInfo(attr(128, 2))));
+        // Bad creations: limit above max_wr, too many SGEs, a PD that is not ours,
+        // no memfd.
+        let bad = [
+            (pd, attr(8, 9)),
+            (
+                pd,
+                SrqAttr {
+                    max_sge: 5,
+                    ..attr(8, 0)
+                },
+            ),
+            (pd + 1000, attr(8, 0)),
+        ];
+        for (p, a) in bad {
+            assert!(create_srq(&mut nic, &mut c, 1, p, a).is_err(), "{a:?}");
+        }
+        let req = Request::CreateSrq {
+            pd,
+            attr: attr(8, 0),
+        };
+        assert_eq!(
+            call(&mut nic, &mut c, 1, req, vec![]),
+            Err(ErrorCode::Protocol)
+        );
+    }
+
+    #[test]
+    fn qps_need_an_srq_of_their_own_client_and_pd_which_then_stays_busy() {
+        let (mut nic, mut c) = nic(Limits::default());
+        let (pd, cq) = open(&mut nic, &mut c, 1);
+        let (pd2, cq2) = open(&mut nic, &mut c, 2);
+        let Ok(Reply::Srq { srq, .. }) = create_srq(&mut nic, &mut c, 1, pd, attr(8, 0)) else {
+            panic!()
+        };
+        // Client 2 cannot name client 1's SRQ, nor can another PD of client 1.
+        assert_eq!(
+            create_qp(&mut nic, &mut c, 2, (pd2, cq2), Some(srq)),
+            Err(ErrorCode::NotFound)
+        );
+        let Ok(Reply::Pd { pd: other }) = call(&mut nic, &mut c, 1, Request::AllocPd, vec![])
+        else {
+            panic!()
+        };
+        assert_eq!(
+            create_qp(&mut nic, &mut c, 1, (other, cq), Some(srq)),
+            Err(ErrorCode::InvalidArgument)
+        );
+        let Ok(Reply::Qp { qpn, .. }) = create_qp(&mut nic, &mut c, 1, (pd, cq), Some(srq)) else {
+            panic!()
+        };
+        assert_eq!(nic.qps[&qpn].qp.srq(), Some(srq));
+        let destroy = |nic: &mut Nic, c: &mut NicCounters, client| {
+            call(nic, c, client, Request::DestroySrq { srq }, vec![])
+        };
+        assert_eq!(destroy(&mut nic, &mut c, 2), Err(ErrorCode::NotFound));
+        assert_eq!(destroy(&mut nic, &mut c, 1), Err(ErrorCode::Busy));
+        assert_eq!(
+            call(&mut nic, &mut c, 1, Request::DestroyQp { qpn }, vec![]),
+            Ok(Reply::Done)
+        );
+        // The PD is in use while the SRQ lives.
+        assert_eq!(
+            call(&mut nic, &mut c, 1, Request::DeallocPd { pd }, vec![]),
+            Err(ErrorCode::Busy)
+        );
+        assert_eq!(destroy(&mut nic, &mut c, 1), Ok(Reply::Done));
+        assert_eq!(
+            call(&mut nic, &mut c, 1, Request::DeallocPd { pd }, vec![]),
+            Ok(Reply::Done)
+        );
+    }
+
+    #[test]
+    fn an_srq_counts_against_the_qp_quota_and_a_disconnect_gives_it_back() {
+        let (mut nic, mut c) = nic(Limits {
+            qps: 1,
+            ..Limits::default()
+        });
+        let (pd, cq) = open(&mut nic, &mut c, 1);
+        let Ok(Reply::Srq { .. }) = create_srq(&mut nic, &mut c, 1, pd, attr(8, 0)) else {
+            panic!()
+        };
+        assert_eq!(
+            create_qp(&mut nic, &mut c, 1, (pd, cq), None),
+            Err(ErrorCode::NoResources)
+        );
+        nic.remove_client(1);
+        assert!(nic.srqs.is_empty());
+        let (pd, cq) = open(&mut nic, &mut c, 3);
+        assert!(matches!(
+            create_qp(&mut nic, &mut c, 3, (pd, cq), None),
+            Ok(Reply::Qp { .. })
+        ));
+    }
+
+    #[test]
+    fn a_bad_ring_entry_puts_the_srq_in_error_and_raises_the_event() {
+        let (mut nic, mut c) = nic(Limits::default());
+        let (pd, _) = open(&mut nic, &mut c, 1);
+        let l = SrqLayout::new(8).unwrap();
+        let fd = verbs_api::os::memfd("srq", l.len).unwrap();
+        let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
+        let ring = Ring::<RecvWqe>::new(map, l.offset, l.capacity).unwrap();
+        ring.init();
+        let req = Request::CreateSrq {
+            pd,
+            attr: attr(8, 0),
+        };
+        let Ok(Reply::Srq { srq, .. }) = call(&mut nic, &mut c, 1, req, vec![fd]) else {
+            panic!()
+        };
+        let mut p = ring.into_producer();
+        p.push(&RecvWqe {
+            wr_id: 1,
+            num_sge: 1,
+            ..RecvWqe::default()
+        })
+        .unwrap();
+        p.push(&RecvWqe {
+            wr_id: 2,
+            num_sge: 3, // more than the SRQ's max_sge of 1
+            ..RecvWqe::default()
+        })
+        .unwrap();
+        p.publish();
+        let e = nic.srqs.get_mut(&srq).unwrap();
+        assert_eq!(e.drain_ring(&mut c), 2);
+        assert!(e.srq.in_error() && e.srq.is_empty());
+        assert_eq!(
+            c.wqe_invalid, 2,
+            "the bad entry and the pooled one it discarded"
+        );
+        assert_eq!(
+            call(&mut nic, &mut c, 1, Request::GetAsyncEvents, vec![]),
+            Ok(Reply::AsyncEvents(vec![AsyncEvent::SrqErr { srq }]))
+        );
+        assert_eq!(
+            call(&mut nic, &mut c, 1, Request::GetAsyncEvents, vec![]),
+            Ok(Reply::AsyncEvents(vec![]))
+        );
+    }
+}
