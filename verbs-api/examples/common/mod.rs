@@ -7,6 +7,8 @@
 
 #![allow(dead_code)] // each example uses part of this
 
+pub mod pp;
+
 use std::net::TcpStream;
 
 use clap::Parser;
