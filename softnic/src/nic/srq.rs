@@ -38,6 +38,8 @@ pub struct SrqEntry {
     pub srq: Srq,
     /// Owning client.
     pub client: u32,
+    /// QPs receiving from it (it cannot be destroyed while any is).
+    users: u32,
     /// Its user, and the segment bytes counted against that user's quota.
     uid: u32,
     bytes: u64,
@@ -194,6 +196,7 @@ impl Nic {
             SrqEntry {
                 srq,
                 client,
+                users: 0,
                 uid,
                 bytes,
                 ring: ring.into_consumer(),
@@ -207,6 +210,9 @@ impl Nic {
             },
         );
         self.pd_use(pd, true);
+        if let Some(o) = self.owned(client) {
+            o.srqs.insert(h, ());
+        }
         tracing::debug!(client, srq = h, "SRQ created");
         (
             verbs_api::abi::control::Response::Ok(Reply::Srq {
@@ -258,14 +264,9 @@ impl Nic {
 
     /// DestroySrq: refused while a QP uses it.
     pub(super) fn destroy_srq(&mut self, client: u32, srq: Handle) -> Answer {
-        if self.srq_of(client, srq).is_none() {
+        let Some(users) = self.srq_of(client, srq).map(|e| e.users) else {
             return err(ErrorCode::NotFound, format!("no SRQ {srq}"));
-        }
-        let users = self
-            .qps
-            .values()
-            .filter(|e| e.qp.srq() == Some(srq))
-            .count();
+        };
         if users > 0 {
             return err(ErrorCode::Busy, format!("SRQ {srq} is used by {users} QPs"));
         }
@@ -278,17 +279,39 @@ impl Nic {
         if let Some(e) = self.srqs.remove(&h) {
             self.pd_use(e.srq.pd(), false);
             self.give_srq_quota(e.uid, e.bytes);
+            if let Some(o) = self.owned(e.client) {
+                o.srqs.remove(&h);
+            }
         }
     }
 
-    /// GetAsyncEvents: the client's pending events, SRQ by SRQ.
+    /// One more or one fewer QP receiving from SRQ `h`.
+    pub(super) fn srq_use(&mut self, h: Handle, more: bool) {
+        if let Some(e) = self.srqs.get_mut(&h) {
+            e.users = if more {
+                e.users.saturating_add(1)
+            } else {
+                e.users.saturating_sub(1)
+            };
+        }
+    }
+
+    /// GetAsyncEvents: the client's pending events, SRQ by SRQ (costs the client's own
+    /// SRQs, through its index).
     pub(super) fn async_events(&mut self, client: u32) -> Answer {
+        let mine: Vec<Handle> = self
+            .owned(client)
+            .map(|o| o.srqs.keys().copied().collect())
+            .unwrap_or_default();
         let mut out = Vec::new();
-        for (h, e) in self.srqs.iter_mut().filter(|(_, e)| e.client == client) {
+        for h in mine {
+            let Some(e) = self.srqs.get_mut(&h) else {
+                continue;
+            };
             while let Some(ev) = e.srq.poll_event() {
                 out.push(match ev {
-                    SrqEvent::LimitReached => AsyncEvent::SrqLimitReached { srq: *h },
-                    SrqEvent::Error => AsyncEvent::SrqErr { srq: *h },
+                    SrqEvent::LimitReached => AsyncEvent::SrqLimitReached { srq: h },
+                    SrqEvent::Error => AsyncEvent::SrqErr { srq: h },
                 });
             }
         }

@@ -60,11 +60,13 @@ pub struct Client {
 /// when the object goes): the index that makes a disconnect cost the client's own
 /// objects, not a scan of every table.
 #[derive(Debug, Default)]
-struct Owned {
+pub(super) struct Owned {
     pds: KeyMap<()>,
     cqs: KeyMap<u64>,
     qps: KeyMap<u64>,
     mrs: KeyMap<u64>,
+    /// Shared receive queues (`srq.rs`).
+    pub(super) srqs: KeyMap<()>,
 }
 
 /// A protection domain.
@@ -285,7 +287,7 @@ impl Nic {
         self.clients.get(&client).map_or(0, |c| c.uid)
     }
 
-    fn owned(&mut self, client: u32) -> Option<&mut Owned> {
+    pub(super) fn owned(&mut self, client: u32) -> Option<&mut Owned> {
         self.clients.get_mut(&client).map(|c| &mut c.owned)
     }
 
@@ -761,6 +763,9 @@ impl Nic {
                 self.pd_use(pd, true);
                 self.cq_use(send_cq, true);
                 self.cq_use(recv_cq, true);
+                if let Some(h) = srq {
+                    self.srq_use(h, true);
+                }
                 if let Some(o) = self.owned(client) {
                     o.qps.insert(qpn, bytes);
                 }
@@ -850,6 +855,9 @@ impl Nic {
         self.pd_use(e.qp.pd(), false);
         self.cq_use(e.send_cq, false);
         self.cq_use(e.recv_cq, false);
+        if let Some(h) = e.qp.srq() {
+            self.srq_use(h, false);
+        }
         let bytes = self.owned(client).and_then(|o| o.qps.remove(&qpn));
         let uid = self.uid_of(client);
         self.quotas.give_back(uid, Kind::Qp, bytes.unwrap_or(0));
@@ -910,11 +918,10 @@ impl Nic {
             self.destroy_qp(client, q);
         }
         let srqs: Vec<u32> = self
-            .srqs
-            .iter()
-            .filter(|(_, e)| e.client == client)
-            .map(|(h, _)| *h)
-            .collect();
+            .clients
+            .get(&client)
+            .map(|c| c.owned.srqs.keys().copied().collect())
+            .unwrap_or_default();
         for &h in &srqs {
             self.remove_srq(h);
         }
