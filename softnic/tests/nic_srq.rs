@@ -244,4 +244,21 @@ fn srq_limit_event_and_rnr_when_empty_then_recovery() {
     let r = poll_one(&mut y.cq);
     assert_eq!((r.wr_id, r.byte_len, r.qp_num), (7, 100, qy.qp_num()));
     assert_eq!(qy.state(), QpState::Rts);
+    // A QP on an SRQ moved to ERR: "last WQE reached", once; the SRQ keeps its WQEs.
+    post_srq(&mut srq, &y.mr, 6..7);
+    qy.modify(&QpAttr {
+        qp_state: Some(QpState::Err),
+        ..QpAttr::default()
+    })
+    .expect("to ERR");
+    assert_eq!(
+        y.ctx.poll_async_events().expect("events"),
+        vec![AsyncEvent::QpLastWqeReached { qpn: qy.qp_num() }]
+    );
+    assert!(y.ctx.poll_async_events().expect("events").is_empty());
+    assert_eq!(
+        y.cq.poll(&mut wc).expect("poll"),
+        0,
+        "no SRQ WQE was flushed"
+    );
 }

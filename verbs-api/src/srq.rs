@@ -10,7 +10,8 @@
 //!
 //! The SRQ limit ("low watermark", `ibv_modify_srq(3)`): once armed, the NIC raises
 //! [`AsyncEvent::SrqLimitReached`] the first time a QP takes a WQE and fewer than the
-//! limit remain, and disarms it (`query` reads 0 again). Events are fetched with
+//! limit remain, and disarms it (`query` reads 0 again). A QP on the SRQ that enters
+//! ERR raises [`AsyncEvent::QpLastWqeReached`] once. Events are fetched with
 //! [`Context::poll_async_events`] (the `ibv_get_async_event` of this library: it never
 //! blocks).
 

@@ -12,7 +12,8 @@
 //! find no WQEs from then on. A corrupt ring does the same.
 //!
 //! Asynchronous events (limit reached, SRQ error) wait in the transport's `Srq` (at
-//! most `MAX_EVENTS`) until the client asks with `GetAsyncEvents`.
+//! most `MAX_EVENTS`), and a QP's "last WQE reached" in its `Qp` (at most one), until
+//! the client asks with `GetAsyncEvents`.
 //!
 //! Quotas: an SRQ counts as a queue pair against its user's QP quota, and its ring
 //! segment against the user's mapped bytes (`quota.rs`); it holds a use of its PD, and
@@ -20,7 +21,7 @@
 
 use std::os::fd::OwnedFd;
 
-use softnic_transport::qp::QpCaps;
+use softnic_transport::qp::{QpCaps, QpEvent};
 use softnic_transport::srq::{Srq, SrqAttr as TSrqAttr, SrqCaps, SrqEvent};
 use verbs_api::abi::control::{AsyncEvent, ErrorCode, Handle, Reply, SrqAttr};
 use verbs_api::abi::ring::Consumer;
@@ -296,14 +297,26 @@ impl Nic {
         }
     }
 
-    /// GetAsyncEvents: the client's pending events, SRQ by SRQ (costs the client's own
-    /// SRQs, through its index).
+    /// GetAsyncEvents: the client's pending events, QP by QP then SRQ by SRQ (costs the
+    /// client's own objects, through its index).
     pub(super) fn async_events(&mut self, client: u32) -> Answer {
-        let mine: Vec<Handle> = self
+        let (qps, mine): (Vec<u32>, Vec<Handle>) = self
             .owned(client)
-            .map(|o| o.srqs.keys().copied().collect())
+            .map(|o| {
+                (
+                    o.qps.keys().copied().collect(),
+                    o.srqs.keys().copied().collect(),
+                )
+            })
             .unwrap_or_default();
         let mut out = Vec::new();
+        for qpn in qps {
+            if let Some(QpEvent::LastWqeReached) =
+                self.qps.get_mut(&qpn).and_then(|e| e.qp.poll_event())
+            {
+                out.push(AsyncEvent::QpLastWqeReached { qpn });
+            }
+        }
         for h in mine {
             let Some(e) = self.srqs.get_mut(&h) else {
                 continue;

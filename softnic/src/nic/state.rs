@@ -63,7 +63,7 @@ pub struct Client {
 pub(super) struct Owned {
     pds: KeyMap<()>,
     cqs: KeyMap<u64>,
-    qps: KeyMap<u64>,
+    pub(super) qps: KeyMap<u64>,
     mrs: KeyMap<u64>,
     /// Shared receive queues (`srq.rs`).
     pub(super) srqs: KeyMap<()>,

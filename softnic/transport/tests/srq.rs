@@ -8,7 +8,7 @@ use core::net::SocketAddr;
 
 use common::*;
 use softnic_transport::memory::Access;
-use softnic_transport::qp::{PostError, Qp, QpAttr, QpCaps, QpState, QpType, GRH_LEN};
+use softnic_transport::qp::{PostError, Qp, QpAttr, QpCaps, QpEvent, QpState, QpType, GRH_LEN};
 use softnic_transport::srq::{Srq, SrqAttr, SrqCaps, SrqEvent, SrqModifyError, SrqQuery};
 use softnic_transport::testing::{connect_qp, MemVec, Pair, PairConfig, Verdict};
 use softnic_transport::time::Instant;
@@ -310,6 +310,20 @@ fn a_qp_error_flushes_only_the_wqe_it_owns() {
     assert_eq!(ids(&rc), vec![(10, WcStatus::WrFlushErr)]);
     assert_eq!(rc[0].qp_num, p.b.qp.qpn());
     assert_eq!(srq(&mut p).len(), 2, "the pool keeps WQEs 11 and 12");
+    assert_eq!(p.b.qp.poll_event(), Some(QpEvent::LastWqeReached));
+    assert_eq!(p.b.qp.poll_event(), None, "raised once");
+    // A QP without an SRQ has no such event.
+    let now = p.now;
+    p.a.qp
+        .modify(
+            now,
+            &QpAttr {
+                state: Some(QpState::Err),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(p.a.qp.poll_event(), None);
 }
 
 #[test]
@@ -327,6 +341,7 @@ fn a_refused_request_gives_the_borrowed_wqe_back() {
     assert_eq!(ids(&drain(&mut p.a)), vec![(1, WcStatus::RemAccessErr)]);
     assert_eq!(p.b.qp.state(), QpState::Err);
     assert!(drain(&mut p.b).is_empty(), "no WQE of the pool was flushed");
+    assert_eq!(p.b.qp.poll_event(), Some(QpEvent::LastWqeReached));
     let s = srq(&mut p);
     assert_eq!((s.len(), s.counters().consumed), (2, 0));
 }

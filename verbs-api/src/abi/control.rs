@@ -337,6 +337,12 @@ pub enum AsyncEvent {
         /// SRQ handle.
         srq: Handle,
     },
+    /// IBV_EVENT_QP_LAST_WQE_REACHED: a QP on an SRQ entered the error state and will
+    /// complete no more of the SRQ's receive WQEs.
+    QpLastWqeReached {
+        /// QP number.
+        qpn: u32,
+    },
 }
 
 /// A successful answer.

@@ -265,6 +265,16 @@ pub struct RxeCompat {
     pub retry_cnt_7_is_infinite: bool,
 }
 
+/// Affiliated asynchronous events of a QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpEvent {
+    /// IBV_EVENT_QP_LAST_WQE_REACHED (`ibv_get_async_event(3)`): a QP that receives
+    /// from an SRQ entered Err and has completed (or flushed) the last receive WQE it
+    /// took; no more of the SRQ's WQEs will complete on it, so the application may
+    /// destroy it without losing any.
+    LastWqeReached,
+}
+
 /// Attribute values in force (what `ibv_query_qp` would report).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attrs {
@@ -340,6 +350,8 @@ pub struct Qp {
     resp: Responder,
     timers: Timers,
     completions: VecDeque<Completion>,
+    /// At most one event (raised on entering Err, which only Reset leaves).
+    event: Option<QpEvent>,
     counters: QpCounters,
 }
 
@@ -387,6 +399,7 @@ impl Qp {
             resp: Responder::new(caps.max_recv_wr),
             timers: Timers::default(),
             completions: VecDeque::new(),
+            event: None,
             counters: QpCounters::default(),
         }
     }
@@ -592,6 +605,9 @@ impl Qp {
     }
 
     fn enter_error_inner(&mut self, keep_responses: bool) {
+        if self.srq.is_some() && self.state != QpState::Err {
+            self.event = Some(QpEvent::LastWqeReached);
+        }
         self.state = QpState::Err;
         self.timers.cancel_all();
         while let Some(e) = self.req.pop_front() {
@@ -849,6 +865,11 @@ impl Qp {
     /// The earliest instant at which [`Qp::handle_timeout`] has work, if any.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.timers.next()
+    }
+
+    /// The pending asynchronous event, if any (taken).
+    pub fn poll_event(&mut self) -> Option<QpEvent> {
+        self.event.take()
     }
 
     /// The next work completion.
