@@ -319,3 +319,44 @@ fn rdma_cm_is_refused_clearly() {
         "{err}"
     );
 }
+
+#[test]
+fn uc_write_bw_send_bw_and_send_lat() {
+    let (s, c) = run_pair(
+        "write_bw",
+        "ucw",
+        &["-c", "UC", "-s", "3000", "-n", "300", "--verify"],
+        &["-c", "UC", "-s", "3000", "-n", "300"],
+    );
+    check_bw(&s, &[3000], 300);
+    check_bw(&c, &[3000], 300);
+    assert!(c.contains(" Connection type : UC"), "{c}");
+    assert!(s.contains("Exact"), "{s}");
+    let (s, c) = run_pair(
+        "send_bw",
+        "ucs",
+        &["-c", "UC", "-s", "512", "-n", "300", "--verify"],
+        &["-c", "UC", "-s", "512", "-n", "300"],
+    );
+    check_bw(&s, &[512], 300);
+    check_bw(&c, &[512], 300);
+    assert!(s.contains("Exact"), "{s}");
+    let (s, c) = run_pair(
+        "send_lat",
+        "ucl",
+        &["-c", "UC", "-s", "8", "-n", "100"],
+        &["-c", "UC", "-s", "8", "-n", "100"],
+    );
+    check_lat(&s, 8, 100);
+    check_lat(&c, 8, 100);
+}
+
+#[test]
+fn uc_read_and_other_connection_types_are_refused() {
+    for (test, c) in [("read_bw", "UC"), ("atomic_bw", "UC"), ("send_bw", "XRC")] {
+        let p = PerfProc::spawn(&[test.into(), "-c".into(), c.into()]);
+        let (ok, _, err) = p.finish();
+        assert!(!ok, "{test} -c {c}");
+        assert!(err.contains("not"), "{err}");
+    }
+}

@@ -130,7 +130,7 @@ pub struct PerfArgs {
     /// Atomic operation of atomic_bw.
     #[arg(short = 'A', long = "atomic_type")]
     pub atomic_type: Option<AtomicKind>,
-    /// Connection type (only RC).
+    /// Connection type: RC (default) or UC (WRITE and SEND tests).
     #[arg(short = 'c', long = "connection")]
     pub connection: Option<String>,
     /// rdma_cm connection setup: not supported (refused with an error).
@@ -208,6 +208,8 @@ pub struct Params {
     pub verify: bool,
     /// Peer NIC's UDP port.
     pub peer_udp_port: u16,
+    /// `-c`: RC or UC.
+    pub connection: verbs_api::QpType,
     /// Longest wait.
     pub timeout: Duration,
     /// `-a`.
@@ -228,11 +230,15 @@ impl Params {
         if a.bidirectional {
             return Err("-b (bidirectional) is not supported by softnic perf".into());
         }
-        if let Some(c) = &a.connection {
-            if c != "RC" {
-                return Err(format!("connection type {c} is not supported: only RC"));
+        let connection = match a.connection.as_deref() {
+            None | Some("RC") => verbs_api::QpType::Rc,
+            Some("UC") => verbs_api::QpType::Uc,
+            Some(c) => {
+                return Err(format!(
+                    "connection type {c} is not supported: only RC and UC"
+                ))
             }
-        }
+        };
         if let Some(g) = a.gid_index {
             if g != verbs_api::gid::ADDRESS_GID_INDEX {
                 return Err(format!(
@@ -251,6 +257,13 @@ impl Params {
             SendLat => (Verb::Send, false),
             ReadLat => (Verb::Read, false),
         };
+        // IBTA 9.8.3 / Table 40: UC carries SEND and RDMA WRITE only.
+        if connection == verbs_api::QpType::Uc && !matches!(verb, Verb::Write | Verb::Send) {
+            return Err(format!(
+                "{} is not available on UC: only the WRITE and SEND tests",
+                verb.name()
+            ));
+        }
         if a.atomic_type.is_some() && verb != Verb::Atomic {
             return Err("-A is only for atomic_bw".into());
         }
@@ -360,6 +373,7 @@ impl Params {
             atomic: a.atomic_type.unwrap_or(AtomicKind::FetchAndAdd),
             verify: a.verify,
             peer_udp_port: a.peer_udp_port,
+            connection,
             timeout: Duration::from_secs(a.timeout),
             all: a.all,
         })

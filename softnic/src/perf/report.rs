@@ -36,7 +36,14 @@ pub fn test_info(p: &Params, device: &str, mtu_bytes: u32, out_reads: u32) -> St
         " Number of qps   : {}\t\tTransport type : IB\n",
         p.qps
     ));
-    s.push_str(" Connection type : RC\t\tUsing SRQ      : OFF\n");
+    let conn = match p.connection {
+        verbs_api::QpType::Uc => "UC",
+        verbs_api::QpType::Ud => "UD",
+        verbs_api::QpType::Rc => "RC",
+    };
+    s.push_str(&format!(
+        " Connection type : {conn}\t\tUsing SRQ      : OFF\n"
+    ));
     s.push_str(" PCIe relax order: Unsupported\n");
     s.push_str(" ibv_wr* API     : OFF\n");
     if !p.is_server {

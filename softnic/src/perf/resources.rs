@@ -197,7 +197,7 @@ impl Resources {
         for _ in 0..geo.qps {
             let mut qp = pd
                 .create_qp(&QpInitAttr {
-                    qp_type: QpType::Rc,
+                    qp_type: p.connection,
                     send_cq: &send_cq,
                     recv_cq: &recv_cq,
                     cap,
@@ -254,7 +254,9 @@ impl Resources {
         let max_rd = self.ctx.attributes().max_qp_rd_atom.clamp(1, 255);
         let mtu = Mtu::from_bytes(mtu_bytes).ok_or_else(|| format!("invalid MTU {mtu_bytes}"))?;
         let qp = self.qps.get_mut(q).ok_or("no such QP")?;
+        let rc = qp.qp_type() == QpType::Rc;
         let clamp = |v: u32| v.clamp(1, max_rd) as u8;
+        // UC has no responder resources, RNR timer or retries (ibv_modify_qp(3)).
         let rtr = QpAttr {
             qp_state: Some(QpState::Rtr),
             path_mtu: Some(mtu),
@@ -266,8 +268,8 @@ impl Resources {
                 hop_limit: HOP_LIMIT,
                 udp_port: peer_udp_port,
             }),
-            max_dest_rd_atomic: Some(clamp(my.out_reads)),
-            min_rnr_timer: Some(MIN_RNR_TIMER),
+            max_dest_rd_atomic: rc.then(|| clamp(my.out_reads)),
+            min_rnr_timer: rc.then_some(MIN_RNR_TIMER),
             ..QpAttr::default()
         };
         qp.modify(&rtr)
@@ -276,10 +278,10 @@ impl Resources {
             let rts = QpAttr {
                 qp_state: Some(QpState::Rts),
                 sq_psn: Some(my.psn),
-                timeout: Some(QP_TIMEOUT),
-                retry_cnt: Some(7),
-                rnr_retry: Some(7),
-                max_rd_atomic: Some(clamp(rem.out_reads)),
+                timeout: rc.then_some(QP_TIMEOUT),
+                retry_cnt: rc.then_some(7),
+                rnr_retry: rc.then_some(7),
+                max_rd_atomic: rc.then(|| clamp(rem.out_reads)),
                 ..QpAttr::default()
             };
             qp.modify(&rts)
