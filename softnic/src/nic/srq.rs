@@ -605,6 +605,34 @@ mod tests {
     }
 
     #[test]
+    fn a_corrupt_ring_index_puts_the_srq_in_error() {
+        use std::os::unix::fs::FileExt;
+        let (mut nic, mut c) = nic(Limits::default());
+        let (pd, _) = open(&mut nic, &mut c, 1);
+        let fd = srq_fd(8);
+        let file = std::fs::File::from(fd.try_clone().unwrap());
+        let req = Request::CreateSrq {
+            pd,
+            attr: attr(8, 0),
+        };
+        let Ok(Reply::Srq { srq, .. }) = call(&mut nic, &mut c, 1, req, vec![fd]) else {
+            panic!()
+        };
+        // The client claims 1000 entries in a ring of 8: the producer index (offset 0 of
+        // the ring header) is impossible.
+        file.write_all_at(&1000u32.to_le_bytes(), 0).unwrap();
+        let e = nic.srqs.get_mut(&srq).unwrap();
+        assert_eq!(e.drain_ring(&mut c), 0);
+        assert!(e.srq.in_error());
+        assert_eq!(c.ring_corrupt, 1);
+        assert!(!e.arm_wakeup(), "a broken ring is never polled again");
+        assert_eq!(
+            call(&mut nic, &mut c, 1, Request::GetAsyncEvents, vec![]),
+            Ok(Reply::AsyncEvents(vec![AsyncEvent::SrqErr { srq }]))
+        );
+    }
+
+    #[test]
     fn a_bad_ring_entry_puts_the_srq_in_error_and_raises_the_event() {
         let (mut nic, mut c) = nic(Limits::default());
         let (pd, _) = open(&mut nic, &mut c, 1);
