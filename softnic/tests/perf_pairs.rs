@@ -84,6 +84,18 @@ impl Drop for PerfProc {
 /// Two NICs (127.0.0.2 and 127.0.0.3, kernel-chosen UDP ports), a perf server on the
 /// first and a client on the second. Returns both outputs.
 fn run_pair(test: &str, tag: &str, server: &[&str], client: &[&str]) -> (String, String) {
+    let (s, c, _) = run_pair_stats(test, tag, server, client, "");
+    (s, c)
+}
+
+/// [`run_pair`], also returning the server NIC's counter `stat` once both ended.
+fn run_pair_stats(
+    test: &str,
+    tag: &str,
+    server: &[&str],
+    client: &[&str],
+    stat: &str,
+) -> (String, String, u64) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let a = NicProc::start(&format!("perf-{tag}-a"), "127.0.0.2", 0, &[]);
     let b = NicProc::start(&format!("perf-{tag}-b"), "127.0.0.3", 0, &[]);
@@ -117,7 +129,8 @@ fn run_pair(test: &str, tag: &str, server: &[&str], client: &[&str]) -> (String,
         a.log_text(),
         b.log_text()
     );
-    (sout, cout)
+    let v = if stat.is_empty() { 0 } else { a.stat(stat) };
+    (sout, cout, v)
 }
 
 /// The rows under the table header `header_start`, split into numbers.
@@ -359,4 +372,45 @@ fn uc_read_and_other_connection_types_are_refused() {
         assert!(!ok, "{test} -c {c}");
         assert!(err.contains("not"), "{err}");
     }
+}
+
+#[test]
+fn send_tests_with_an_srq() {
+    let (s, c, consumed) = run_pair_stats(
+        "send_bw",
+        "srqbw",
+        &[
+            "--use-srq",
+            "-q",
+            "4",
+            "-s",
+            "2000",
+            "-n",
+            "300",
+            "--verify",
+        ],
+        &["-q", "4", "-s", "2000", "-n", "300"],
+        "srq_consumed",
+    );
+    assert_eq!(
+        consumed, 1200,
+        "every SEND took its receive from the server's SRQ"
+    );
+    // Four QPs: the tables count 4 × 300 iterations.
+    check_bw(&s, &[2000], 1200);
+    check_bw(&c, &[2000], 1200);
+    assert!(s.contains("Using SRQ      : ON"), "{s}");
+    assert!(c.contains("Using SRQ      : OFF"), "{c}");
+    assert!(s.contains("Exact"), "{s}");
+    let (s, c) = run_pair(
+        "send_lat",
+        "srqlat",
+        &["--use-srq", "-s", "64", "-n", "100"],
+        &["--use-srq", "-s", "64", "-n", "100"],
+    );
+    check_lat(&s, 64, 100);
+    check_lat(&c, 64, 100);
+    let p = PerfProc::spawn(&["write_bw".into(), "--use-srq".into()]);
+    let (ok, _, err) = p.finish();
+    assert!(!ok && err.contains("--use-srq"), "{err}");
 }

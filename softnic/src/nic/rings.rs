@@ -141,6 +141,17 @@ impl QpEntry {
         self.drain_recv(now, n) + self.drain_send(now, local, n)
     }
 
+    /// Before a packet is handled: if the QP holds no receive WQE, takes what the
+    /// client has posted to the RQ ring since the last drain. A receive posted before
+    /// the peer was told to send (over TCP, say) must be there when the SEND arrives,
+    /// even if it arrives in the same loop iteration as the post; RC would recover
+    /// with an RNR NAK, but UC and UD would drop the message.
+    pub fn refill_recv(&mut self, now: Instant, n: &mut NicCounters) {
+        if self.qp.recv_queue_len() == 0 && !self.ring_broken && self.pending.is_empty() {
+            self.drain_recv(now, n);
+        }
+    }
+
     fn drain_send(&mut self, now: Instant, local: SocketAddr, n: &mut NicCounters) -> usize {
         let mut taken = 0;
         while taken < DRAIN_BUDGET && !self.ring_broken {

@@ -389,12 +389,16 @@ impl Runtime {
         nic.control_refused_connections_total = cc.refused_total.load(Ordering::Relaxed);
         nic.control_refused_connections_user = cc.refused_user.load(Ordering::Relaxed);
         nic.control_refused_no_credentials = cc.refused_no_cred.load(Ordering::Relaxed);
-        counters::report(
+        let mut list = counters::report(
             &nic,
             &self.nic.qp_totals(),
             &self.path.fault.counters(),
             &gauges,
-        )
+        );
+        for (n, v) in self.nic.srq_totals().list() {
+            list.push((n.to_string(), v));
+        }
+        list
     }
 
     fn receive(&mut self, now: Instant) -> io::Result<usize> {
@@ -656,9 +660,13 @@ fn rx_one(
     match source::check(e.qp.qp_type(), e.qp.attrs().remote, peer) {
         Ok(()) => match e.qp.srq().and_then(|h| nic.srqs.get_mut(&h)) {
             Some(s) => {
+                s.refill(c);
                 e.qp.handle_packet_srq(now, peer, &pkt, &mut nic.mrs, &mut s.srq)
             }
-            None => e.qp.handle_packet(now, peer, &pkt, &mut nic.mrs),
+            None => {
+                e.refill_recv(now, c);
+                e.qp.handle_packet(now, peer, &pkt, &mut nic.mrs)
+            }
         },
         Err(source::Mismatch::Address) => c.rx_drop_source_address += 1,
         Err(source::Mismatch::Port) => c.rx_drop_source_port += 1,

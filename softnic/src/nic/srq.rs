@@ -84,6 +84,14 @@ impl SrqEntry {
         taken
     }
 
+    /// Before a packet for one of its QPs is handled: if the pool is empty, takes what
+    /// the client has posted since the last drain (see `QpEntry::refill_recv`).
+    pub fn refill(&mut self, n: &mut NicCounters) {
+        if self.srq.is_empty() {
+            self.drain_ring(n);
+        }
+    }
+
     fn fail(&mut self, n: &mut NicCounters) {
         let lost = self.srq.enter_error();
         n.wqe_invalid += lost.len() as u64;
@@ -278,12 +286,22 @@ impl Nic {
     /// Removes SRQ `h` and gives back its PD use and quota (its QPs are gone).
     pub(super) fn remove_srq(&mut self, h: Handle) {
         if let Some(e) = self.srqs.remove(&h) {
+            self.retired_srqs.add(e.srq.counters());
             self.pd_use(e.srq.pd(), false);
             self.give_srq_quota(e.uid, e.bytes);
             if let Some(o) = self.owned(e.client) {
                 o.srqs.remove(&h);
             }
         }
+    }
+
+    /// Totals of every SRQ's counters, live and destroyed.
+    pub fn srq_totals(&self) -> softnic_transport::srq::SrqCounters {
+        let mut t = self.retired_srqs;
+        for e in self.srqs.values() {
+            t.add(e.srq.counters());
+        }
+        t
     }
 
     /// One more or one fewer QP receiving from SRQ `h`.

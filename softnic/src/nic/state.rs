@@ -107,6 +107,8 @@ pub struct Nic {
     pub qps: KeyMap<QpEntry>,
     /// Shared receive queues by handle (`srq.rs`).
     pub srqs: KeyMap<SrqEntry>,
+    /// Counters of SRQs already destroyed.
+    pub retired_srqs: softnic_transport::srq::SrqCounters,
     /// PD and CQ handles (one space, so a PD and a CQ never share a number).
     handles: HandleAlloc,
     /// Per-user quotas.
@@ -231,6 +233,7 @@ impl Nic {
             cqs: KeyMap::default(),
             qps: KeyMap::default(),
             srqs: KeyMap::default(),
+            retired_srqs: Default::default(),
             handles: HandleAlloc::new(),
             quotas: Quotas::new(limits),
             retired: QpCounters::default(),

@@ -142,6 +142,9 @@ pub struct PerfArgs {
     /// softnic: check the data (pattern of written/read/sent bytes, atomic results).
     #[arg(long)]
     pub verify: bool,
+    /// Receive through one shared receive queue (SEND tests).
+    #[arg(long = "use-srq")]
+    pub use_srq: bool,
     /// softnic: UDP port of the peer's NIC (perftest's exchange does not carry it).
     #[arg(long = "peer-udp-port", default_value_t = verbs_api::ROCE_V2_PORT)]
     pub peer_udp_port: u16,
@@ -210,6 +213,8 @@ pub struct Params {
     pub peer_udp_port: u16,
     /// `-c`: RC or UC.
     pub connection: verbs_api::QpType,
+    /// `--use-srq`.
+    pub use_srq: bool,
     /// Longest wait.
     pub timeout: Duration,
     /// `-a`.
@@ -257,6 +262,9 @@ impl Params {
             SendLat => (Verb::Send, false),
             ReadLat => (Verb::Read, false),
         };
+        if a.use_srq && verb != Verb::Send {
+            return Err("--use-srq is only for the SEND tests (send_bw, send_lat)".into());
+        }
         // IBTA 9.8.3 / Table 40: UC carries SEND and RDMA WRITE only.
         if connection == verbs_api::QpType::Uc && !matches!(verb, Verb::Write | Verb::Send) {
             return Err(format!(
@@ -374,6 +382,7 @@ impl Params {
             verify: a.verify,
             peer_udp_port: a.peer_udp_port,
             connection,
+            use_srq: a.use_srq,
             timeout: Duration::from_secs(a.timeout),
             all: a.all,
         })

@@ -190,8 +190,7 @@ pub fn post_initial_recvs(r: &mut Resources, p: &Params, size: u64) -> Result<Ve
 fn post_recv(r: &mut Resources, q: usize, size: u64, n: u64) -> Result<(), String> {
     let off = r.geo.remote(q) + r.geo.offset(size, n, false) as usize;
     let sge = [r.sge(off, size)];
-    r.qps[q]
-        .post_recv(&[RecvWr::new(wr_id(q, n), &sge)])
+    r.post_recv(q, &RecvWr::new(wr_id(q, n), &sge))
         .map_err(|e| format!("Couldn't post recv: qp {q} n={n}: {e}"))
 }
 

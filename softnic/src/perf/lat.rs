@@ -100,8 +100,7 @@ pub fn post_lat_recvs(r: &mut Resources, p: &Params, size: u64) -> Result<u64, S
 
 fn post_one_recv(r: &mut Resources, size: u64, i: u64) -> Result<(), String> {
     let sge = [r.sge(r.geo.remote(0), size)];
-    r.qps[0]
-        .post_recv(&[RecvWr::new(i, &sge)])
+    r.post_recv(0, &RecvWr::new(i, &sge))
         .map_err(|e| format!("Couldn't post recv: {e}"))
 }
 

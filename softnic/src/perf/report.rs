@@ -41,8 +41,9 @@ pub fn test_info(p: &Params, device: &str, mtu_bytes: u32, out_reads: u32) -> St
         verbs_api::QpType::Ud => "UD",
         verbs_api::QpType::Rc => "RC",
     };
+    let srq = if p.use_srq { "ON" } else { "OFF" };
     s.push_str(&format!(
-        " Connection type : {conn}\t\tUsing SRQ      : OFF\n"
+        " Connection type : {conn}\t\tUsing SRQ      : {srq}\n"
     ));
     s.push_str(" PCIe relax order: Unsupported\n");
     s.push_str(" ibv_wr* API     : OFF\n");

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use verbs_api::{
     AccessFlags, AhAttr, CompletionQueue, Context, Device, MemoryRegion, Mtu, ProtectionDomain,
-    QpAttr, QpCap, QpInitAttr, QpState, QpType, QueuePair, Sge, WorkCompletion,
+    QpAttr, QpCap, QpInitAttr, QpState, QpType, QueuePair, RecvWr, Sge, SharedReceiveQueue,
+    SrqInitAttr, WorkCompletion,
 };
 
 use super::args::{Params, Verb};
@@ -87,8 +88,10 @@ impl Geometry {
 
 /// Everything a run uses. Fields drop in order: QPs before their CQs and region.
 pub struct Resources {
-    /// One RC QP per `-q`.
+    /// One QP per `-q`.
     pub qps: Vec<QueuePair>,
+    /// With `--use-srq`, the SRQ every QP receives from (its receives go here).
+    pub srq: Option<SharedReceiveQueue>,
     /// Send completions.
     pub send_cq: CompletionQueue,
     /// Receive completions.
@@ -193,23 +196,38 @@ impl Resources {
             max_recv_sge: 1,
             max_inline_data: p.inline_size,
         };
+        let srq = if p.use_srq {
+            let max_wr = (rq_depth * q).min(dev.max_qp_wr);
+            let init = SrqInitAttr {
+                max_wr,
+                max_sge: 1,
+                srq_limit: 0,
+            };
+            Some(pd.create_srq(&init).map_err(err("Couldn't create SRQ"))?)
+        } else {
+            None
+        };
         let mut qps = Vec::with_capacity(geo.qps);
         for _ in 0..geo.qps {
-            let mut qp = pd
-                .create_qp(&QpInitAttr {
-                    qp_type: p.connection,
-                    send_cq: &send_cq,
-                    recv_cq: &recv_cq,
-                    cap,
-                    sq_sig_all: false,
-                })
-                .map_err(err("Couldn't create QP"))?;
+            let attr = QpInitAttr {
+                qp_type: p.connection,
+                send_cq: &send_cq,
+                recv_cq: &recv_cq,
+                cap,
+                sq_sig_all: false,
+            };
+            let mut qp = match &srq {
+                Some(s) => pd.create_qp_with_srq(&attr, s),
+                None => pd.create_qp(&attr),
+            }
+            .map_err(err("Couldn't create QP"))?;
             qp.to_init(qp_access(p.verb))
                 .map_err(err("Failed to modify QP to INIT"))?;
             qps.push(qp);
         }
         Ok(Resources {
             qps,
+            srq,
             send_cq,
             recv_cq,
             mr,
@@ -288,6 +306,18 @@ impl Resources {
                 .map_err(|e| format!("Failed to modify QP to RTS: {e}"))?;
         }
         Ok(())
+    }
+
+    /// Posts one receive for QP `q`: to the SRQ with `--use-srq` (any QP may take it),
+    /// else to QP `q` itself.
+    pub fn post_recv(&mut self, q: usize, wr: &RecvWr<'_>) -> verbs_api::Result<()> {
+        match self.srq.as_mut() {
+            Some(s) => s.post_recv(std::slice::from_ref(wr)),
+            None => match self.qps.get_mut(q) {
+                Some(qp) => qp.post_recv(std::slice::from_ref(wr)),
+                None => Err(verbs_api::Error::InvalidArgument(format!("no QP {q}"))),
+            },
+        }
     }
 
     /// An SGE of `len` bytes at region offset `off` (the caller keeps it inside).

@@ -112,6 +112,28 @@ pub struct SrqCounters {
     pub events_dropped: u64,
 }
 
+impl SrqCounters {
+    /// Adds every counter of `other` (totals over many SRQs).
+    pub fn add(&mut self, other: &SrqCounters) {
+        self.posted = self.posted.wrapping_add(other.posted);
+        self.consumed = self.consumed.wrapping_add(other.consumed);
+        self.empty = self.empty.wrapping_add(other.empty);
+        self.limit_events = self.limit_events.wrapping_add(other.limit_events);
+        self.events_dropped = self.events_dropped.wrapping_add(other.events_dropped);
+    }
+
+    /// `(name, value)` of every counter, as `softnic stats` prints them (`srq_` prefix).
+    pub fn list(&self) -> [(&'static str, u64); 5] {
+        [
+            ("srq_posted", self.posted),
+            ("srq_consumed", self.consumed),
+            ("srq_empty", self.empty),
+            ("srq_limit_events", self.limit_events),
+            ("srq_events_dropped", self.events_dropped),
+        ]
+    }
+}
+
 /// A shared receive queue.
 #[derive(Debug)]
 pub struct Srq {
