@@ -166,3 +166,22 @@ fn srq_pingpong_pairs() {
     check_output(&c, 4, 400);
     assert_eq!(b.stat("srqs") + a.stat("srqs"), 0, "destroyed at exit");
 }
+
+#[test]
+fn ud_and_srq_pingpong_over_ipv6() {
+    let a = NicProc::start("ex6-a", "::1", 0, &[]);
+    let b = NicProc::start("ex6-b", "::1", 0, &[]);
+    let (s, c) = run_pair("ud_pingpong", &a, &b, &["-s", "1024", "-n", "100"]);
+    check_output(&s, 1, 100);
+    check_output(&c, 1, 100);
+    assert!(c.contains("GID ::1"), "{c}");
+    let (s, c) = run_pair(
+        "srq_pingpong",
+        &a,
+        &b,
+        &["-q", "2", "-n", "100", "-r", "16"],
+    );
+    check_output(&s, 2, 100);
+    check_output(&c, 2, 100);
+    assert_eq!(a.stat("rx_drop_bad_icrc") + b.stat("rx_drop_bad_icrc"), 0);
+}

@@ -103,3 +103,69 @@ fn ud_send_between_two_nics() {
     let c = poll_one(&mut cqx);
     assert_eq!((c.wr_id, c.status), (99, WcStatus::LocQpOpErr), "{c:?}");
 }
+
+/// Over IPv6 the 40 bytes before the payload are the IPv6 header as rxe writes it for
+/// RoCEv2: version 6, payload length (UDP header + BTH + DETH + payload + ICRC), next
+/// header UDP, hop limit, source and destination addresses.
+#[test]
+fn ud_receive_over_ipv6_starts_with_the_ipv6_header() {
+    let a = NicProc::start("ud6-a", "::1", 0, &[]);
+    let b = NicProc::start("ud6-b", "::1", 0, &[]);
+    let open = |nic: &NicProc| {
+        let ctx = Device::open(&nic.name).expect("open");
+        let pd = ctx.alloc_pd().expect("pd");
+        let mr = pd.alloc_mr(8192, AccessFlags::LOCAL_WRITE).expect("mr");
+        let cq = ctx.create_cq(16).expect("cq");
+        let cap = QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let mut qp = pd
+            .create_qp(&QpInitAttr {
+                qp_type: QpType::Ud,
+                send_cq: &cq,
+                recv_cq: &cq,
+                cap,
+                sq_sig_all: false,
+            })
+            .expect("qp");
+        qp.to_init(AccessFlags::NONE).expect("init");
+        qp.to_rtr(&nic.endpoint(0, 0), verbs_api::Mtu::Mtu1024)
+            .expect("rtr");
+        qp.to_rts(0).expect("rts");
+        (ctx, pd, mr, cq, qp)
+    };
+    let (_ca, _pa, mut mx, mut cqx, mut qx) = open(&a);
+    let (_cb, _pb, my, mut cqy, mut qy) = open(&b);
+    let len = 100usize;
+    mx.as_mut_slice()[..len].copy_from_slice(&pattern(len, 6));
+    let rs = [my.sge(0, (GRH + len) as u32)];
+    qy.post_recv(&[RecvWr::new(1, &rs)]).expect("recv");
+    let ss = [mx.sge(0, len as u32)];
+    let dest = UdAddress {
+        gid: Gid::from_ip(b.addr),
+        udp_port: b.port,
+        qpn: qy.qp_num(),
+        qkey: QKEY,
+    };
+    qx.post_send(&[SendWr::new(2, WrOpcode::Send, &ss).signaled().to(dest)])
+        .expect("send");
+    assert_eq!(poll_one(&mut cqx).status, WcStatus::Success);
+    let r = poll_one(&mut cqy);
+    assert_eq!((r.wr_id, r.status), (1, WcStatus::Success), "{r:?}");
+    assert_eq!(r.byte_len as usize, GRH + len);
+    let g = &my.as_slice()[..GRH];
+    assert_eq!(g[0] >> 4, 6, "IP version");
+    // UDP 8 + BTH 12 + DETH 8 + payload + ICRC 4.
+    let payload_len = u16::from_be_bytes([g[4], g[5]]) as usize;
+    assert_eq!(payload_len, 8 + 12 + 8 + len + 4);
+    assert_eq!(g[6], 17, "next header UDP");
+    let loopback = std::net::Ipv6Addr::LOCALHOST.octets();
+    assert_eq!(&g[8..24], &loopback, "source");
+    assert_eq!(&g[24..40], &loopback, "destination");
+    assert!(my.as_slice()[GRH..GRH + len] == pattern(len, 6)[..]);
+    assert!(b.stat("rx_icrc_ipv6") > 0);
+}
