@@ -265,7 +265,7 @@ impl Params {
         if a.use_srq && verb != Verb::Send {
             return Err("--use-srq is only for the SEND tests (send_bw, send_lat)".into());
         }
-        // IBTA 9.8.3 / Table 40: UC carries SEND and RDMA WRITE only.
+        // UC carries SEND and RDMA WRITE only (no READ or atomic opcodes exist for it).
         if connection == verbs_api::QpType::Uc && !matches!(verb, Verb::Write | Verb::Send) {
             return Err(format!(
                 "{} is not available on UC: only the WRITE and SEND tests",

@@ -1,4 +1,4 @@
-//! Shared receive queues (IBTA 10.2.9; `ibv_create_srq(3)`, `ibv_modify_srq(3)`).
+//! Shared receive queues (`ibv_create_srq(3)`, `ibv_modify_srq(3)`, `ibv_query_srq(3)`).
 //!
 //! An [`Srq`] is a pool of receive WQEs that any number of QPs created with it draw
 //! from, in posting order, at the moment a request needs one (a SEND's first packet,

@@ -620,8 +620,8 @@ impl Qp {
 
     /// Flushes the receive WQEs this QP owns: the one of the message in progress, and
     /// its own receive queue. A QP on an SRQ owns only the former; the WQE it may hold
-    /// on loan for the packet being handled goes back to the SRQ (IBTA 10.2.9: the
-    /// SRQ's other WQEs are not affected by one QP's error).
+    /// on loan for the packet being handled goes back to the SRQ: the SRQ's other WQEs
+    /// belong to no QP, so one QP's error does not flush them.
     fn flush_recv_queue(&mut self) {
         if let Some(r) = self.resp.take_current_recv() {
             let c = self.recv_flush_completion(&r);
