@@ -1,7 +1,8 @@
 //! `--pcap` captures decode with `softnic decode` (every ICRC OK, exit 0) and with
-//! tshark when it is installed; `softnic stats` reports what happened.
+//! tshark (required in CI, see `prereq`); `softnic stats` reports what happened.
 
 mod nic_support;
+mod prereq;
 
 use std::process::Command;
 
@@ -92,13 +93,51 @@ fn pcap_of_both_nics_decodes_with_every_icrc_ok() {
         }
         assert!(text.contains("ACKNOWLEDGE"), "{text}");
     }
-    // tshark, when present, sees RoCE in the same files.
-    if let Ok(out) = Command::new("tshark").arg("-r").arg(&pa).output() {
-        if out.status.success() {
-            let t = String::from_utf8_lossy(&out.stdout);
-            assert!(t.contains("RRoCE") || t.contains("RoCE"), "{t}");
+    // tshark sees the same RoCEv2 packets in the same file: every frame dissected as
+    // InfiniBand over UDP, as many frames as `softnic decode` printed lines, none
+    // malformed. tshark missing fails in CI (prereq); tshark failing fails everywhere.
+    let frames = match Command::new("tshark")
+        .args(["-r"])
+        .arg(&pa)
+        .args(["-T", "fields", "-e", "frame.protocols"])
+        .output()
+    {
+        Ok(out) => {
+            assert!(
+                out.status.success(),
+                "tshark -r {} failed: {}",
+                pa.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
         }
+        Err(e) => {
+            prereq::missing(&format!("tshark ({e})"));
+            return;
+        }
+    };
+    let frames: Vec<&str> = frames.lines().collect();
+    let (_, ours) = decode(&pa);
+    assert_eq!(
+        frames.len(),
+        ours.lines().count(),
+        "tshark vs softnic decode frame count"
+    );
+    for (i, f) in frames.iter().enumerate() {
+        assert!(f.contains(":udp:infiniband"), "frame {}: {f}", i + 1);
     }
+    let bad = Command::new("tshark")
+        .arg("-r")
+        .arg(&pa)
+        .args(["-Y", "_ws.malformed || _ws.expert.severity == error"])
+        .output()
+        .expect("tshark ran a moment ago");
+    assert!(bad.status.success(), "tshark -Y failed");
+    assert!(
+        bad.stdout.is_empty(),
+        "tshark finds malformed frames: {}",
+        String::from_utf8_lossy(&bad.stdout)
+    );
 }
 
 #[test]

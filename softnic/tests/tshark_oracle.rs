@@ -31,6 +31,8 @@
 //! 8. The ICRC is shown as its wire bytes read big-endian, which is how `softnic decode`
 //!    reports `icrc` too.
 
+mod prereq;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -316,7 +318,7 @@ fn compare(t: &BTreeMap<&'static str, String>, s: &Value) -> Vec<String> {
 #[test]
 fn tshark_and_softnic_agree_packet_by_packet() {
     if !tshark_available() {
-        eprintln!("NOTE: tshark not on PATH; skipping the tshark oracle test (CI installs it)");
+        prereq::missing("tshark (the oracle this test compares against)");
         return;
     }
     let mut total = 0;
