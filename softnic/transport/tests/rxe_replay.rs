@@ -353,9 +353,11 @@ fn responder_replay(name: &str, f: &Flow) {
         })
         .collect();
     let f_responses = theirs;
-    // A capture may end before the last responses: compare what it has.
-    assert!(
-        ours.len() >= f_responses.len(),
+    // One for one: every capture ends after its last response, so softnic must send
+    // exactly as many (a surplus or a missing response fails here, not in a zip).
+    assert_eq!(
+        ours.len(),
+        f_responses.len(),
         "{name}: softnic sent {} responses, the capture has {}",
         ours.len(),
         f_responses.len()
@@ -478,7 +480,7 @@ fn requester_replay(name: &str, f: &Flow) {
                 );
                 w.remote_addr = r.va;
                 w.rkey = r.rkey;
-                expect_read.push((land_off, first.repr.bth.psn, r.dma_len));
+                expect_read.push((i as u64, land_off, first.repr.bth.psn, r.dma_len));
                 land_off += r.dma_len as usize;
                 (w, 0)
             }
@@ -553,12 +555,14 @@ fn requester_replay(name: &str, f: &Flow) {
         done.iter().all(|c| c.status == WcStatus::Success),
         "{name}: {done:?}"
     );
-    // Responses the capture holds complete their WRs, in order.
-    assert!(!done.is_empty(), "{name}: nothing completed");
+    // Every WR completes (each capture holds all its responses), in order.
+    assert_eq!(done.len(), msgs.len(), "{name}: completions");
     for (k, c) in done.iter().enumerate() {
         assert_eq!(c.wr_id, k as u64, "{name}");
     }
-    for (off, psn, len) in expect_read {
+    // Every READ completed, its bytes are all in the capture's responses, and they are
+    // what landed in memory.
+    for (wr_id, off, psn, len) in expect_read {
         let got: Vec<u8> = f
             .responses
             .iter()
@@ -569,12 +573,19 @@ fn requester_replay(name: &str, f: &Flow) {
             })
             .flat_map(|r| r.payload.clone())
             .collect();
-        if got.len() == len as usize {
-            assert!(
-                mem.bytes(land.key)[off..off + got.len()] == got[..],
-                "{name}: READ data"
-            );
-        }
+        assert!(
+            done.iter().any(|c| c.wr_id == wr_id),
+            "{name}: READ {wr_id} did not complete"
+        );
+        assert_eq!(
+            got.len(),
+            len as usize,
+            "{name}: READ {wr_id}: the capture's response bytes"
+        );
+        assert!(
+            mem.bytes(land.key)[off..off + got.len()] == got[..],
+            "{name}: READ {wr_id} data"
+        );
     }
 }
 
