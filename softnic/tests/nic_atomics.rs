@@ -114,7 +114,7 @@ impl Client {
     ) -> Vec<u64> {
         let slot = |i: usize| (base + i) * 8;
         for i in 0..n {
-            self.mr.as_mut_slice()[slot(i)..slot(i) + 8].copy_from_slice(&u64::MAX.to_ne_bytes());
+            self.mr.write(slot(i), &u64::MAX.to_ne_bytes());
         }
         let (mut posted, mut done) = (0, 0);
         while done < n {
@@ -137,12 +137,7 @@ impl Client {
         // Every slot was written: the sentinel u64::MAX is not a value either test
         // can produce.
         (0..n)
-            .map(|i| {
-                let b: [u8; 8] = self.mr.as_slice()[slot(i)..slot(i) + 8]
-                    .try_into()
-                    .expect("8 bytes");
-                u64::from_ne_bytes(b)
-            })
+            .map(|i| u64::from_ne_bytes(self.mr.read_array(slot(i))))
             .collect()
     }
 }

@@ -107,7 +107,7 @@ fn killed_client_does_not_hurt_the_nic() {
     // The bystander still works.
     for i in 0..10u64 {
         let data = pattern(4000, i as u8);
-        x.mr.as_mut_slice()[..4000].copy_from_slice(&data);
+        x.mr.write(0, &data);
         let sge = [x.mr.sge(0, 4000)];
         let op = WrOpcode::RdmaWrite {
             remote_addr: y.mr.addr(),
@@ -120,7 +120,7 @@ fn killed_client_does_not_hurt_the_nic() {
             (c.wr_id, c.status, c.opcode),
             (i, WcStatus::Success, WcOpcode::RdmaWrite)
         );
-        assert!(y.mr.as_slice()[..4000] == data[..]);
+        assert!(y.mr.read_vec(0, 4000) == data[..]);
     }
     let _ = &mut y;
 }

@@ -17,8 +17,8 @@ fn sges(s: &Side, offset: usize, len: usize) -> Vec<Sge> {
 
 fn send(x: &mut Side, y: &mut Side, len: usize, imm: Option<u32>, wr_id: u64) {
     let data = pattern(len, wr_id as u8);
-    x.mr.as_mut_slice()[..len].copy_from_slice(&data);
-    y.mr.as_mut_slice()[..len].fill(0);
+    x.mr.write(0, &data);
+    y.mr.fill(0, len, 0);
     let rs = sges(y, 0, len);
     y.qp.post_recv(&[RecvWr::new(wr_id + 1000, &rs)])
         .expect("post recv");
@@ -45,15 +45,15 @@ fn send(x: &mut Side, y: &mut Side, len: usize, imm: Option<u32>, wr_id: u64) {
     assert_eq!(r.imm_data, imm);
     assert_eq!(r.qp_num, y.qp.qp_num());
     assert!(
-        y.mr.as_slice()[..len] == data[..],
+        y.mr.read_vec(0, len) == data[..],
         "SEND of {len} bytes arrived intact"
     );
 }
 
 fn write(x: &mut Side, y: &mut Side, len: usize, imm: Option<u32>, wr_id: u64) {
     let data = pattern(len, wr_id as u8 ^ 0x5A);
-    x.mr.as_mut_slice()[..len].copy_from_slice(&data);
-    y.mr.as_mut_slice()[..len].fill(0);
+    x.mr.write(0, &data);
+    y.mr.fill(0, len, 0);
     if imm.is_some() {
         y.qp.post_recv(&[RecvWr::new(wr_id + 1000, &[])])
             .expect("post recv");
@@ -86,15 +86,15 @@ fn write(x: &mut Side, y: &mut Side, len: usize, imm: Option<u32>, wr_id: u64) {
         assert_eq!(r.byte_len as usize, len);
     }
     assert!(
-        y.mr.as_slice()[..len] == data[..],
+        y.mr.read_vec(0, len) == data[..],
         "WRITE of {len} bytes arrived intact"
     );
 }
 
 fn read(x: &mut Side, y: &mut Side, len: usize, wr_id: u64) {
     let data = pattern(len, wr_id as u8 ^ 0xA5);
-    y.mr.as_mut_slice()[..len].copy_from_slice(&data);
-    x.mr.as_mut_slice()[..len].fill(0);
+    y.mr.write(0, &data);
+    x.mr.fill(0, len, 0);
     let ss = sges(x, 0, len);
     let op = WrOpcode::RdmaRead {
         remote_addr: y.mr.addr(),
@@ -109,13 +109,13 @@ fn read(x: &mut Side, y: &mut Side, len: usize, wr_id: u64) {
         "{s:?}"
     );
     assert!(
-        x.mr.as_slice()[..len] == data[..],
+        x.mr.read_vec(0, len) == data[..],
         "READ of {len} bytes arrived intact"
     );
 }
 
 fn atomics(x: &mut Side, y: &mut Side) {
-    y.mr.as_mut_slice()[..8].copy_from_slice(&100u64.to_ne_bytes());
+    y.mr.write(0, &100u64.to_ne_bytes());
     let local = [x.mr.sge(8, 8)];
     let (remote_addr, rkey) = (y.mr.addr(), y.mr.rkey());
     x.qp.post_send(&[SendWr::new(
@@ -135,14 +135,8 @@ fn atomics(x: &mut Side, y: &mut Side) {
         (WcStatus::Success, WcOpcode::FetchAdd),
         "{c:?}"
     );
-    assert_eq!(
-        u64::from_ne_bytes(x.mr.as_slice()[8..16].try_into().unwrap()),
-        100
-    );
-    assert_eq!(
-        u64::from_ne_bytes(y.mr.as_slice()[..8].try_into().unwrap()),
-        105
-    );
+    assert_eq!(u64::from_ne_bytes(x.mr.read_array(8)), 100);
+    assert_eq!(u64::from_ne_bytes(y.mr.read_array(0)), 105);
     for (compare, swap, want_orig, want_after) in [(105, 7, 105, 7), (105, 9, 7, 7)] {
         x.qp.post_send(&[SendWr::new(
             2,
@@ -162,14 +156,8 @@ fn atomics(x: &mut Side, y: &mut Side) {
             (WcStatus::Success, WcOpcode::CompSwap),
             "{c:?}"
         );
-        assert_eq!(
-            u64::from_ne_bytes(x.mr.as_slice()[8..16].try_into().unwrap()),
-            want_orig
-        );
-        assert_eq!(
-            u64::from_ne_bytes(y.mr.as_slice()[..8].try_into().unwrap()),
-            want_after
-        );
+        assert_eq!(u64::from_ne_bytes(x.mr.read_array(8)), want_orig);
+        assert_eq!(u64::from_ne_bytes(y.mr.read_array(0)), want_after);
     }
 }
 
@@ -280,12 +268,12 @@ fn wrong_rkey_out_of_range_and_missing_access_are_remote_access_errors() {
         }),
     ];
     for (what, restricted, op) in cases {
-        let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
-        let mut r =
+        let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
+        let r =
             y.pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
                 .expect("restricted mr");
-        y.mr.as_mut_slice().fill(0xEE);
-        r.as_mut_slice().fill(0xEE);
+        y.mr.fill(0, y.mr.len(), 0xEE);
+        r.fill(0, r.len(), 0xEE);
         let target = if restricted { &r } else { &y.mr };
         let op = op(target.addr(), target.len() as u64, target.rkey());
         let is_atomic = matches!(op, WrOpcode::AtomicFetchAndAdd { .. });
@@ -296,11 +284,11 @@ fn wrong_rkey_out_of_range_and_missing_access_are_remote_access_errors() {
         assert_eq!(c.wr_id, 9);
         assert_eq!(c.status, WcStatus::RemAccessErr, "{what}: {c:?}");
         assert!(
-            y.mr.as_slice().iter().all(|&b| b == 0xEE),
+            y.mr.read_vec(0, y.mr.len()).iter().all(|&b| b == 0xEE),
             "{what}: memory untouched"
         );
         assert!(
-            r.as_slice().iter().all(|&b| b == 0xEE),
+            r.read_vec(0, r.len()).iter().all(|&b| b == 0xEE),
             "{what}: memory untouched"
         );
     }

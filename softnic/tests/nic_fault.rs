@@ -38,7 +38,7 @@ fn rc_survives_loss_reordering_duplication_and_corruption() {
     for i in 0..N {
         let len = 1 + (i as usize * 997) % 9000;
         let data = pattern(len, i as u8);
-        x.mr.as_mut_slice()[..len].copy_from_slice(&data);
+        x.mr.write(0, &data);
         let rs = [y.mr.sge(0, len as u32)];
         y.qp.post_recv(&[RecvWr::new(i, &rs)]).expect("recv");
         let ss = [x.mr.sge(0, len as u32)];
@@ -59,10 +59,10 @@ fn rc_survives_loss_reordering_duplication_and_corruption() {
         );
         assert_eq!(r.byte_len as usize, len);
         assert_eq!(r.imm_data, (i % 3 == 0).then_some(i as u32));
-        assert!(y.mr.as_slice()[..len] == data[..], "message {i} intact");
+        assert!(y.mr.read_vec(0, len) == data[..], "message {i} intact");
         // READ back through the faulty path too.
         if i % 10 == 0 {
-            x.mr.as_mut_slice()[..len].fill(0);
+            x.mr.fill(0, len, 0);
             let op = WrOpcode::RdmaRead {
                 remote_addr: y.mr.addr(),
                 rkey: y.mr.rkey(),
@@ -71,7 +71,7 @@ fn rc_survives_loss_reordering_duplication_and_corruption() {
                 .expect("read");
             let c = poll_one(&mut x.cq);
             assert_eq!(c.status, WcStatus::Success, "{c:?}");
-            assert!(x.mr.as_slice()[..len] == data[..], "read {i} intact");
+            assert!(x.mr.read_vec(0, len) == data[..], "read {i} intact");
         }
     }
     let (sa, sb) = (a.stats(), b.stats());

@@ -371,7 +371,7 @@ fn no_syscall_child() {
     connect(&mut x, &mut y);
     for i in 0..OPS {
         let p = pattern(len(i), seed(i));
-        x.mr.as_mut_slice()[i * SLOT..i * SLOT + p.len()].copy_from_slice(&p);
+        x.mr.write(i * SLOT, &p);
     }
     let data = Box::new(DataPath {
         send_sges: (0..OPS)
@@ -468,7 +468,7 @@ fn verify(d: &DataPath, x_mr: &MemoryRegion, y_mr: &MemoryRegion) {
         assert_eq!(w.opcode, WcOpcode::Recv, "receive {k}");
         assert_eq!(w.byte_len as usize, len(2 * k), "receive {k}");
     }
-    let (src, dst) = (x_mr.as_slice(), y_mr.as_slice());
+    let (src, dst) = (x_mr.read_vec(0, x_mr.len()), y_mr.read_vec(0, y_mr.len()));
     for i in 0..OPS {
         let slot = i * SLOT..(i + 1) * SLOT;
         let (s, t) = (&src[slot.clone()], &dst[slot]);

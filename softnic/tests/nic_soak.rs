@@ -66,8 +66,8 @@ fn soak_100k_mixed_messages_at_20_percent_loss() {
     let read_area = 2 * SLOT * SLOTS;
     let counter = read_area + SLOT;
     let static_data = pattern(SLOT, 0x77);
-    y.mr.as_mut_slice()[read_area..read_area + SLOT].copy_from_slice(&static_data);
-    y.mr.as_mut_slice()[counter..counter + 8].fill(0);
+    y.mr.write(read_area, &static_data);
+    y.mr.fill(counter, 8, 0);
 
     // Receives: keep SLOTS posted on y; recv k lands in slot k % SLOTS.
     let mut recv_posted = 0u64;
@@ -115,10 +115,8 @@ fn soak_100k_mixed_messages_at_20_percent_loss() {
             };
             let len = if kind(i) == Kind::FetchAdd { 8 } else { len };
             match kind(i) {
-                Kind::Send | Kind::Write => {
-                    x.mr.as_mut_slice()[slot..slot + len].copy_from_slice(&pattern(len, i as u8))
-                }
-                _ => x.mr.as_mut_slice()[slot..slot + len].fill(0),
+                Kind::Send | Kind::Write => x.mr.write(slot, &pattern(len, i as u8)),
+                _ => x.mr.fill(slot, len, 0),
             }
             let sge = [x.mr.sge(slot, len as u32)];
             x.qp.post_send(&[SendWr::new(i, op, &sge).signaled()])
@@ -147,7 +145,7 @@ fn soak_100k_mixed_messages_at_20_percent_loss() {
                 assert_eq!(r.byte_len as usize, len, "message {i}");
                 let rs = (sends_done as usize % SLOTS) * SLOT;
                 assert!(
-                    y.mr.as_slice()[rs..rs + len] == pattern(len, i as u8)[..],
+                    y.mr.read_vec(rs, len) == pattern(len, i as u8)[..],
                     "SEND {i} intact"
                 );
                 sends_done += 1;
@@ -157,20 +155,20 @@ fn soak_100k_mixed_messages_at_20_percent_loss() {
                 assert_eq!(c.opcode, WcOpcode::RdmaWrite);
                 let w = write_area + slot;
                 assert!(
-                    y.mr.as_slice()[w..w + len] == pattern(len, i as u8)[..],
+                    y.mr.read_vec(w, len) == pattern(len, i as u8)[..],
                     "WRITE {i} intact"
                 );
             }
             Kind::Read => {
                 assert_eq!(c.opcode, WcOpcode::RdmaRead);
                 assert!(
-                    x.mr.as_slice()[slot..slot + len] == static_data[..len],
+                    x.mr.read_vec(slot, len) == static_data[..len],
                     "READ {i} intact"
                 );
             }
             Kind::FetchAdd => {
                 assert_eq!(c.opcode, WcOpcode::FetchAdd);
-                let orig = u64::from_ne_bytes(x.mr.as_slice()[slot..slot + 8].try_into().unwrap());
+                let orig = u64::from_ne_bytes(x.mr.read_array(slot));
                 assert_eq!(
                     orig, adds_done,
                     "FETCH_ADD {i} executed exactly once, in order"
@@ -180,7 +178,7 @@ fn soak_100k_mixed_messages_at_20_percent_loss() {
         }
     }
     let secs = t.elapsed().as_secs_f64();
-    let total = u64::from_ne_bytes(y.mr.as_slice()[counter..counter + 8].try_into().unwrap());
+    let total = u64::from_ne_bytes(y.mr.read_array(counter));
     assert_eq!(total, adds_done, "every FETCH_ADD executed exactly once");
     let retrans = a.stat("qp_retransmitted_packets") + b.stat("qp_retransmitted_packets");
     let dropped = a.stat("fault_dropped") + b.stat("fault_dropped");

@@ -43,13 +43,13 @@ fn ud_send_between_two_nics() {
         qp.to_rts(0).expect("rts");
         (ctx, pd, mr, cq, qp)
     };
-    let (_ca, _pa, mut mx, mut cqx, mut qx) = open(&a);
-    let (_cb, _pb, mut my, mut cqy, mut qy) = open(&b);
+    let (_ca, _pa, mx, mut cqx, mut qx) = open(&a);
+    let (_cb, _pb, my, mut cqy, mut qy) = open(&b);
     for (i, len) in [0usize, 1, 1000, 1024].into_iter().enumerate() {
         let i = i as u64;
         let data = pattern(len, i as u8);
-        mx.as_mut_slice()[..len].copy_from_slice(&data);
-        my.as_mut_slice().fill(0);
+        mx.write(0, &data);
+        my.fill(0, my.len(), 0);
         let rs = [my.sge(0, (GRH + 1024) as u32)];
         qy.post_recv(&[RecvWr::new(100 + i, &rs)]).expect("recv");
         let ss: Vec<_> = if len == 0 {
@@ -85,10 +85,7 @@ fn ud_send_between_two_nics() {
         assert_eq!(r.byte_len as usize, GRH + len, "byte_len counts the GRH");
         assert_eq!(r.src_qp, qx.qp_num());
         assert_eq!(r.imm_data, (i % 2 == 1).then_some(0xAB00 + i as u32));
-        assert!(
-            my.as_slice()[GRH..GRH + len] == data[..],
-            "payload after the GRH"
-        );
+        assert!(my.read_vec(GRH, len) == data[..], "payload after the GRH");
     }
     // A destination of the other IP family is refused locally (LOC_QP_OP_ERR).
     let bad = UdAddress {

@@ -278,7 +278,7 @@ fn write_bw_client_against_a_scripted_ib_write_bw_server() {
         "the smaller MTU wins:\n{out}"
     );
     // softnic's pattern landed in our slot.
-    let data = &srv.mr.as_slice()[4096..8192];
+    let data = &srv.mr.read_vec(4096, 4096);
     assert!(
         data.iter().filter(|&&x| x != 0).count() > 3000,
         "the WRITEs landed"
@@ -355,7 +355,7 @@ fn read_lat_server_against_a_scripted_ib_read_lat_client() {
         assert!(wc.status.is_success(), "{wc:?}");
     }
     assert!(
-        cli.mr.as_slice()[..64].iter().any(|&x| x != 0),
+        cli.mr.read_vec(0, 64).iter().any(|&x| x != 0),
         "READ returned data"
     );
     peer.close(&mine);
@@ -444,9 +444,10 @@ fn send_bw_server_against_a_scripted_ib_send_bw_client() {
     // Per size: the server has posted its receives when this hand shake returns.
     peer.hand_shake(&mine);
     // Random-looking bytes, as perftest's rand() buffer: softnic must say "Landed".
-    for (j, x) in cli.mr.as_mut_slice()[..4096].iter_mut().enumerate() {
-        *x = (j as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2];
-    }
+    let noise: Vec<u8> = (0..4096u32)
+        .map(|j| j.wrapping_mul(2_654_435_761).to_le_bytes()[2])
+        .collect();
+    cli.mr.write(0, &noise);
     for i in 0..n {
         // perftest walks its source by INC(512) = 512 through the 4096-byte cycle.
         let sge = [cli.mr.sge(((i % 8) * 512) as usize, size)];
@@ -517,7 +518,7 @@ fn atomic_bw_server_against_a_scripted_ib_atomic_bw_client() {
             .expect("post atomic");
         let wc = poll_one(&mut cli.cq);
         assert!(wc.status.is_success(), "{wc:?}");
-        let orig = u64::from_ne_bytes(cli.mr.as_slice()[..8].try_into().expect("8 bytes"));
+        let orig = u64::from_ne_bytes(cli.mr.read_array(0));
         assert_eq!(orig, i / 64, "original value of word {}", i % 64);
     }
     peer.hand_shake(&mine);
@@ -602,7 +603,7 @@ fn write_lat_client_against_a_scripted_ib_write_lat_server() {
         }
         if scnt < n {
             scnt += 1;
-            srv.mr.as_mut_slice()[size - 1] = scnt as u8;
+            srv.mr.write(size - 1, &[scnt as u8]);
             let sge = [srv.mr.sge(0, size as u32)];
             let op = WrOpcode::RdmaWrite {
                 remote_addr: rem.vaddr,

@@ -23,7 +23,7 @@ const START: u64 = 100;
 fn run(args: common::Args) -> Result<(), String> {
     let mut c = common::connect(&args, AccessFlags::REMOTE_ATOMIC, |mr, is_server| {
         if is_server {
-            mr.as_mut_slice()[..8].copy_from_slice(&START.to_ne_bytes());
+            mr.write(0, &START.to_ne_bytes());
         }
     })?;
     if c.is_server {

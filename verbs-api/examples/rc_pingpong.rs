@@ -121,14 +121,13 @@ impl Pingpong {
         match self.chk {
             Check::Off => {}
             Check::Pages => {
-                for b in self.mr.as_mut_slice()[..n].iter_mut().step_by(CHECK_PAGE) {
-                    *b = 0;
+                for j in (0..n).step_by(CHECK_PAGE) {
+                    self.mr.write(j, &[0]);
                 }
             }
             Check::Full => {
-                for (j, b) in self.mr.as_mut_slice()[..n].iter_mut().enumerate() {
-                    *b = pattern(k, j);
-                }
+                let bytes: Vec<u8> = (0..n).map(|j| pattern(k, j)).collect();
+                self.mr.write(0, &bytes);
             }
         }
         let sge = [self.mr.sge(0, self.size)];
@@ -145,7 +144,8 @@ impl Pingpong {
             Check::Pages if j % CHECK_PAGE == 0 => Some(0),
             _ => None,
         };
-        match self.mr.as_slice()[..self.size as usize]
+        let got = self.mr.read_vec(0, self.size as usize);
+        match got
             .iter()
             .enumerate()
             .find(|(j, b)| expect(*j).is_some_and(|e| **b != e))
@@ -185,10 +185,10 @@ fn run(args: Args) -> std::result::Result<(), String> {
     let pd = ctx
         .alloc_pd()
         .map_err(|e| format!("Couldn't allocate PD: {e}"))?;
-    let mut mr = pd
+    let mr = pd
         .alloc_mr(args.size.max(1) as usize, AccessFlags::LOCAL_WRITE)
         .map_err(|e| format!("Couldn't register MR: {e}"))?;
-    mr.as_mut_slice().fill(0x7b);
+    mr.fill(0, mr.len(), 0x7b);
     let mut cq = ctx
         .create_cq(args.rx_depth + 1)
         .map_err(|e| format!("Couldn't create CQ: {e}"))?;

@@ -23,9 +23,8 @@ fn pattern(i: usize) -> u8 {
 fn run(args: common::Args) -> Result<(), String> {
     let mut c = common::connect(&args, AccessFlags::REMOTE_READ, |mr, is_server| {
         if is_server {
-            for (i, b) in mr.as_mut_slice().iter_mut().enumerate() {
-                *b = pattern(i);
-            }
+            let bytes: Vec<u8> = (0..mr.len()).map(pattern).collect();
+            mr.write(0, &bytes);
         }
     })?;
     if c.is_server {
@@ -36,7 +35,7 @@ fn run(args: common::Args) -> Result<(), String> {
     }
     let len = args.size.min(c.mr.len() as u32);
     for i in 0..args.iters {
-        c.mr.as_mut_slice().fill(0);
+        c.mr.fill(0, c.mr.len(), 0);
         let sge = [c.mr.sge(0, len)];
         let op = WrOpcode::RdmaRead {
             remote_addr: c.remote_mr.addr,
@@ -46,10 +45,8 @@ fn run(args: common::Args) -> Result<(), String> {
         c.qp.post_send(&[SendWr::new(u64::from(i), op, &sge).signaled()])
             .map_err(|e| e.to_string())?;
         let wc = c.expect_ok()?;
-        let bad = c.mr.as_slice()[..len as usize]
-            .iter()
-            .enumerate()
-            .find(|(j, b)| **b != pattern(*j));
+        let got = c.mr.read_vec(0, len as usize);
+        let bad = got.iter().enumerate().find(|(j, b)| **b != pattern(*j));
         println!(
             "RDMA_READ #{i}: {len} bytes from {:#x} (rkey {:#x}) -> {:?} {}, byte_len {}, in {:?}: {}",
             c.remote_mr.addr,

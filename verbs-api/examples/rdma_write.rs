@@ -33,11 +33,11 @@ fn run(args: common::Args) -> Result<(), String> {
             match wc.opcode {
                 WcOpcode::RecvRdmaWithImm => {
                     c.repost_recv()?;
-                    let head = &c.mr.as_slice()[..c.mr.len().min(40)];
+                    let head = c.mr.read_vec(0, c.mr.len().min(40));
                     println!(
                         "RECV_RDMA_WITH_IMM: imm {:#x}, region now starts with {:?}",
                         wc.imm_data.unwrap_or(0),
-                        String::from_utf8_lossy(head)
+                        String::from_utf8_lossy(&head)
                     );
                 }
                 WcOpcode::Recv => {
@@ -51,7 +51,9 @@ fn run(args: common::Args) -> Result<(), String> {
     }
     let len = args.size.min(c.mr.len() as u32);
     for i in 0..args.iters {
-        fill(&mut c.mr.as_mut_slice()[..len as usize], i);
+        let mut bytes = vec![0u8; len as usize];
+        fill(&mut bytes, i);
+        c.mr.write(0, &bytes);
         let sge = [c.mr.sge(0, len)];
         let op = WrOpcode::RdmaWriteWithImm {
             remote_addr: c.remote_mr.addr,

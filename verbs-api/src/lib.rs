@@ -19,7 +19,7 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let ctx = Device::open("softnic0")?;
 //! let pd = ctx.alloc_pd()?;
-//! let mut mr = pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+//! let mr = pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
 //! let mut cq = ctx.create_cq(16)?;
 //! let cap = QpCap { max_send_wr: 8, max_recv_wr: 8, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64 };
 //! let mut qp = pd.create_qp(&QpInitAttr {
@@ -29,7 +29,7 @@
 //! let remote = QpEndpoint::default(); // from the out-of-band exchange (verbs_api::oob)
 //! qp.to_rtr(&remote, Mtu::Mtu1024)?;
 //! qp.to_rts(0)?;
-//! mr.as_mut_slice()[..5].copy_from_slice(b"hello");
+//! mr.write(0, b"hello");
 //! let sge = [mr.sge(0, 5)];
 //! qp.post_send(&[SendWr::new(1, WrOpcode::RdmaWrite { remote_addr: 0x1000, rkey: 0x42 }, &sge).signaled()])?;
 //! let mut wc = [WorkCompletion::default(); 4];

@@ -7,8 +7,11 @@
 //! copy on every transfer, which defeats the purpose. So a region is a memfd that the
 //! client maps and passes to the NIC, which maps it too: the NIC's writes land directly
 //! in the client's pages (zero copy), and heap memory (`Vec`, `Box`) cannot be
-//! registered. Allocate with [`crate::ProtectionDomain::alloc_mr`] and work in
-//! [`MemoryRegion::as_mut_slice`].
+//! registered. Allocate with [`crate::ProtectionDomain::alloc_mr`] and move bytes in and
+//! out with [`MemoryRegion::write`], [`MemoryRegion::read`] and [`MemoryRegion::fill`]:
+//! copies, because the NIC may write the region at any time and an ordinary `&[u8]` to
+//! it would be a promise Rust cannot rely on (the zero-copy views
+//! [`MemoryRegion::as_slice`] and [`MemoryRegion::as_mut_slice`] are `unsafe fn`).
 //!
 //! The region's address ([`MemoryRegion::addr`], its iova) is the client's mapping
 //! address, as in real verbs: SGEs and remote addresses (RETH VA) are client virtual
@@ -231,24 +234,130 @@ impl MemoryRegion {
         }
     }
 
-    /// The region's bytes.
-    pub fn as_slice(&self) -> &[u8] {
+    /// Panics unless `[offset, offset + len)` lies inside the region; returns the pointer
+    /// to its first byte.
+    fn range_ptr(&self, offset: usize, len: usize, what: &str) -> *mut u8 {
+        assert!(
+            offset.checked_add(len).is_some_and(|e| e <= self.len),
+            "{what} [{offset}, +{len}) is outside the {}-byte region",
+            self.len
+        );
+        // SAFETY: offset <= self.len <= the mapping's length, so the result stays inside
+        // (or one past the end of) the mapping.
+        unsafe { self.map.as_mut_ptr().add(offset) }
+    }
+
+    /// Copies `buf.len()` bytes at `offset` out of the region into `buf`. Panics if the
+    /// range is outside the region (like slice indexing).
+    ///
+    /// Safe at any time: the copy is made of volatile loads and never forms a reference
+    /// to the shared bytes, so a NIC writing them meanwhile (a receive, a remote WRITE or
+    /// atomic) can only make `buf` a mix of old and new bytes — which is why you read
+    /// after the completion that tells you they arrived (the CQ's acquire orders them).
+    pub fn read(&self, offset: usize, buf: &mut [u8]) {
+        let src = self.range_ptr(offset, buf.len(), "read");
+        // SAFETY: [src, src + buf.len()) is inside the live mapping (range_ptr); buf is
+        // our own memory, disjoint from the mapping.
+        unsafe { volatile_copy(buf.as_mut_ptr(), src, buf.len()) }
+    }
+
+    /// `len` bytes at `offset`, copied into a new vector (see [`MemoryRegion::read`]).
+    pub fn read_vec(&self, offset: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        self.read(offset, &mut v);
+        v
+    }
+
+    /// `N` bytes at `offset`, copied into an array (see [`MemoryRegion::read`]); e.g.
+    /// `u64::from_ne_bytes(mr.read_array(8))`.
+    pub fn read_array<const N: usize>(&self, offset: usize) -> [u8; N] {
+        let mut a = [0u8; N];
+        self.read(offset, &mut a);
+        a
+    }
+
+    /// Copies `data` into the region at `offset`. Panics if the range is outside the
+    /// region. Takes `&self`: the bytes are shared with the NIC anyway, and the copy is
+    /// made of volatile stores, never through a reference. Write before posting the work
+    /// request that sends the bytes (posting releases them to the NIC).
+    pub fn write(&self, offset: usize, data: &[u8]) {
+        let dst = self.range_ptr(offset, data.len(), "write");
+        // SAFETY: [dst, dst + data.len()) is inside the live mapping; data is our own
+        // memory, disjoint from it.
+        unsafe { volatile_copy(dst, data.as_ptr(), data.len()) }
+    }
+
+    /// Sets `len` bytes at `offset` to `byte` (volatile stores). Panics if the range is
+    /// outside the region.
+    pub fn fill(&self, offset: usize, len: usize, byte: u8) {
+        let dst = self.range_ptr(offset, len, "fill");
+        let word = u64::from_ne_bytes([byte; 8]);
+        let mut i = 0;
+        while i < len && (dst as usize + i) % 8 != 0 {
+            // SAFETY: i < len: inside [dst, dst + len), which is in the mapping.
+            unsafe { dst.add(i).write_volatile(byte) };
+            i += 1;
+        }
+        while i + 8 <= len {
+            // SAFETY: dst + i is 8-byte aligned (first loop) and its 8 bytes are inside
+            // [dst, dst + len).
+            unsafe { dst.add(i).cast::<u64>().write_volatile(word) };
+            i += 8;
+        }
+        while i < len {
+            // SAFETY: i < len, as in the first loop.
+            unsafe { dst.add(i).write_volatile(byte) };
+            i += 1;
+        }
+    }
+
+    /// The region's bytes as an ordinary shared slice, without copying.
+    ///
+    /// # Safety
+    /// A `&[u8]` promises Rust that nobody writes the bytes while it lives. The caller
+    /// must make sure of that for the whole lifetime of the slice:
+    /// * the NIC does not write them: no receive, RDMA READ or atomic posted by this
+    ///   process targets the region and is still outstanding (its completion has been
+    ///   polled), and no peer can WRITE or run an atomic on it (the region lacks
+    ///   REMOTE_WRITE and REMOTE_ATOMIC, or the application's protocol keeps its peers
+    ///   from doing so meanwhile);
+    /// * this process does not write them either: no [`MemoryRegion::write`],
+    ///   [`MemoryRegion::fill`] or [`MemoryRegion::atomic_u64`] store (from another
+    ///   thread, or from a clone of a reference) overlaps the slice while it lives.
+    ///
+    /// Prefer [`MemoryRegion::read`], which is always safe.
+    pub unsafe fn as_slice(&self) -> &[u8] {
         // SAFETY: the mapping is at least `len` bytes (page-rounded) and lives as long as
-        // `self`. Its bytes may be written by the NIC process when this region grants it
-        // rights; like every verbs binding, we rely on the application reading only
-        // bytes whose completion it has seen (the CQ acquire orders the NIC's writes).
+        // `self`; the absence of concurrent writers is the caller's contract.
         unsafe { std::slice::from_raw_parts(self.map.as_ptr(), self.len) }
     }
 
-    /// The region's bytes, writable.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as in `as_slice`; `&mut self` excludes other borrows in this process.
+    /// The region's bytes as an ordinary mutable slice, without copying.
+    ///
+    /// # Safety
+    /// A `&mut [u8]` promises Rust that nothing else reads or writes the bytes while it
+    /// lives. Besides the contract of [`MemoryRegion::as_slice`], the NIC must not *read*
+    /// them either: no send, RDMA WRITE or atomic posted by this process gathers from the
+    /// region and is still outstanding, and no peer can RDMA READ it meanwhile. (`&mut
+    /// self` already keeps this process's other accessors away while the slice lives.)
+    ///
+    /// Prefer [`MemoryRegion::write`] and [`MemoryRegion::fill`], which are always safe.
+    pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`; `&mut self` excludes other borrows in this process,
+        // and the NIC's absence is the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr(), self.len) }
     }
 
     /// The 8-byte word at `offset` as an atomic (an atomics target): reading it with
     /// `load` sees remote FETCH_ADD/CMP_SWAP results without tearing. `offset` must be
     /// 8-byte aligned and inside the region.
+    ///
+    /// Sound next to the NIC: the NIC's atomics use the same locked instructions on the
+    /// same word. Do not also hold an [`MemoryRegion::as_slice`] or
+    /// [`MemoryRegion::as_mut_slice`] covering the word (their contract forbids it);
+    /// [`MemoryRegion::read`] and [`MemoryRegion::write`] never form references, so they
+    /// may be used around it, though a plain copy racing with an atomic store may see
+    /// the word half old and half new.
     pub fn atomic_u64(&self, offset: usize) -> Result<&std::sync::atomic::AtomicU64> {
         if offset % 8 != 0 || offset.checked_add(8).map_or(true, |e| e > self.len) {
             return Err(Error::InvalidArgument(format!(
@@ -258,8 +367,43 @@ impl MemoryRegion {
         }
         // SAFETY: in bounds (checked), 8-byte aligned (mapping is page aligned, offset
         // multiple of 8), lives as long as `&self`; AtomicU64 tolerates concurrent
-        // access by the NIC.
+        // access by the NIC. No safe accessor forms a non-atomic reference to it.
         Ok(unsafe { &*(self.map.as_ptr().add(offset) as *const std::sync::atomic::AtomicU64) })
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst` with volatile accesses, 8 bytes at a time where
+/// both are aligned alike. Volatile because one side is memory the NIC process may touch
+/// concurrently: the compiler must neither assume the bytes stay put (no invented or
+/// repeated reads) nor elide the stores. This is how shared guest memory is copied in
+/// `vm-memory` too; Rust's memory model has no word for another process, and volatile is
+/// the access it documents for memory that changes outside the program's knowledge.
+///
+/// # Safety
+/// `src` is valid for `len` byte reads, `dst` for `len` byte writes, and they do not
+/// overlap.
+unsafe fn volatile_copy(dst: *mut u8, src: *const u8, len: usize) {
+    let mut i = 0;
+    if (dst as usize) % 8 == (src as usize) % 8 {
+        while i < len && (src as usize + i) % 8 != 0 {
+            // SAFETY: i < len: inside both buffers (caller's contract).
+            unsafe { dst.add(i).write_volatile(src.add(i).read_volatile()) };
+            i += 1;
+        }
+        while i + 8 <= len {
+            // SAFETY: src + i and dst + i are 8-byte aligned (the head loop aligned src,
+            // and dst has the same remainder mod 8); i + 8 <= len keeps both inside.
+            unsafe {
+                let w = src.add(i).cast::<u64>().read_volatile();
+                dst.add(i).cast::<u64>().write_volatile(w);
+            }
+            i += 8;
+        }
+    }
+    while i < len {
+        // SAFETY: i < len, inside both buffers (caller).
+        unsafe { dst.add(i).write_volatile(src.add(i).read_volatile()) };
+        i += 1;
     }
 }
 
@@ -275,5 +419,29 @@ impl Drop for MemoryRegion {
             .ctx
             .inner
             .call("ibv_dereg_mr", &Request::DeregMr { mr: self.handle }, &[]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::volatile_copy;
+
+    /// Every alignment and length combination copies exactly its bytes and nothing
+    /// around them (the u64 middle and the byte head/tail meet correctly).
+    #[test]
+    fn volatile_copy_is_exact_at_every_alignment() {
+        let src: Vec<u8> = (0..96u8).map(|b| b.wrapping_mul(37) ^ 0x5c).collect();
+        for so in 0..9 {
+            for d in 0..9 {
+                for len in 0..40 {
+                    let mut dst = vec![0xEEu8; 96];
+                    // SAFETY: so + len <= 96 and d + len <= 96; distinct vectors.
+                    unsafe { volatile_copy(dst.as_mut_ptr().add(d), src.as_ptr().add(so), len) };
+                    assert_eq!(&dst[d..d + len], &src[so..so + len], "{so} {d} {len}");
+                    assert!(dst[..d].iter().all(|&b| b == 0xEE));
+                    assert!(dst[d + len..].iter().all(|&b| b == 0xEE));
+                }
+            }
+        }
     }
 }

@@ -45,12 +45,12 @@ fn memory_region_is_shared_with_the_nic() {
     let nic = start("mock-mr");
     let ctx = Device::open("mock-mr").unwrap();
     let pd = ctx.alloc_pd().unwrap();
-    let mut mr = pd
+    let mr = pd
         .alloc_mr(10_000, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
         .unwrap();
     assert_eq!(mr.len(), 10_000);
     assert_eq!(mr.rkey(), mr.lkey() | 0xAB00_0000);
-    mr.as_mut_slice()[9_990..].copy_from_slice(b"0123456789");
+    mr.write(9_990, b"0123456789");
     let n = nic.lock().unwrap();
     let map = &n.mrs[0].1;
     // SAFETY: 10_000 < mapping length; the client wrote these bytes above.
@@ -58,7 +58,21 @@ fn memory_region_is_shared_with_the_nic() {
     assert_eq!(nic_view, b"0123456789");
     // SAFETY: as above; the "NIC" writes, the client reads.
     unsafe { *map.as_mut_ptr() = 0x5a };
-    assert_eq!(mr.as_slice()[0], 0x5a);
+    assert_eq!(mr.read_array::<1>(0)[0], 0x5a);
+    mr.fill(3, 5, 0xC3);
+    assert_eq!(mr.read_vec(2, 7), [0, 0xC3, 0xC3, 0xC3, 0xC3, 0xC3, 0]);
+    assert_eq!(mr.read_vec(9_990, 10), b"0123456789");
+    // Accesses outside the region panic (like slice indexing), before touching memory.
+    for f in [
+        Box::new(|| mr.write(9_991, b"0123456789")) as Box<dyn Fn()>,
+        Box::new(|| {
+            mr.read_vec(10_000, 1);
+        }),
+        Box::new(|| mr.fill(usize::MAX, 2, 0)),
+    ] {
+        assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err());
+    }
+    assert_eq!(mr.read_vec(9_990, 10), b"0123456789");
     let bad = pd
         .alloc_mr(16, AccessFlags::REMOTE_WRITE)
         .unwrap_err()

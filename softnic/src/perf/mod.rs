@@ -377,12 +377,12 @@ impl Session {
 
     /// A copy of one slot of the region.
     fn slot(&self, start: usize) -> Vec<u8> {
-        self.r
-            .mr
-            .as_slice()
-            .get(start..start + self.r.geo.buff)
-            .map(<[u8]>::to_vec)
-            .unwrap_or_default()
+        let len = self.r.geo.buff;
+        if start.checked_add(len).is_some_and(|e| e <= self.r.mr.len()) {
+            self.r.mr.read_vec(start, len)
+        } else {
+            Vec::new()
+        }
     }
 
     /// Checks the landing slots (our `remote` slots for WRITE/SEND, our `local` slots

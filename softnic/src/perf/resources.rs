@@ -329,29 +329,24 @@ impl Resources {
         }
     }
 
-    /// Fills `len` bytes at region offset `off` with `f(index within the slot)`.
+    /// Fills `len` bytes at region offset `off` with `f(index within the slot)`
+    /// (nothing when the range is outside the region).
     pub fn fill(&mut self, off: usize, len: usize, f: impl Fn(usize) -> u8) {
-        if let Some(s) = self.mr.as_mut_slice().get_mut(off..off + len) {
-            for (j, b) in s.iter_mut().enumerate() {
-                *b = f(j);
-            }
+        if off.checked_add(len).is_some_and(|e| e <= self.mr.len()) {
+            let bytes: Vec<u8> = (0..len).map(f).collect();
+            self.mr.write(off, &bytes);
         }
     }
 
-    /// Reads the byte at region offset `off` as the NIC last wrote it.
+    /// Reads the byte at region offset `off` as the NIC last wrote it (a volatile copy,
+    /// see `MemoryRegion::read`). Panics outside the region.
     pub fn read_byte(&self, off: usize) -> u8 {
-        assert!(off < self.mr.len(), "byte {off} outside the region");
-        // SAFETY: `off` is inside the mapping (checked above), which lives as long as
-        // `self.mr`; the NIC writes it concurrently, so read it volatile, without
-        // forming a reference.
-        unsafe { std::ptr::read_volatile((self.mr.addr() as usize as *const u8).add(off)) }
+        self.mr.read_array::<1>(off)[0]
     }
 
-    /// Writes the byte at region offset `off`.
+    /// Writes the byte at region offset `off`. Panics outside the region.
     pub fn write_byte(&mut self, off: usize, v: u8) {
-        assert!(off < self.mr.len(), "byte {off} outside the region");
-        // SAFETY: as in `read_byte`; `&mut self` excludes other writers in this process.
-        unsafe { std::ptr::write_volatile((self.mr.addr() as usize as *mut u8).add(off), v) }
+        self.mr.write(off, &[v]);
     }
 }
 
