@@ -28,8 +28,9 @@
 //! NIC's own memory. Atomics use `AtomicU64::from_ptr` on the 8-byte target, which on
 //! x86-64 and aarch64 compiles to the same locked instructions the client's CPU atomics
 //! use, so a FETCH_ADD from the network and a `fetch_add` by the client serialize.
-//! Files are sealed against shrinking and their size checked before mapping
-//! (`verbs_api::os::check_shm`), so no access can fault with SIGBUS.
+//! Files are checked, mapped and sealed by `verbs_api::os::map_peer_shm` (plain tmpfs
+//! memfds only, every page allocated, no shrinking, no hole punching), so no access can
+//! fault with SIGBUS.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -248,7 +249,7 @@ impl MrTable {
         }
         let lkey = self.fresh_key(0)?;
         let rkey = self.fresh_key(lkey)?;
-        let map = verbs_api::os::map_shared(fd, map_len)
+        let map = verbs_api::os::map_peer_shm(fd, map_len)
             .map_err(|e| RegError::BadRange(format!("cannot map the region's memfd: {e}")))?;
         let regions = &self.regions;
         let handle = self

@@ -956,18 +956,13 @@ struct QpSpec {
 }
 
 pub(super) fn map_checked(fd: &OwnedFd, len: usize) -> Result<Arc<memmap2::MmapRaw>, Box<Answer>> {
-    verbs_api::os::check_shm(fd.as_fd(), len).map_err(|e| {
-        Box::new(err(
-            ErrorCode::InvalidArgument,
-            format!("segment memfd: {e}"),
-        ))
-    })?;
-    verbs_api::os::map_shared(fd.as_fd(), len)
+    // map_peer_shm checks the memfd, maps it and seals it so that no access can fault.
+    verbs_api::os::map_peer_shm(fd.as_fd(), len)
         .map(Arc::new)
         .map_err(|e| {
             Box::new(err(
-                ErrorCode::Internal,
-                format!("mapping the segment: {e}"),
+                ErrorCode::InvalidArgument,
+                format!("segment memfd: {e}"),
             ))
         })
 }

@@ -24,8 +24,16 @@ fn cvt_size(ret: libc::ssize_t) -> io::Result<usize> {
 }
 
 /// Creates an anonymous shared-memory file of `len` bytes (`memfd_create`, close-on-exec),
-/// sealed against shrinking: the peer maps it, and a file that shrank under a mapping
-/// would make the peer's accesses fault with SIGBUS.
+/// with every page allocated and sealed against shrinking.
+///
+/// The peer (the NIC) maps it, and a mapping whose page is missing can fault with SIGBUS
+/// in the peer: after a shrink (hence `F_SEAL_SHRINK`), or on the first touch of a page
+/// the kernel cannot allocate (strict overcommit, `vm.overcommit_memory=2`: memfds are
+/// accounted page by page as they are allocated). So the pages are allocated here with
+/// `fallocate`, by the client, which pays for its own memory and gets a clean error
+/// (ENOSPC) when there is none — as `ibv_reg_mr` pins every page of a region up front.
+/// `F_SEAL_SEAL` is left off on purpose: the NIC adds `F_SEAL_FUTURE_WRITE` after
+/// mapping the file, so that no hole can be punched later ([`map_peer_shm`]).
 pub fn memfd(name: &str, len: usize) -> io::Result<OwnedFd> {
     let cname = CString::new(name.replace('\0', "_")).map_err(io::Error::other)?;
     // SAFETY: cname is a valid NUL-terminated string; flags are valid memfd flags.
@@ -38,46 +46,128 @@ pub fn memfd(name: &str, len: usize) -> io::Result<OwnedFd> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "memfd length too large"))?;
     // SAFETY: fd is a valid open memfd.
     cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len_off) })?;
+    if len_off > 0 {
+        // SAFETY: fd is a valid memfd; mode 0 allocates [0, len) without changing the size.
+        cvt(unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, len_off) })?;
+    }
     // SAFETY: fd is a valid memfd created with MFD_ALLOW_SEALING.
-    cvt(unsafe {
-        libc::fcntl(
-            fd.as_raw_fd(),
-            libc::F_ADD_SEALS,
-            libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL,
-        )
-    })?;
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) })?;
     Ok(fd)
 }
 
-/// Checks a shared-memory fd received from a peer before mapping it: it must be at
-/// least `min_len` bytes and sealed against shrinking (see [`memfd`]).
+fn invalid(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg.into())
+}
+
+/// Checks a shared-memory fd received from a peer before mapping it: a plain shmem
+/// memfd (tmpfs, not hugetlbfs or anything else), at least `min_len` bytes, sealed
+/// against shrinking, and not yet write-sealed or seal-sealed, so that
+/// [`map_peer_shm`] can map it writable and then seal it against hole punching.
+///
+/// hugetlbfs is refused because its pages come from a fixed pool: a hole punched in a
+/// hugetlbfs memfd also drops the mapping's reservation, and refaulting it when the pool
+/// is empty is SIGBUS in whoever touches it. Only `TMPFS_MAGIC` (what `memfd_create`
+/// without `MFD_HUGETLB` gives) passes.
 pub fn check_shm(fd: BorrowedFd<'_>, min_len: usize) -> io::Result<()> {
     // SAFETY: an all-zero `stat` is a valid value to be overwritten by fstat.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
     // SAFETY: fd is a valid descriptor (BorrowedFd), st is a valid out-pointer.
     cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "shared-memory fd is not a regular file (memfd)",
-        ));
+        return Err(invalid("shared-memory fd is not a regular file (memfd)"));
+    }
+    // SAFETY: an all-zero `statfs` is a valid value to be overwritten by fstatfs.
+    let mut sfs: libc::statfs = unsafe { core::mem::zeroed() };
+    // SAFETY: fd is valid, sfs is a valid out-pointer.
+    cvt(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut sfs) })?;
+    // f_type's integer type differs between targets; compare as u64.
+    #[allow(clippy::unnecessary_cast)]
+    let magic = sfs.f_type as u64 & 0xffff_ffff;
+    if magic != libc::TMPFS_MAGIC as u64 {
+        let what = if magic == libc::HUGETLBFS_MAGIC as u64 {
+            "a hugetlbfs file (MFD_HUGETLB)"
+        } else {
+            "not on tmpfs"
+        };
+        return Err(invalid(format!(
+            "shared-memory fd is {what}: only plain memfds (tmpfs) are accepted, whose \
+             pages cannot vanish under the NIC's mapping"
+        )));
     }
     let size = usize::try_from(st.st_size).unwrap_or(0);
     if size < min_len {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("shared-memory fd is {size} bytes, expected at least {min_len}"),
-        ));
+        return Err(invalid(format!(
+            "shared-memory fd is {size} bytes, expected at least {min_len}"
+        )));
     }
     // SAFETY: fd is valid; F_GET_SEALS takes no argument.
     let seals = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) })?;
     if seals & libc::F_SEAL_SHRINK == 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
+        return Err(invalid(
             "shared-memory fd is not sealed against shrinking (F_SEAL_SHRINK)",
         ));
     }
+    if seals & (libc::F_SEAL_SEAL | libc::F_SEAL_WRITE | libc::F_SEAL_FUTURE_WRITE) != 0 {
+        return Err(invalid(
+            "shared-memory fd already has F_SEAL_SEAL or a write seal: the NIC must map it \
+             writable and then add F_SEAL_FUTURE_WRITE itself",
+        ));
+    }
     Ok(())
+}
+
+/// Maps a peer's shared-memory fd (the NIC's side) so that no access through the
+/// mapping can fault with SIGBUS, whatever the peer does to the file afterwards:
+///
+/// 1. [`check_shm`]: a plain tmpfs memfd of at least `len` bytes, sealed against
+///    shrinking (a truncated file is SIGBUS beyond the new end).
+/// 2. Map it shared, read-write.
+/// 3. Add `F_SEAL_FUTURE_WRITE`: from now on nobody can punch a hole in the file
+///    (`fallocate(PUNCH_HOLE)` and `madvise(MADV_REMOVE)` fail with EPERM), while the
+///    mappings that exist — the client's and ours — stay writable. `F_SEAL_WRITE` would
+///    be stronger but cannot be added while a writable shared mapping exists, and both
+///    sides need one. The seal also refuses every later writable mapping of the file, so
+///    one fd can back only one NIC object.
+/// 4. Require the peer to have allocated every page (`st_blocks` covers the file's size:
+///    [`memfd`] does this with `fallocate`), then `fallocate` `[0, len)` ourselves. The
+///    first check keeps the NIC from paying for a sparse file's memory; the second makes
+///    it certain, without trusting a block count (shmem huge pages may count blocks past
+///    the end of the file), that every page in `[0, len)` exists.
+///    Since no page can now be removed, the NIC never allocates on a fault, so strict
+///    overcommit (`vm.overcommit_memory=2`, where a failed shmem allocation on first
+///    touch is SIGBUS) cannot reach it. Swapped-out pages come back from swap, which can
+///    fail only as an OOM, not as SIGBUS from anything the client controls.
+///
+/// Why not catch SIGBUS instead: a handler would have to turn a fault in the middle of
+/// a `copy_nonoverlapping` into an error, which needs `sigsetjmp`/`siglongjmp` across
+/// Rust frames (undefined behaviour) or a hand-written copy routine with a fixup table.
+/// Making the fault impossible is smaller and auditable.
+pub fn map_peer_shm(fd: BorrowedFd<'_>, len: usize) -> io::Result<MmapRaw> {
+    check_shm(fd, len)?;
+    let map = map_shared(fd, len)?;
+    // SAFETY: fd is valid; F_ADD_SEALS takes an int of seal bits.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_FUTURE_WRITE) })?;
+    // SAFETY: an all-zero `stat` is a valid value to be overwritten by fstat.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: fd is valid, st is a valid out-pointer.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    let allocated = u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512);
+    // Every page of the whole file, not only of [0, len): otherwise allocated pages past
+    // `len` could stand in for holes inside it, and the NIC's fallocate would pay for them.
+    let size = u64::try_from(st.st_size).unwrap_or(0).max(len as u64);
+    let needed = size.div_ceil(4096) * 4096;
+    if allocated < needed {
+        return Err(invalid(format!(
+            "shared-memory fd has {allocated} of {needed} bytes allocated: its pages must \
+             all exist (fallocate) before the NIC maps it"
+        )));
+    }
+    if len > 0 {
+        let len_off = libc::off_t::try_from(len).map_err(|_| invalid("length too large"))?;
+        // SAFETY: fd is valid; mode 0 allocates [0, len) inside the (sealed) size.
+        cvt(unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, len_off) })?;
+    }
+    Ok(map)
 }
 
 /// Maps `len` bytes of `fd` shared, read-write.
@@ -299,6 +389,153 @@ mod tests {
         f.set_len(4096).unwrap();
         let err = check_shm(f.as_fd(), 4096).unwrap_err();
         assert!(err.to_string().contains("F_SEAL_SHRINK"), "{err}");
+    }
+
+    /// A raw memfd as a hostile client could make it: `flags` for memfd_create, `len`
+    /// bytes, `seals` added, not allocated unless `allocate`.
+    fn raw_memfd(
+        flags: libc::c_uint,
+        len: usize,
+        seals: libc::c_int,
+        allocate: bool,
+    ) -> io::Result<OwnedFd> {
+        let name = CString::new("hostile").unwrap();
+        // SAFETY: valid name and flags.
+        let fd = cvt(unsafe { libc::memfd_create(name.as_ptr(), flags | libc::MFD_CLOEXEC) })?;
+        // SAFETY: fresh descriptor, owned by us.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: valid fd.
+        cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) })?;
+        if allocate {
+            // SAFETY: valid fd.
+            cvt(unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, len as libc::off_t) })?;
+        }
+        if seals != 0 {
+            // SAFETY: valid fd.
+            cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) })?;
+        }
+        Ok(fd)
+    }
+
+    fn punch(fd: BorrowedFd<'_>, off: usize, len: usize) -> io::Result<()> {
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: valid fd; punching a hole has no memory-safety preconditions.
+        cvt(unsafe {
+            libc::fallocate(fd.as_raw_fd(), mode, off as libc::off_t, len as libc::off_t)
+        })
+        .map(|_| ())
+    }
+
+    fn in_ci() -> bool {
+        let set =
+            |k: &str| std::env::var(k).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+        set("SOFTNIC_CI") || set("CI")
+    }
+
+    /// hugetlbfs memfds are refused whatever the hugepage pool holds: a hole punched in
+    /// one drops its pages and reservation, and refaulting from an empty pool is SIGBUS.
+    /// memfd_create(MFD_HUGETLB) needs only a kernel with hugetlbfs (no reserved pages);
+    /// CI's has it, so there the test fails rather than skips when it cannot make one.
+    #[test]
+    fn hugetlbfs_memfd_is_refused() {
+        let huge = 2 << 20;
+        let fd = match raw_memfd(
+            libc::MFD_HUGETLB | libc::MFD_ALLOW_SEALING,
+            huge,
+            libc::F_SEAL_SHRINK,
+            false,
+        ) {
+            Ok(fd) => fd,
+            Err(e) if !in_ci() => {
+                eprintln!(
+                    "NOTE: memfd_create(MFD_HUGETLB) failed ({e}); test did NOT run (fails in CI)"
+                );
+                return;
+            }
+            Err(e) => panic!("memfd_create(MFD_HUGETLB) failed in CI: {e}"),
+        };
+        let err = check_shm(fd.as_fd(), huge).unwrap_err();
+        assert!(err.to_string().contains("hugetlbfs"), "{err}");
+        let err = map_peer_shm(fd.as_fd(), huge).unwrap_err();
+        assert!(err.to_string().contains("hugetlbfs"), "{err}");
+    }
+
+    /// A sparse memfd would make the NIC allocate on first touch, which strict
+    /// overcommit turns into SIGBUS: refused until the client has allocated every page.
+    #[test]
+    fn sparse_memfd_is_refused() {
+        let fd = raw_memfd(libc::MFD_ALLOW_SEALING, 16384, libc::F_SEAL_SHRINK, false).unwrap();
+        let err = map_peer_shm(fd.as_fd(), 16384).unwrap_err();
+        assert!(err.to_string().contains("allocated"), "{err}");
+        // Allocating all but one page is still refused.
+        let fd = raw_memfd(libc::MFD_ALLOW_SEALING, 16384, 0, true).unwrap();
+        punch(fd.as_fd(), 8192, 4096).unwrap();
+        // SAFETY: valid fd.
+        cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) })
+            .unwrap();
+        let err = map_peer_shm(fd.as_fd(), 16384).unwrap_err();
+        assert!(err.to_string().contains("allocated"), "{err}");
+    }
+
+    /// A client that sealed its memfd with F_SEAL_SEAL (or a write seal) leaves the NIC
+    /// no way to forbid hole punching: refused.
+    #[test]
+    fn seal_sealed_memfd_is_refused() {
+        let fd = raw_memfd(
+            libc::MFD_ALLOW_SEALING,
+            8192,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL,
+            true,
+        )
+        .unwrap();
+        let err = map_peer_shm(fd.as_fd(), 8192).unwrap_err();
+        assert!(err.to_string().contains("F_SEAL_SEAL"), "{err}");
+    }
+
+    /// Once the NIC has mapped a memfd, the client can punch no hole in it, by fallocate
+    /// or by madvise(MADV_REMOVE) on its own mapping, and both mappings stay writable.
+    #[test]
+    fn no_hole_can_be_punched_after_the_nic_maps() {
+        let fd = memfd("client", 16384).unwrap();
+        let client = map_shared(fd.as_fd(), 16384).unwrap();
+        let nic = map_peer_shm(fd.as_fd(), 16384).unwrap();
+        let e = punch(fd.as_fd(), 4096, 4096).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}");
+        // SAFETY: the range is inside the client's live mapping; MADV_REMOVE is refused
+        // (asserted), and would only zero the pages if it were not.
+        let r = unsafe {
+            libc::madvise(
+                client.as_mut_ptr().add(4096).cast(),
+                4096,
+                libc::MADV_REMOVE,
+            )
+        };
+        assert_eq!(r, -1);
+        assert_eq!(io::Error::last_os_error().raw_os_error(), Some(libc::EPERM));
+        // SAFETY: in-bounds accesses of live mappings of the same file.
+        unsafe {
+            client.as_mut_ptr().add(5000).write_volatile(0x5a);
+            assert_eq!(nic.as_ptr().add(5000).read_volatile(), 0x5a);
+            nic.as_mut_ptr().add(9000).write_volatile(0xa5);
+            assert_eq!(client.as_ptr().add(9000).read_volatile(), 0xa5);
+        }
+        // One fd backs one NIC object: a second writable mapping is refused.
+        assert!(map_peer_shm(fd.as_fd(), 16384).is_err());
+    }
+
+    /// Why punching alone is no SIGBUS on tmpfs with the default overcommit policy: the
+    /// hole reads back as zeros (a fresh page is allocated on touch). The allocation is
+    /// what strict overcommit can refuse, hence the seal above.
+    #[test]
+    fn a_hole_in_plain_tmpfs_reads_back_zeros() {
+        let fd = raw_memfd(libc::MFD_ALLOW_SEALING, 8192, libc::F_SEAL_SHRINK, true).unwrap();
+        let m = map_shared(fd.as_fd(), 8192).unwrap();
+        // SAFETY: in-bounds accesses of a live mapping.
+        unsafe {
+            m.as_mut_ptr().add(4096).write_volatile(7);
+            punch(fd.as_fd(), 4096, 4096).unwrap();
+            assert_eq!(m.as_ptr().add(4096).read_volatile(), 0);
+        }
     }
 
     fn tempfile_in_tmp() -> std::fs::File {

@@ -80,8 +80,7 @@ fn handle(
                 return (err("RegMr needs the region's memfd"), vec![]);
             };
             let seg = verbs_api::abi::layout::mr_segment_len(len as usize).unwrap();
-            verbs_api::os::check_shm(fd.as_fd(), seg).unwrap();
-            let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), seg).unwrap());
+            let map = Arc::new(verbs_api::os::map_peer_shm(fd.as_fd(), seg).unwrap());
             assert_ne!(iova, 0);
             let lkey = 0x100 + n.mrs.len() as u32;
             n.mrs.push((lkey, map));
@@ -97,8 +96,7 @@ fn handle(
         Request::CreateCq { depth } => {
             let fd = fds.pop().expect("CQ memfd");
             let l = CqLayout::new(depth).unwrap();
-            verbs_api::os::check_shm(fd.as_fd(), l.len).unwrap();
-            let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
+            let map = Arc::new(verbs_api::os::map_peer_shm(fd.as_fd(), l.len).unwrap());
             let ring = Ring::<Cqe>::new(map, l.offset, l.capacity).unwrap();
             ring.check_header().unwrap();
             let e = verbs_api::os::eventfd().unwrap();
@@ -116,8 +114,7 @@ fn handle(
         Request::CreateQp { caps, .. } => {
             let fd = fds.pop().expect("QP memfd");
             let l = QpLayout::new(caps.max_send_wr, caps.max_recv_wr).unwrap();
-            verbs_api::os::check_shm(fd.as_fd(), l.len).unwrap();
-            let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
+            let map = Arc::new(verbs_api::os::map_peer_shm(fd.as_fd(), l.len).unwrap());
             let sq = Ring::<SendWqe>::new(map.clone(), l.sq_offset, l.sq_capacity).unwrap();
             let rq = Ring::<RecvWqe>::new(map, l.rq_offset, l.rq_capacity).unwrap();
             sq.check_header().unwrap();
