@@ -15,12 +15,17 @@
 //!
 //! Both steps assume DF was set (rxe, hardware and softnic all set it; the DF bit is
 //! covered by the ICRC). IPv6 has no Identification: the ICRC is checked in full.
+//!
+//! Step 1 (and the send path's fill, `runtime.rs`) uses a [`PreparedIcrc`] per peer,
+//! kept in a small cache ([`PreparedCache`]): the IP/UDP pseudo-headers are the same for
+//! every packet between two sockets except for the lengths, so their CRC is computed once
+//! and the lengths are folded in per packet (`wire/src/icrc/flow.rs`).
 //! Counters record which path verified each packet (`rx_icrc_id0`, `rx_icrc_solved`,
 //! `rx_icrc_ipv6`) and how many failed (`rx_drop_bad_icrc`).
 
 use std::net::{IpAddr, SocketAddr};
 
-use wire::icrc::{IcrcParams, IpParams};
+use wire::icrc::{IcrcParams, IpParams, PreparedIcrc};
 
 /// How a received packet's ICRC was verified.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +79,60 @@ impl Basis {
     }
 }
 
+/// Slots of a [`PreparedCache`] (a power of two).
+const PREPARED_SLOTS: usize = 64;
+
+/// The [`PreparedIcrc`] of recently seen ICRC parameters (one per peer and direction in
+/// practice). Direct-mapped: O(1), bounded memory, no allocation; a sender that sprays
+/// source ports only evicts entries, and each miss costs one `prepare` (a hash of the
+/// 40- or 56-byte prefix), about what the unprepared path costs on every packet.
+#[derive(Debug)]
+pub struct PreparedCache {
+    slots: [Option<(IcrcParams, PreparedIcrc)>; PREPARED_SLOTS],
+}
+
+impl Default for PreparedCache {
+    fn default() -> Self {
+        PreparedCache {
+            slots: [None; PREPARED_SLOTS],
+        }
+    }
+}
+
+impl PreparedCache {
+    /// The prepared form of `p`, from the cache or made now (and cached).
+    pub fn get(&mut self, p: &IcrcParams) -> PreparedIcrc {
+        let slot = &mut self.slots[Self::index(p)];
+        match slot {
+            Some((q, prep)) if q == p => *prep,
+            _ => {
+                let prep = p.prepare();
+                *slot = Some((*p, prep));
+                prep
+            }
+        }
+    }
+
+    /// A cheap multiplicative hash of the fields that differ between peers. Not keyed:
+    /// a colliding peer costs only a `prepare` per packet, never a wrong answer (the
+    /// slot holds the full parameters and is compared in full).
+    fn index(p: &IcrcParams) -> usize {
+        let ip: u64 = match p.ip {
+            IpParams::V4 { src, dst, id, .. } => {
+                u64::from(u32::from(src))
+                    ^ u64::from(u32::from(dst)).rotate_left(32)
+                    ^ u64::from(id)
+            }
+            IpParams::V6 { src, dst } => {
+                let (a, b) = (u128::from(src), u128::from(dst));
+                (a ^ (a >> 64) ^ b.rotate_left(32) ^ (b >> 64)) as u64
+            }
+        };
+        let x = ip ^ u64::from(p.src_port) << 16 ^ u64::from(p.dst_port) << 40;
+        (x.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - PREPARED_SLOTS.trailing_zeros())) as usize
+    }
+}
+
 /// Solves for the IPv4 ID like [`wire::icrc::solve_ipv4_id`], but caches the linear
 /// system per packet length: CRC-32 is affine, and flipping ID bit `i` changes the ICRC
 /// by a column that depends only on the distance from the ID to the end of the packet,
@@ -81,9 +140,13 @@ impl Basis {
 /// costs one CRC (the ID-0 CRC, already computed by the first step) and a few dozen
 /// XORs instead of 17 CRCs, which matters when every packet arrives with a non-zero ID
 /// (rxe peers; UDP GSO segments, which carry IDs 0, 1, 2, …).
+///
+/// It also holds the packet path's [`PreparedCache`] ([`IdSolver::prepared`]), used by
+/// [`verify`] and by the send path, so that one object owns the path's ICRC state.
 #[derive(Debug, Default)]
 pub struct IdSolver {
     cache: std::collections::HashMap<usize, Basis>,
+    prepared: PreparedCache,
 }
 
 /// Most lengths cached (a datagram has at most 64 KiB; real traffic uses a handful).
@@ -93,6 +156,11 @@ impl IdSolver {
     /// An empty solver.
     pub fn new() -> Self {
         IdSolver::default()
+    }
+
+    /// The prepared ICRC of `p` (cached per peer; see [`PreparedCache`]).
+    pub fn prepared(&mut self, p: &IcrcParams) -> PreparedIcrc {
+        self.prepared.get(p)
     }
 
     fn basis(&mut self, p0: &IcrcParams, roce: &[u8], base: u32) -> Option<Basis> {
@@ -157,7 +225,7 @@ pub fn verify(
     let p0 = params(local, peer, 0)?;
     let tail = roce.len().checked_sub(wire::ICRC_LEN)?;
     let carried = u32::from_le_bytes(roce.get(tail..)?.try_into().ok()?);
-    let base = p0.compute(roce).ok()?;
+    let base = solver.prepared(&p0).compute(roce).ok()?;
     if base == carried {
         let path = match p0.ip {
             IpParams::V4 { .. } => IcrcPath::Ipv4Id0,
@@ -249,6 +317,26 @@ mod tests {
             }
         }
         assert_eq!(accepted, 0);
+    }
+
+    #[test]
+    fn prepared_cache_agrees_with_the_parameters_and_survives_collisions() {
+        let local: SocketAddr = "127.0.0.3:4791".parse().unwrap();
+        let mut cache = PreparedCache::default();
+        let mut pkt = packet();
+        // More peers than slots, twice over: every answer must be that peer's ICRC.
+        for round in 0..2 {
+            for port in 0..(3 * PREPARED_SLOTS as u16) {
+                let peer = SocketAddr::new([127, 0, 0, 2].into(), 40000 + port);
+                let p = params(local, peer, 0).unwrap();
+                p.fill(&mut pkt).unwrap();
+                assert_eq!(
+                    cache.get(&p).compute(&pkt).unwrap(),
+                    p.compute(&pkt).unwrap(),
+                    "round {round} port {port}"
+                );
+            }
+        }
     }
 
     #[test]
