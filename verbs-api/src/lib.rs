@@ -7,6 +7,9 @@
 //!                          post/poll = loads and stores, no syscalls
 //! ```
 //!
+//! (A post that finds the NIC asleep — idle for 100 µs, unless it runs with
+//! `--busy-poll` — also writes the wake eventfd: one `write(2)`.)
+//!
 //! The names follow libibverbs: [`Device::list`] / [`Device::open`] → [`Context`] →
 //! [`ProtectionDomain`] → [`MemoryRegion`]; [`Context::create_cq`] →
 //! [`CompletionQueue`]; [`ProtectionDomain::create_qp`] → [`QueuePair`], moved through

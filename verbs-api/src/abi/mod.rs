@@ -58,7 +58,7 @@
 //! from the control message, it validates every index it reads (`producer − consumer ≤
 //! capacity`, else the ring is corrupt: the NIC moves the QP to ERR and counts it), it
 //! copies each entry out before looking at it, and it never reads or writes outside the
-//! mapping. Memfds are sealed against shrinking ([`crate::os::check_shm`]) so that a
+//! mapping. Memfds are checked, mapped and sealed by [`crate::os::map_peer_shm`] so that a
 //! client cannot make the NIC's mapping fault with SIGBUS.
 
 pub mod control;

@@ -1,7 +1,7 @@
 //! The operating-system seam: the few Linux-specific calls softnic needs, in one place.
 //!
-//! * shared memory: `memfd_create` + `ftruncate` + seals ([`memfd`], [`check_shm`],
-//!   [`map_shared`]);
+//! * shared memory: `memfd_create` + `ftruncate` + `fallocate` + seals ([`memfd`],
+//!   [`check_shm`], [`map_shared`], and the NIC's [`map_peer_shm`]);
 //! * wake-ups: `eventfd` ([`eventfd`], [`eventfd_signal`], [`eventfd_drain`],
 //!   [`wait_readable`]);
 //! * fd passing: `sendmsg`/`recvmsg` with `SCM_RIGHTS` ([`send_with_fds`],
@@ -11,7 +11,7 @@
 //! and the same SCM_RIGHTS (which BSD has) behind these signatures.
 //!
 //! Written directly against `libc` (already a workspace dependency) rather than `nix` or
-//! `rustix`: it is eight calls, and each wrapper here returns `OwnedFd` as soon as the
+//! `rustix`: it is a dozen calls, and each wrapper here returns `OwnedFd` as soon as the
 //! kernel hands back a descriptor, which is the property that matters (no leaks on any
 //! error path). `rustix` would be the choice if this seam grew.
 
