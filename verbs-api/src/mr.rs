@@ -325,7 +325,14 @@ impl MemoryRegion {
     ///   [`MemoryRegion::fill`] or [`MemoryRegion::atomic_u64`] store (from another
     ///   thread, or from a clone of a reference) overlaps the slice while it lives.
     ///
-    /// Prefer [`MemoryRegion::read`], which is always safe.
+    /// Prefer [`MemoryRegion::read`], which is always safe. Safe code cannot call this
+    /// (it once could, which made undefined behaviour reachable without `unsafe`):
+    ///
+    /// ```compile_fail,E0133
+    /// fn peek(mr: &verbs_api::MemoryRegion) -> u8 {
+    ///     mr.as_slice()[0]
+    /// }
+    /// ```
     pub unsafe fn as_slice(&self) -> &[u8] {
         // SAFETY: the mapping is at least `len` bytes (page-rounded) and lives as long as
         // `self`; the absence of concurrent writers is the caller's contract.
@@ -342,6 +349,12 @@ impl MemoryRegion {
     /// self` already keeps this process's other accessors away while the slice lives.)
     ///
     /// Prefer [`MemoryRegion::write`] and [`MemoryRegion::fill`], which are always safe.
+    ///
+    /// ```compile_fail,E0133
+    /// fn poke(mr: &mut verbs_api::MemoryRegion) {
+    ///     mr.as_mut_slice()[0] = 1;
+    /// }
+    /// ```
     pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_slice`; `&mut self` excludes other borrows in this process,
         // and the NIC's absence is the caller's contract.
