@@ -32,6 +32,7 @@ fn cvt_size(ret: libc::ssize_t) -> io::Result<usize> {
 /// accounted page by page as they are allocated). So the pages are allocated here with
 /// `fallocate`, by the client, which pays for its own memory and gets a clean error
 /// (ENOSPC) when there is none — as `ibv_reg_mr` pins every page of a region up front.
+/// A length beyond the machine's RAM + swap is refused before allocating anything.
 /// `F_SEAL_SEAL` is left off on purpose: the NIC adds `F_SEAL_FUTURE_WRITE` after
 /// mapping the file, so that no hole can be punched later ([`map_peer_shm`]).
 pub fn memfd(name: &str, len: usize) -> io::Result<OwnedFd> {
@@ -47,6 +48,25 @@ pub fn memfd(name: &str, len: usize) -> io::Result<OwnedFd> {
     // SAFETY: fd is a valid open memfd.
     cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len_off) })?;
     if len_off > 0 {
+        // Allocating more than the machine has (RAM + swap) can never succeed, and on a
+        // memfd, which has no size limit, it would run the machine into the OOM killer
+        // before failing: refuse it up front, as RLIMIT_MEMLOCK bounds ibv_reg_mr.
+        // SAFETY: an all-zero sysinfo is valid to be overwritten; the pointer is valid.
+        let mut si: libc::sysinfo = unsafe { core::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::sysinfo(&mut si) } == 0 {
+            let unit = u64::from(si.mem_unit.max(1));
+            #[allow(clippy::unnecessary_cast)]
+            let total = (si.totalram as u64).saturating_add(si.totalswap as u64) * unit;
+            if len as u64 > total {
+                return Err(io::Error::new(
+                    io::ErrorKind::OutOfMemory,
+                    format!(
+                        "{len} bytes exceed this machine's memory ({total} bytes of RAM + swap)"
+                    ),
+                ));
+            }
+        }
         // SAFETY: fd is a valid memfd; mode 0 allocates [0, len) without changing the size.
         cvt(unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, len_off) })?;
     }
@@ -381,6 +401,12 @@ mod tests {
         assert!(check_shm(fd.as_fd(), 8193).is_err());
         let f = std::fs::File::from(fd);
         assert!(f.set_len(4096).is_err(), "shrinking must be refused");
+    }
+
+    #[test]
+    fn memfd_larger_than_the_machine_is_refused_before_allocating() {
+        let err = memfd("huge", 1 << 50).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::OutOfMemory, "{err}");
     }
 
     #[test]
