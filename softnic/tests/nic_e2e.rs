@@ -268,8 +268,8 @@ fn wrong_rkey_out_of_range_and_missing_access_are_remote_access_errors() {
         }),
     ];
     for (what, restricted, op) in cases {
-        let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
-        let r =
+        let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
+        let mut r =
             y.pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
                 .expect("restricted mr");
         y.mr.fill(0, y.mr.len(), 0xEE);

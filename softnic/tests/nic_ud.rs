@@ -43,8 +43,8 @@ fn ud_send_between_two_nics() {
         qp.to_rts(0).expect("rts");
         (ctx, pd, mr, cq, qp)
     };
-    let (_ca, _pa, mx, mut cqx, mut qx) = open(&a);
-    let (_cb, _pb, my, mut cqy, mut qy) = open(&b);
+    let (_ca, _pa, mut mx, mut cqx, mut qx) = open(&a);
+    let (_cb, _pb, mut my, mut cqy, mut qy) = open(&b);
     for (i, len) in [0usize, 1, 1000, 1024].into_iter().enumerate() {
         let i = i as u64;
         let data = pattern(len, i as u8);

@@ -185,7 +185,7 @@ fn run(args: Args) -> std::result::Result<(), String> {
     let pd = ctx
         .alloc_pd()
         .map_err(|e| format!("Couldn't allocate PD: {e}"))?;
-    let mr = pd
+    let mut mr = pd
         .alloc_mr(args.size.max(1) as usize, AccessFlags::LOCAL_WRITE)
         .map_err(|e| format!("Couldn't register MR: {e}"))?;
     mr.fill(0, mr.len(), 0x7b);

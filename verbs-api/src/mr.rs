@@ -277,19 +277,23 @@ impl MemoryRegion {
     }
 
     /// Copies `data` into the region at `offset`. Panics if the range is outside the
-    /// region. Takes `&self`: the bytes are shared with the NIC anyway, and the copy is
-    /// made of volatile stores, never through a reference. Write before posting the work
-    /// request that sends the bytes (posting releases them to the NIC).
-    pub fn write(&self, offset: usize, data: &[u8]) {
+    /// region. The copy is made of volatile stores, never through a reference. Write
+    /// before posting the work request that sends the bytes (posting releases them to
+    /// the NIC).
+    ///
+    /// Takes `&mut self` so that no other thread of this process reads or writes the
+    /// region meanwhile (two threads' plain stores to the same bytes would be a data
+    /// race, which Rust makes undefined behaviour whatever the stores are made of).
+    pub fn write(&mut self, offset: usize, data: &[u8]) {
         let dst = self.range_ptr(offset, data.len(), "write");
         // SAFETY: [dst, dst + data.len()) is inside the live mapping; data is our own
         // memory, disjoint from it.
         unsafe { volatile_copy(dst, data.as_ptr(), data.len()) }
     }
 
-    /// Sets `len` bytes at `offset` to `byte` (volatile stores). Panics if the range is
-    /// outside the region.
-    pub fn fill(&self, offset: usize, len: usize, byte: u8) {
+    /// Sets `len` bytes at `offset` to `byte` (volatile stores; `&mut self` as in
+    /// [`MemoryRegion::write`]). Panics if the range is outside the region.
+    pub fn fill(&mut self, offset: usize, len: usize, byte: u8) {
         let dst = self.range_ptr(offset, len, "fill");
         let word = u64::from_ne_bytes([byte; 8]);
         let mut i = 0;
@@ -366,11 +370,13 @@ impl MemoryRegion {
     /// 8-byte aligned and inside the region.
     ///
     /// Sound next to the NIC: the NIC's atomics use the same locked instructions on the
-    /// same word. Do not also hold an [`MemoryRegion::as_slice`] or
-    /// [`MemoryRegion::as_mut_slice`] covering the word (their contract forbids it);
-    /// [`MemoryRegion::read`] and [`MemoryRegion::write`] never form references, so they
-    /// may be used around it, though a plain copy racing with an atomic store may see
-    /// the word half old and half new.
+    /// same word. While the reference lives, [`MemoryRegion::write`],
+    /// [`MemoryRegion::fill`] and [`MemoryRegion::as_mut_slice`] cannot be called (they
+    /// take `&mut self`). Read the word through the atomic, not with
+    /// [`MemoryRegion::read`], when another thread of this process may be storing to it:
+    /// a plain read racing with an atomic store in the same process is a data race in
+    /// Rust's model (against the NIC's atomics, another process, `read` can at worst see
+    /// a torn value).
     pub fn atomic_u64(&self, offset: usize) -> Result<&std::sync::atomic::AtomicU64> {
         if offset % 8 != 0 || offset.checked_add(8).map_or(true, |e| e > self.len) {
             return Err(Error::InvalidArgument(format!(
