@@ -136,7 +136,7 @@ impl PacketPath {
             self.counters.tx_drop_bad_dest += 1;
             return;
         };
-        if self.solver.prepared(&params).fill(pkt).is_err() {
+        if self.solver.fill(&params, pkt).is_err() {
             self.counters.tx_drop_send_error += 1;
             return;
         }

@@ -83,33 +83,58 @@ impl Basis {
 const PREPARED_SLOTS: usize = 64;
 
 /// The [`PreparedIcrc`] of recently seen ICRC parameters (one per peer and direction in
-/// practice). Direct-mapped: O(1), bounded memory, no allocation; a sender that sprays
-/// source ports only evicts entries, and each miss costs one `prepare` (a hash of the
-/// 40- or 56-byte prefix), about what the unprepared path costs on every packet.
+/// practice). Direct-mapped: O(1), bounded memory, no allocation.
+///
+/// Entries are made lazily: the first packet under new parameters is hashed unprepared
+/// (what every packet cost before the cache) and only remembered as the slot's
+/// candidate; the second one in a row prepares them and takes the slot. So a sender
+/// that sprays source ports costs the NIC about what it cost without a cache — never a
+/// `prepare` per packet — and can evict a peer's entry only by repeating itself, after
+/// which that peer pays the unprepared price until it wins the slot back.
 #[derive(Debug)]
 pub struct PreparedCache {
-    slots: [Option<(IcrcParams, PreparedIcrc)>; PREPARED_SLOTS],
+    slots: [Slot; PREPARED_SLOTS],
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    entry: Option<(IcrcParams, PreparedIcrc)>,
+    candidate: Option<IcrcParams>,
 }
 
 impl Default for PreparedCache {
     fn default() -> Self {
         PreparedCache {
-            slots: [None; PREPARED_SLOTS],
+            slots: [Slot::default(); PREPARED_SLOTS],
         }
     }
 }
 
 impl PreparedCache {
-    /// The prepared form of `p`, from the cache or made now (and cached).
-    pub fn get(&mut self, p: &IcrcParams) -> PreparedIcrc {
+    /// The prepared form of `p` if it is cached (or has just earned a slot); `None`
+    /// means "hash this packet unprepared".
+    pub fn get(&mut self, p: &IcrcParams) -> Option<PreparedIcrc> {
         let slot = &mut self.slots[Self::index(p)];
-        match slot {
-            Some((q, prep)) if q == p => *prep,
-            _ => {
+        match slot.entry {
+            Some((q, prep)) if q == *p => Some(prep),
+            _ if slot.candidate.as_ref() == Some(p) => {
                 let prep = p.prepare();
-                *slot = Some((*p, prep));
-                prep
+                slot.entry = Some((*p, prep));
+                slot.candidate = None;
+                Some(prep)
             }
+            _ => {
+                slot.candidate = Some(*p);
+                None
+            }
+        }
+    }
+
+    /// The ICRC of `roce` (BTH … ICRC slot) under `p`, as [`IcrcParams::compute`].
+    pub fn compute(&mut self, p: &IcrcParams, roce: &[u8]) -> wire::Result<u32> {
+        match self.get(p) {
+            Some(prep) => prep.compute(roce),
+            None => p.compute(roce),
         }
     }
 
@@ -158,9 +183,16 @@ impl IdSolver {
         IdSolver::default()
     }
 
-    /// The prepared ICRC of `p` (cached per peer; see [`PreparedCache`]).
-    pub fn prepared(&mut self, p: &IcrcParams) -> PreparedIcrc {
-        self.prepared.get(p)
+    /// Computes the ICRC of `roce` under `p` and writes it into its last four bytes,
+    /// through the [`PreparedCache`] (the send path's fill).
+    pub fn fill(&mut self, p: &IcrcParams, roce: &mut [u8]) -> wire::Result<()> {
+        let c = self.prepared.compute(p, roce)?;
+        // compute checked that the ICRC slot exists; stored least-significant byte first.
+        let n = roce.len();
+        if let Some(slot) = roce.get_mut(n.saturating_sub(wire::ICRC_LEN)..) {
+            slot.copy_from_slice(&c.to_le_bytes());
+        }
+        Ok(())
     }
 
     fn basis(&mut self, p0: &IcrcParams, roce: &[u8], base: u32) -> Option<Basis> {
@@ -225,7 +257,7 @@ pub fn verify(
     let p0 = params(local, peer, 0)?;
     let tail = roce.len().checked_sub(wire::ICRC_LEN)?;
     let carried = u32::from_le_bytes(roce.get(tail..)?.try_into().ok()?);
-    let base = solver.prepared(&p0).compute(roce).ok()?;
+    let base = solver.prepared.compute(&p0, roce).ok()?;
     if base == carried {
         let path = match p0.ip {
             IpParams::V4 { .. } => IcrcPath::Ipv4Id0,
@@ -330,13 +362,45 @@ mod tests {
                 let peer = SocketAddr::new([127, 0, 0, 2].into(), 40000 + port);
                 let p = params(local, peer, 0).unwrap();
                 p.fill(&mut pkt).unwrap();
-                assert_eq!(
-                    cache.get(&p).compute(&pkt).unwrap(),
-                    p.compute(&pkt).unwrap(),
-                    "round {round} port {port}"
-                );
+                // Twice: the first is hashed unprepared, the second prepares.
+                for _ in 0..2 {
+                    assert_eq!(
+                        cache.compute(&p, &pkt).unwrap(),
+                        p.compute(&pkt).unwrap(),
+                        "round {round} port {port}"
+                    );
+                }
             }
         }
+    }
+
+    #[test]
+    fn prepared_cache_prepares_on_the_second_packet_only() {
+        let local: SocketAddr = "127.0.0.3:4791".parse().unwrap();
+        let a = params(local, "127.0.0.2:1000".parse().unwrap(), 0).unwrap();
+        let mut cache = PreparedCache::default();
+        assert_eq!(cache.get(&a), None, "first sight: unprepared");
+        assert_eq!(cache.get(&a), Some(a.prepare()), "second: prepared");
+        assert_eq!(cache.get(&a), Some(a.prepare()), "then a hit");
+        // A sender that never repeats (in a's slot or elsewhere) never prepares and
+        // never evicts a.
+        for port in 2000..4000u16 {
+            let q = params(local, SocketAddr::new([127, 0, 0, 9].into(), port), 0).unwrap();
+            assert_eq!(cache.get(&q), None);
+        }
+        assert_eq!(cache.get(&a), Some(a.prepare()), "a kept its slot");
+        // A sender that repeats itself in a's slot takes it over.
+        let mut port = 1001u16;
+        let b = loop {
+            let q = params(local, SocketAddr::new([127, 0, 0, 2].into(), port), 0).unwrap();
+            if PreparedCache::index(&q) == PreparedCache::index(&a) {
+                break q;
+            }
+            port += 1;
+        };
+        assert_eq!(cache.get(&b), None);
+        assert_eq!(cache.get(&b), Some(b.prepare()));
+        assert_eq!(cache.get(&a), None, "a evicted, back to unprepared");
     }
 
     #[test]

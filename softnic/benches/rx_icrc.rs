@@ -1,0 +1,66 @@
+#![allow(missing_docs)] // criterion macros generate undocumented items
+//! The NIC's receive ICRC check (`softnic::nic::rx_icrc::verify`) with its per-peer
+//! `PreparedIcrc` cache, against the reference in the same run: building the peer's
+//! `IcrcParams` and verifying without preparation, per packet, as the NIC did before.
+//! A third case has 256 peers take turns (a sender spraying source ports), so every
+//! packet misses the 64-slot cache: the cache's worst case, which should cost about
+//! what the reference costs (misses are hashed unprepared, see `PreparedCache`). Its
+//! 256 packets are a bigger working set than the reference's one, which at 4096 B
+//! adds cache misses of the CPU's own.
+use std::net::SocketAddr;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use softnic::nic::rx_icrc::{self, IdSolver};
+
+/// A `total`-byte RoCEv2 UDP payload (BTH SEND Only + payload + ICRC) from `peer`.
+fn packet(total: usize, local: SocketAddr, peer: SocketAddr) -> Vec<u8> {
+    let mut v = vec![0x04, 0, 0xFF, 0xFF, 0, 0, 0, 0x11, 0x80, 0, 0, 1];
+    v.extend((0..total - 12 - 4).map(|i| i as u8));
+    v.extend_from_slice(&[0; 4]);
+    rx_icrc::params(local, peer, 0)
+        .unwrap()
+        .fill(&mut v)
+        .unwrap();
+    v
+}
+
+fn bench(c: &mut Criterion) {
+    let local: SocketAddr = "127.0.0.3:4791".parse().unwrap();
+    let peer: SocketAddr = "127.0.0.2:49441".parse().unwrap();
+    let mut g = c.benchmark_group("nic_rx_icrc");
+    for total in [64usize, 4096] {
+        let pkt = packet(total, local, peer);
+        g.throughput(Throughput::Bytes(total as u64));
+        g.bench_function(format!("{total}B_per_packet_params"), |b| {
+            b.iter(|| {
+                let p = rx_icrc::params(local, std::hint::black_box(peer), 0).unwrap();
+                p.verify(std::hint::black_box(&pkt)).unwrap()
+            })
+        });
+        let mut solver = IdSolver::new();
+        g.bench_function(format!("{total}B_cached_prepared"), |b| {
+            b.iter(|| {
+                rx_icrc::verify(&mut solver, local, std::hint::black_box(peer), &pkt).unwrap()
+            })
+        });
+        let peers: Vec<(SocketAddr, Vec<u8>)> = (0..256u16)
+            .map(|k| {
+                let p = SocketAddr::new(peer.ip(), 40000 + k);
+                (p, packet(total, local, p))
+            })
+            .collect();
+        let mut solver = IdSolver::new();
+        let mut k = 0;
+        g.bench_function(format!("{total}B_256_peers_all_misses"), |b| {
+            b.iter(|| {
+                let (p, pkt) = &peers[k % peers.len()];
+                k += 1;
+                rx_icrc::verify(&mut solver, local, *p, pkt).unwrap()
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
