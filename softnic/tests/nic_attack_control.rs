@@ -240,7 +240,7 @@ fn a_control_socket_flood_is_refused_per_user() {
         x.pd.alloc_mr(4096, AccessFlags::ALL)
             .expect("bystander registers");
     let data = pattern(4000, 5);
-    x.mr.as_mut_slice()[..4000].copy_from_slice(&data);
+    x.mr.write(0, &data);
     let sge = [x.mr.sge(0, 4000)];
     let op = WrOpcode::RdmaWrite {
         remote_addr: y.mr.addr(),
@@ -249,7 +249,7 @@ fn a_control_socket_flood_is_refused_per_user() {
     x.qp.post_send(&[SendWr::new(1, op, &sge).signaled()])
         .expect("post");
     assert_eq!(poll_one(&mut x.cq).status, WcStatus::Success);
-    assert!(y.mr.as_slice()[..4000] == data[..]);
+    assert!(y.mr.read_vec(0, 4000) == data[..]);
     drop(mr);
 
     assert_eq!(stat(&ctl, "control_refused_connections_user"), 1);

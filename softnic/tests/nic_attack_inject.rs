@@ -81,7 +81,7 @@ fn spoofed_rdma_write_into_a_connected_qp_is_dropped_and_counted() {
     let a = NicProc::start("inject-a", "127.0.0.61", 0, &[]);
     let b = NicProc::start("inject-b", "127.0.0.62", 0, &[]);
     let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
-    y.mr.as_mut_slice().fill(CANARY);
+    y.mr.fill(0, y.mr.len(), CANARY);
 
     let victim = SocketAddr::new(b.addr, b.port);
     let reth = RethRepr {
@@ -108,7 +108,7 @@ fn spoofed_rdma_write_into_a_connected_qp_is_dropped_and_counted() {
     std::thread::sleep(Duration::from_millis(50));
 
     assert!(
-        y.mr.as_slice().iter().all(|&v| v == CANARY),
+        y.mr.read_vec(0, y.mr.len()).iter().all(|&v| v == CANARY),
         "the forged WRITE reached the victim's memory"
     );
     // Dropped for their source, not for a bad ICRC or header: the forgeries were sound.
@@ -118,7 +118,7 @@ fn spoofed_rdma_write_into_a_connected_qp_is_dropped_and_counted() {
 
     // The real connection still works, at the PSN the forgeries tried to take.
     let data = pattern(64, 9);
-    x.mr.as_mut_slice()[..64].copy_from_slice(&data);
+    x.mr.write(0, &data);
     let sge = [x.mr.sge(0, 64)];
     let op = WrOpcode::RdmaWrite {
         remote_addr: y.mr.addr() + 1024,
@@ -127,7 +127,7 @@ fn spoofed_rdma_write_into_a_connected_qp_is_dropped_and_counted() {
     x.qp.post_send(&[SendWr::new(1, op, &sge).signaled()])
         .expect("post");
     assert_eq!(poll_one(&mut x.cq).status, WcStatus::Success);
-    let m = y.mr.as_slice();
+    let m = y.mr.read_vec(0, y.mr.len());
     assert!(m[1024..1088] == data[..]);
     assert!(
         m[..1024].iter().chain(&m[1088..]).all(|&v| v == CANARY),
