@@ -36,6 +36,19 @@ fn cvt_size(ret: libc::ssize_t) -> io::Result<usize> {
 /// `F_SEAL_SEAL` is left off on purpose: the NIC adds `F_SEAL_FUTURE_WRITE` after
 /// mapping the file, so that no hole can be punched later ([`map_peer_shm`]).
 pub fn memfd(name: &str, len: usize) -> io::Result<OwnedFd> {
+    memfd_inner(name, len, true)
+}
+
+/// [`memfd`] without the `fallocate`: for a caller that writes every page itself before
+/// the NIC maps the file (softnic-ibverbs fills its memfd with `pwrite`, which allocates
+/// each page as it copies; allocating them first only adds work, 20–60 % of a
+/// registration's time in an A/B run). The NIC refuses the file while any page is
+/// missing ([`map_peer_shm`]), so writing fewer than all pages fails cleanly.
+pub fn memfd_unallocated(name: &str, len: usize) -> io::Result<OwnedFd> {
+    memfd_inner(name, len, false)
+}
+
+fn memfd_inner(name: &str, len: usize, allocate: bool) -> io::Result<OwnedFd> {
     let cname = CString::new(name.replace('\0', "_")).map_err(io::Error::other)?;
     // SAFETY: cname is a valid NUL-terminated string; flags are valid memfd flags.
     let fd = cvt(unsafe {
@@ -47,7 +60,7 @@ pub fn memfd(name: &str, len: usize) -> io::Result<OwnedFd> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "memfd length too large"))?;
     // SAFETY: fd is a valid open memfd.
     cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len_off) })?;
-    if len_off > 0 {
+    if allocate && len_off > 0 {
         // Allocating more than the machine has (RAM + swap) can never succeed, and on a
         // memfd, which has no size limit, it would run the machine into the OOM killer
         // before failing: refuse it up front, as RLIMIT_MEMLOCK bounds ibv_reg_mr.
@@ -401,6 +414,23 @@ mod tests {
         assert!(check_shm(fd.as_fd(), 8193).is_err());
         let f = std::fs::File::from(fd);
         assert!(f.set_len(4096).is_err(), "shrinking must be refused");
+    }
+
+    #[test]
+    fn unallocated_memfd_is_accepted_once_every_page_is_written() {
+        let fd = memfd_unallocated("copy", 12288).unwrap();
+        let f = std::fs::File::from(fd.try_clone().unwrap());
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(&[7u8; 8192], 0).unwrap();
+        let err = map_peer_shm(fd.as_fd(), 12288).unwrap_err();
+        assert!(err.to_string().contains("allocated"), "{err}");
+        // A refused map_peer_shm has already sealed the file: a fresh one, fully written.
+        let fd = memfd_unallocated("copy", 12288).unwrap();
+        let f = std::fs::File::from(fd.try_clone().unwrap());
+        f.write_all_at(&[7u8; 12288], 0).unwrap();
+        let m = map_peer_shm(fd.as_fd(), 12288).unwrap();
+        // SAFETY: in-bounds read of a live mapping.
+        assert_eq!(unsafe { m.as_ptr().add(12287).read_volatile() }, 7);
     }
 
     #[test]
