@@ -119,7 +119,7 @@ fn many_qps_on_one_srq(a: &NicProc, b: &NicProc, t: QpType, n: usize, per_qp: us
     assert!(ys[0].post_recv(&[RecvWr::new(0, &s)]).is_err());
     post_srq(&mut srq, &y.mr, 0..total as u64);
     for (i, qx) in xs.iter_mut().enumerate() {
-        x.mr.as_mut_slice()[i * 64] = i as u8;
+        x.mr.write(i * 64, &[i as u8]);
         let ss = [x.mr.sge(i * 64, 64)];
         for m in 0..per_qp {
             let mut wr = SendWr::new(m as u64, WrOpcode::SendWithImm(i as u32), &ss).signaled();
@@ -157,7 +157,7 @@ fn many_qps_on_one_srq(a: &NicProc, b: &NicProc, t: QpType, n: usize, per_qp: us
         assert!(!used[c.wr_id as usize], "SRQ WQE {} used twice", c.wr_id);
         used[c.wr_id as usize] = true;
         assert_eq!(
-            y.mr.as_slice()[c.wr_id as usize * SLOT + off],
+            y.mr.read_array::<1>(c.wr_id as usize * SLOT + off)[0],
             j as u8,
             "WQE {} holds QP {j}'s data",
             c.wr_id

@@ -56,13 +56,13 @@ fn uc_under_loss_drops_whole_messages_never_torn_ones() {
         .expect("rtr");
     qx.to_rts(3).expect("rts");
     qy.to_rts(5).expect("rts");
-    my.as_mut_slice().fill(0xEE);
+    my.fill(0, my.len(), 0xEE);
     for j in 0..N {
         let s = [my.sge(j * MSG, MSG as u32)];
         qy.post_recv(&[RecvWr::new(j as u64, &s)]).expect("recv");
     }
     for k in 0..N {
-        mx.as_mut_slice()[k * MSG..(k + 1) * MSG].copy_from_slice(&pattern(MSG, k as u8));
+        mx.write(k * MSG, &pattern(MSG, k as u8));
         let s = [mx.sge(k * MSG, MSG as u32)];
         qx.post_send(&[SendWr::new(k as u64, WrOpcode::SendWithImm(k as u32), &s).signaled()])
             .expect("send");
@@ -108,7 +108,7 @@ fn uc_under_loss_drops_whole_messages_never_torn_ones() {
         seen[k] = true;
         let j = c.wr_id as usize;
         assert!(
-            my.as_slice()[j * MSG..(j + 1) * MSG] == pattern(MSG, k as u8)[..],
+            my.read_vec(j * MSG, MSG) == pattern(MSG, k as u8)[..],
             "receive {j} holds message {k} whole"
         );
     }

@@ -94,7 +94,7 @@ fn run(args: Args) -> std::result::Result<(), String> {
     let mut mr = pd
         .alloc_mr(args.size.max(1) as usize, AccessFlags::LOCAL_WRITE)
         .map_err(|e| format!("Couldn't register MR: {e}"))?;
-    mr.as_mut_slice().fill(0x7b);
+    mr.fill(0, mr.len(), 0x7b);
     let mut cq = ctx
         .create_cq(args.rx_depth + 1)
         .map_err(|e| format!("Couldn't create CQ: {e}"))?;

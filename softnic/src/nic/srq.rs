@@ -624,11 +624,13 @@ mod tests {
 
     #[test]
     fn a_corrupt_ring_index_puts_the_srq_in_error() {
-        use std::os::unix::fs::FileExt;
         let (mut nic, mut c) = nic(Limits::default());
         let (pd, _) = open(&mut nic, &mut c, 1);
         let fd = srq_fd(8);
-        let file = std::fs::File::from(fd.try_clone().unwrap());
+        // The client's own mapping, made before registering: once the NIC has mapped the
+        // memfd it is sealed against new writable mappings and write(2).
+        let l = SrqLayout::new(8).unwrap();
+        let client = verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap();
         let req = Request::CreateSrq {
             pd,
             attr: attr(8, 0),
@@ -638,7 +640,13 @@ mod tests {
         };
         // The client claims 1000 entries in a ring of 8: the producer index (offset 0 of
         // the ring header) is impossible.
-        file.write_all_at(&1000u32.to_le_bytes(), 0).unwrap();
+        // SAFETY: offset 0 of the live client mapping, 4-byte aligned (page-aligned map).
+        unsafe {
+            client
+                .as_mut_ptr()
+                .cast::<u32>()
+                .write_volatile(1000u32.to_le())
+        };
         let e = nic.srqs.get_mut(&srq).unwrap();
         assert_eq!(e.drain_ring(&mut c), 0);
         assert!(e.srq.in_error());
