@@ -55,7 +55,7 @@ struct Args {
     #[arg(short = 'e', long = "events")]
     events: bool,
     /// local port gid index
-    #[arg(short = 'g', long = "gid-idx", default_value_t = 0)]
+    #[arg(short = 'g', long = "gid-idx", default_value_t = 1)]
     gid_idx: u32,
     /// UDP port of the peer's NIC (softnic extension; default 4791)
     #[arg(short = 'P', long = "remote-udp-port", default_value_t = 0)]
