@@ -240,6 +240,14 @@ impl CanaryMem {
             .map(|i| (i, self.buf[i]))
     }
 
+    /// The bytes at `[va, va + len)` of the region with R_Key `rkey`, without checks of
+    /// rights and without logging (for the oracles).
+    pub fn peek_remote(&self, rkey: u32, va: u64, len: usize) -> Option<&[u8]> {
+        let r = MRS.iter().position(|m| m.rkey == rkey)?;
+        let o = self.offset(r, va, len as u64).ok()?;
+        Some(&self.buf[o..o + len])
+    }
+
     /// True when region `r` still holds its initial bytes.
     pub fn pristine(&self, r: usize) -> bool {
         self.region(r)

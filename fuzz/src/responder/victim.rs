@@ -114,6 +114,12 @@ pub struct Victim {
     windows: Vec<Windows>,
     /// RC request PSNs that have modified memory.
     executed: HashSet<(usize, u32)>,
+    /// Latest completed wr_id per QP, receive and send queue.
+    last_completed: Vec<[u64; 2]>,
+    /// PSNs the send WQEs posted since the QP was connected can occupy (an upper
+    /// bound: one per path-MTU packet, a READ as many as its response packets, one
+    /// per atomic).
+    psn_span: Vec<u64>,
     next_wr_id: u64,
     next_recv_slot: u64,
     tx_buf: Vec<u8>,
@@ -202,6 +208,8 @@ impl Victim {
             completed: HashSet::new(),
             windows: (0..3).map(|_| Windows::default()).collect(),
             executed: HashSet::new(),
+            last_completed: vec![[0; 2]; 3],
+            psn_span: vec![0; 3],
             next_wr_id: 1,
             next_recv_slot: 0,
             tx_buf: vec![0; 4096 + 128],
@@ -267,10 +275,13 @@ impl Victim {
             }
             14 if u.ratio(1, 4)? => {
                 let qp = u.int_in_range(0..=2)?;
-                if u.ratio(1, 2)? {
-                    self.move_to_error(qp);
-                } else {
-                    self.reconnect(qp);
+                match u.int_in_range(0u8..=3)? {
+                    0 => self.move_to_error(qp),
+                    1 => self.reconnect(qp),
+                    // Drain the send queue, or resume from SQD/SQE. Illegal from the
+                    // state the QP is in is fine: `modify` must refuse without harm.
+                    2 => self.set_state(qp, QpState::Sqd),
+                    _ => self.set_state(qp, QpState::Rts),
                 }
             }
             _ => self.advance(u)?,
@@ -362,7 +373,7 @@ impl Victim {
                 self.check_touches();
                 return (responses, requests);
             };
-            self.check_touches();
+            let touched = self.check_touches();
             self.stats.sent += 1;
             assert!(
                 t.len <= self.tx_buf.len(),
@@ -391,8 +402,30 @@ impl Victim {
                 p.payload.len(),
                 self.mtu
             );
+            if info.operation == Operation::ReadResponse && !p.payload.is_empty() {
+                // The payload is the bytes the responder read for it, unchanged.
+                let read = touched
+                    .iter()
+                    .find(|t| t.kind == Kind::ReadRemote && t.len == p.payload.len() as u64);
+                let Some(t) = read else {
+                    panic!("QP {qp}: READ response payload without a matching read: {touched:?}");
+                };
+                assert_eq!(
+                    self.mem.peek_remote(t.key, t.va, p.payload.len()),
+                    Some(p.payload),
+                    "QP {qp}: READ response payload differs from memory"
+                );
+            }
             if info.is_request() {
                 requests += 1;
+                let span = self.psn_span[qp];
+                let d = wire::Psn::new(self.psns.1).distance_to(p.repr.bth.psn);
+                assert!(
+                    d >= 0 && (d as u64) < span,
+                    "QP {qp}: request PSN {:#x} outside the {span} PSNs from {:#x} its posted WQEs occupy",
+                    p.repr.bth.psn.value(),
+                    self.psns.1
+                );
                 if info.transport == Transport::Rc {
                     let n = match (info.operation, p.repr.reth) {
                         (Operation::ReadRequest, Some(r)) => npkts(r.dma_len, self.mtu),
@@ -436,6 +469,16 @@ impl Victim {
             self.completed.insert(key),
             "QP {qp}: second completion for one WQE: {c:?}"
         );
+        // IBTA 10.8.5 (C10-109): a work queue's completions come in posting order, and
+        // wr_ids are handed out in increasing order.
+        let last = &mut self.last_completed[qp][usize::from(c.queue == Queue::Send)];
+        assert!(
+            c.wr_id > *last,
+            "QP {qp}: completion for wr_id {} after wr_id {}: {c:?}",
+            c.wr_id,
+            *last
+        );
+        *last = c.wr_id;
         match c.queue {
             Queue::Recv => {
                 let wr = self.recv_live[qp]
@@ -476,7 +519,7 @@ impl Victim {
     }
 
     /// Judges every access the transport was granted since the last call.
-    fn check_touches(&mut self) {
+    fn check_touches(&mut self) -> Vec<Touch> {
         let log = self.mem.take_log();
         let mut modified: Vec<(usize, u32)> = Vec::new();
         for t in &log {
@@ -521,6 +564,14 @@ impl Victim {
                 key.1
             );
         }
+        // The buffer changes only through the Memory calls just logged (the harness
+        // owns it): without a write there is nothing new to scan.
+        let wrote = log
+            .iter()
+            .any(|t| matches!(t.kind, Kind::WriteLocal | Kind::WriteRemote | Kind::Atomic));
+        if !wrote {
+            return log;
+        }
         if let Some((off, b)) = self.mem.damaged_canary() {
             panic!("canary at backing offset {off} overwritten with {b:#04x}");
         }
@@ -532,6 +583,7 @@ impl Victim {
                 panic!("region {} changed (pd {}, {:?})", m.name, m.pd, m.access);
             }
         }
+        log
     }
 
     /// Bounded work for one step: responses within what the delivered requests asked
@@ -686,6 +738,10 @@ impl Victim {
         }
         if self.qps[qp].post_send(wr.clone()).is_ok() {
             self.posted_packets += wr_packets(&wr);
+            self.psn_span[qp] += match wr.op {
+                SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
+                _ => u64::from(npkts(wr.total_len() as u32, self.mtu)),
+            };
             self.posted.insert((qp, Queue::Send, wr.wr_id));
             self.send_live[qp].insert(wr.wr_id, wr);
         }
@@ -701,6 +757,23 @@ impl Victim {
         self.qps[qp]
             .modify(self.now, &attr)
             .expect("any state may move to Err");
+    }
+
+    /// The user asks for a state change with no other attributes (RTS→SQD, SQD→RTS,
+    /// SQE→RTS); a refusal leaves the QP as it was.
+    fn set_state(&mut self, qp: usize, to: QpState) {
+        let attr = QpAttr {
+            state: Some(to),
+            ..QpAttr::default()
+        };
+        let before = self.qps[qp].state();
+        if self.qps[qp].modify(self.now, &attr).is_err() {
+            assert_eq!(
+                self.qps[qp].state(),
+                before,
+                "a refused modify changed the state"
+            );
+        }
     }
 
     /// The user recovers `qp` the way an application does after an error: Reset, then
@@ -723,6 +796,7 @@ impl Victim {
         }
         self.windows[qp] = Windows::default();
         self.executed.retain(|&(q, _)| q != qp);
+        self.psn_span[qp] = 0;
         let (rq_psn, sq_psn) = self.psns;
         connect_qp(
             &mut self.qps[qp],
