@@ -317,27 +317,9 @@ impl Victim {
         };
         let request = info.is_request();
         if request {
-            let w = &mut self.windows[qp];
-            match info.operation {
-                Operation::Write if info.position.starts() => {
-                    if let Some(r) = pkt.repr.reth {
-                        w.write.push((r.rkey, r.va, u64::from(r.dma_len)));
-                    }
-                }
-                Operation::ReadRequest => {
-                    if let Some(r) = pkt.repr.reth {
-                        w.read.push((r.rkey, r.va, u64::from(r.dma_len)));
-                        let readable = max_remote_readable();
-                        self.budget_responses +=
-                            u64::from(npkts(r.dma_len.min(readable), self.mtu));
-                    }
-                }
-                Operation::CompareSwap | Operation::FetchAdd => {
-                    if let Some(a) = pkt.repr.atomic_eth {
-                        w.atomic.push((a.rkey, a.va));
-                    }
-                }
-                _ => {}
+            if let (Operation::ReadRequest, Some(r)) = (info.operation, pkt.repr.reth) {
+                let readable = max_remote_readable();
+                self.budget_responses += u64::from(npkts(r.dma_len.min(readable), self.mtu));
             }
             self.budget_responses += 1;
         }
@@ -345,7 +327,27 @@ impl Victim {
             qp,
             request_psn: request.then_some(pkt.repr.bth.psn.value()),
         };
+        let dups = self.qps[qp].counters().duplicate_requests;
         self.qps[qp].handle_packet(self.now, d.src, &pkt, &mut self.mem);
+        // Only a request taken as new may open a range: a duplicate is never executed
+        // again, and a duplicate READ is answered only inside a READ served before
+        // (issue 9, item 3), so its own RETH grants nothing.
+        let duplicate = self.qps[qp].counters().duplicate_requests != dups;
+        if request && !duplicate {
+            let w = &mut self.windows[qp];
+            match (info.operation, pkt.repr.reth, pkt.repr.atomic_eth) {
+                (Operation::Write, Some(r), _) if info.position.starts() => {
+                    w.write.push((r.rkey, r.va, u64::from(r.dma_len)));
+                }
+                (Operation::ReadRequest, Some(r), _) => {
+                    w.read.push((r.rkey, r.va, u64::from(r.dma_len)));
+                }
+                (Operation::CompareSwap | Operation::FetchAdd, _, Some(a)) => {
+                    w.atomic.push((a.rkey, a.va));
+                }
+                _ => {}
+            }
+        }
         self.check_touches();
     }
 
