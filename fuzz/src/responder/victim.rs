@@ -421,9 +421,10 @@ impl Victim {
             if info.is_request() {
                 requests += 1;
                 let span = self.psn_span[qp];
-                let d = wire::Psn::new(self.psns.1).distance_to(p.repr.bth.psn);
+                // Forward distance: a 2^31-byte READ spans 2^23 PSNs at MTU 256.
+                let d = p.repr.bth.psn.value().wrapping_sub(self.psns.1) & wire::types::MASK_24;
                 assert!(
-                    d >= 0 && (d as u64) < span,
+                    u64::from(d) < span,
                     "QP {qp}: request PSN {:#x} outside the {span} PSNs from {:#x} its posted WQEs occupy",
                     p.repr.bth.psn.value(),
                     self.psns.1
@@ -679,12 +680,14 @@ impl Victim {
         let src = MRS[mr_index("rw")];
         let sink = MRS[mr_index("sink")];
         let mtu = self.mtu;
-        let len: u32 = match u.int_in_range(0u8..=5)? {
+        let len: u32 = match u.int_in_range(0u8..=6)? {
             0 => 0,
             1 => 1,
             2 => mtu,
             3 => mtu + 1,
             4 => (3 * mtu).min(4096),
+            // The largest message (IBTA 9.4.1: 2^31 bytes): 2^23 PSNs at MTU 256.
+            5 => 1 << 31,
             _ => u.int_in_range(0..=4096)?,
         };
         let len = if t == QpType::Ud { len.min(mtu) } else { len };
