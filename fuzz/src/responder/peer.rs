@@ -105,7 +105,7 @@ impl Peer {
         let v = self.qps[qp];
         let info = self.request_opcode(u, v.qp_type)?;
         let dest = self.dest_qpn(u, v.qpn)?;
-        let (psn, advance) = self.request_psn(u, qp, info)?;
+        let (psn, advance) = self.request_psn(u, qp)?;
         let mut repr = PacketRepr::new(bth(u, info.opcode, dest, psn)?);
         let payload_len = if info.payload {
             payload_len(u, v.mtu)?
@@ -332,14 +332,8 @@ impl Peer {
 
     /// A PSN for a request on `qp`, and whether it is the modelled next PSN (which
     /// then advances).
-    fn request_psn(
-        &self,
-        u: &mut Unstructured<'_>,
-        qp: usize,
-        info: &OpcodeInfo,
-    ) -> Result<(u32, bool)> {
+    fn request_psn(&self, u: &mut Unstructured<'_>, qp: usize) -> Result<(u32, bool)> {
         let next = Psn::new(self.qps[qp].next_psn);
-        let _ = info;
         Ok(match u.int_in_range(0u8..=15)? {
             8 => (next.wrapping_sub(1).value(), false),
             9 => (next.wrapping_add(1).value(), false),

@@ -12,13 +12,16 @@
 //! Oracles (a panic is a finding):
 //! * memory: canaries intact; regions without write rights and the other PD's region
 //!   unchanged; every access the transport was granted lies inside what asked for it
-//!   (a WRITE's or READ's RETH range, an atomic's target, a posted WQE's SGEs that is
-//!   still outstanding); on RC no request PSN modifies memory twice (duplicates are
-//!   never executed again);
-//! * completions: only for WQEs posted on that QP and queue, each at most once, with
-//!   plausible lengths and opcodes;
+//!   (the RETH range of a WRITE or READ, or an atomic's target, each taken as a new
+//!   request — a duplicate grants nothing of its own; the SGEs of a posted WQE still
+//!   outstanding); on RC no request PSN modifies memory twice (duplicates are never
+//!   executed again);
+//! * completions: only for WQEs posted on that QP and queue, each at most once, in
+//!   posting order, with plausible lengths and opcodes;
 //! * output: every packet parses, its ICRC fills and verifies, it goes to the peer's
-//!   address and QPN with the QP's transport, and no payload exceeds the path MTU;
+//!   address and QPN with the QP's transport, no payload exceeds the path MTU, a READ
+//!   response carries the bytes it was read from, and request PSNs stay within the
+//!   PSNs the posted WQEs occupy;
 //! * bounded work: per input step, responses ≤ what the delivered requests ask for,
 //!   requests ≤ the posted work times the retry events; `poll_transmit` goes quiet and
 //!   timers stop within fixed bounds once the peer falls silent.
