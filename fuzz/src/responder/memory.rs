@@ -165,7 +165,7 @@ pub struct Actor {
 }
 
 /// One granted access.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Touch {
     /// Who.
     pub actor: Actor,
@@ -177,6 +177,8 @@ pub struct Touch {
     pub va: u64,
     /// Bytes.
     pub len: u64,
+    /// The bytes written (`write_local`, `write_remote`; empty for other kinds).
+    pub data: Vec<u8>,
 }
 
 /// Registered memory over one canaried buffer.
@@ -261,13 +263,14 @@ impl CanaryMem {
         std::mem::take(self.log.get_mut())
     }
 
-    fn record(&self, kind: Kind, key: u32, va: u64, len: u64) {
+    fn record(&self, kind: Kind, key: u32, va: u64, len: u64, data: &[u8]) {
         self.log.borrow_mut().push(Touch {
             actor: self.actor,
             kind,
             key,
             va,
             len,
+            data: data.to_vec(),
         });
     }
 
@@ -304,7 +307,7 @@ impl Memory for CanaryMem {
         let r = self.by_key(pd, lkey, false)?;
         let o = self.offset(r, va, dst.len() as u64)?;
         dst.copy_from_slice(&self.buf[o..o + dst.len()]);
-        self.record(Kind::ReadLocal, lkey, va, dst.len() as u64);
+        self.record(Kind::ReadLocal, lkey, va, dst.len() as u64, &[]);
         Ok(())
     }
 
@@ -315,7 +318,7 @@ impl Memory for CanaryMem {
         }
         let o = self.offset(r, va, src.len() as u64)?;
         self.buf[o..o + src.len()].copy_from_slice(src);
-        self.record(Kind::WriteLocal, lkey, va, src.len() as u64);
+        self.record(Kind::WriteLocal, lkey, va, src.len() as u64, src);
         Ok(())
     }
 
@@ -335,7 +338,7 @@ impl Memory for CanaryMem {
         let r = self.remote(pd, rkey, Access::REMOTE_READ)?;
         let o = self.offset(r, va, dst.len() as u64)?;
         dst.copy_from_slice(&self.buf[o..o + dst.len()]);
-        self.record(Kind::ReadRemote, rkey, va, dst.len() as u64);
+        self.record(Kind::ReadRemote, rkey, va, dst.len() as u64, &[]);
         Ok(())
     }
 
@@ -343,7 +346,7 @@ impl Memory for CanaryMem {
         let r = self.remote(pd, rkey, Access::REMOTE_WRITE)?;
         let o = self.offset(r, va, src.len() as u64)?;
         self.buf[o..o + src.len()].copy_from_slice(src);
-        self.record(Kind::WriteRemote, rkey, va, src.len() as u64);
+        self.record(Kind::WriteRemote, rkey, va, src.len() as u64, src);
         Ok(())
     }
 
@@ -362,7 +365,7 @@ impl Memory for CanaryMem {
             AtomicOp::FetchAdd { add } => orig.wrapping_add(add),
         };
         self.buf[o..o + 8].copy_from_slice(&new.to_ne_bytes());
-        self.record(Kind::Atomic, rkey, va, 8);
+        self.record(Kind::Atomic, rkey, va, 8, &[]);
         Ok(orig)
     }
 }

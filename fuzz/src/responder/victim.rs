@@ -117,6 +117,8 @@ pub struct Victim {
     windows: Vec<Windows>,
     /// RC request PSNs that have modified memory.
     executed: HashSet<(usize, u32)>,
+    /// Where the next RDMA WRITE Middle/Last packet must land, per QP: (R_Key, VA).
+    write_cursor: Vec<Option<(u32, u64)>>,
     /// Latest completed wr_id per QP, receive and send queue.
     last_completed: Vec<[u64; 2]>,
     /// PSNs the send WQEs posted since the QP was connected can occupy (an upper
@@ -212,6 +214,7 @@ impl Victim {
             windows: (0..3).map(|_| Windows::default()).collect(),
             executed: HashSet::new(),
             last_completed: vec![[0; 2]; 3],
+            write_cursor: vec![None; 3],
             psn_span: vec![0; 3],
             next_wr_id: 1,
             next_recv_slot: 0,
@@ -351,7 +354,73 @@ impl Victim {
                 _ => {}
             }
         }
-        self.check_touches();
+        let touched = self.check_touches();
+        self.check_placement(qp, &pkt, info, &touched);
+    }
+
+    /// What one packet wrote must be its own bytes, in order: the payload of a SEND,
+    /// WRITE or READ response (or a prefix of it, when a later piece failed), the
+    /// GRH stand-in and payload of a UD SEND, the original value of an atomic ACK.
+    /// An RDMA WRITE lands at its RETH address (First/Only) or right after the
+    /// previous WRITE packet's bytes (Middle/Last).
+    fn check_placement(
+        &mut self,
+        qp: usize,
+        pkt: &wire::ParsedPacket<'_>,
+        info: &wire::OpcodeInfo,
+        touched: &[Touch],
+    ) {
+        let written: Vec<u8> = touched
+            .iter()
+            .filter(|t| matches!(t.kind, Kind::WriteLocal | Kind::WriteRemote))
+            .flat_map(|t| t.data.iter().copied())
+            .collect();
+        if written.is_empty() {
+            return;
+        }
+        let orig;
+        let expect: &[u8] = match info.operation {
+            Operation::AtomicAcknowledge => {
+                orig = pkt.repr.atomic_ack_eth.map_or(0, |a| a.orig).to_ne_bytes();
+                &orig
+            }
+            _ if info.transport == Transport::Ud => {
+                // 40 bytes of GRH stand-in (an IPv4 header in bytes 20..40), then the
+                // payload; a prefix when the receive buffer's scatter failed midway.
+                let grh = written.len().min(40);
+                assert!(
+                    grh < 40 || written[20..40].iter().any(|&b| b != 0),
+                    "QP {qp}: UD receive without its GRH"
+                );
+                assert!(
+                    pkt.payload.starts_with(&written[grh..]),
+                    "QP {qp}: UD payload placed wrong"
+                );
+                return;
+            }
+            _ => pkt.payload,
+        };
+        assert!(
+            expect.starts_with(&written),
+            "QP {qp}: {:?} wrote {} bytes that are not its own (expected a prefix of {} bytes)",
+            pkt.repr.bth.opcode,
+            written.len(),
+            expect.len()
+        );
+        for t in touched.iter().filter(|t| t.kind == Kind::WriteRemote) {
+            let want = if info.position.starts() {
+                pkt.repr.reth.map(|r| (r.rkey, r.va))
+            } else {
+                self.write_cursor[qp]
+            };
+            assert_eq!(
+                Some((t.key, t.va)),
+                want,
+                "QP {qp}: {:?} wrote at the wrong place",
+                pkt.repr.bth.opcode
+            );
+            self.write_cursor[qp] = Some((t.key, t.va.wrapping_add(t.len)));
+        }
     }
 
     /// Drains every QP's output and completions. Returns (responses, requests) sent.
@@ -805,6 +874,7 @@ impl Victim {
         self.windows[qp] = Windows::default();
         self.executed.retain(|&(q, _)| q != qp);
         self.psn_span[qp] = 0;
+        self.write_cursor[qp] = None;
         let (rq_psn, sq_psn) = self.psns;
         connect_qp(
             &mut self.qps[qp],
