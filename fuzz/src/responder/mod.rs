@@ -9,9 +9,10 @@
 //! An input is read with [`arbitrary::Unstructured`]: first the victim's settings (path
 //! MTU, initial PSNs, READ/atomic depth, access flags, timers, Q_Key, a few posted
 //! receives), then up to [`MAX_STEPS`] steps, each a crafted packet, a well-formed
-//! multi-packet message, a response aimed at the victim's own requests, a posted
-//! receive or send, or a jump in virtual time. When the input ends the peer falls
-//! silent and the victim's timers must run down.
+//! multi-packet message, a response aimed at the victim's own requests or the full
+//! correct answer to one, a posted receive or send, a state change by the user (Err,
+//! SQD, back to RTS, Reset and reconnect), or a jump in virtual time. When the input
+//! ends the peer falls silent and the victim's timers must run down.
 
 pub mod memory;
 pub mod peer;
