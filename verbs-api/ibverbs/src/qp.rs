@@ -151,12 +151,14 @@ pub unsafe extern "C" fn ibv_create_qp(
 
 // enum ibv_qp_init_attr_mask
 const QP_INIT_ATTR_PD: u32 = 1 << 0;
+const QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 const QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
 
 /// The `create_qp_ex` op behind the inline `ibv_create_qp_ex` (used when the caller
 /// sets more than `IBV_QP_INIT_ATTR_PD`): with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`, the
-/// QP gets the `ibv_wr_*` API. Other extensions (XRC, RSS, create flags, TSO, source
-/// QPN) are EOPNOTSUPP.
+/// QP gets the `ibv_wr_*` API; `IBV_QP_INIT_ATTR_CREATE_FLAGS` with no flag set is
+/// accepted. Other extensions (XRC, RSS, any create flag, TSO, source QPN) are
+/// EOPNOTSUPP.
 ///
 /// # Safety
 /// `attr` is a valid `ibv_qp_init_attr_ex`.
@@ -169,7 +171,11 @@ pub unsafe extern "C" fn create_qp_ex_op(
     }
     // SAFETY: caller contract.
     let ax = unsafe { &mut *(attr as *mut ibv_qp_init_attr_ex) };
-    if ax.comp_mask & !(QP_INIT_ATTR_PD | QP_INIT_ATTR_SEND_OPS_FLAGS) != 0 || ax.create_flags != 0
+    // `create_flags` counts only under its mask bit; with it, no flag is supported (as
+    // rxe: the mask with flags 0 is accepted, which pyverbs' random QP tests rely on).
+    let known = QP_INIT_ATTR_PD | QP_INIT_ATTR_CREATE_FLAGS | QP_INIT_ATTR_SEND_OPS_FLAGS;
+    if ax.comp_mask & !known != 0
+        || (ax.comp_mask & QP_INIT_ATTR_CREATE_FLAGS != 0 && ax.create_flags != 0)
     {
         return errno::null(libc::EOPNOTSUPP);
     }
