@@ -124,10 +124,16 @@ fn mtu_num(bytes: u32) -> c_int {
     }
 }
 
+/// The capabilities a QP really has, as `ibv_create_qp` / `ibv_query_qp` report them
+/// (the verbs allow more than was asked for; rxe reports its rounded-up queues too).
+/// Each work queue is a ring of `max_*_wr` rounded up to a power of two, and that many
+/// WRs can be outstanding: the next post is ENOMEM (pyverbs' `test_full_rq_bad_flow`
+/// posts one more than reported and expects that).
 fn cap_out(c: QpCap) -> ibv_qp_cap {
+    let ring = |wr: u32| verbs_api::abi::layout::ring_capacity(wr).unwrap_or(wr);
     ibv_qp_cap {
-        max_send_wr: c.max_send_wr,
-        max_recv_wr: c.max_recv_wr,
+        max_send_wr: ring(c.max_send_wr),
+        max_recv_wr: ring(c.max_recv_wr),
         max_send_sge: c.max_send_sge,
         max_recv_sge: c.max_recv_sge,
         max_inline_data: c.max_inline_data,
