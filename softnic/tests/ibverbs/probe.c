@@ -77,7 +77,7 @@ int main(int argc, char **argv)
 	printf("device_ex_canary %d zero_tail %d same_vendor %d\n",
 	       canary_ok(exbuf, sizeof(*dax), sizeof(exbuf)),
 	       dax->comp_mask == 0 && dax->odp_caps.general_caps == 0 &&
-		       dax->phys_port_cnt_ex == 0,
+		       dax->xrc_odp_caps == 0 && dax->phys_port_cnt_ex == 1,
 	       dax->orig_attr.vendor_id == da.vendor_id);
 	struct ibv_query_device_ex_input in = { .comp_mask = 1 };
 	printf("query_device_ex_bad_input %d\n", ibv_query_device_ex(ctx, &in, dax));

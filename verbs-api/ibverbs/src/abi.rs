@@ -292,15 +292,22 @@ pub struct ibv_device_attr {
     pub phys_port_cnt: u8,
 }
 
-/// The fixed-size head of `struct ibv_device_attr_ex` this library fills: `orig_attr`
-/// and `comp_mask`; every later field (ODP, TSO, RSS, … capabilities) is written as zero
-/// up to the caller's `attr_size` ("not supported").
+/// `struct ibv_device_attr_ex` as v44 defines it (400 bytes): this library fills
+/// `orig_attr`, `comp_mask` and `phys_port_cnt_ex`; the capabilities between them
+/// (ODP, TSO, RSS, … : not supported) are zero, and anything a newer caller's larger
+/// `attr_size` covers is zeroed too.
 #[repr(C)]
 pub struct ibv_device_attr_ex {
     /// The classic attributes.
     pub orig_attr: ibv_device_attr,
     /// Which optional fields are valid (none).
     pub comp_mask: u32,
+    /// `odp_caps` … `pci_atomic_caps`: all zero, "not supported".
+    pub unsupported_caps: [u8; 156],
+    /// XRC ODP capabilities (none).
+    pub xrc_odp_caps: u32,
+    /// Physical ports, not capped at 255 as `orig_attr.phys_port_cnt` is.
+    pub phys_port_cnt_ex: u32,
 }
 
 /// `struct ibv_port_attr` as v44 defines it (52 bytes; newer headers append
@@ -1119,7 +1126,9 @@ pub fn layout_table() -> Vec<FieldLayout> {
         Offset,
         ibv_device_attr_ex {
             orig_attr,
-            comp_mask
+            comp_mask,
+            xrc_odp_caps,
+            phys_port_cnt_ex
         }
     );
     fields!(

@@ -41,6 +41,11 @@ use crate::objects::{last_errno, softnic_pd, SoftnicPd};
 /// those it does not support before they reach the kernel).
 const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 
+/// `IBV_ACCESS_MW_BIND`: lets memory windows be bound to the MR. Accepted (as rxe
+/// does) and ignored: `ibv_alloc_mw` is EOPNOTSUPP, so no window can ever use it.
+/// pyverbs' memory-window tests register with it before they find that out.
+const ACCESS_MW_BIND: u32 = 0x10;
+
 /// A live registration: its page-aligned range `[start, end)`, and its exact bytes.
 struct Live {
     range: (usize, usize),
@@ -221,7 +226,7 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) ->
     if pd.is_null() || addr.is_null() || length == 0 {
         return errno::null(libc::EINVAL);
     }
-    let access = AccessFlags(access & !ACCESS_OPTIONAL_RANGE);
+    let access = AccessFlags(access & !(ACCESS_OPTIONAL_RANGE | ACCESS_MW_BIND));
     if access.validate().is_err() {
         return errno::null(libc::EINVAL);
     }

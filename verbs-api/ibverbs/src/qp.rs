@@ -124,10 +124,16 @@ fn mtu_num(bytes: u32) -> c_int {
     }
 }
 
+/// The capabilities a QP really has, as `ibv_create_qp` / `ibv_query_qp` report them
+/// (the verbs allow more than was asked for; rxe reports its rounded-up queues too).
+/// Each work queue is a ring of `max_*_wr` rounded up to a power of two, and that many
+/// WRs can be outstanding: the next post is ENOMEM (pyverbs' `test_full_rq_bad_flow`
+/// posts one more than reported and expects that).
 fn cap_out(c: QpCap) -> ibv_qp_cap {
+    let ring = |wr: u32| verbs_api::abi::layout::ring_capacity(wr).unwrap_or(wr);
     ibv_qp_cap {
-        max_send_wr: c.max_send_wr,
-        max_recv_wr: c.max_recv_wr,
+        max_send_wr: ring(c.max_send_wr),
+        max_recv_wr: ring(c.max_recv_wr),
         max_send_sge: c.max_send_sge,
         max_recv_sge: c.max_recv_sge,
         max_inline_data: c.max_inline_data,
@@ -151,12 +157,14 @@ pub unsafe extern "C" fn ibv_create_qp(
 
 // enum ibv_qp_init_attr_mask
 const QP_INIT_ATTR_PD: u32 = 1 << 0;
+const QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 const QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
 
 /// The `create_qp_ex` op behind the inline `ibv_create_qp_ex` (used when the caller
 /// sets more than `IBV_QP_INIT_ATTR_PD`): with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`, the
-/// QP gets the `ibv_wr_*` API. Other extensions (XRC, RSS, create flags, TSO, source
-/// QPN) are EOPNOTSUPP.
+/// QP gets the `ibv_wr_*` API; `IBV_QP_INIT_ATTR_CREATE_FLAGS` with no flag set is
+/// accepted. Other extensions (XRC, RSS, any create flag, TSO, source QPN) are
+/// EOPNOTSUPP.
 ///
 /// # Safety
 /// `attr` is a valid `ibv_qp_init_attr_ex`.
@@ -169,7 +177,11 @@ pub unsafe extern "C" fn create_qp_ex_op(
     }
     // SAFETY: caller contract.
     let ax = unsafe { &mut *(attr as *mut ibv_qp_init_attr_ex) };
-    if ax.comp_mask & !(QP_INIT_ATTR_PD | QP_INIT_ATTR_SEND_OPS_FLAGS) != 0 || ax.create_flags != 0
+    // `create_flags` counts only under its mask bit; with it, no flag is supported (as
+    // rxe: the mask with flags 0 is accepted, which pyverbs' random QP tests rely on).
+    let known = QP_INIT_ATTR_PD | QP_INIT_ATTR_CREATE_FLAGS | QP_INIT_ATTR_SEND_OPS_FLAGS;
+    if ax.comp_mask & !known != 0
+        || (ax.comp_mask & QP_INIT_ATTR_CREATE_FLAGS != 0 && ax.create_flags != 0)
     {
         return errno::null(libc::EOPNOTSUPP);
     }

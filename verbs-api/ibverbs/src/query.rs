@@ -126,8 +126,8 @@ pub unsafe extern "C" fn ibv_query_device(
 }
 
 /// The `query_device_ex` op behind the inline `ibv_query_device_ex`: writes
-/// `orig_attr`, `comp_mask` = 0 and zeroes every extended capability (ODP, TSO, RSS,
-/// …: not supported) up to the caller's `attr_size`.
+/// `orig_attr`, `comp_mask` = 0, `phys_port_cnt_ex` = 1 and zeroes every extended
+/// capability (ODP, TSO, RSS, …: not supported) up to the caller's `attr_size`.
 ///
 /// # Safety
 /// `attr` is writable for `attr_size` bytes; `input` is NULL or readable.
@@ -147,9 +147,13 @@ pub unsafe extern "C" fn query_device_ex_op(
     }
     // SAFETY: caller contract.
     let ctx = unsafe { softnic_context(context) };
+    let orig_attr = device_attr(ctx);
     let ex = ibv_device_attr_ex {
-        orig_attr: device_attr(ctx),
+        phys_port_cnt_ex: u32::from(orig_attr.phys_port_cnt),
+        orig_attr,
         comp_mask: 0,
+        unsupported_caps: [0; 156],
+        xrc_odp_caps: 0,
     };
     // SAFETY: attr writable for attr_size bytes (caller contract).
     unsafe { write_sized(attr, attr_size, &ex) };

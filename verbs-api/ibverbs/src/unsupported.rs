@@ -135,3 +135,112 @@ pub unsafe extern "C" fn ibv_copy_qp_attr_from_kern(dst: P, src: P) {
 pub unsafe extern "C" fn ibv_copy_path_rec_from_kern(dst: P, src: P) {
     let _ = (dst, src);
 }
+
+// Verbs pyverbs (Debian's python3-pyverbs) imports; the extension modules are BIND_NOW
+// too, so `import pyverbs.qp` fails without them. Each answers as rdma-core's
+// `dummy_ops.c` does for a provider that lacks the op.
+
+int_verb!(
+    /// `ibv_modify_srq` (no SRQ can exist yet).
+    ibv_modify_srq(srq: P, attr: P, mask: c_int)
+);
+int_verb!(
+    /// `ibv_query_srq` (no SRQ can exist yet).
+    ibv_query_srq(srq: P, attr: P)
+);
+int_verb!(
+    /// `ibv_resize_cq`: CQ rings are sized at creation (rdma-core's dummy op answers
+    /// EOPNOTSUPP too).
+    ibv_resize_cq(cq: P, cqe: c_int)
+);
+null_verb!(
+    /// `ibv_reg_dmabuf_mr`: no dma-buf importer in a userspace NIC.
+    ibv_reg_dmabuf_mr(pd: P, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int)
+);
+null_verb!(
+    /// `ibv_import_device`: it shares a kernel uverbs command fd, which softnic has not.
+    ibv_import_device(cmd_fd: c_int)
+);
+null_verb!(
+    /// `ibv_import_pd`: only a context from `ibv_import_device` could share a PD.
+    ibv_import_pd(ctx: P, handle: u32)
+);
+null_verb!(
+    /// `ibv_import_mr`: see [`ibv_import_pd`].
+    ibv_import_mr(pd: P, handle: u32)
+);
+null_verb!(
+    /// `ibv_import_dm`: device memory does not exist here.
+    ibv_import_dm(ctx: P, handle: u32)
+);
+
+/// `ibv_unimport_pd`, `ibv_unimport_mr`, `ibv_unimport_dm`: release an imported
+/// object. Nothing can be imported (the `ibv_import_*` verbs fail), so they can only see
+/// a pointer this library never handed out; they return nothing, so they touch nothing.
+///
+/// # Safety
+/// The argument is not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_unimport_pd(pd: P) {
+    let _ = pd;
+}
+
+/// See [`ibv_unimport_pd`].
+///
+/// # Safety
+/// The argument is not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_unimport_mr(mr: P) {
+    let _ = mr;
+}
+
+/// See [`ibv_unimport_pd`].
+///
+/// # Safety
+/// The argument is not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_unimport_dm(dm: P) {
+    let _ = dm;
+}
+
+/// `ibv_query_qp_data_in_order`: 0, "in-order placement not guaranteed" — what
+/// rdma-core answers for a provider without the op (and on every non-x86 build). It
+/// promises nothing, which is always true.
+///
+/// # Safety
+/// Arguments are not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp_data_in_order(qp: P, op: c_int, flags: u32) -> c_int {
+    let _ = (qp, op, flags);
+    0
+}
+
+/// `IBV_REREG_MR_ERR_INPUT` of `<infiniband/verbs.h>`.
+const REREG_MR_ERR_INPUT: c_int = -1;
+/// `IBV_REREG_MR_CHANGE_TRANSLATION | _PD | _ACCESS`: the flags rdma-core accepts.
+const REREG_MR_FLAGS: c_int = 0b111;
+const REREG_MR_CHANGE_TRANSLATION: c_int = 1;
+const REREG_MR_CHANGE_ACCESS: c_int = 4;
+
+/// `ibv_rereg_mr`: rdma-core's input checks (EINVAL), then what its dummy op answers,
+/// `IBV_REREG_MR_ERR_INPUT` with `errno` = EOPNOTSUPP: re-registration is not
+/// implemented (deregister and register again instead). The MR is left as it was.
+///
+/// # Safety
+/// Arguments are not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: P,
+    flags: c_int,
+    pd: P,
+    addr: P,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    let _ = (mr, pd);
+    let bad_input = flags & !REREG_MR_FLAGS != 0
+        || (flags & REREG_MR_CHANGE_TRANSLATION != 0 && (length == 0 || addr.is_null()))
+        || (access != 0 && flags & REREG_MR_CHANGE_ACCESS == 0);
+    errno::set(if bad_input { libc::EINVAL } else { E });
+    REREG_MR_ERR_INPUT
+}
