@@ -198,6 +198,7 @@ fn config(peer_ip: Ipv4Addr, tcp_port: u16, local: Ipv4Addr, out: &Path) -> Conf
             udp_port: 4791,
             our_qpn: 0x4242,
             timeout: Duration::from_secs(10),
+            mtu: 1024,
         },
         bind: SocketAddr::new(IpAddr::V4(local), 4791),
         seed: 3,

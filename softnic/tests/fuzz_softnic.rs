@@ -220,15 +220,6 @@ fn bounded_fuzz_run_against_a_softnic_nic_finds_nothing_and_reaches_every_rc_ans
     assert!(text.contains(&format!("{packets} fuzz packets")), "{text}");
     assert!(text.contains("findings 0"), "{text}");
     // Every answer an RC responder gives to a requester, and the inferred classes.
-    let reached = |name: &str| {
-        text.lines().any(|l| {
-            let mut f = l.split_whitespace();
-            f.next() == Some(name)
-                && f.next()
-                    .and_then(|n| n.parse::<u64>().ok())
-                    .is_some_and(|n| n > 0)
-        })
-    };
     for class in [
         "ACK",
         "NAK-PSN-SEQUENCE",
@@ -239,7 +230,7 @@ fn bounded_fuzz_run_against_a_softnic_nic_finds_nothing_and_reaches_every_rc_ans
         "SILENCE",
         "QP-DEATH",
     ] {
-        assert!(reached(class), "class {class} not reached: {text}");
+        assert!(reached(&text, class), "class {class} not reached: {text}");
     }
     let mut nic = Arc::try_unwrap(nic)
         .ok()
@@ -247,4 +238,88 @@ fn bounded_fuzz_run_against_a_softnic_nic_finds_nothing_and_reaches_every_rc_ans
     assert!(nic.is_running(), "the NIC died: {}", nic.log_text());
     nic.stop();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The perftest exchange: `softnic perf write_bw` servers, restarted in a loop as a user
+/// would restart `ib_write_bw`, each exiting when the fuzzer closes its connection. A
+/// short run: every connection costs a server process.
+#[test]
+fn perftest_exchange_against_softnic_perf_write_bw_servers() {
+    let nic = NicProc::start("fuzzperf", &addr(4), 4791, &[]);
+    let port = 20_000 + (std::process::id() % 20_000) as u16;
+    let stop = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicU32::new(0));
+    let server = {
+        let (stop, served, name) = (stop.clone(), served.clone(), nic.name.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let mut child = Command::new(env!("CARGO_BIN_EXE_softnic"))
+                    .args(["perf", "write_bw", "-d", &name, "-p", &port.to_string()])
+                    .env("SOFTNIC_DIR", softnic_dir())
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .expect("spawn softnic perf");
+                loop {
+                    if stop.load(Ordering::Relaxed) {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        return;
+                    }
+                    if let Ok(Some(_)) = child.try_wait() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                served.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let dir = std::env::temp_dir().join(format!("softnic-fuzz-perf-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_softnic"))
+        .args([
+            "fuzz",
+            "--target",
+            &format!("{}:{port}", addr(4)),
+            "--local",
+            &addr(5),
+        ])
+        .args(["--exchange", "perftest", "--seed", "2", "--packets", "500"])
+        .args(["--seconds", "300", "--rate", "20000", "--answer-ms", "5"])
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .expect("run softnic fuzz");
+    stop.store(true, Ordering::Relaxed);
+    server.join().expect("server thread");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!(
+        "{text}\n({} servers exited)",
+        served.load(Ordering::Relaxed)
+    );
+    assert!(out.status.success(), "a finding or an error: {text}");
+    assert!(text.contains("(Perftest exchange)"), "{text}");
+    assert!(text.contains("findings 0"), "{text}");
+    for class in ["ACK", "QP-DEATH"] {
+        assert!(reached(&text, class), "class {class} not reached: {text}");
+    }
+    // A served connection per batch: the servers really exited on close and came back.
+    assert!(served.load(Ordering::Relaxed) >= 2, "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether the coverage table in `text` shows `class` with a non-zero count.
+fn reached(text: &str, class: &str) -> bool {
+    text.lines().any(|l| {
+        let mut f = l.split_whitespace();
+        f.next() == Some(class)
+            && f.next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n > 0)
+    })
 }

@@ -2,9 +2,10 @@
 //! then sequences until the batch's packet budget is spent or the peer's QP dies, then a
 //! terminating request and the TCP close (stock servers such as `ibv_rc_pingpong` exit
 //! when their QP fails; servers restarted in a loop are then ready for the next
-//! connection). The *liveness probe* — one valid SEND on the fresh connection, which must
-//! be acknowledged — thereby checks the peer after every batch; no exchange or no ACK is
-//! a finding: the previous batch's packets are saved (pcap and replay file) and
+//! connection). The *liveness probe* — one valid WRITE (or SEND, when the exchange gives
+//! no region) on the fresh connection, which must be answered with an ACK (or an RNR
+//! NAK) — thereby checks the peer after every batch; no exchange or no answer is a
+//! finding: the previous batch's packets are saved (pcap and replay file) and
 //! minimised by delta debugging, each trial a fresh connection and a probe.
 
 use std::io::Write;
@@ -307,27 +308,46 @@ impl Fuzzer {
         }
     }
 
-    /// A fresh connection whose first packet is the liveness probe: one valid SEND at
-    /// the first PSN, which must be acknowledged.
+    /// A fresh connection whose first packet is the liveness probe: one valid request
+    /// at the first PSN, which must be answered.
     fn open_probed(&mut self, psn: u32) -> Result<Session, String> {
         let mut s = self
             .open(psn)
             .map_err(|e| format!("liveness probe: no exchange: {e}"))?;
-        let p = simple(Opcode::RC_SEND_ONLY, s.conn.ctx.peer_qpn, psn, true, None);
+        let c = s.conn.ctx;
+        // A 4-byte RDMA WRITE into the peer's region when the exchange gave one (a
+        // perftest WRITE server posts no receives), else a zero-length SEND. An RNR NAK
+        // answers too: the peer is alive, only out of receives.
+        let p = if c.rkey != 0 || c.va != 0 {
+            let reth = RethRepr {
+                va: c.va,
+                rkey: c.rkey,
+                dma_len: 4,
+            };
+            simple(
+                Opcode::RC_RDMA_WRITE_ONLY,
+                c.peer_qpn,
+                psn,
+                true,
+                Some(reth),
+            )
+        } else {
+            simple(Opcode::RC_SEND_ONLY, c.peer_qpn, psn, true, None)
+        };
         let wait = self.cfg.probe_timeout / 3;
         for _ in 0..3 {
             self.send(&mut s, &p);
             let answers = self.collect(&mut s, wait, Some(psn));
             if answers
                 .iter()
-                .any(|a| a.class == Class::Ack && a.psn == psn)
+                .any(|a| matches!(a.class, Class::Ack | Class::RnrNak) && a.psn == psn)
             {
                 return Ok(s);
             }
         }
         self.terminate(s);
         Err(format!(
-            "liveness probe: no ACK to a valid SEND on a fresh connection within {:?}",
+            "liveness probe: no answer to a valid request on a fresh connection within {:?}",
             self.cfg.probe_timeout
         ))
     }
@@ -368,7 +388,9 @@ impl Fuzzer {
                 our_qpn: self.cfg.spec.our_qpn,
                 mtu: self.cfg.mtu,
             };
-            let seq = self.next_seq(&aim);
+            let mut seq = self.next_seq(&aim);
+            // `--packets` is exact: the last sequence is cut to what is left.
+            seq.truncate((self.cfg.packets - self.report.packets) as usize);
             for p in &seq {
                 self.send(s, p);
             }
@@ -450,6 +472,7 @@ impl Fuzzer {
             local: self.cfg.bind.ip(),
             udp_port: self.cfg.bind.port(),
             our_qpn: self.cfg.spec.our_qpn,
+            mtu: self.cfg.spec.mtu,
             ctx,
             seed: self.cfg.seed,
             packets,

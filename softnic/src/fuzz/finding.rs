@@ -32,6 +32,8 @@ pub struct Replay {
     pub udp_port: u16,
     /// The fuzzer's QPN.
     pub our_qpn: u32,
+    /// The path MTU the run asked for (perftest's exchange carries it).
+    pub mtu: u32,
     /// The connection the packets were made for (`base_psn` = our first PSN).
     pub ctx: Ctx,
     /// The run's seed.

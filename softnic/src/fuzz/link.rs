@@ -32,6 +32,10 @@ pub enum Exchange {
     /// The pingpong message followed by a region message (`"%016x:%08x"` address and
     /// R_Key), as softnic's `rdma_write`/`rdma_read`/`atomics` examples exchange.
     PingpongMr,
+    /// perftest's (`ib_write_bw`, `ib_read_bw`, `ib_atomic_bw` servers): versions,
+    /// system data, MTU, then the address messages, which carry the R_Key and buffer
+    /// address. Closing the connection makes the server fail its next exchange and exit.
+    Perftest,
 }
 
 /// One received datagram.
@@ -135,7 +139,7 @@ impl Link {
 /// One connection to the server on the target, after the exchange.
 pub struct Conn {
     /// The TCP connection; dropping it closes it (servers that watch it end the QP).
-    pub tcp: TcpStream,
+    pub tcp: Box<dyn std::any::Any + Send>,
     /// The connection's fields: the peer's QPN, the PSN it expects first (ours), its
     /// region if the exchange gave one.
     pub ctx: Ctx,
@@ -160,6 +164,8 @@ pub struct ConnectSpec {
     pub our_qpn: u32,
     /// How long to keep retrying the TCP connection (a server restarting in a loop).
     pub timeout: Duration,
+    /// The path MTU we ask for (perftest exchanges it).
+    pub mtu: u32,
 }
 
 /// Opens a TCP connection to `target`, retrying refused connections until `deadline`.
@@ -184,6 +190,9 @@ fn tcp_connect(target: &str, deadline: Instant) -> io::Result<TcpStream> {
 /// Connects as the exchange's client: sends our (fake) QP's address, reads the
 /// server's, sends `"done"`. The server's QP is then connected to ours: ready for us.
 pub fn connect(spec: &ConnectSpec, our_psn: u32) -> Result<Conn, String> {
+    if spec.exchange == Exchange::Perftest {
+        return connect_perftest(spec, our_psn);
+    }
     let deadline = Instant::now() + spec.timeout;
     let mut s = tcp_connect(&spec.target, deadline)
         .map_err(|e| format!("connect to {}: {e}", spec.target))?;
@@ -206,11 +215,11 @@ pub fn connect(spec: &ConnectSpec, our_psn: u32) -> Result<Conn, String> {
     let rem = oob::read_dest(&mut s).map_err(e)?;
     let mr = match spec.exchange {
         Exchange::PingpongMr => oob::read_mr(&mut s).map_err(e)?,
-        Exchange::Pingpong => oob::RemoteMr::default(),
+        Exchange::Pingpong | Exchange::Perftest => oob::RemoteMr::default(),
     };
     oob::write_done(&mut s).map_err(e)?;
     Ok(Conn {
-        tcp: s,
+        tcp: Box::new(s),
         ctx: Ctx {
             peer_qpn: rem.qpn,
             base_psn: our_psn,
@@ -218,6 +227,48 @@ pub fn connect(spec: &ConnectSpec, our_psn: u32) -> Result<Conn, String> {
             va: mr.addr,
         },
         peer: rem.gid.to_socket_addr(spec.udp_port),
+        peer_psn: rem.psn,
+    })
+}
+
+/// perftest's client side for the RDMA bandwidth tests (what `softnic perf` and
+/// perftest's `ib_*_bw -c RC` do before the first packet): versions, system data, MTU,
+/// the address hand shake, the second hand shake after connecting, and the sync.
+fn connect_perftest(spec: &ConnectSpec, our_psn: u32) -> Result<Conn, String> {
+    use crate::perf::exchange::{mtu_enum, Comm, Dest};
+    let (host, port) = spec
+        .target
+        .rsplit_once(':')
+        .and_then(|(h, p)| Some((h.trim_matches(['[', ']']), p.parse::<u16>().ok()?)))
+        .ok_or_else(|| format!("{}: not HOST:PORT", spec.target))?;
+    let e = |e| format!("perftest exchange with {}: {e}", spec.target);
+    let mut comm = Comm::connect(host, port, spec.timeout).map_err(e)?;
+    let v = comm.exchange_versions().map_err(e)?;
+    comm.exchange_sys_data(v, 4096, 64).map_err(e)?;
+    let mtu = mtu_enum(spec.mtu).ok_or_else(|| format!("MTU {} is not an IB MTU", spec.mtu))?;
+    comm.exchange_mtu(v, mtu).map_err(e)?;
+    let my = Dest {
+        lid: 0,
+        out_reads: 1,
+        qpn: spec.our_qpn,
+        psn: our_psn,
+        rkey: 0,
+        vaddr: 0,
+        gid: Gid::from_ip(spec.local).0,
+        srqn: 0,
+    };
+    let rem = comm.hand_shake(&my).map_err(e)?;
+    comm.hand_shake(&my).map_err(e)?;
+    comm.hand_shake(&my).map_err(e)?;
+    Ok(Conn {
+        tcp: Box::new(comm),
+        ctx: Ctx {
+            peer_qpn: rem.qpn,
+            base_psn: our_psn,
+            rkey: rem.rkey,
+            va: rem.vaddr,
+        },
+        peer: Gid(rem.gid).to_socket_addr(spec.udp_port),
         peer_psn: rem.psn,
     })
 }
