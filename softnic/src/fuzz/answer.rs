@@ -147,3 +147,68 @@ pub fn classify(roce: &[u8], icrc_ok: bool) -> Answer {
         wants_ack,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wire::aeth::AethRepr;
+    use wire::{BthRepr, Msn, Opcode, Psn, Qpn};
+
+    fn packet(op: u8, psn: u32, ack_req: bool, syndrome: Option<u8>) -> Vec<u8> {
+        let mut r = PacketRepr::new(BthRepr {
+            opcode: Opcode(op),
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: 0xFFFF,
+            fecn: false,
+            becn: false,
+            dest_qpn: Qpn::new(0x42),
+            ack_req,
+            psn: Psn::new(psn),
+        });
+        r.aeth = syndrome.map(|s| AethRepr {
+            syndrome: Syndrome::from_u8(s),
+            msn: Msn::new(1),
+        });
+        let mut b = vec![0u8; r.total_len().unwrap()];
+        r.emit(&mut b, &[]).unwrap();
+        b
+    }
+
+    #[test]
+    fn every_aeth_syndrome_has_its_class() {
+        let c = |s: u8| classify(&packet(0x11, 9, false, Some(s)), true).class;
+        assert_eq!(c(0x1F), Class::Ack);
+        assert_eq!(c(0x2C), Class::RnrNak);
+        for code in 0..=4 {
+            assert_eq!(c(0x60 | code), Class::Nak(code));
+        }
+        assert_eq!(c(0x71).name(), "NAK-RESERVED-17");
+        assert_eq!(c(0x40), Class::AethReserved);
+        assert!(Class::Nak(1).is_fatal_nak() && Class::Nak(3).is_fatal_nak());
+        assert!(!Class::Nak(0).is_fatal_nak() && !Class::RnrNak.is_fatal_nak());
+        assert_eq!(classify(&packet(0x11, 9, false, Some(0)), true).psn, 9);
+    }
+
+    #[test]
+    fn peer_requests_bad_icrcs_and_garbage() {
+        // A zero-length SEND ONLY from the peer wants our ACK; a SEND FIRST without
+        // AckReq does not.
+        let a = classify(&packet(0x04, 3, false, None), true);
+        assert_eq!((a.class, a.wants_ack), (Class::PeerRequest, true));
+        let mut first = packet(0x00, 3, false, None);
+        first.splice(12..12, [0u8; 4]); // a 4-byte payload; pad stays 0
+        let a = classify(&first, true);
+        assert_eq!((a.class, a.wants_ack), (Class::PeerRequest, false));
+        assert_eq!(
+            classify(&packet(0x11, 9, false, Some(0)), false).class,
+            Class::Malformed
+        );
+        assert_eq!(classify(&[0xFF; 3], true).class, Class::Malformed);
+        assert_eq!(
+            classify(&packet(0x10, 1, false, Some(0)), true).class,
+            Class::ReadResponse
+        );
+    }
+}
