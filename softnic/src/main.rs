@@ -2,7 +2,8 @@
 //!
 //! Subcommands: `run` (the NIC), `decode` (pcap/pcapng → one line per RoCEv2 packet),
 //! `stats` (a running NIC's counters), `perf` (perftest-compatible benchmarks), `exec`
-//! (run an unmodified libibverbs program on softnic).
+//! (run an unmodified libibverbs program on softnic), `fuzz` (a stateful RoCEv2 fuzzer
+//! aimed at a live peer).
 
 use std::process::ExitCode;
 
@@ -32,6 +33,8 @@ enum Command {
     /// Run an unmodified libibverbs program (ibv_devinfo, ibv_rc_pingpong, perftest…) on
     /// softnic: `softnic exec [-d NAME] -- CMD [ARGS…]`.
     Exec(softnic::exec::ExecArgs),
+    /// Fuzz a live RDMA peer with structured RoCEv2 mutations (see docs/fuzzing.md).
+    Fuzz(softnic::fuzz::FuzzArgs),
 }
 
 fn main() -> ExitCode {
@@ -42,5 +45,6 @@ fn main() -> ExitCode {
         Command::Stats(a) => softnic::nic::stats_main(a),
         Command::Perf(a) => softnic::perf::main(a),
         Command::Exec(a) => softnic::exec::main(a),
+        Command::Fuzz(a) => softnic::fuzz::main(a),
     }
 }
