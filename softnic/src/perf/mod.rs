@@ -35,6 +35,9 @@ const CYCLE_BUFFER: u32 = 4096;
 const CACHE_LINE: u32 = 64;
 /// perftest computes no peak above this many iterations (`noPeak`).
 const PEAK_MAX_ITERS: u64 = 20_000;
+/// How long a UC `write_bw --verify` server waits for the client's last, unacknowledged
+/// WRITEs to land before it reports what is missing.
+const UC_LANDING_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Entry point of `softnic perf`.
 pub fn main(a: PerfArgs) -> ExitCode {
@@ -409,7 +412,23 @@ impl Session {
         match self.p.verb {
             Verb::Write => {
                 let size = self.p.sizes.last().copied().unwrap_or(0);
-                self.verify_landing(size, true)
+                if self.p.connection != verbs_api::QpType::Uc {
+                    return self.verify_landing(size, true);
+                }
+                // UC WRITEs are never acknowledged (IBTA 9.7.1): the client's completions
+                // mean "sent", so its closing hand shake over TCP can overtake the last
+                // datagrams still queued for our NIC. Give them a bounded time to land.
+                let deadline = std::time::Instant::now() + UC_LANDING_GRACE;
+                let mark = self.notes.len();
+                loop {
+                    match self.verify_landing(size, true) {
+                        Err(_) if std::time::Instant::now() < deadline => {
+                            self.notes.truncate(mark);
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                        }
+                        r => return r,
+                    }
+                }
             }
             Verb::Atomic => {
                 let geo = self.r.geo;
