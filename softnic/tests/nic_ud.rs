@@ -63,7 +63,7 @@ fn ud_send_between_two_nics() {
             qpn: qy.qp_num(),
             qkey: QKEY,
         };
-        let op = if i % 2 == 0 {
+        let op = if i.is_multiple_of(2) {
             WrOpcode::Send
         } else {
             WrOpcode::SendWithImm(0xAB00 + i as u32)

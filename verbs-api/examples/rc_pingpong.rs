@@ -141,7 +141,7 @@ impl Pingpong {
     fn check(&self, k: u32) -> std::result::Result<(), String> {
         let expect = |j: usize| match self.chk {
             Check::Full => Some(pattern(k, j)),
-            Check::Pages if j % CHECK_PAGE == 0 => Some(0),
+            Check::Pages if j.is_multiple_of(CHECK_PAGE) => Some(0),
             _ => None,
         };
         let got = self.mr.read_vec(0, self.size as usize);
@@ -300,7 +300,7 @@ fn run(args: Args) -> std::result::Result<(), String> {
                 break ne;
             }
             spins = spins.wrapping_add(1);
-            if spins % 256 == 0 {
+            if spins.is_multiple_of(256) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();

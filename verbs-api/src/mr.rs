@@ -297,7 +297,7 @@ impl MemoryRegion {
         let dst = self.range_ptr(offset, len, "fill");
         let word = u64::from_ne_bytes([byte; 8]);
         let mut i = 0;
-        while i < len && (dst as usize + i) % 8 != 0 {
+        while i < len && !(dst as usize + i).is_multiple_of(8) {
             // SAFETY: i < len: inside [dst, dst + len), which is in the mapping.
             unsafe { dst.add(i).write_volatile(byte) };
             i += 1;
@@ -378,7 +378,7 @@ impl MemoryRegion {
     /// Rust's model (against the NIC's atomics, another process, `read` can at worst see
     /// a torn value).
     pub fn atomic_u64(&self, offset: usize) -> Result<&std::sync::atomic::AtomicU64> {
-        if offset % 8 != 0 || offset.checked_add(8).map_or(true, |e| e > self.len) {
+        if !offset.is_multiple_of(8) || offset.checked_add(8).is_none_or(|e| e > self.len) {
             return Err(Error::InvalidArgument(format!(
                 "atomic word at offset {offset} must be 8-byte aligned and inside the {}-byte region",
                 self.len
@@ -404,7 +404,7 @@ impl MemoryRegion {
 unsafe fn volatile_copy(dst: *mut u8, src: *const u8, len: usize) {
     let mut i = 0;
     if (dst as usize) % 8 == (src as usize) % 8 {
-        while i < len && (src as usize + i) % 8 != 0 {
+        while i < len && !(src as usize + i).is_multiple_of(8) {
             // SAFETY: i < len: inside both buffers (caller's contract).
             unsafe { dst.add(i).write_volatile(src.add(i).read_volatile()) };
             i += 1;

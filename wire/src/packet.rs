@@ -212,7 +212,7 @@ impl PacketRepr {
         }
         let padded_len = buf.len() - need;
         let pad = usize::from(bth.pad_count);
-        if pad > padded_len || padded_len % 4 != 0 {
+        if pad > padded_len || !padded_len.is_multiple_of(4) {
             return Err(Error::BadPad {
                 pad: bth.pad_count,
                 padded_len,

@@ -336,7 +336,7 @@ impl<'a> Capture<'a> {
         };
         let btype = endian.u32(raw_type);
         let total = endian.u32(arr(head, 4).unwrap_or_default()) as usize;
-        if total < 12 || total % 4 != 0 || total > MAX_FRAME + 4096 {
+        if total < 12 || !total.is_multiple_of(4) || total > MAX_FRAME + 4096 {
             return Err(CaptureError::Malformed {
                 what: "pcapng block length",
                 offset: start + 4,
@@ -462,7 +462,7 @@ mod tests {
             Endian::Big => v.to_be_bytes(),
         };
         let mut padded = body.to_vec();
-        while padded.len() % 4 != 0 {
+        while !padded.len().is_multiple_of(4) {
             padded.push(0);
         }
         let total = (padded.len() + 12) as u32;

@@ -93,7 +93,7 @@ mod tests {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            if x % 2 == 0 && !live.is_empty() {
+            if x.is_multiple_of(2) && !live.is_empty() {
                 let victim = *live.iter().nth((x as usize / 2) % live.len()).unwrap();
                 live.remove(&victim);
             }

@@ -383,12 +383,12 @@ impl Memory for MrTable {
 
     fn atomic(&mut self, pd: u32, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
         let r = self.remote(pd, rkey, Access::REMOTE_ATOMIC)?;
-        if va % 8 != 0 {
+        if !va.is_multiple_of(8) {
             return Err(MemError::Misaligned);
         }
         let off = r.offset(va, 8)?;
         let p = r.ptr(off);
-        if (p as usize) % 8 != 0 {
+        if !(p as usize).is_multiple_of(8) {
             // The iova and the mapping disagree on alignment (an iova that is not
             // page-aligned); the hardware atomic would not be atomic.
             return Err(MemError::Misaligned);

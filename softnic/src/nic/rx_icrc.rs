@@ -319,7 +319,7 @@ mod tests {
         for len in [0usize, 3, 64, 1000] {
             for id in [1u16, 2, 3, 0x8000, 0x1234, 0xFFFF] {
                 let mut pkt = packet();
-                pkt.splice(12..12, std::iter::repeat(0xAB).take(len));
+                pkt.splice(12..12, std::iter::repeat_n(0xAB, len));
                 let p = params(local, peer, id).unwrap();
                 p.fill(&mut pkt).unwrap();
                 let from_wire = wire::icrc::solve_ipv4_id(&p, &pkt).unwrap();

@@ -725,7 +725,7 @@ impl Nic {
             }
         }
         for cq in [send_cq, recv_cq] {
-            if !self.cqs.get(&cq).is_some_and(|c| c.client == client) {
+            if self.cqs.get(&cq).is_none_or(|c| c.client != client) {
                 return err(ErrorCode::NotFound, format!("no CQ {cq}"));
             }
         }
@@ -848,7 +848,7 @@ impl Nic {
 
     /// Destroys QP `qpn` if `client` owns it.
     fn destroy_qp(&mut self, client: u32, qpn: u32) -> bool {
-        if !self.qps.get(&qpn).is_some_and(|e| e.client == client) {
+        if self.qps.get(&qpn).is_none_or(|e| e.client != client) {
             return false;
         }
         let Some(e) = self.qps.remove(&qpn) else {

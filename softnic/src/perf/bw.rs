@@ -113,7 +113,7 @@ pub fn run_requester(
                     },
                 };
                 let mut wr = SendWr::new(wr_id(q, n), opcode, &sge);
-                if (n + 1) % cq_mod == 0 || n + 1 == iters {
+                if (n + 1).is_multiple_of(cq_mod) || n + 1 == iters {
                     wr = wr.signaled();
                 }
                 if inline {
@@ -134,7 +134,7 @@ pub fn run_requester(
                 .map_err(|e| format!("poll CQ: {e}"))?;
             if ne == 0 {
                 idle += 1;
-                if idle % 256 == 0 {
+                if idle.is_multiple_of(256) {
                     if last_progress.elapsed() > p.timeout {
                         return Err(format!(
                             "no completion within {:?}: posted {totscnt}, completed {totccnt} of {tot}",

@@ -19,7 +19,7 @@ fn spin_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) -> 
     // Bounded by `timeout` (checked every 256 spins).
     while !cond() {
         spins += 1;
-        if spins % 256 == 0 {
+        if spins.is_multiple_of(256) {
             let t0 = *start.get_or_insert_with(Instant::now);
             if t0.elapsed() > timeout {
                 return Err(format!("nothing arrived within {timeout:?} while {what}"));

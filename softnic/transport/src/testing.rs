@@ -156,7 +156,7 @@ impl Memory for MemVec {
     }
 
     fn atomic(&mut self, pd: u32, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
-        if va % 8 != 0 {
+        if !va.is_multiple_of(8) {
             return Err(MemError::Misaligned);
         }
         let (i, off) = self.find(pd, rkey, va, 8, Access::REMOTE_ATOMIC)?;

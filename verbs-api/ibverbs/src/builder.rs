@@ -52,7 +52,7 @@ pub fn find_staticlib(profile_dir: &Path) -> Result<PathBuf, String> {
     let mut best: Option<(SystemTime, PathBuf)> = None;
     let mut consider = |p: PathBuf| {
         if let Some(t) = mtime(&p) {
-            if best.as_ref().map_or(true, |(bt, _)| t > *bt) {
+            if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
                 best = Some((t, p));
             }
         }

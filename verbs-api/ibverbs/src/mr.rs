@@ -232,7 +232,7 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) ->
     }
     let page = page_size();
     let start = addr as usize;
-    if start % page != 0 {
+    if !start.is_multiple_of(page) {
         return errno::null(libc::EOPNOTSUPP);
     }
     let Some(end) = start

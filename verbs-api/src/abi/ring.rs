@@ -66,7 +66,7 @@ const _: () = assert!(core::mem::offset_of!(RingHeader, consumer) == 64);
 const _: () = assert!(core::mem::offset_of!(RingHeader, flags) == 128);
 const _: () = assert!(core::mem::offset_of!(RingHeader, capacity) == 132);
 const _: () = assert!(core::mem::offset_of!(RingHeader, entry_size) == 136);
-const _: () = assert!(RING_HEADER_SIZE % RING_ALIGN == 0);
+const _: () = assert!(RING_HEADER_SIZE.is_multiple_of(RING_ALIGN));
 
 /// Why a ring operation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,7 +139,7 @@ impl<T: Slot> Ring<T> {
     /// ring lies inside the mapping. Does not read or write the header.
     pub fn new(map: Arc<MmapRaw>, offset: usize, capacity: u32) -> Result<Self, LayoutError> {
         let bytes = ring_bytes::<T>(capacity)?;
-        if offset % RING_ALIGN != 0 {
+        if !offset.is_multiple_of(RING_ALIGN) {
             return Err(LayoutError::Misaligned { offset });
         }
         let end = offset
@@ -152,7 +152,7 @@ impl<T: Slot> Ring<T> {
             });
         }
         let base = map.as_mut_ptr();
-        if (base as usize) % RING_ALIGN != 0 {
+        if !(base as usize).is_multiple_of(RING_ALIGN) {
             return Err(LayoutError::Misaligned {
                 offset: base as usize,
             });

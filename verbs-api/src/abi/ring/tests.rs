@@ -95,7 +95,7 @@ fn two_thread_spsc_delivers_every_value_in_order() {
             match p.push(&next) {
                 Ok(()) => {
                     next += 1;
-                    if next % 7 == 0 {
+                    if next.is_multiple_of(7) {
                         p.publish();
                     }
                 }
@@ -117,7 +117,7 @@ fn two_thread_spsc_delivers_every_value_in_order() {
             Some(v) => {
                 assert_eq!(v, expect);
                 expect += 1;
-                if expect % 5 == 0 {
+                if expect.is_multiple_of(5) {
                     c.release();
                 }
             }
