@@ -4,8 +4,8 @@
 //!
 //! ```text
 //! softnic run --name nic0 --addr 127.0.0.2 &   softnic run --name nic1 --addr 127.0.0.3 &
-//! cargo run --release --example srq_pingpong -- -d nic0 -g 0 -q 4            # server
-//! cargo run --release --example srq_pingpong -- -d nic1 -g 0 -q 4 127.0.0.1  # client
+//! cargo run --release --example srq_pingpong -- -d nic0 -q 4            # server
+//! cargo run --release --example srq_pingpong -- -d nic1 -q 4 127.0.0.1  # client
 //! ```
 //!
 //! As in the C program, each side sends 256 address messages (its `-q` QPs, then
@@ -13,8 +13,8 @@
 //! its QPs, and the client closes with `"done"`; the receive completions are matched
 //! to their QP by `qp_num`, and `-n` counts exchanges over all QPs together.
 //!
-//! Differences from the C program: the GID index defaults to 0 (softnic has one GID and
-//! RoCE needs it); `-q` above 256 is refused (the C program would overflow its table);
+//! Differences from the C program: the GID index defaults to 1 (the NIC's address; index 0
+//! is the link-local GID, as in rxe's table), since RoCE needs a GID; `-q` above 256 is refused (the C program would overflow its table);
 //! `-P` gives the peer NIC's UDP port when it is not 4791.
 
 mod common;
@@ -34,15 +34,8 @@ const MAX_QP: usize = 256;
 #[derive(Parser, Debug)]
 #[command(about = "SRQ ping-pong over softnic (ibv_srq_pingpong's flags and output)")]
 struct Args {
-    /// listen on/connect to port <port>
-    #[arg(short = 'p', long = "port", default_value_t = oob::DEFAULT_PORT)]
-    port: u16,
-    /// use device <dev> (default first device found)
-    #[arg(short = 'd', long = "ib-dev")]
-    ib_dev: Option<String>,
-    /// use port <port> of the device (softnic has port 1)
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
-    ib_port: u8,
+    #[command(flatten)]
+    common: pp::CommonArgs,
     /// size of message to exchange
     #[arg(short = 's', long = "size", default_value_t = 4096)]
     size: u32,
@@ -52,26 +45,6 @@ struct Args {
     /// number of QPs to use
     #[arg(short = 'q', long = "num-qp", default_value_t = 16)]
     num_qp: u32,
-    /// number of receives to post at a time
-    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
-    rx_depth: u32,
-    /// number of exchanges per QP (counted over all QPs, as the C program does)
-    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
-    iters: u32,
-    /// service level value (accepted, unused)
-    #[arg(short = 'l', long = "sl", default_value_t = 0)]
-    sl: u8,
-    /// sleep on CQ events (default poll)
-    #[arg(short = 'e', long = "events")]
-    events: bool,
-    /// local port gid index
-    #[arg(short = 'g', long = "gid-idx", default_value_t = 1)]
-    gid_idx: u32,
-    /// UDP port of the peer's NIC (softnic extension; default 4791)
-    #[arg(short = 'P', long = "remote-udp-port", default_value_t = 0)]
-    remote_udp_port: u16,
-    /// server to connect to (none: be the server)
-    host: Option<String>,
 }
 
 fn post_recv(srq: &mut SharedReceiveQueue, mr: &MemoryRegion, size: u32, n: u32) -> u32 {
@@ -107,36 +80,28 @@ fn read_dests(s: &mut std::net::TcpStream) -> std::result::Result<Vec<QpEndpoint
 }
 
 fn run(args: Args) -> std::result::Result<(), String> {
-    if args.ib_port != 1 {
-        return Err(format!("softnic has port 1 only (got -i {})", args.ib_port));
-    }
+    let c = &args.common;
+    c.check()?;
     let mtu = Mtu::from_bytes(args.mtu).ok_or_else(|| format!("invalid MTU {}", args.mtu))?;
     let num_qp = args.num_qp as usize;
     if num_qp == 0 || num_qp > MAX_QP {
         return Err(format!("-q {} is outside 1..={MAX_QP}", args.num_qp));
     }
-    if args.num_qp > args.rx_depth {
+    if args.num_qp > c.rx_depth {
         return Err(format!(
             "rx_depth {} is too small for {} QPs -- must have at least one receive per QP.",
-            args.rx_depth, args.num_qp
+            c.rx_depth, args.num_qp
         ));
     }
-    if args.iters == 0 {
-        return Err("iters must be at least 1".into());
-    }
-    let ctx = pp::open(args.ib_dev.as_deref())?;
-    let pd = ctx
-        .alloc_pd()
-        .map_err(|e| format!("Couldn't allocate PD: {e}"))?;
-    let mr = pd
-        .alloc_mr(args.size.max(1) as usize, AccessFlags::LOCAL_WRITE)
-        .map_err(|e| format!("Couldn't register MR: {e}"))?;
-    let mut cq = ctx
-        .create_cq(args.rx_depth + args.num_qp)
-        .map_err(|e| format!("Couldn't create CQ: {e}"))?;
+    let pp::Base {
+        ctx,
+        pd,
+        mr,
+        mut cq,
+    } = pp::Base::open(c, args.size as usize, c.rx_depth + args.num_qp)?;
     let mut srq = pd
         .create_srq(&SrqInitAttr {
-            max_wr: args.rx_depth,
+            max_wr: c.rx_depth,
             max_sge: 1,
             srq_limit: 0,
         })
@@ -164,26 +129,17 @@ fn run(args: Args) -> std::result::Result<(), String> {
             .map_err(|e| format!("Failed to modify QP[{i}] to INIT: {e}"))?;
         qps.push(qp);
     }
-    let mut routs = post_recv(&mut srq, &mr, args.size, args.rx_depth);
-    if routs < args.rx_depth {
+    let mut routs = post_recv(&mut srq, &mr, args.size, c.rx_depth);
+    if routs < c.rx_depth {
         return Err(format!("Couldn't post receive ({routs})"));
     }
-    let gid = ctx.query_gid(args.gid_idx).map_err(|e| {
-        format!(
-            "Could not get local gid for gid index {}: {e}",
-            args.gid_idx
-        )
-    })?;
+    let gid = ctx
+        .query_gid(c.gid_idx)
+        .map_err(|e| format!("Could not get local gid for gid index {}: {e}", c.gid_idx))?;
     let my: Vec<QpEndpoint> = qps
         .iter()
         .enumerate()
-        .map(|(i, q)| QpEndpoint {
-            lid: 0,
-            qpn: q.qp_num(),
-            psn: pp::random_psn(i as u32),
-            gid,
-            udp_port: 0,
-        })
+        .map(|(i, q)| pp::endpoint(q.qp_num(), gid, i as u32))
         .collect();
     for d in &my {
         pp::print_dest("local address: ", d, ",");
@@ -191,7 +147,7 @@ fn run(args: Args) -> std::result::Result<(), String> {
     let connect = |qps: &mut [QueuePair], rem: &[QpEndpoint]| -> std::result::Result<(), String> {
         for (i, q) in qps.iter_mut().enumerate() {
             let r = QpEndpoint {
-                udp_port: args.remote_udp_port,
+                udp_port: c.remote_udp_port,
                 ..rem[i]
             };
             q.to_rtr(&r, mtu)
@@ -201,18 +157,18 @@ fn run(args: Args) -> std::result::Result<(), String> {
         }
         Ok(())
     };
-    let rem = match &args.host {
+    let rem = match &c.host {
         Some(host) => {
-            let mut s = oob::connect(host, args.port)
-                .map_err(|e| format!("Couldn't connect to {host}:{}: {e}", args.port))?;
+            let mut s = oob::connect(host, c.port)
+                .map_err(|e| format!("Couldn't connect to {host}:{}: {e}", c.port))?;
             write_dests(&mut s, &my)?;
             let rem = read_dests(&mut s)?;
             oob::write_done(&mut s).map_err(|e| e.to_string())?;
             rem
         }
         None => {
-            let listener = TcpListener::bind(("0.0.0.0", args.port))
-                .map_err(|e| format!("Couldn't listen to port {}: {e}", args.port))?;
+            let listener = TcpListener::bind(("0.0.0.0", c.port))
+                .map_err(|e| format!("Couldn't listen to port {}: {e}", c.port))?;
             let (mut s, _) = listener
                 .accept()
                 .map_err(|e| format!("accept() failed: {e}"))?;
@@ -227,7 +183,7 @@ fn run(args: Args) -> std::result::Result<(), String> {
         pp::print_dest("remote address:", r, ",");
     }
     let mut pending = vec![RECV_WRID; num_qp];
-    if args.host.is_some() {
+    if c.host.is_some() {
         connect(&mut qps, &rem)?;
         for (i, q) in qps.iter_mut().enumerate() {
             post_send(q, &mr, args.size, inline).map_err(|e| format!("Couldn't post send: {e}"))?;
@@ -235,10 +191,10 @@ fn run(args: Args) -> std::result::Result<(), String> {
         }
     }
     let start = Instant::now();
-    let mut wc = vec![WorkCompletion::default(); num_qp + args.rx_depth as usize];
+    let mut wc = vec![WorkCompletion::default(); num_qp + c.rx_depth as usize];
     let (mut scnt, mut rcnt) = (0u32, 0u32);
-    while rcnt < args.iters || scnt < args.iters {
-        let ne = pp::poll(&mut cq, &mut wc, args.events)?;
+    while rcnt < c.iters || scnt < c.iters {
+        let ne = pp::poll(&mut cq, &mut wc, c.events)?;
         for w in &wc[..ne] {
             pp::check(w)?;
             let Some(i) = qps.iter().position(|q| q.qp_num() == w.qp_num) else {
@@ -249,8 +205,8 @@ fn run(args: Args) -> std::result::Result<(), String> {
                 RECV_WRID => {
                     routs -= 1;
                     if routs <= args.num_qp {
-                        routs += post_recv(&mut srq, &mr, args.size, args.rx_depth - routs);
-                        if routs < args.rx_depth {
+                        routs += post_recv(&mut srq, &mr, args.size, c.rx_depth - routs);
+                        if routs < c.rx_depth {
                             return Err(format!("Couldn't post receive ({routs})"));
                         }
                     }
@@ -259,14 +215,14 @@ fn run(args: Args) -> std::result::Result<(), String> {
                 other => return Err(format!("Completion for unknown wr_id {other}")),
             }
             pending[i] &= !w.wr_id;
-            if scnt < args.iters && pending[i] == 0 {
+            if scnt < c.iters && pending[i] == 0 {
                 post_send(&mut qps[i], &mr, args.size, inline)
                     .map_err(|e| format!("Couldn't post send: {e}"))?;
                 pending[i] = RECV_WRID | SEND_WRID;
             }
         }
     }
-    pp::report(args.size, args.iters, start.elapsed());
+    pp::report(args.size, c.iters, start.elapsed());
     Ok(())
 }
 
