@@ -18,7 +18,7 @@ mod common;
 use std::process::ExitCode;
 
 use clap::Parser;
-use common::pp::{self, RECV_WRID, SEND_WRID};
+use common::pp;
 use verbs_api::*;
 
 #[derive(Parser, Debug)]
@@ -34,31 +34,6 @@ struct Args {
     mtu: u32,
 }
 
-/// Sends the first `size` bytes of the region; receives land at its start.
-struct Uc<'a> {
-    mr: &'a MemoryRegion,
-    size: u32,
-    inline: bool,
-}
-
-impl pp::Exchange for Uc<'_> {
-    fn post_send(&mut self, qp: &mut QueuePair, _k: u32) -> Result<()> {
-        let sge = [self.mr.sge(0, self.size)];
-        let mut wr = SendWr::new(SEND_WRID, WrOpcode::Send, &sge).signaled();
-        if self.inline {
-            wr = wr.inline();
-        }
-        qp.post_send(&[wr])
-    }
-
-    fn post_recv(&mut self, qp: &mut QueuePair, n: u32) -> u32 {
-        let sge = [self.mr.sge(0, self.size)];
-        (0..n)
-            .take_while(|_| qp.post_recv(&[RecvWr::new(RECV_WRID, &sge)]).is_ok())
-            .count() as u32
-    }
-}
-
 fn run(args: Args) -> std::result::Result<(), String> {
     let c = &args.common;
     c.check()?;
@@ -66,10 +41,13 @@ fn run(args: Args) -> std::result::Result<(), String> {
     let mut b = pp::Base::open(c, args.size as usize, c.rx_depth + 1)?;
     let inline = b.inline(args.size);
     let mut qp = b.create_qp(QpType::Uc, c.rx_depth, if inline { args.size } else { 0 })?;
-    let mut ex = Uc {
+    let mut ex = pp::Plain {
         mr: &b.mr,
         size: args.size,
         inline,
+        send_offset: 0,
+        recv_len: args.size,
+        dest: None,
     };
     let routs = pp::Exchange::post_recv(&mut ex, &mut qp, c.rx_depth);
     if routs < c.rx_depth {

@@ -23,7 +23,7 @@ mod common;
 use std::process::ExitCode;
 
 use clap::Parser;
-use common::pp::{self, RECV_WRID, SEND_WRID};
+use common::pp;
 use verbs_api::*;
 
 #[derive(Parser, Debug)]
@@ -39,36 +39,6 @@ struct Args {
 /// Bytes before the payload in every receive buffer.
 const GRH: u32 = 40;
 
-/// Receives are `size` + [`GRH`] bytes at the region's start; sends go out from
-/// offset [`GRH`] to `dest`.
-struct Ud<'a> {
-    mr: &'a MemoryRegion,
-    size: u32,
-    inline: bool,
-    dest: Option<UdAddress>,
-}
-
-impl pp::Exchange for Ud<'_> {
-    fn post_send(&mut self, qp: &mut QueuePair, _k: u32) -> Result<()> {
-        let sge = [self.mr.sge(GRH as usize, self.size)];
-        let mut wr = SendWr::new(SEND_WRID, WrOpcode::Send, &sge).signaled();
-        if let Some(dest) = self.dest {
-            wr = wr.to(dest);
-        }
-        if self.inline {
-            wr = wr.inline();
-        }
-        qp.post_send(&[wr])
-    }
-
-    fn post_recv(&mut self, qp: &mut QueuePair, n: u32) -> u32 {
-        let sge = [self.mr.sge(0, self.size + GRH)];
-        (0..n)
-            .take_while(|_| qp.post_recv(&[RecvWr::new(RECV_WRID, &sge)]).is_ok())
-            .count() as u32
-    }
-}
-
 fn run(args: Args) -> std::result::Result<(), String> {
     let c = &args.common;
     c.check()?;
@@ -79,10 +49,12 @@ fn run(args: Args) -> std::result::Result<(), String> {
     }
     let inline = b.inline(args.size);
     let mut qp = b.create_qp(QpType::Ud, c.rx_depth, if inline { args.size } else { 0 })?;
-    let mut ex = Ud {
+    let mut ex = pp::Plain {
         mr: &b.mr,
         size: args.size,
         inline,
+        send_offset: GRH as usize,
+        recv_len: args.size + GRH,
         dest: None,
     };
     let routs = pp::Exchange::post_recv(&mut ex, &mut qp, c.rx_depth);

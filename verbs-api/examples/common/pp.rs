@@ -271,6 +271,39 @@ pub trait Exchange {
     }
 }
 
+/// The UC and UD exchange: message `k` is `size` bytes from `send_offset` of one region
+/// (to `dest` on UD), and every receive takes `recv_len` bytes at its start (on UD the
+/// 40-byte GRH, then the payload).
+pub struct Plain<'a> {
+    pub mr: &'a MemoryRegion,
+    pub size: u32,
+    pub inline: bool,
+    pub send_offset: usize,
+    pub recv_len: u32,
+    pub dest: Option<UdAddress>,
+}
+
+impl Exchange for Plain<'_> {
+    fn post_send(&mut self, qp: &mut QueuePair, _k: u32) -> verbs_api::Result<()> {
+        let sge = [self.mr.sge(self.send_offset, self.size)];
+        let mut wr = SendWr::new(SEND_WRID, WrOpcode::Send, &sge).signaled();
+        if let Some(dest) = self.dest {
+            wr = wr.to(dest);
+        }
+        if self.inline {
+            wr = wr.inline();
+        }
+        qp.post_send(&[wr])
+    }
+
+    fn post_recv(&mut self, qp: &mut QueuePair, n: u32) -> u32 {
+        let sge = [self.mr.sge(0, self.recv_len)];
+        (0..n)
+            .take_while(|_| qp.post_recv(&[RecvWr::new(RECV_WRID, &sge)]).is_ok())
+            .count() as u32
+    }
+}
+
 /// The ping-pong of `ibv_{rc,uc,ud}_pingpong` on one QP: the client sends first; each
 /// side sends its next message once its last send and a receive completed; receives are
 /// refilled when one is left. `routs` receives are posted on entry. Prints the closing
