@@ -12,39 +12,49 @@ use verbs_api::{
 const GRH: usize = 40;
 const QKEY: u32 = 0x1111_1111; // verbs_api::qp::DEFAULT_QKEY, set by to_init for UD
 
+/// A context on `nic` with a PD, an 8 KiB region, a CQ and a UD QP in RTS.
+fn open_ud(
+    nic: &NicProc,
+) -> (
+    verbs_api::Context,
+    verbs_api::ProtectionDomain,
+    verbs_api::MemoryRegion,
+    verbs_api::CompletionQueue,
+    verbs_api::QueuePair,
+) {
+    let ctx = Device::open(&nic.name).expect("open");
+    let pd = ctx.alloc_pd().expect("pd");
+    let mr = pd.alloc_mr(8192, AccessFlags::LOCAL_WRITE).expect("mr");
+    let cq = ctx.create_cq(16).expect("cq");
+    let cap = QpCap {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let mut qp = pd
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Ud,
+            send_cq: &cq,
+            recv_cq: &cq,
+            cap,
+            sq_sig_all: false,
+        })
+        .expect("qp");
+    qp.to_init(AccessFlags::NONE).expect("init");
+    qp.to_rtr(&nic.endpoint(0, 0), verbs_api::Mtu::Mtu1024)
+        .expect("rtr");
+    qp.to_rts(0).expect("rts");
+    (ctx, pd, mr, cq, qp)
+}
+
 #[test]
 fn ud_send_between_two_nics() {
     let a = NicProc::start("ud-a", "127.0.0.24", 0, &[]);
     let b = NicProc::start("ud-b", "127.0.0.25", 0, &[]);
-    let open = |nic: &NicProc| {
-        let ctx = Device::open(&nic.name).expect("open");
-        let pd = ctx.alloc_pd().expect("pd");
-        let mr = pd.alloc_mr(8192, AccessFlags::LOCAL_WRITE).expect("mr");
-        let cq = ctx.create_cq(16).expect("cq");
-        let cap = QpCap {
-            max_send_wr: 8,
-            max_recv_wr: 8,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let mut qp = pd
-            .create_qp(&QpInitAttr {
-                qp_type: QpType::Ud,
-                send_cq: &cq,
-                recv_cq: &cq,
-                cap,
-                sq_sig_all: false,
-            })
-            .expect("qp");
-        qp.to_init(AccessFlags::NONE).expect("init");
-        qp.to_rtr(&nic.endpoint(0, 0), verbs_api::Mtu::Mtu1024)
-            .expect("rtr");
-        qp.to_rts(0).expect("rts");
-        (ctx, pd, mr, cq, qp)
-    };
-    let (_ca, _pa, mut mx, mut cqx, mut qx) = open(&a);
-    let (_cb, _pb, mut my, mut cqy, mut qy) = open(&b);
+    let (_ca, _pa, mut mx, mut cqx, mut qx) = open_ud(&a);
+    let (_cb, _pb, mut my, mut cqy, mut qy) = open_ud(&b);
     for (i, len) in [0usize, 1, 1000, 1024].into_iter().enumerate() {
         let i = i as u64;
         let data = pattern(len, i as u8);
@@ -108,35 +118,8 @@ fn ud_send_between_two_nics() {
 fn ud_receive_over_ipv6_starts_with_the_ipv6_header() {
     let a = NicProc::start("ud6-a", "::1", 0, &[]);
     let b = NicProc::start("ud6-b", "::1", 0, &[]);
-    let open = |nic: &NicProc| {
-        let ctx = Device::open(&nic.name).expect("open");
-        let pd = ctx.alloc_pd().expect("pd");
-        let mr = pd.alloc_mr(8192, AccessFlags::LOCAL_WRITE).expect("mr");
-        let cq = ctx.create_cq(16).expect("cq");
-        let cap = QpCap {
-            max_send_wr: 8,
-            max_recv_wr: 8,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let mut qp = pd
-            .create_qp(&QpInitAttr {
-                qp_type: QpType::Ud,
-                send_cq: &cq,
-                recv_cq: &cq,
-                cap,
-                sq_sig_all: false,
-            })
-            .expect("qp");
-        qp.to_init(AccessFlags::NONE).expect("init");
-        qp.to_rtr(&nic.endpoint(0, 0), verbs_api::Mtu::Mtu1024)
-            .expect("rtr");
-        qp.to_rts(0).expect("rts");
-        (ctx, pd, mr, cq, qp)
-    };
-    let (_ca, _pa, mut mx, mut cqx, mut qx) = open(&a);
-    let (_cb, _pb, my, mut cqy, mut qy) = open(&b);
+    let (_ca, _pa, mut mx, mut cqx, mut qx) = open_ud(&a);
+    let (_cb, _pb, my, mut cqy, mut qy) = open_ud(&b);
     let len = 100usize;
     mx.write(0, &pattern(len, 6));
     let rs = [my.sge(0, (GRH + len) as u32)];
