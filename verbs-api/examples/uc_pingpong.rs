@@ -56,14 +56,7 @@ fn run(args: Args) -> std::result::Result<(), String> {
     let my = pp::endpoint(qp.qp_num(), c.gid(&b.ctx)?, 0);
     pp::print_dest("local address: ", &my, ",");
     pp::exchange(c, &my, &mut qp, |qp, rem| {
-        let rem = QpEndpoint {
-            udp_port: c.remote_udp_port,
-            ..*rem
-        };
-        qp.to_rtr(&rem, mtu)
-            .map_err(|e| format!("Failed to modify QP to RTR: {e}"))?;
-        qp.to_rts(my.psn)
-            .map_err(|e| format!("Failed to modify QP to RTS: {e}"))
+        pp::connect(c, qp, rem, mtu, my.psn)
     })?;
     pp::ping_pong(c, args.size, &mut qp, &mut b.cq, routs, &mut ex)
 }

@@ -258,6 +258,25 @@ pub fn exchange(
     Ok(rem)
 }
 
+/// Brings a connected (RC or UC) QP to RTR facing `rem` (at `-P`'s UDP port) and on
+/// to RTS with our `psn`.
+pub fn connect(
+    args: &CommonArgs,
+    qp: &mut QueuePair,
+    rem: &QpEndpoint,
+    mtu: Mtu,
+    psn: u32,
+) -> Result<(), String> {
+    let rem = QpEndpoint {
+        udp_port: args.remote_udp_port,
+        ..*rem
+    };
+    qp.to_rtr(&rem, mtu)
+        .map_err(|e| format!("Failed to modify QP to RTR: {e}"))?;
+    qp.to_rts(psn)
+        .map_err(|e| format!("Failed to modify QP to RTS: {e}"))
+}
+
 /// What differs between the single-QP ping-pongs: how a message is sent and receives
 /// are posted, and what is checked when one arrives.
 pub trait Exchange {
