@@ -46,6 +46,13 @@ pub struct RunArgs {
     /// rnr_retry 7 means infinite). Useful for soak tests at high loss.
     #[arg(long)]
     pub retry_cnt_7_infinite: bool,
+    /// Resend only after each QP's Local ACK Timeout (4.096 µs × 2^timeout, IBTA
+    /// 9.7.6.1.3), as Linux rxe does. By default RC QPs resend after an RTT-estimated
+    /// timeout (at least 1 ms, at most the Local ACK Timeout); retry_cnt is still
+    /// charged once per Local ACK Timeout without progress, so a dead peer is detected
+    /// exactly as late as with strict timing (docs/architecture.md).
+    #[arg(long)]
+    pub strict_ack_timeout: bool,
     /// Never sleep: keep polling (yielding the core when idle) instead of setting
     /// NEED_WAKEUP and blocking in poll(2). Clients then never need the wake eventfd,
     /// so a post makes no syscall at all — what the no-syscall test relies on, and what
@@ -140,6 +147,8 @@ pub struct Config {
     pub gso: bool,
     /// rxe's retry_cnt 7 = infinite.
     pub retry_cnt_7_infinite: bool,
+    /// Resend only after the Local ACK Timeout.
+    pub strict_ack_timeout: bool,
     /// Never sleep (no NEED_WAKEUP, no poll(2)).
     pub busy_poll: bool,
     /// Capture file.
@@ -244,6 +253,7 @@ impl Config {
             mtu: a.mtu,
             gso: a.gso,
             retry_cnt_7_infinite: a.retry_cnt_7_infinite,
+            strict_ack_timeout: a.strict_ack_timeout,
             busy_poll: a.busy_poll,
             pcap: a.pcap.clone(),
             fault,
@@ -277,6 +287,7 @@ impl Default for RunArgs {
             mtu: 4096,
             gso: false,
             retry_cnt_7_infinite: false,
+            strict_ack_timeout: false,
             busy_poll: false,
             pcap: None,
             loss: 0.0,

@@ -248,6 +248,11 @@ impl Runtime {
                     compat: softnic_transport::qp::RxeCompat {
                         retry_cnt_7_is_infinite: cfg.retry_cnt_7_infinite,
                     },
+                    ack_timer: if cfg.strict_ack_timeout {
+                        softnic_transport::qp::AckTimer::Strict
+                    } else {
+                        softnic_transport::qp::AckTimer::Adaptive
+                    },
                 },
                 cfg.quotas,
             ),

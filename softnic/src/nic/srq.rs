@@ -388,6 +388,7 @@ mod tests {
             local: "127.0.0.1:4791".parse().unwrap(),
             mtu: 4096,
             compat: Default::default(),
+            ack_timer: Default::default(),
         };
         (Nic::new(info, limits), NicCounters::default())
     }

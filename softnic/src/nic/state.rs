@@ -88,6 +88,8 @@ pub struct NicInfo {
     pub mtu: u32,
     /// Opt-in rxe deviations applied to every QP.
     pub compat: tqp::RxeCompat,
+    /// Retransmission timing of every RC QP (adaptive unless `--strict-ack-timeout`).
+    pub ack_timer: tqp::AckTimer,
 }
 
 /// All NIC objects.
@@ -833,6 +835,7 @@ impl Nic {
         qp.set_port_mtu(self.info.mtu);
         qp.set_local_addr(self.info.local);
         qp.set_rxe_compat(self.info.compat);
+        qp.set_ack_timer(self.info.ack_timer);
         let entry = QpEntry::new(
             qp,
             client,
@@ -1006,6 +1009,7 @@ mod tests {
             local: "127.0.0.1:4791".parse().unwrap(),
             mtu: 4096,
             compat: tqp::RxeCompat::default(),
+            ack_timer: Default::default(),
         };
         (Nic::new(info, limits), NicCounters::default())
     }

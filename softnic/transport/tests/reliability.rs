@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::rc::Rc;
 
 use common::*;
-use softnic_transport::qp::{QpAttr, QpState, RxeCompat};
+use softnic_transport::qp::{AckTimer, QpAttr, QpState, RxeCompat};
 use softnic_transport::testing::{connect_qp, Pair, PairConfig, Seen, Side, Verdict};
 use softnic_transport::time::Duration;
 use softnic_transport::wr::{Queue, SendOp, WcOpcode, WcStatus};
@@ -139,8 +139,9 @@ fn lost_ack() {
     assert_eq!(p.a.qp.counters().retransmit_timeouts, 1);
 }
 
-fn read_with_lost_response(index: u32) -> Pair {
+fn read_with_lost_response(index: u32, timer: AckTimer) -> Pair {
     let (mut p, a, b) = pair(rc(256), 4);
+    p.a.qp.set_ack_timer(timer);
     let data = pattern(9, 1000);
     fill(&mut p.b, &b, 0, &data);
     p.filter = Some(once(
@@ -168,13 +169,21 @@ fn lost_read_response_first_middle_last() {
     // Losing the first or a middle response packet: the next one skips PSNs, an
     // implied NAK (IBTA 9.7.5.1.4) — the READ is resent for the rest.
     for i in [0, 1] {
-        let p = read_with_lost_response(i);
+        let p = read_with_lost_response(i, AckTimer::Adaptive);
         assert_eq!(p.a.qp.counters().implied_nak_retries, 1, "index {i}");
         assert_eq!(p.b.qp.counters().duplicate_requests, 1);
     }
-    // Losing the last: only the timer can tell.
-    let p = read_with_lost_response(3);
-    assert_eq!(p.a.qp.counters().retransmit_timeouts, 1);
+    // Losing the last: only the timer can tell. The first three responses gave the
+    // adaptive timer an RTT sample, so it resends after MIN_RTO at no cost to
+    // retry_cnt; strict timing waits the Local ACK Timeout and charges a retry.
+    for (timer, want) in [(AckTimer::Adaptive, (0, 1)), (AckTimer::Strict, (1, 0))] {
+        let c = *read_with_lost_response(3, timer).a.qp.counters();
+        assert_eq!(
+            (c.retransmit_timeouts, c.early_retransmits),
+            want,
+            "{timer:?}"
+        );
+    }
 }
 
 #[test]
@@ -457,6 +466,49 @@ fn retry_exhausted() {
     assert!((4 * 1_048_576..4 * 1_048_576 + 100_000).contains(&t), "{t}");
     assert!(p.a.qp.post_send(wr(3, SendOp::Send, &[])).is_ok());
     assert_eq!(drain(&mut p.a)[0].status, WcStatus::WrFlushErr);
+}
+
+/// With an RTT estimate the adaptive timer resends a lost packet within milliseconds
+/// instead of the 67 ms Local ACK Timeout of `timeout` 14 — yet a peer that went silent
+/// is declared dead exactly when strict timing would: after `retry_cnt + 1` Local ACK
+/// Timeouts without progress (IBTA 9.7.6.1.3), and only those cost retries.
+#[test]
+fn adaptive_timer_resends_early_but_gives_up_on_the_spec_schedule() {
+    const LAT_NS: u64 = 4096 << 14;
+    let cfg = PairConfig {
+        retry_cnt: 3,
+        timeout: 14,
+        ..rc(1024)
+    };
+    let (mut p, a, b) = pair(cfg, 14);
+    // One answered WRITE gives the estimator its sample.
+    p.a.qp
+        .post_send(rdma(1, SendOp::Write, &[a.sge(0, 10)], &b, 0))
+        .unwrap();
+    p.drive(STEPS);
+    assert_eq!(drain(&mut p.a)[0].status, WcStatus::Success);
+    // Then the peer goes silent.
+    p.filter = Some(Box::new(|s| {
+        if s.from == Side::A {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    let t0 = p.now.as_nanos();
+    p.a.qp
+        .post_send(rdma(2, SendOp::Write, &[a.sge(0, 10)], &b, 0))
+        .unwrap();
+    p.drive(STEPS);
+    assert_eq!(drain(&mut p.a)[0].status, WcStatus::RetryExcErr);
+    let c = *p.a.qp.counters();
+    assert_eq!(c.retransmit_timeouts, 3, "{c:?}");
+    assert!(c.early_retransmits >= 4, "resent early too: {c:?}");
+    let dead_after = p.now.as_nanos() - t0;
+    assert!(
+        (4 * LAT_NS..4 * LAT_NS + LAT_NS / 2).contains(&dead_after),
+        "{dead_after} ns"
+    );
 }
 
 #[test]

@@ -30,7 +30,11 @@ use crate::wr::WcStatus;
 /// Why the requester goes back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum RetryCause {
+    /// The Local ACK Timeout (IBTA 9.7.6.1.3): costs one of `retry_cnt`.
     Timeout,
+    /// The adaptive timer expired before a whole Local ACK Timeout passed without
+    /// progress (`rto.rs`): a free resend.
+    EarlyTimeout,
     SeqNak,
     ImpliedNak,
 }
@@ -83,16 +87,26 @@ impl Qp {
         }
     }
 
-    /// Forward progress: counters reset, the ACK timer restarts or stops.
+    /// Forward progress: counters reset, the RTT estimate takes its sample if the timed
+    /// PSN is now acknowledged, the ACK timer restarts or stops.
     fn on_progress(&mut self, now: Instant) {
         self.req.in_retry = false;
         self.req.retry_left = self.attrs.retry_cnt;
         self.req.rnr_left = self.attrs.rnr_retry;
-        self.timers.retransmit = if self.req.outstanding() {
-            ack_timeout(self.attrs.timeout).map(|d| now + d)
+        let win = self.req.win;
+        self.req.rto.on_progress(now, |p| !win.contains(p));
+        self.req.cwnd.on_progress(win.oldest_unacked());
+        if self.req.outstanding() {
+            self.arm_retransmit(now);
         } else {
-            None
-        };
+            self.timers.retransmit = None;
+        }
+    }
+
+    /// Arms the retransmission timer: the adaptive timeout, at most the Local ACK
+    /// Timeout (`rto.rs`); none when `timeout` is 0.
+    pub(super) fn arm_retransmit(&mut self, now: Instant) {
+        self.timers.retransmit = self.req.rto.deadline(now, ack_timeout(self.attrs.timeout));
     }
 
     /// Retires the SEND/WRITE WQEs whose every PSN is ≤ `p` and records partial
@@ -132,22 +146,26 @@ impl Qp {
     }
 
     /// Goes back to the oldest unacknowledged PSN, or fails the head WQE with
-    /// IBV_WC_RETRY_EXC_ERR when `retry_cnt` is used up (IBTA 9.7.6.1.3).
+    /// IBV_WC_RETRY_EXC_ERR when `retry_cnt` is used up (IBTA 9.7.6.1.3). An early,
+    /// adaptive expiry ([`RetryCause::EarlyTimeout`]) goes back without costing a retry.
     fn retry(&mut self, cause: RetryCause) {
         let infinite = self.compat.retry_cnt_7_is_infinite && self.attrs.retry_cnt == 7;
-        if self.req.retry_left == 0 && !infinite {
+        let charged = cause != RetryCause::EarlyTimeout && !infinite;
+        if charged && self.req.retry_left == 0 {
             self.fail_wqe_at(0, WcStatus::RetryExcErr);
             return;
         }
-        if !infinite {
+        if charged {
             self.req.retry_left -= 1;
         }
         match cause {
             RetryCause::Timeout => self.counters.retransmit_timeouts += 1,
+            RetryCause::EarlyTimeout => self.counters.early_retransmits += 1,
             RetryCause::SeqNak => self.counters.seq_nak_retries += 1,
             RetryCause::ImpliedNak => self.counters.implied_nak_retries += 1,
         }
         self.req.rewind();
+        self.req.cwnd.on_retry();
         self.req.in_retry = true;
         self.timers.retransmit = None;
     }
@@ -382,7 +400,13 @@ impl Qp {
         if self.timers.retransmit.is_some_and(|t| t <= now) {
             self.timers.retransmit = None;
             if self.req.outstanding() && matches!(self.state, QpState::Rts | QpState::Sqd) {
-                self.retry(RetryCause::Timeout);
+                let lat = ack_timeout(self.attrs.timeout).unwrap_or(Duration::MAX);
+                let cause = if self.req.rto.on_expiry(now, lat) {
+                    RetryCause::Timeout
+                } else {
+                    RetryCause::EarlyTimeout
+                };
+                self.retry(cause);
             }
         }
     }

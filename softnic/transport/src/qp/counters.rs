@@ -38,8 +38,10 @@ pub struct QpCounters {
     pub bytes_received: u64,
     /// Request packets sent again (go-back-N after a timeout, NAK or implied NAK).
     pub retransmitted_packets: u64,
-    /// Retransmission timer expiries that led to a retry.
+    /// Local ACK Timeouts: timer expiries that cost one of `retry_cnt` and went back.
     pub retransmit_timeouts: u64,
+    /// Adaptive-timer expiries that went back without costing a retry (`rto.rs`).
+    pub early_retransmits: u64,
     /// Go-back-N retries caused by a PSN sequence error NAK.
     pub seq_nak_retries: u64,
     /// Go-back-N retries caused by an implied NAK (a response skipping PSNs).

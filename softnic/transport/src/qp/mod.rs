@@ -15,7 +15,10 @@
 //!   PSN assignment, the outstanding window, the AckReq policy, go-back-N rewinds.
 //! * `responder` — the receive pipeline for requests, and the queue of responses.
 //! * `completer` — responses → retired WQEs → completions; retry and RNR counters.
+//! * `cwnd` — how many request PSNs may be outstanding (halved by each retry).
 //! * `timers` — the retransmission and RNR timers.
+//! * `rto` — when the retransmission timer fires (adaptive, bounded by the Local ACK
+//!   Timeout) and which expiries cost a retry.
 //! * [`window`] — the requester's PSN window, the one owner of send-side PSN
 //!   arithmetic and of the "span < 2^23" invariant.
 //!
@@ -29,9 +32,11 @@
 
 mod completer;
 mod counters;
+mod cwnd;
 mod requester;
 mod responder;
 mod responses;
+mod rto;
 mod served;
 pub mod state;
 mod timers;
@@ -47,7 +52,9 @@ use crate::time::Instant;
 use crate::wr::{Completion, Queue, RecvWr, SendOp, SendWr, WcOpcode, WcStatus, MAX_SGE};
 
 pub use counters::QpCounters;
+pub use cwnd::{MAX_OUTSTANDING_PSNS, MIN_CWND};
 pub use responder::{disposition, Disposition, NakKind, RespError};
+pub use rto::{AckTimer, MIN_RTO};
 pub use state::{AttrMask, QpState, QpType, TransitionError};
 pub use ud::synth_grh;
 pub use window::{max_msg_len, MAX_MSG_BYTES};
@@ -342,6 +349,7 @@ pub struct Qp {
     state: QpState,
     attrs: Attrs,
     compat: RxeCompat,
+    ack_timer: AckTimer,
     port_mtu: u32,
     local: Option<SocketAddr>,
     /// The SRQ this QP takes receive WQEs from (its number), if any.
@@ -392,6 +400,7 @@ impl Qp {
             state: QpState::Reset,
             attrs: Attrs::default(),
             compat: RxeCompat::default(),
+            ack_timer: AckTimer::default(),
             port_mtu: DEFAULT_PORT_MTU,
             local: None,
             srq: None,
@@ -464,6 +473,13 @@ impl Qp {
     /// Opts in to rxe-compatible deviations from the spec (see [`RxeCompat`]).
     pub fn set_rxe_compat(&mut self, compat: RxeCompat) {
         self.compat = compat;
+    }
+
+    /// Chooses adaptive (the default) or strict IBTA retransmission timing (see
+    /// [`AckTimer`]).
+    pub fn set_ack_timer(&mut self, mode: AckTimer) {
+        self.ack_timer = mode;
+        self.req.rto.set_mode(mode);
     }
 
     /// The port MTU, used for UD messages (default [`DEFAULT_PORT_MTU`]). Values
@@ -566,8 +582,9 @@ impl Qp {
             self.local,
             self.srq,
         );
-        let counters = self.counters;
+        let (counters, ack_timer) = (self.counters, self.ack_timer);
         *self = Qp::new(qpn, qp_type, pd, caps);
+        self.set_ack_timer(ack_timer);
         self.srq = srq;
         self.compat = compat;
         self.port_mtu = port_mtu;

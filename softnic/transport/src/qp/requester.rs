@@ -12,8 +12,8 @@
 //! operation and position; none is written by hand.
 //!
 //! AckReq policy (IBTA 9.7.6.1.1 lets the requester choose): set on the last packet of
-//! every message, on one packet in every [`ACK_REQ_INTERVAL`] within long messages,
-//! and on every resent packet. Linux rxe acknowledges only packets with AckReq set, so this keeps the
+//! every message, on one packet in every [`ACK_REQ_INTERVAL`] (or half the in-flight
+//! window, when losses shrank it) within long messages, and on every resent packet. Linux rxe acknowledges only packets with AckReq set, so this keeps the
 //! window moving against rxe as well as against hardware that coalesces.
 
 use std::collections::VecDeque;
@@ -24,20 +24,14 @@ use wire::{
     Psn, Qpn, RethRepr,
 };
 
+use super::cwnd::Cwnd;
+use super::rto::Rto;
 use super::window::{forward, SendWindow};
 use super::{Qp, QpState, QpType, Transmit};
 use crate::memory::Memory;
 use crate::sgl;
 use crate::time::Instant;
 use crate::wr::{SendOp, SendWr, WcStatus};
-
-/// Most request PSNs outstanding (sent and not acknowledged) on an RC QP. Far below
-/// the 2^23 limit of IBTA 9.7.1. 128 is what Linux rxe's requester allows itself
-/// (`RXE_MAX_UNACKED_PSNS`, rxe_req.c): softnic has no congestion control, and a larger
-/// window overran a slow rxe peer (go-back-N resent the whole window into the same full
-/// queue until `retry_cnt` ran out; tests/interop `write_bw_q4`). 128 packets of 4 KiB
-/// still cover a loopback path's bandwidth-delay product.
-pub const MAX_OUTSTANDING_PSNS: u32 = 128;
 
 /// A packet with AckReq at least every this many request packets.
 pub const ACK_REQ_INTERVAL: u32 = 64;
@@ -132,6 +126,10 @@ pub(super) struct Requester {
     /// Gone back N and no progress since: further implied NAKs (responses still in
     /// flight from before the rewind) are ignored, so one loss costs one retry.
     pub in_retry: bool,
+    /// When to resend and which resends cost a retry (`rto.rs`).
+    pub rto: Rto,
+    /// How many request PSNs may be outstanding (`cwnd.rs`).
+    pub cwnd: Cwnd,
 }
 
 /// Position of packet `k` of an `n`-packet message (IBTA 9.4: First/Middle/Last/Only).
@@ -164,12 +162,15 @@ impl Requester {
             rnr_left: 0,
             rnr_paused: false,
             in_retry: false,
+            rto: Rto::default(),
+            cwnd: Cwnd::default(),
         }
     }
 
     /// Entering RTS: the first PSN is `sq_psn`.
     pub fn start(&mut self, sq_psn: Psn, retry_cnt: u8, rnr_retry: u8) {
         self.win = SendWindow::new(sq_psn);
+        self.cwnd.start(sq_psn);
         self.retry_left = retry_cnt;
         self.rnr_left = rnr_retry;
     }
@@ -208,6 +209,7 @@ impl Requester {
 
     /// Go-back-N: the next packet sent is the oldest unacknowledged (IBTA 9.7.5.2.1).
     pub fn rewind(&mut self) {
+        self.rto.on_rewind();
         self.cursor = 0;
         self.win.rewind();
         self.noack_pkts = 0;
@@ -250,7 +252,7 @@ impl Qp {
             };
             if self.qp_type == QpType::Rc {
                 let in_flight = self.req.win.span();
-                if in_flight > 0 && in_flight + 1 > MAX_OUTSTANDING_PSNS {
+                if in_flight > 0 && in_flight + 1 > self.req.cwnd.limit() {
                     return None;
                 }
                 // IBTA 9.4.4 / 10.3.1: at most max_rd_atomic READ/atomic outstanding.
@@ -281,7 +283,7 @@ impl Qp {
             }
         } else if self.qp_type == QpType::Rc {
             let ahead = self.req.win.offset(self.req.win.cursor());
-            if ahead.is_some_and(|a| a >= MAX_OUTSTANDING_PSNS) {
+            if ahead.is_some_and(|a| a >= self.req.cwnd.limit()) {
                 return None;
             }
         }
@@ -300,9 +302,11 @@ impl Qp {
             (None, None) => return None,
         };
         self.counters.bytes_sent += em.payload_len as u64;
-        if self.req.win.is_resend(em.psn) {
+        let resend = self.req.win.is_resend(em.psn);
+        if resend {
             self.counters.retransmitted_packets += 1;
         }
+        self.req.rto.on_send(em.psn, resend, now);
         self.req.win.record_sent(em.next_psn);
         self.req.noack_pkts = if em.ack_req {
             0
@@ -320,8 +324,10 @@ impl Qp {
         match self.qp_type {
             QpType::Rc => {
                 if self.timers.retransmit.is_none() {
-                    self.timers.retransmit =
-                        super::timers::ack_timeout(self.attrs.timeout).map(|d| now + d);
+                    if !self.req.in_retry {
+                        self.req.rto.on_arm_from_idle(now);
+                    }
+                    self.arm_retransmit(now);
                 }
             }
             // UC and UD have no acknowledgements: a WQE is complete once its last
@@ -390,8 +396,11 @@ impl Qp {
         // Resent packets always ask for an ACK: during recovery every delivered packet
         // should count as progress, so one more loss does not cost a whole round.
         let resend = self.req.win.is_resend(psn);
+        // And at least twice per window, so ACKs come back before a window shrunk by
+        // losses (`cwnd.rs`) fills up in the middle of a message.
+        let interval = ACK_REQ_INTERVAL.min((self.req.cwnd.limit() / 2).max(1));
         let ack_req = self.qp_type == QpType::Rc
-            && (pos.ends() || self.req.noack_pkts + 1 >= ACK_REQ_INTERVAL || resend);
+            && (pos.ends() || self.req.noack_pkts + 1 >= interval || resend);
         let dest_qpn = match &e.wr.ud {
             Some(ud) => ud.qpn,
             None => self.attrs.dest_qpn,
