@@ -11,7 +11,7 @@ use std::rc::Rc;
 
 use common::*;
 use softnic_transport::qp::{AckTimer, QpAttr, QpState, RxeCompat};
-use softnic_transport::testing::{connect_qp, Pair, PairConfig, Seen, Side, Verdict};
+use softnic_transport::testing::{connect_qp, Filter, Pair, PairConfig, Seen, Side, Verdict};
 use softnic_transport::time::Duration;
 use softnic_transport::wr::{Queue, SendOp, WcOpcode, WcStatus};
 use wire::{Opcode, Operation};
@@ -19,7 +19,7 @@ use wire::{Opcode, Operation};
 const STEPS: u64 = 2_000_000;
 
 /// A filter that applies `v` to the first packet matching `pred` only.
-fn once(pred: impl Fn(&Seen) -> bool + 'static, v: Verdict) -> Box<dyn FnMut(&Seen) -> Verdict> {
+fn once(pred: impl Fn(&Seen) -> bool + 'static, v: Verdict) -> Filter {
     let mut done = false;
     Box::new(move |s| {
         if !done && pred(s) {
@@ -29,6 +29,11 @@ fn once(pred: impl Fn(&Seen) -> bool + 'static, v: Verdict) -> Box<dyn FnMut(&Se
             Verdict::Pass
         }
     })
+}
+
+/// A filter that applies `v` to every packet A sends.
+fn from_a(v: Verdict) -> Filter {
+    Box::new(move |s| if s.from == Side::A { v } else { Verdict::Pass })
 }
 
 fn op(s: &Seen) -> Operation {
@@ -217,13 +222,7 @@ fn read_response_lost_then_later_ack_is_an_implied_nak() {
 fn duplicated_send_and_write_execute_once() {
     let (mut p, a, b) = pair(rc(256), 6);
     fill(&mut p.a, &a, 0, &pattern(4, 600));
-    p.filter = Some(Box::new(|s| {
-        if s.from == Side::A {
-            Verdict::Duplicate
-        } else {
-            Verdict::Pass
-        }
-    }));
+    p.filter = Some(from_a(Verdict::Duplicate));
     p.b.qp.post_recv(recv(1, &[b.sge(0, 600)])).unwrap();
     p.b.qp.post_recv(recv(2, &[b.sge(0, 600)])).unwrap();
     p.b.qp.post_recv(recv(3, &[b.sge(0, 600)])).unwrap();
@@ -251,13 +250,7 @@ fn duplicated_send_and_write_execute_once() {
 fn duplicated_read_is_executed_again_and_completes_once() {
     let (mut p, a, b) = pair(rc(256), 7);
     fill(&mut p.b, &b, 0, &pattern(5, 700));
-    p.filter = Some(Box::new(|s| {
-        if s.from == Side::A {
-            Verdict::Duplicate
-        } else {
-            Verdict::Pass
-        }
-    }));
+    p.filter = Some(from_a(Verdict::Duplicate));
     p.a.qp
         .post_send(rdma(1, SendOp::Read, &[a.sge(0, 700)], &b, 0))
         .unwrap();
@@ -273,13 +266,7 @@ fn duplicated_read_is_executed_again_and_completes_once() {
 #[test]
 fn duplicated_atomic_is_answered_from_the_cache_never_executed_twice() {
     let (mut p, a, b) = pair(rc(1024), 8);
-    p.filter = Some(Box::new(|s| {
-        if s.from == Side::A {
-            Verdict::Duplicate
-        } else {
-            Verdict::Pass
-        }
-    }));
+    p.filter = Some(from_a(Verdict::Duplicate));
     for i in 0..3 {
         p.a.qp
             .post_send(rdma(
@@ -437,13 +424,7 @@ fn retry_exhausted() {
         ..rc(1024)
     };
     let (mut p, a, b) = pair(cfg, 14);
-    p.filter = Some(Box::new(|s| {
-        if s.from == Side::A {
-            Verdict::Drop
-        } else {
-            Verdict::Pass
-        }
-    }));
+    p.filter = Some(from_a(Verdict::Drop));
     p.a.qp
         .post_send(rdma(1, SendOp::Write, &[a.sge(0, 10)], &b, 0))
         .unwrap();
@@ -488,13 +469,7 @@ fn adaptive_timer_resends_early_but_gives_up_on_the_spec_schedule() {
     p.drive(STEPS);
     assert_eq!(drain(&mut p.a)[0].status, WcStatus::Success);
     // Then the peer goes silent.
-    p.filter = Some(Box::new(|s| {
-        if s.from == Side::A {
-            Verdict::Drop
-        } else {
-            Verdict::Pass
-        }
-    }));
+    p.filter = Some(from_a(Verdict::Drop));
     let t0 = p.now.as_nanos();
     p.a.qp
         .post_send(rdma(2, SendOp::Write, &[a.sge(0, 10)], &b, 0))
@@ -518,15 +493,8 @@ fn retry_cnt_7_is_seven_unless_rxe_compat() {
         timeout: 1,
         ..rc(1024)
     };
-    let drop_a: fn(&Seen) -> Verdict = |s| {
-        if s.from == Side::A {
-            Verdict::Drop
-        } else {
-            Verdict::Pass
-        }
-    };
     let (mut p, a, b) = pair(cfg, 15);
-    p.filter = Some(Box::new(drop_a));
+    p.filter = Some(from_a(Verdict::Drop));
     p.a.qp
         .post_send(rdma(1, SendOp::Write, &[a.sge(0, 1)], &b, 0))
         .unwrap();
@@ -538,7 +506,7 @@ fn retry_cnt_7_is_seven_unless_rxe_compat() {
     p.a.qp.set_rxe_compat(RxeCompat {
         retry_cnt_7_is_infinite: true,
     });
-    p.filter = Some(Box::new(drop_a));
+    p.filter = Some(from_a(Verdict::Drop));
     p.a.qp
         .post_send(rdma(1, SendOp::Write, &[a.sge(0, 1)], &b, 0))
         .unwrap();
