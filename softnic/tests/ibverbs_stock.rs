@@ -375,7 +375,9 @@ fn compile_c(name: &str, extra: &[&str]) -> PathBuf {
 /// C ABI: `tests/ibverbs/nosyscall.c` runs 1000 SEND round trips between two
 /// `--busy-poll` NICs in a thread under a seccomp filter that kills the process on any
 /// syscall but `exit`, once with classic CQs and once polling one side with the
-/// `ibv_cq_ex` API. Control: the same loop with one `getppid` must die by SIGSYS.
+/// `ibv_cq_ex` API, both with the idle yield off (`SOFTNIC_IBV_POLL_YIELD=0`); and with
+/// the default (an empty poll streak yields) under a filter that allows only
+/// `sched_yield`. Control: the same loop with one `getppid` must die by SIGSYS.
 #[test]
 fn post_and_poll_make_no_syscalls_through_the_c_abi() {
     use std::os::unix::process::ExitStatusExt;
@@ -384,18 +386,21 @@ fn post_and_poll_make_no_syscalls_through_the_c_abi() {
     let a = NicProc::start("ibvstock-ns-a", &format!("{net}.8"), 4791, &["--busy-poll"]);
     let b = NicProc::start("ibvstock-ns-b", &format!("{net}.9"), 4791, &["--busy-poll"]);
     let exe = compile_c("nosyscall", &["-pthread"]);
+    // `yield` keeps the library's default: an empty poll streak yields the core.
+    // The other modes spin without yielding (SOFTNIC_IBV_POLL_YIELD=0).
     let run = |mode: &str| {
-        exec(&[
-            "-d",
-            &a.name,
-            "-d",
-            &b.name,
-            "--",
-            exe.to_str().unwrap(),
-            &a.name,
-            &b.name,
-            mode,
-        ])
+        let yield_every = if mode == "yield" { None } else { Some("0") };
+        let mut c = Command::new(env!("CARGO_BIN_EXE_softnic"));
+        c.args(["exec", "-d", &a.name, "-d", &b.name, "--"])
+            .arg(&exe)
+            .args([&a.name, &b.name, mode])
+            .env("SOFTNIC_DIR", softnic_dir())
+            .env_remove(softnic::exec::LIB_DIR_ENV)
+            .env_remove(softnic_ibverbs::objects::POLL_YIELD_ENV);
+        if let Some(v) = yield_every {
+            c.env(softnic_ibverbs::objects::POLL_YIELD_ENV, v);
+        }
+        c.output().expect("run softnic exec")
     };
     let o = run("clean");
     assert!(o.status.success(), "{}", text(&o));
@@ -410,6 +415,14 @@ fn post_and_poll_make_no_syscalls_through_the_c_abi() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(
         text(&o).contains("ok 1000 rounds without a system call"),
+        "{}",
+        text(&o)
+    );
+    // The library's default under a filter that allows sched_yield and nothing else.
+    let o = run("yield");
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("ok 1000 rounds without a system call but sched_yield"),
         "{}",
         text(&o)
     );

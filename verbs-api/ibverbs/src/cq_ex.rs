@@ -109,7 +109,10 @@ unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut c_void) -> c_int 
         return libc::EINVAL;
     }
     // SAFETY: a CQ from create_cq_ex_op (the inline wrapper passes it through).
-    unsafe { advance(cq) }
+    let rc = unsafe { advance(cq) };
+    // SAFETY: as above.
+    unsafe { &*(cq as *const SoftnicCq) }.note_poll(rc != libc::ENOENT);
+    rc
 }
 
 unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {

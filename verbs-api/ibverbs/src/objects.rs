@@ -99,6 +99,38 @@ pub struct SoftnicCq {
     pub api: Mutex<CompletionQueue>,
     /// QPs using this CQ (EBUSY on destroy while non-zero).
     pub users: AtomicU32,
+    /// Empty polls in a row (see [`SoftnicCq::note_poll`]).
+    pub(crate) empty_polls: AtomicU32,
+    /// [`yield_every`], read at creation (not in the poll: reading the environment
+    /// allocates, and a thread's first `malloc` may make a system call).
+    yield_every: u32,
+}
+
+impl SoftnicCq {
+    /// Counts a poll; after [`yield_every`] empty polls in a row, yields the core once.
+    ///
+    /// Why: perftest, the pingpongs and most verbs programs busy-poll their CQs without
+    /// ever yielding, which is right on a host with a hardware NIC. Here the NIC is a
+    /// process that needs the same cores: with the program spinning, the NIC (and the
+    /// peer) ran only when the scheduler preempted it, and a stock `ib_send_lat -s 8`
+    /// round trip took milliseconds instead of tens of microseconds (docs/ibverbs.md,
+    /// "Speed"). `softnic perf` yields after the same streak. A poll that finds
+    /// completions never yields, so a busy data path still makes no system call.
+    pub(crate) fn note_poll(&self, found: bool) {
+        if found {
+            if self.empty_polls.load(Ordering::Relaxed) != 0 {
+                self.empty_polls.store(0, Ordering::Relaxed);
+            }
+            return;
+        }
+        let n = self
+            .empty_polls
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_add(1);
+        if self.yield_every != 0 && n % self.yield_every == 0 {
+            std::thread::yield_now();
+        }
+    }
 }
 
 /// The [`SoftnicCq`] around `cq`.
@@ -230,6 +262,8 @@ pub(crate) unsafe fn create_cq(
         current: Mutex::new(WorkCompletion::default()),
         api: Mutex::new(api),
         users: AtomicU32::new(0),
+        empty_polls: AtomicU32::new(0),
+        yield_every: yield_every(),
     }));
     // SAFETY: b is a fresh box; the mutex and condvar are at their final addresses.
     unsafe {
@@ -369,7 +403,26 @@ pub unsafe extern "C" fn poll_cq(cq: *mut c_void, num_entries: c_int, wc: *mut c
             break;
         }
     }
+    if want > 0 {
+        c.note_poll(done > 0);
+    }
     done as c_int
+}
+
+/// The environment variable that sets how many empty polls in a row make a CQ poll
+/// yield the core once: default 256 (what `softnic perf` does); 0 = never yield, spin
+/// as on hardware (for a program that owns a core).
+pub const POLL_YIELD_ENV: &str = "SOFTNIC_IBV_POLL_YIELD";
+
+/// [`POLL_YIELD_ENV`], read once per process.
+fn yield_every() -> u32 {
+    static EVERY: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *EVERY.get_or_init(|| {
+        std::env::var(POLL_YIELD_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(256)
+    })
 }
 
 /// The `req_notify_cq` op behind the inline `ibv_req_notify_cq`: arms the CQ so the
