@@ -311,6 +311,61 @@ fn stock_ud_pingpong_between_two_nics() {
     }
 }
 
+/// Stock `ibv_srq_pingpong` (4 QPs sharing one SRQ, rdma-core's data check) and
+/// perftest's `ib_send_bw --use-srq` between two softnic NICs, one each way.
+#[test]
+fn stock_srq_programs_between_two_nics() {
+    let (a, b) = nic_pair("ibvstock-srq", 12);
+    let (s, c) = pair_run(
+        "ibv_srq_pingpong",
+        &a,
+        &b,
+        tcp_port(40),
+        &["-g", "1", "-q", "4", "-c", "-n", "50"],
+    );
+    assert!(
+        s.contains("50 iters in") && c.contains("50 iters in"),
+        "{s}\n{c}"
+    );
+    let (s, c) = pair_run(
+        "ib_send_bw",
+        &b,
+        &a,
+        tcp_port(41),
+        &["-x", "1", "-F", "--use-srq", "-s", "4096", "-n", "50"],
+    );
+    assert!(c.contains("#bytes"), "no result table\n{c}");
+    for out in [&s, &c] {
+        assert!(out.contains("Using SRQ      : ON"), "{out}");
+    }
+}
+
+/// `tests/ibverbs/srq.c` through the C ABI between two NICs: SRQ create / query /
+/// modify (the limit; resizing is EOPNOTSUPP) / post / destroy (EBUSY with a QP on
+/// it), SENDs landing in SRQ buffers in order, the SRQ limit event on `async_fd` and
+/// `ibv_get_async_event`, and `ibv_init_ah_from_wc` / `ibv_create_ah_from_wc` on IPv4
+/// and IPv6 GRHs.
+#[test]
+fn srq_verbs_and_limit_event_through_the_c_abi() {
+    let (a, b) = nic_pair("ibvstock-srqc", 14);
+    let exe = compile_c("srq", &[]);
+    let o = exec(&[
+        "-d",
+        &a.name,
+        "-d",
+        &b.name,
+        "--",
+        exe.to_str().unwrap(),
+        &a.name,
+        &b.name,
+    ]);
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "ok",
+        "{}",
+        text(&o)
+    );
+}
+
 /// Stock perftest between two softnic NICs, half the cases each way: every RC test,
 /// SEND over UD and WRITE over UC run to their result table (perftest itself checks no data; `softnic perf --verify`
 /// and the pingpongs' `-c` do).

@@ -1,9 +1,10 @@
 //! GIDs of a RoCEv2 NIC and the UDP endpoints they stand for.
 //!
 //! RoCEv2 (IBTA Annex A17.4.2) puts an IP address where InfiniBand puts a GID: a NIC at
-//! IPv4 `a.b.c.d` has the IPv4-mapped GID `::ffff:a.b.c.d` (softnic's GID index 0; rxe
-//! lists it at index 1 after the link-local GID), and a NIC at an IPv6 address has that
-//! address as its GID.
+//! IPv4 `a.b.c.d` has the IPv4-mapped GID `::ffff:a.b.c.d`, and a NIC at an IPv6
+//! address has that address as its GID. In the GID table clients see it is index 1;
+//! index 0 is the link-local GID, as in rxe's table (`verbs_api::gid::gid_table`), so
+//! `-g 1` / `-x 1` command lines written for rxe work unchanged.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 

@@ -32,6 +32,8 @@
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
+#include "rc_pair.h"
+
 #define ROUNDS 1000
 #define MSG 64
 
@@ -50,12 +52,6 @@ static struct side x, y;
 static int mode_getppid, mode_cqex, mode_yield;
 static volatile int done;	 /* 1: the filtered loop finished */
 static volatile int failures; /* completions that were not what was posted */
-
-static void die(const char *what)
-{
-	fprintf(stderr, "FAIL %s\n", what);
-	exit(2);
-}
 
 static void open_side(struct side *s, const char *name)
 {
@@ -91,44 +87,6 @@ static void open_side(struct side *s, const char *name)
 	s->qp = ibv_create_qp(s->pd, &ia);
 	if (!s->mr || !s->qp || ibv_query_gid(s->ctx, 1, 1, &s->gid))
 		die("mr/qp/gid");
-}
-
-static void connect_side(struct side *s, struct side *peer)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE };
-	if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-					     IBV_QP_ACCESS_FLAGS))
-		die("init");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = peer->qp->qp_num;
-	a.rq_psn = 0;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = peer->gid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-					     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-					     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("rtr");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	/* 1 s local ACK timeout (4.096 us * 2^18): on a loaded 2-vCPU host the NICs can be
-	 * descheduled long enough to exhaust 7 retries of rdma-core's usual 67 ms. */
-	a.timeout = 18;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = 0;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-					     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-					     IBV_QP_MAX_QP_RD_ATOMIC))
-		die("rts");
 }
 
 /* One round: RECV on y, SEND on x, both completions. Returns 0 or a failure count. */
@@ -213,8 +171,8 @@ int main(int argc, char **argv)
 	mode_cqex = !strcmp(argv[3], "cqex");
 	open_side(&x, argv[1]);
 	open_side(&y, argv[2]);
-	connect_side(&x, &y);
-	connect_side(&y, &x);
+	rc_connect(x.qp, y.qp, y.gid);
+	rc_connect(y.qp, x.qp, x.gid);
 	if (round_trip(0)) /* warm-up, unfiltered */
 		die("warm-up round");
 	pthread_t t;

@@ -545,7 +545,7 @@ pub struct ibv_qp {
     pub send_cq: *mut ibv_cq,
     /// Receive CQ.
     pub recv_cq: *mut ibv_cq,
-    /// SRQ (always NULL).
+    /// SRQ (`ibv_srq`), or NULL.
     pub srq: *mut c_void,
     /// Handle.
     pub handle: u32,
@@ -664,6 +664,57 @@ pub struct ibv_qp_init_attr_ex {
     pub source_qpn: u32,
     /// `enum ibv_qp_create_send_ops_flags`.
     pub send_ops_flags: u64,
+}
+
+/// `struct ibv_srq` (128 bytes).
+#[repr(C)]
+pub struct ibv_srq {
+    /// Owning context.
+    pub context: *mut ibv_context,
+    /// The program's cookie.
+    pub srq_context: *mut c_void,
+    /// PD.
+    pub pd: *mut ibv_pd,
+    /// Handle (the NIC's SRQ handle).
+    pub handle: u32,
+    /// Guards `events_completed`.
+    pub mutex: libc::pthread_mutex_t,
+    /// Signalled when events are acknowledged.
+    pub cond: libc::pthread_cond_t,
+    /// Acknowledged async events.
+    pub events_completed: u32,
+}
+
+/// `struct ibv_srq_attr` (12 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ibv_srq_attr {
+    /// Most outstanding WRs.
+    pub max_wr: u32,
+    /// SGEs per WR.
+    pub max_sge: u32,
+    /// The limit that raises IBV_EVENT_SRQ_LIMIT_REACHED (0: not armed).
+    pub srq_limit: u32,
+}
+
+/// `struct ibv_srq_init_attr` (24 bytes).
+#[repr(C)]
+pub struct ibv_srq_init_attr {
+    /// The program's cookie.
+    pub srq_context: *mut c_void,
+    /// Requested attributes (the granted ones are written back).
+    pub attr: ibv_srq_attr,
+}
+
+/// `struct ibv_async_event` (16 bytes): the element (a CQ, QP, SRQ, WQ pointer or a
+/// port number) and `enum ibv_event_type`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_async_event {
+    /// `element.{cq,qp,srq,wq}` (or `port_num` in the low bytes).
+    pub element: *mut c_void,
+    /// `enum ibv_event_type`.
+    pub event_type: c_int,
 }
 
 /// `struct ibv_qp_cap` (20 bytes).
@@ -1239,6 +1290,37 @@ pub fn layout_table() -> Vec<FieldLayout> {
     fields!(
         v,
         Offset,
+        ibv_srq {
+            context,
+            srq_context,
+            pd,
+            handle,
+            mutex,
+            cond,
+            events_completed
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_srq_attr {
+            max_wr,
+            max_sge,
+            srq_limit
+        }
+    );
+    fields!(v, Offset, ibv_srq_init_attr { srq_context, attr });
+    fields!(
+        v,
+        Offset,
+        ibv_async_event {
+            element as "element.srq",
+            event_type
+        }
+    );
+    fields!(
+        v,
+        Offset,
         ibv_qp_cap {
             max_send_wr,
             max_recv_wr,
@@ -1507,6 +1589,26 @@ pub fn size_table() -> Vec<StructSize> {
         StructSize {
             strukt: "ibv_device",
             size: size_of::<ibv_device>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_srq",
+            size: size_of::<ibv_srq>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_srq_attr",
+            size: size_of::<ibv_srq_attr>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_srq_init_attr",
+            size: size_of::<ibv_srq_init_attr>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_async_event",
+            size: size_of::<ibv_async_event>(),
             rule: SizeRule::Exact,
         },
         StructSize {

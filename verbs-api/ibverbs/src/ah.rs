@@ -81,3 +81,80 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
         .fetch_sub(1, Ordering::AcqRel);
     0
 }
+
+/// Size of the GRH at the start of a UD receive buffer.
+const GRH_LEN: usize = 40;
+
+/// `ibv_init_ah_from_wc`: the address that answers the sender of a UD receive
+/// completion, from the 40 bytes before the payload (`grh`). On RoCEv2 every UD
+/// datagram came over IP, so the address is always global: softnic (like rxe) writes
+/// the IP header there — for IPv4 bytes 20..40 hold an IPv4 header (version 4 in byte
+/// 20), for IPv6 the 40 bytes are an IPv6 header. The destination is the packet's
+/// source address; the source GID index is 1 (the NIC's address, the only one that can
+/// send); hop limit 0xFF and the IPv6 traffic class / flow label, as rdma-core sets
+/// them. softnic's completions do not carry `IBV_WC_GRH` (the NIC's CQE has no such
+/// flag), so the flag is not required. Returns 0, or -1 with `errno` (EINVAL for a NULL
+/// argument or a header that is neither IPv4 nor IPv6).
+///
+/// # Safety
+/// `wc` and `grh` are readable (`grh` for 40 bytes); `ah_attr` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    context: *mut ibv_context,
+    port_num: u8,
+    wc: *mut ibv_wc,
+    grh: *mut u8,
+    ah_attr: *mut ibv_ah_attr,
+) -> c_int {
+    if context.is_null() || wc.is_null() || grh.is_null() || ah_attr.is_null() {
+        errno::set(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: 40 readable bytes (caller contract).
+    let g = unsafe { std::slice::from_raw_parts(grh as *const u8, GRH_LEN) };
+    let mut a = ibv_ah_attr {
+        port_num,
+        is_global: 1,
+        ..ibv_ah_attr::default()
+    };
+    a.grh.sgid_index = verbs_api::gid::ADDRESS_GID_INDEX as u8;
+    a.grh.hop_limit = 0xff;
+    if g[20] >> 4 == 4 {
+        let src = std::net::Ipv4Addr::new(g[32], g[33], g[34], g[35]);
+        a.grh.dgid.raw = src.to_ipv6_mapped().octets();
+    } else if g[0] >> 4 == 6 {
+        let flow = u32::from_be_bytes([g[0], g[1], g[2], g[3]]);
+        a.grh.traffic_class = (flow >> 20) as u8;
+        a.grh.flow_label = flow & 0xf_ffff;
+        a.grh.dgid.raw.copy_from_slice(&g[8..24]);
+    } else {
+        errno::set(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: writable (caller contract).
+    unsafe { ah_attr.write(a) };
+    0
+}
+
+/// `ibv_create_ah_from_wc`: [`ibv_init_ah_from_wc`], then [`ibv_create_ah`].
+///
+/// # Safety
+/// As [`ibv_init_ah_from_wc`]; `pd` came from `ibv_alloc_pd`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut ibv_pd,
+    wc: *mut ibv_wc,
+    grh: *mut u8,
+    port_num: u8,
+) -> *mut ibv_ah {
+    if pd.is_null() {
+        return errno::null(libc::EINVAL);
+    }
+    let mut a = ibv_ah_attr::default();
+    // SAFETY: forwarded caller contract; pd is live.
+    if unsafe { ibv_init_ah_from_wc((*pd).context, port_num, wc, grh, &mut a) } != 0 {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: as above.
+    unsafe { ibv_create_ah(pd, &mut a) }
+}

@@ -204,12 +204,21 @@ pub struct SoftnicContext {
     pub attr: DeviceAttributes,
     /// Node GUID, host order.
     pub guid: u64,
-    /// Behind `context.async_fd`: an eventfd, pollable, never readable (no
-    /// asynchronous events are generated yet).
+    /// Behind `context.async_fd`: a semaphore eventfd counting queued asynchronous
+    /// events ([`crate::async_event`]).
     async_fd: OwnedFd,
+    /// Asynchronous events and the objects they name.
+    pub(crate) events: crate::async_event::Events,
     /// Behind `context.cmd_fd`: an eventfd standing in for the kernel command fd, which
     /// softnic does not have (the control socket stays private to verbs-api).
     cmd_fd: OwnedFd,
+}
+
+impl SoftnicContext {
+    /// The eventfd behind `context.async_fd`.
+    pub(crate) fn async_fd(&self) -> &OwnedFd {
+        &self.async_fd
+    }
 }
 
 /// The [`SoftnicContext`] around a context pointer this library handed out.
@@ -223,9 +232,9 @@ pub(crate) unsafe fn softnic_context<'a>(ctx: *mut ibv_context) -> &'a SoftnicCo
     unsafe { &*((ctx as *mut u8).sub(off) as *const SoftnicContext) }
 }
 
-fn eventfd() -> Result<OwnedFd, c_int> {
+fn eventfd(flags: c_int) -> Result<OwnedFd, c_int> {
     // SAFETY: plain syscall; the fd is owned below.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | flags) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error()
             .raw_os_error()
@@ -250,7 +259,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
         Ok(c) => c,
         Err(e) => return errno::null(errno::of(&e)),
     };
-    let (async_fd, cmd_fd) = match (eventfd(), eventfd()) {
+    let (async_fd, cmd_fd) = match (eventfd(libc::EFD_SEMAPHORE), eventfd(0)) {
         (Ok(a), Ok(c)) => (a, c),
         (Err(e), _) | (_, Err(e)) => return errno::null(e),
     };
@@ -277,6 +286,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
         attr,
         guid,
         async_fd,
+        events: Default::default(),
         cmd_fd,
     }));
     // SAFETY: ctx is a fresh box; the mutex is at its final address (never moved).
@@ -302,6 +312,7 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     let off = std::mem::offset_of!(verbs_context, context);
     // SAFETY: reverses the Box::into_raw of ibv_open_device (caller contract: once).
     let ctx = unsafe { Box::from_raw((context as *mut u8).sub(off) as *mut SoftnicContext) };
+    ctx.events.stop();
     // SAFETY: initialised in ibv_open_device, unlocked (nothing here locks it).
     unsafe {
         libc::pthread_mutex_destroy(std::ptr::addr_of!(ctx.vctx.context.mutex).cast_mut());
@@ -309,43 +320,3 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     drop(ctx);
     0
 }
-
-/// `ibv_get_async_event`: softnic generates no asynchronous events yet, so this waits
-/// on `async_fd` exactly as rdma-core does — forever on a blocking fd, or -1 with
-/// `errno` EAGAIN when the program made the fd non-blocking.
-///
-/// # Safety
-/// `context` came from [`ibv_open_device`].
-#[no_mangle]
-pub unsafe extern "C" fn ibv_get_async_event(
-    context: *mut ibv_context,
-    _event: *mut c_void,
-) -> c_int {
-    if context.is_null() {
-        errno::set(libc::EINVAL);
-        return -1;
-    }
-    // SAFETY: caller contract.
-    let ctx = unsafe { softnic_context(context) };
-    let mut buf = [0u8; 8];
-    loop {
-        // SAFETY: reads at most 8 bytes into buf.
-        let r = unsafe { libc::read(ctx.async_fd.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
-        if r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-            continue;
-        }
-        // Nothing ever writes the eventfd, so a successful read cannot happen; treat
-        // it as an error rather than invent an event.
-        if r >= 0 {
-            errno::set(libc::EIO);
-        }
-        return -1;
-    }
-}
-
-/// `ibv_ack_async_event`: there are no events to acknowledge.
-///
-/// # Safety
-/// Any pointer (unused).
-#[no_mangle]
-pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut c_void) {}

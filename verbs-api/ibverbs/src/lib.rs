@@ -21,6 +21,8 @@
 //! * [`cq_ex`]: `ibv_create_cq_ex` and its `ibv_start_poll` … `ibv_wc_read_*` API.
 //! * [`mr`]: `ibv_reg_mr` by remapping the program's pages onto a memfd.
 //! * [`qp`]: RC/UC/UD QPs, `ibv_modify_qp`/`ibv_query_qp`, `post_send`/`post_recv`.
+//! * [`srq`]: shared receive queues (`ibv_create_srq`, `post_srq_recv`, …).
+//! * [`async_event`]: `ibv_get_async_event` and the watcher that feeds `async_fd`.
 //! * [`ah`]: address handles for UD.
 //! * [`wr`]: the `ibv_wr_*` post API of `ibv_qp_ex`.
 //! * [`strings`]: `ibv_*_str` helpers and the fork API.
@@ -34,6 +36,7 @@
 
 pub mod abi;
 pub mod ah;
+pub mod async_event;
 pub mod builder;
 pub mod cq_ex;
 pub mod device;
@@ -42,6 +45,7 @@ pub mod mr;
 pub mod objects;
 pub mod qp;
 pub mod query;
+pub mod srq;
 pub mod strings;
 pub mod unsupported;
 pub mod wr;

@@ -229,9 +229,6 @@ unsafe fn create(
         IBV_QPT_UD => QpType::Ud,
         _ => return errno::null(libc::EOPNOTSUPP),
     };
-    if !ia.srq.is_null() {
-        return errno::null(libc::EOPNOTSUPP);
-    }
     if ia.send_cq.is_null() || ia.recv_cq.is_null() {
         return errno::null(libc::EINVAL);
     }
@@ -250,25 +247,26 @@ unsafe fn create(
         max_recv_sge: ia.cap.max_recv_sge,
         max_inline_data: ia.cap.max_inline_data,
     };
+    let srq = (!ia.srq.is_null()).then(|| {
+        // SAFETY: an SRQ from ibv_create_srq (caller contract).
+        unsafe { crate::srq::softnic_srq(ia.srq as *mut ibv_srq) }
+    });
     let created = {
         let s = scq.api.lock().unwrap_or_else(|e| e.into_inner());
-        if std::ptr::eq(scq, rcq) {
-            p.api.create_qp(&QpInitAttr {
-                qp_type,
-                send_cq: &s,
-                recv_cq: &s,
-                cap,
-                sq_sig_all: ia.sq_sig_all != 0,
-            })
-        } else {
-            let r = rcq.api.lock().unwrap_or_else(|e| e.into_inner());
-            p.api.create_qp(&QpInitAttr {
-                qp_type,
-                send_cq: &s,
-                recv_cq: &r,
-                cap,
-                sq_sig_all: ia.sq_sig_all != 0,
-            })
+        let r =
+            (!std::ptr::eq(scq, rcq)).then(|| rcq.api.lock().unwrap_or_else(|e| e.into_inner()));
+        let attr = QpInitAttr {
+            qp_type,
+            send_cq: &s,
+            recv_cq: r.as_deref().unwrap_or(&s),
+            cap,
+            sq_sig_all: ia.sq_sig_all != 0,
+        };
+        match srq {
+            Some(q) => p
+                .api
+                .create_qp_with_srq(&attr, &q.api.lock().unwrap_or_else(|e| e.into_inner())),
+            None => p.api.create_qp(&attr),
         }
     };
     let api = match created {
@@ -285,6 +283,7 @@ unsafe fn create(
     pub_qp.pd = pd;
     pub_qp.send_cq = ia.send_cq;
     pub_qp.recv_cq = ia.recv_cq;
+    pub_qp.srq = ia.srq;
     pub_qp.handle = api.qp_num();
     pub_qp.qp_num = api.qp_num();
     pub_qp.state = state_num(api.state());
@@ -316,6 +315,14 @@ unsafe fn create(
     p.users.fetch_add(1, Ordering::AcqRel);
     scq.users.fetch_add(1, Ordering::AcqRel);
     rcq.users.fetch_add(1, Ordering::AcqRel);
+    if let Some(q) = srq {
+        q.users.fetch_add(1, Ordering::AcqRel);
+        // SAFETY: the PD's context is live.
+        let ctx = unsafe { crate::device::softnic_context((*pd).context) };
+        // SAFETY: b is live.
+        ctx.events
+            .register_qp(unsafe { (*b).qpx.qp_base.qp_num }, b as usize);
+    }
     b as *mut ibv_qp
 }
 
@@ -348,6 +355,14 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         softnic_cq(b.qpx.qp_base.recv_cq)
             .users
             .fetch_sub(1, Ordering::AcqRel);
+        if !b.qpx.qp_base.srq.is_null() {
+            crate::srq::softnic_srq(b.qpx.qp_base.srq as *mut ibv_srq)
+                .users
+                .fetch_sub(1, Ordering::AcqRel);
+            crate::device::softnic_context(b.qpx.qp_base.context)
+                .events
+                .forget_qp(b.qpx.qp_base.qp_num);
+        }
         libc::pthread_cond_destroy(std::ptr::addr_of!(b.qpx.qp_base.cond).cast_mut());
         libc::pthread_mutex_destroy(std::ptr::addr_of!(b.qpx.qp_base.mutex).cast_mut());
     }
@@ -514,7 +529,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         (*init_attr).qp_context = (*qp).qp_context;
         (*init_attr).send_cq = (*qp).send_cq;
         (*init_attr).recv_cq = (*qp).recv_cq;
-        (*init_attr).srq = std::ptr::null_mut();
+        (*init_attr).srq = (*qp).srq;
         (*init_attr).cap = cap;
         (*init_attr).qp_type = (*qp).qp_type;
         (*init_attr).sq_sig_all = c_int::from(q.sq_sig_all);
@@ -627,11 +642,12 @@ unsafe fn send_wr<'a>(w: &'a ibv_send_wr, ud: bool) -> Result<SendWr<'a>, c_int>
 /// call in a thread's first use).
 pub(crate) const CHUNK: usize = 16;
 
-/// Posts one chunk; on refusal returns the index in the chunk and the errno.
-fn post_chunk<W>(
-    api: &mut QueuePair,
+/// Posts one chunk on a QP or SRQ; on refusal returns the index in the chunk and the
+/// errno.
+pub(crate) fn post_chunk<A, W>(
+    api: &mut A,
     wrs: &[W],
-    post: fn(&mut QueuePair, &[W]) -> verbs_api::Result<()>,
+    post: fn(&mut A, &[W]) -> verbs_api::Result<()>,
 ) -> Result<(), (usize, c_int)> {
     match post(api, wrs) {
         Ok(()) => Ok(()),
@@ -684,7 +700,7 @@ pub unsafe extern "C" fn post_send(
             // SAFETY: as above.
             cur = unsafe { (*cur).next };
         }
-        let failed = match post_chunk(&mut api, &wrs[..n], QueuePair::post_send) {
+        let failed = match post_chunk(&mut *api, &wrs[..n], QueuePair::post_send) {
             Err((i, e)) => Some((ptrs[i.min(n.saturating_sub(1))], e)),
             Ok(()) => refused.map(|e| (cur, e)),
         };
@@ -715,6 +731,25 @@ pub unsafe extern "C" fn post_recv(
     // SAFETY: caller contract.
     let q = unsafe { softnic_qp(qp as *mut ibv_qp) };
     let mut api = q.api.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        post_recv_list(wr, bad, |wrs| {
+            post_chunk(&mut *api, wrs, QueuePair::post_recv)
+        })
+    }
+}
+
+/// Converts a NULL-terminated `ibv_recv_wr` list in chunks of [`CHUNK`] on the stack
+/// and hands each to `post` (a QP's or an SRQ's); on error, `*bad` is the first WR not
+/// posted and the errno is returned.
+///
+/// # Safety
+/// `wr` is a valid NULL-terminated WR list; `bad` is NULL or writable.
+pub(crate) unsafe fn post_recv_list(
+    wr: *mut c_void,
+    bad: *mut *mut c_void,
+    mut post: impl FnMut(&[RecvWr<'_>]) -> Result<(), (usize, c_int)>,
+) -> c_int {
     let mut cur = wr as *mut ibv_recv_wr;
     let filler = RecvWr::new(0, &[]);
     while !cur.is_null() {
@@ -739,7 +774,7 @@ pub unsafe extern "C" fn post_recv(
             }
             cur = w.next;
         }
-        let failed = match post_chunk(&mut api, &wrs[..n], QueuePair::post_recv) {
+        let failed = match post(&wrs[..n]) {
             Err((i, e)) => Some((ptrs[i.min(n.saturating_sub(1))], e)),
             Ok(()) => refused.map(|e| (cur, e)),
         };

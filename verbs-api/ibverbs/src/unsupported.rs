@@ -6,9 +6,6 @@
 //! pretends to succeed. The binaries are BIND_NOW, so every symbol they import must
 //! exist for them to start at all (`ibv_devinfo` imports `ibv_query_gid_type`, perftest
 //! imports the QP verbs even for a device query).
-//!
-//! SRQs cannot be created yet, so their destroy verb can only be reached with a
-//! pointer this library never handed out; it returns EOPNOTSUPP too.
 
 use std::ffi::{c_int, c_void};
 
@@ -19,7 +16,6 @@ const E: c_int = libc::EOPNOTSUPP;
 
 /// The data-path ops of every context, called by the inline `ibv_poll_cq`,
 /// `ibv_req_notify_cq`, `ibv_post_send`, `ibv_post_recv` through `ctx->ops`.
-/// `post_srq_recv` refuses: an SRQ cannot exist yet, so it only sees foreign pointers.
 pub fn context_ops() -> ibv_context_ops {
     // SAFETY: all fields are Option<fn>: all-zero is all-None.
     let mut ops: ibv_context_ops = unsafe { std::mem::zeroed() };
@@ -27,18 +23,8 @@ pub fn context_ops() -> ibv_context_ops {
     ops.req_notify_cq = Some(crate::objects::req_notify_cq);
     ops.post_send = Some(crate::qp::post_send);
     ops.post_recv = Some(crate::qp::post_recv);
-    ops.post_srq_recv = Some(post_wr);
+    ops.post_srq_recv = Some(crate::srq::post_srq_recv);
     ops
-}
-
-/// `post_srq_recv` op: `*bad_wr` = the first WR, as a provider reports a WR it did not
-/// post.
-unsafe extern "C" fn post_wr(_q: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: bad is the caller's out-pointer.
-        unsafe { *bad = wr };
-    }
-    E
 }
 
 macro_rules! null_verb {
@@ -75,18 +61,6 @@ macro_rules! int_verb {
 
 type P = *mut c_void;
 
-null_verb!(
-    /// `ibv_create_srq`.
-    ibv_create_srq(pd: P, attr: P)
-);
-int_verb!(
-    /// `ibv_destroy_srq`.
-    ibv_destroy_srq(srq: P)
-);
-null_verb!(
-    /// `ibv_create_ah_from_wc`.
-    ibv_create_ah_from_wc(pd: P, wc: P, grh: P, port_num: u8)
-);
 int_verb!(
     /// `ibv_attach_mcast`.
     ibv_attach_mcast(qp: P, gid: P, lid: u16)
@@ -140,14 +114,6 @@ pub unsafe extern "C" fn ibv_copy_path_rec_from_kern(dst: P, src: P) {
 // too, so `import pyverbs.qp` fails without them. Each answers as rdma-core's
 // `dummy_ops.c` does for a provider that lacks the op.
 
-int_verb!(
-    /// `ibv_modify_srq` (no SRQ can exist yet).
-    ibv_modify_srq(srq: P, attr: P, mask: c_int)
-);
-int_verb!(
-    /// `ibv_query_srq` (no SRQ can exist yet).
-    ibv_query_srq(srq: P, attr: P)
-);
 int_verb!(
     /// `ibv_resize_cq`: CQ rings are sized at creation (rdma-core's dummy op answers
     /// EOPNOTSUPP too).
