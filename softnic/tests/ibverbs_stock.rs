@@ -340,6 +340,20 @@ fn stock_srq_programs_between_two_nics() {
     }
 }
 
+/// Runs a C test program `EXE A B [MODE]` on the two NICs through `softnic exec`; it
+/// must exit 0 and print exactly `ok`.
+fn run_c_pair(exe: &Path, a: &NicProc, b: &NicProc, mode: Option<&str>) {
+    let mut args = vec!["-d", &a.name, "-d", &b.name, "--", exe.to_str().unwrap()];
+    args.extend([a.name.as_str(), b.name.as_str()]);
+    args.extend(mode);
+    let o = exec(&args);
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "ok",
+        "{mode:?}: {}",
+        text(&o)
+    );
+}
+
 /// `tests/ibverbs/srq.c` through the C ABI between two NICs: SRQ create / query /
 /// modify (the limit; resizing is EOPNOTSUPP) / post / destroy (EBUSY with a QP on
 /// it), SENDs landing in SRQ buffers in order, the SRQ limit event on `async_fd` and
@@ -349,21 +363,19 @@ fn stock_srq_programs_between_two_nics() {
 fn srq_verbs_and_limit_event_through_the_c_abi() {
     let (a, b) = nic_pair("ibvstock-srqc", 14);
     let exe = compile_c("srq", &[]);
-    let o = exec(&[
-        "-d",
-        &a.name,
-        "-d",
-        &b.name,
-        "--",
-        exe.to_str().unwrap(),
-        &a.name,
-        &b.name,
-    ]);
-    assert!(
-        o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "ok",
-        "{}",
-        text(&o)
-    );
+    run_c_pair(&exe, &a, &b, None);
+}
+
+/// `tests/ibverbs/fork.c`: a child after `fork()` that posts on the parent's QP,
+/// polls its CQ or writes its registered buffer dies by SIGSEGV (rings and MRs are
+/// `MADV_DONTFORK`), and the parent's QP, CQ and bytes are intact afterwards.
+#[test]
+fn a_forked_child_cannot_touch_the_parents_rings_or_mrs() {
+    let (a, b) = nic_pair("ibvstock-fork", 16);
+    let exe = compile_c("fork", &[]);
+    for mode in ["post", "poll", "mr"] {
+        run_c_pair(&exe, &a, &b, Some(mode));
+    }
 }
 
 /// Stock perftest between two softnic NICs, half the cases each way: every RC test,

@@ -37,17 +37,6 @@
 #define ROUNDS 1000
 #define MSG 64
 
-struct side {
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-	struct ibv_cq *cq;
-	struct ibv_cq_ex *cqx;
-	struct ibv_qp *qp;
-	struct ibv_mr *mr;
-	unsigned char *buf;
-	union ibv_gid gid;
-};
-
 static struct side x, y;
 static int mode_getppid, mode_cqex, mode_yield;
 static volatile int done;	 /* 1: the filtered loop finished */
@@ -55,14 +44,7 @@ static volatile int failures; /* completions that were not what was posted */
 
 static void open_side(struct side *s, const char *name)
 {
-	int n;
-	struct ibv_device **l = ibv_get_device_list(&n);
-	for (int i = 0; i < n; i++)
-		if (!strcmp(ibv_get_device_name(l[i]), name))
-			s->ctx = ibv_open_device(l[i]);
-	ibv_free_device_list(l);
-	if (!s->ctx)
-		die("open");
+	s->ctx = open_named(name);
 	s->pd = ibv_alloc_pd(s->ctx);
 	if (mode_cqex && s == &y) {
 		struct ibv_cq_init_attr_ex ca = {
@@ -75,18 +57,7 @@ static void open_side(struct side *s, const char *name)
 	} else {
 		s->cq = ibv_create_cq(s->ctx, 64, NULL, NULL, 0);
 	}
-	s->buf = memalign(4096, 4096);
-	if (!s->pd || !s->cq || !s->buf)
-		die("pd/cq/buf");
-	memset(s->buf, 0, 4096);
-	s->mr = ibv_reg_mr(s->pd, s->buf, 4096, IBV_ACCESS_LOCAL_WRITE);
-	struct ibv_qp_init_attr ia = {
-		.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
-	};
-	s->qp = ibv_create_qp(s->pd, &ia);
-	if (!s->mr || !s->qp || ibv_query_gid(s->ctx, 1, 1, &s->gid))
-		die("mr/qp/gid");
+	side_finish(s, 0);
 }
 
 /* One round: RECV on y, SEND on x, both completions. Returns 0 or a failure count. */

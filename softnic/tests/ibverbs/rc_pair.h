@@ -1,20 +1,66 @@
-/* Shared by the C programs of softnic/tests/ibverbs: die(), and rc_connect(), which
+/* Shared by the C programs of softnic/tests/ibverbs: die(), open_named(), and rc_connect(), which
  * takes an RC QP through INIT, RTR and RTS to a peer QP (GID index 1, the NIC's
  * address, as stock programs use with -g 1 / -x 1). */
 #ifndef SOFTNIC_TEST_RC_PAIR_H
 #define SOFTNIC_TEST_RC_PAIR_H
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <infiniband/verbs.h>
 
-static void die(const char *what)
+static inline void die(const char *what)
 {
 	fprintf(stderr, "FAIL %s\n", what);
 	exit(2);
 }
 
-static void rc_connect(struct ibv_qp *qp, struct ibv_qp *peer_qp, union ibv_gid peer_gid)
+/* One end of an RC pair: a device, PD, CQ, a 4 KiB registered buffer and an RC QP. */
+struct side {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_cq_ex *cqx; /* set when cq came from ibv_create_cq_ex */
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	unsigned char *buf;
+	union ibv_gid gid;
+};
+
+/* With s->ctx, s->pd and s->cq set: the buffer (filled with `fill`), its MR, the QP
+ * and the GID at index 1. */
+static inline void side_finish(struct side *s, int fill)
+{
+	s->buf = memalign(4096, 4096);
+	if (!s->pd || !s->cq || !s->buf)
+		die("pd/cq/buf");
+	memset(s->buf, fill, 4096);
+	s->mr = ibv_reg_mr(s->pd, s->buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_qp_init_attr ia = {
+		.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	s->qp = ibv_create_qp(s->pd, &ia);
+	if (!s->mr || !s->qp || ibv_query_gid(s->ctx, 1, 1, &s->gid))
+		die("mr/qp/gid");
+}
+
+/* Opens the device called `name`. */
+static inline struct ibv_context *open_named(const char *name)
+{
+	int n;
+	struct ibv_context *ctx = NULL;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	for (int i = 0; i < n; i++)
+		if (!strcmp(ibv_get_device_name(l[i]), name))
+			ctx = ibv_open_device(l[i]);
+	ibv_free_device_list(l);
+	if (!ctx)
+		die("open");
+	return ctx;
+}
+
+static inline void rc_connect(struct ibv_qp *qp, struct ibv_qp *peer_qp, union ibv_gid peer_gid)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
 				 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE };

@@ -26,20 +26,6 @@
 #define MSG 64
 #define NRECV 8
 
-static struct ibv_context *open_named(const char *name)
-{
-	int n;
-	struct ibv_context *ctx = NULL;
-	struct ibv_device **l = ibv_get_device_list(&n);
-	for (int i = 0; i < n; i++)
-		if (!strcmp(ibv_get_device_name(l[i]), name))
-			ctx = ibv_open_device(l[i]);
-	ibv_free_device_list(l);
-	if (!ctx)
-		die("open");
-	return ctx;
-}
-
 static void check(int ok, const char *what)
 {
 	if (!ok)

@@ -203,9 +203,16 @@ pub fn map_peer_shm(fd: BorrowedFd<'_>, len: usize) -> io::Result<MmapRaw> {
     Ok(map)
 }
 
-/// Maps `len` bytes of `fd` shared, read-write.
+/// Maps `len` bytes of `fd` shared, read-write, and `MADV_DONTFORK`: a child after
+/// `fork()` has no mapping there (touching it is SIGSEGV), so it cannot write into the
+/// parent's rings or memory regions — the NIC would act on what it wrote. This is what
+/// rdma-core's `ibv_fork_init` does for registered memory.
 pub fn map_shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<MmapRaw> {
-    MmapOptions::new().len(len).map_raw(fd.as_raw_fd())
+    let map = MmapOptions::new().len(len).map_raw(fd.as_raw_fd())?;
+    if len > 0 {
+        map.advise(memmap2::Advice::DontFork)?;
+    }
+    Ok(map)
 }
 
 /// Creates a non-blocking, close-on-exec eventfd with counter 0.
