@@ -49,3 +49,4 @@ pub mod srq;
 pub mod strings;
 pub mod unsupported;
 pub mod wr;
+mod write_fence;

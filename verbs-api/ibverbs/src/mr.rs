@@ -18,8 +18,9 @@
 //! * A range that overlaps a live registration is refused with EOPNOTSUPP (converting
 //!   it again would detach the earlier registration from the program's memory). Pages
 //!   of a registration since deregistered can be registered again.
-//! * Another thread writing those pages *during* `ibv_reg_mr` may lose that write
-//!   (there is no atomic "make this range shared" in Linux).
+//! * Another thread writing those pages *during* `ibv_reg_mr` (a heap neighbour on the
+//!   last page) waits until the remap is done and its write lands in the shared page
+//!   ([`crate::write_fence`]: Linux has no atomic "make this range shared").
 //! * The converted pages are `MADV_DONTFORK`: a child after `fork()` has no mapping
 //!   there (it faults if it touches them) instead of sharing the parent's pages — what
 //!   rdma-core does after `ibv_fork_init()`, hence `ibv_is_fork_initialized()` =
@@ -129,7 +130,8 @@ fn private_anonymous(start: usize, end: usize) -> bool {
 }
 
 /// Copies `[start, start + len)` into a new memfd (verbs-api's: sealed against
-/// shrinking, as the NIC requires) and maps it over the same range. The copy is a
+/// shrinking, as the NIC requires) and maps it over the same range, with writers from
+/// other threads held off meanwhile ([`crate::write_fence`]). The copy is a
 /// `pwrite` from the range itself: the kernel fills the memfd's pages directly, about
 /// ten times faster here than faulting them in through a second mapping.
 ///
@@ -139,46 +141,50 @@ unsafe fn remap_onto_memfd(start: usize, len: usize) -> Result<OwnedFd, c_int> {
     let fd = verbs_api::os::memfd("softnic-ibv-mr", len)
         .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?;
     let raw = fd.as_raw_fd();
-    let mut done = 0usize;
-    while done < len {
-        // SAFETY: reads [start + done, start + len) of the caller's mapped range.
-        let n = unsafe {
-            libc::pwrite(
-                raw,
-                (start + done) as *const c_void,
-                len - done,
-                done as libc::off_t,
-            )
-        };
-        if n < 0 {
-            let e = last_errno();
-            if e == libc::EINTR {
-                continue;
+    // Other threads' writes to these pages wait until the remap is done (write_fence).
+    crate::write_fence::fenced(start, len, || {
+        let mut done = 0usize;
+        while done < len {
+            // SAFETY: reads [start + done, start + len) of the caller's mapped range.
+            let n = unsafe {
+                libc::pwrite(
+                    raw,
+                    (start + done) as *const c_void,
+                    len - done,
+                    done as libc::off_t,
+                )
+            };
+            if n < 0 {
+                let e = last_errno();
+                if e == libc::EINTR {
+                    continue;
+                }
+                return Err(e);
             }
-            return Err(e);
+            if n == 0 {
+                return Err(libc::EIO);
+            }
+            done += n as usize;
         }
-        if n == 0 {
-            return Err(libc::EIO);
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: MAP_FIXED replaces exactly the caller's range (private anonymous, checked
+        // by the caller) with a mapping that holds the same bytes.
+        unsafe {
+            let fixed = libc::mmap(
+                start as *mut c_void,
+                len,
+                rw,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                raw,
+                0,
+            );
+            if fixed == libc::MAP_FAILED {
+                return Err(last_errno());
+            }
+            libc::madvise(start as *mut c_void, len, libc::MADV_DONTFORK);
         }
-        done += n as usize;
-    }
-    let rw = libc::PROT_READ | libc::PROT_WRITE;
-    // SAFETY: MAP_FIXED replaces exactly the caller's range (private anonymous, checked
-    // by the caller) with a mapping that holds the same bytes.
-    unsafe {
-        let fixed = libc::mmap(
-            start as *mut c_void,
-            len,
-            rw,
-            libc::MAP_SHARED | libc::MAP_FIXED,
-            raw,
-            0,
-        );
-        if fixed == libc::MAP_FAILED {
-            return Err(last_errno());
-        }
-        libc::madvise(start as *mut c_void, len, libc::MADV_DONTFORK);
-    }
+        Ok(())
+    })?;
     Ok(fd)
 }
 
@@ -340,7 +346,7 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         .fetch_sub(1, Ordering::AcqRel);
     LIVE.lock()
         .unwrap_or_else(|e| e.into_inner())
-        .retain(|m| m.range != b.range);
+        .retain(|m| m.lkey != b.mr.lkey);
     drop(b);
     0
 }

@@ -1,0 +1,285 @@
+/* The memory-registration matrix: ibv_reg_mr on every kind of memory a verbs program
+ * hands it, with canary bytes around each buffer. Run by
+ * softnic/tests/ibverbs_stock.rs through `softnic exec` against two NICs.
+ *
+ *   mr_matrix DEV_A DEV_B
+ *
+ * y (DEV_B) registers the buffer under test; x (DEV_A) SENDs 64 bytes into it, so a
+ * registration that succeeds is shown to be the program's own memory (the bytes land
+ * where the program reads them). Every case checks the buffer's contents and its
+ * neighbours before and after registration, the SEND and deregistration, and what
+ * softnic answers: registered, or EOPNOTSUPP where docs/ibverbs.md says it refuses.
+ * One line per case: "case NAME: registered|refused, N us per reg+dereg".
+ * Prints "ok" at the end; any mismatch prints FAIL and exits 2. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ipc.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <infiniband/verbs.h>
+
+#include "rc_pair.h"
+
+#define PAGE 4096
+#define MSG 64
+#define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
+
+static struct side x, y;
+static uint64_t seq;
+
+static double now_us(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
+static void check(int ok, const char *name, const char *what)
+{
+	if (!ok) {
+		fprintf(stderr, "FAIL %s: %s\n", name, what);
+		exit(2);
+	}
+}
+
+/* SEND 64 bytes of `fill` from x into y's [buf, buf + 64) under `mr`. */
+static void send_into(const char *name, unsigned char *buf, struct ibv_mr *mr, int fill)
+{
+	struct ibv_sge rs = { (uintptr_t)buf, MSG, mr->lkey };
+	struct ibv_recv_wr r = { .wr_id = ++seq, .sg_list = &rs, .num_sge = 1 }, *br;
+	memset(x.buf, fill, MSG);
+	struct ibv_sge ss = { (uintptr_t)x.buf, MSG, x.mr->lkey };
+	struct ibv_send_wr w = { .wr_id = seq, .sg_list = &ss, .num_sge = 1,
+				 .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED },
+			   *bw;
+	check(!ibv_post_recv(y.qp, &r, &br) && !ibv_post_send(x.qp, &w, &bw), name, "post");
+	int got = 0;
+	struct ibv_wc wc;
+	for (long spins = 0; got < 2 && spins < 2000000000L; spins++) {
+		if (ibv_poll_cq(x.cq, 1, &wc) == 1)
+			check(wc.status == IBV_WC_SUCCESS, name, "send status"), got++;
+		if (ibv_poll_cq(y.cq, 1, &wc) == 1)
+			check(wc.status == IBV_WC_SUCCESS && wc.wr_id == seq, name, "recv"), got++;
+	}
+	check(got == 2, name, "completions");
+	for (int i = 0; i < MSG; i++)
+		check(buf[i] == fill, name, "the SEND did not land in the program's buffer");
+}
+
+static int all(const unsigned char *p, size_t n, int v)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != v)
+			return 0;
+	return 1;
+}
+
+/* Registers [buf, buf + len) with `before` canary bytes before it and `after` after it
+ * (all 0xCC; the buffer holds 0x5A). want_ok: 1 registered, 0 EOPNOTSUPP. */
+static void one(const char *name, unsigned char *buf, size_t len, size_t before, size_t after,
+		int want_ok)
+{
+	memset(buf - before, 0xCC, before);
+	memset(buf + len, 0xCC, after);
+	memset(buf, 0x5A, len);
+	double t0 = now_us();
+	errno = 0;
+	struct ibv_mr *mr = ibv_reg_mr(y.pd, buf, len, ACCESS);
+	double t1 = now_us();
+	if (!want_ok) {
+		check(!mr && errno == EOPNOTSUPP, name, "expected EOPNOTSUPP");
+		check(all(buf, len, 0x5A), name, "contents changed by a refused registration");
+		printf("case %s: refused (EOPNOTSUPP)\n", name);
+	} else {
+		check(mr != NULL, name, "registration failed");
+		check(all(buf, len, 0x5A), name, "contents changed by registration");
+		check(all(buf - before, before, 0xCC) && all(buf + len, after, 0xCC), name,
+		      "a neighbour changed at registration");
+		send_into(name, buf, mr, 0x77);
+		check(all(buf + MSG, len > MSG ? len - MSG : 0, 0x5A), name, "bytes past the SEND");
+		double t2 = now_us();
+		check(ibv_dereg_mr(mr) == 0, name, "dereg");
+		double t3 = now_us();
+		check(all(buf, MSG, 0x77), name, "contents changed by deregistration");
+		printf("case %s: registered, %.0f us reg + %.0f us dereg\n", name, t1 - t0, t3 - t2);
+	}
+	check(all(buf - before, before, 0xCC) && all(buf + len, after, 0xCC), name,
+	      "a neighbour changed");
+}
+
+/* Neighbours on the registered buffer's last page, written by another thread while
+ * the buffer is registered and deregistered over and over: no write may be lost. The
+ * writer sweeps the slots, writing generation g into each; before writing slot k it
+ * reads back its own previous write (g - 1). A write that landed in a page which the
+ * registration then replaced would read back an older value. */
+#define SLOTS 496
+#define REGS 1000
+static volatile uint64_t *slots;
+static volatile int stop_writer;
+static uint64_t lost, gens;
+
+static void *writer(void *arg)
+{
+	(void)arg;
+	for (uint64_t g = 1; !stop_writer; g++) {
+		for (int k = 0; k < SLOTS; k++) {
+			if (slots[k] != g - 1)
+				lost++;
+			slots[k] = g;
+		}
+		gens = g;
+	}
+	return NULL;
+}
+
+static void neighbour_thread(void)
+{
+	const char *name = "neighbours written by another thread during registration";
+	unsigned char *m = mmap(NULL, 3 * PAGE, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	check(m != MAP_FAILED, name, "mmap");
+	memset(m, 0, 3 * PAGE);
+	/* The buffer: page 0 and 96 bytes of page 1; the neighbours: page 1 from 128. */
+	size_t len = PAGE + 96;
+	slots = (volatile uint64_t *)(m + PAGE + 128);
+	pthread_t t;
+	check(!pthread_create(&t, NULL, writer, NULL), name, "pthread_create");
+	for (int i = 0; i < REGS; i++) {
+		struct ibv_mr *mr = ibv_reg_mr(y.pd, m, len, ACCESS);
+		check(mr && ibv_dereg_mr(mr) == 0, name, "reg/dereg");
+	}
+	stop_writer = 1;
+	pthread_join(t, NULL);
+	if (lost) {
+		fprintf(stderr, "FAIL %s: %lu writes lost over %d registrations (%lu sweeps)\n",
+			name, (unsigned long)lost, REGS, (unsigned long)gens);
+		exit(2);
+	}
+	printf("case %s: no write lost in %lu sweeps of %d slots over %d registrations\n", name,
+	       (unsigned long)gens, SLOTS, REGS);
+}
+
+struct with_field {
+	char head[24];
+	char field[200];
+	char tail[24];
+};
+
+int main(int argc, char **argv)
+{
+	if (argc != 3)
+		die("usage: mr_matrix DEV_A DEV_B");
+	x.ctx = open_named(argv[1]);
+	x.pd = ibv_alloc_pd(x.ctx);
+	x.cq = ibv_create_cq(x.ctx, 64, NULL, NULL, 0);
+	side_finish(&x, 0);
+	y.ctx = open_named(argv[2]);
+	y.pd = ibv_alloc_pd(y.ctx);
+	y.cq = ibv_create_cq(y.ctx, 64, NULL, NULL, 0);
+	side_finish(&y, 0);
+	rc_connect(x.qp, y.qp, y.gid);
+	rc_connect(y.qp, x.qp, x.gid);
+
+	/* Page-aligned heap (memalign), sub-page and multi-page; the rest of the last page
+	 * is heap the program may use. */
+	unsigned char *a = memalign(PAGE, 4 * PAGE);
+	one("memalign sub-page (100 B)", a, 100, 0, PAGE - 100, 1);
+	one("memalign 3 pages + 10 B", a, 3 * PAGE + 10, 0, PAGE - 10, 1);
+	/* Anonymous mmap, 64 KiB. */
+	unsigned char *m = mmap(NULL, 18 * PAGE, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	one("mmap anonymous 64 KiB", m + PAGE, 16 * PAGE, PAGE, PAGE, 1);
+	/* Not page-aligned: malloc in the middle of the heap, a struct field. */
+	unsigned char *u = malloc(1000);
+	one("malloc unaligned (1000 B)", u + 16, 900, 16, 84, 0);
+	struct with_field *sf = malloc(sizeof *sf);
+	one("struct field", (unsigned char *)sf->field, sizeof sf->field, 24, 24, 0);
+	/* The stack. */
+	unsigned char stack[3 * PAGE];
+	unsigned char *sp = (unsigned char *)(((uintptr_t)stack + PAGE - 1) & ~(uintptr_t)(PAGE - 1));
+	one("stack", sp, PAGE, 0, 0, 0);
+	/* SysV shared memory (perftest --use_hugepages uses shmget). */
+	int id = shmget(IPC_PRIVATE, 4 * PAGE, IPC_CREAT | 0600);
+	check(id >= 0, "shm", "shmget");
+	unsigned char *sh = shmat(id, NULL, 0);
+	shmctl(id, IPC_RMID, NULL);
+	check(sh != (void *)-1, "shm", "shmat");
+	one("SysV shm", sh, 2 * PAGE, 0, 2 * PAGE, 0);
+	/* Hugepages, where the machine has them. */
+	unsigned char *hp = mmap(NULL, 2 << 20, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+	if (hp == MAP_FAILED)
+		printf("case hugepages: not available on this machine (%s)\n", strerror(errno));
+	else
+		one("hugepages (MAP_HUGETLB)", hp, PAGE, 0, PAGE, 0);
+
+	/* fork() before registration: the child's copy is its own; the parent registers. */
+	unsigned char *f = memalign(PAGE, PAGE);
+	memset(f, 0x11, PAGE);
+	pid_t pid = fork();
+	if (pid == 0) {
+		memset(f, 0x22, PAGE);
+		_exit(f[0] == 0x22 ? 0 : 1);
+	}
+	int st;
+	check(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && !WEXITSTATUS(st), "fork before",
+	      "child");
+	check(all(f, PAGE, 0x11), "fork before", "the child wrote the parent's page");
+	one("after fork() (child exited)", f, 200, 0, PAGE - 200, 1);
+
+	/* free + re-malloc after deregistration. */
+	unsigned char *r = memalign(PAGE, 2 * PAGE);
+	one("memalign before free", r, 2 * PAGE, 0, 0, 1);
+	free(r);
+	unsigned char *r2 = memalign(PAGE, 2 * PAGE);
+	memset(r2, 0x33, 2 * PAGE);
+	check(all(r2, 2 * PAGE, 0x33), "re-malloc", "reused memory does not hold its bytes");
+	one("re-malloc after free", r2, 2 * PAGE, 0, 0, 1);
+
+	/* Overlapping and repeated registrations: refused while the first is live (the
+	 * NIC maps a region's memfd once), accepted again after it is deregistered. */
+	unsigned char *o = memalign(PAGE, 3 * PAGE);
+	memset(o, 0x5A, 3 * PAGE);
+	struct ibv_mr *m1 = ibv_reg_mr(y.pd, o, 2 * PAGE, ACCESS);
+	check(m1 != NULL, "overlap", "first registration");
+	errno = 0;
+	check(!ibv_reg_mr(y.pd, o, 2 * PAGE, ACCESS) && errno == EOPNOTSUPP, "repeated",
+	      "the same buffer again while registered is EOPNOTSUPP");
+	errno = 0;
+	check(!ibv_reg_mr(y.pd, o + PAGE, 2 * PAGE, ACCESS) && errno == EOPNOTSUPP, "overlap",
+	      "an overlapping range is EOPNOTSUPP");
+	send_into("overlap (the first MR still works)", o, m1, 0x44);
+	check(ibv_dereg_mr(m1) == 0, "repeated", "dereg first");
+	struct ibv_mr *m2 = ibv_reg_mr(y.pd, o + PAGE, 2 * PAGE, ACCESS);
+	check(m2 != NULL, "overlap", "the overlapping range after the first is gone");
+	send_into("overlap (second MR)", o + PAGE, m2, 0x45);
+	check(ibv_dereg_mr(m2) == 0, "overlap", "dereg");
+	check(all(o, MSG, 0x44) && all(o + MSG, PAGE - MSG, 0x5A) && all(o + PAGE, MSG, 0x45) &&
+		      all(o + PAGE + MSG, 2 * PAGE - MSG, 0x5A),
+	      "overlap", "bytes around the SENDs");
+	printf("case repeated / overlapping while live: refused (EOPNOTSUPP); after dereg: registered\n");
+
+	/* madvise(MADV_DONTNEED) on a registered buffer: the pages are shared memory now,
+	 * so they keep their bytes (no zero-fill) and stay the NIC's. */
+	unsigned char *d = memalign(PAGE, 2 * PAGE);
+	memset(d, 0x5A, 2 * PAGE);
+	struct ibv_mr *dm = ibv_reg_mr(y.pd, d, 2 * PAGE, ACCESS);
+	check(dm && madvise(d, 2 * PAGE, MADV_DONTNEED) == 0, "madvise", "reg/madvise");
+	check(all(d, 2 * PAGE, 0x5A), "madvise", "MADV_DONTNEED changed a registered buffer");
+	send_into("madvise", d, dm, 0x55);
+	check(ibv_dereg_mr(dm) == 0, "madvise", "dereg");
+	printf("case madvise(MADV_DONTNEED) on a registered buffer: bytes kept, NIC still writes it\n");
+
+	neighbour_thread();
+	printf("ok\n");
+	return 0;
+}
