@@ -127,7 +127,7 @@ impl SoftnicCq {
             .empty_polls
             .fetch_add(1, Ordering::Relaxed)
             .wrapping_add(1);
-        if self.yield_every != 0 && n % self.yield_every == 0 {
+        if self.yield_every != 0 && n.is_multiple_of(self.yield_every) {
             std::thread::yield_now();
         }
     }
