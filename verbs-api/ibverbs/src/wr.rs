@@ -186,119 +186,50 @@ unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
     result
 }
 
-unsafe extern "C" fn wr_send(qpx: *mut ibv_qp_ex) {
-    // SAFETY: as wr_start.
-    unsafe { begin(qpx, WrOpcode::Send) }
+/// The WR builders: each starts a WR with the opcode its arguments make (`wr_id` and
+/// `wr_flags` come from the `ibv_qp_ex` fields).
+macro_rules! builders {
+    ($($name:ident($($a:ident: $t:ty),*) => $op:expr;)*) => {$(
+        unsafe extern "C" fn $name(qpx: *mut ibv_qp_ex, $($a: $t),*) {
+            // SAFETY: a QP from this library (rdma-core's inline wrapper passes it
+            // through).
+            unsafe { begin(qpx, $op) }
+        }
+    )*};
 }
 
-unsafe extern "C" fn wr_send_imm(qpx: *mut ibv_qp_ex, imm_be: u32) {
-    // SAFETY: as wr_start.
-    unsafe { begin(qpx, WrOpcode::SendWithImm(u32::from_be(imm_be))) }
+builders! {
+    wr_send() => WrOpcode::Send;
+    wr_send_imm(imm_be: u32) => WrOpcode::SendWithImm(u32::from_be(imm_be));
+    wr_rdma_write(rkey: u32, remote_addr: u64) => WrOpcode::RdmaWrite { remote_addr, rkey };
+    wr_rdma_write_imm(rkey: u32, remote_addr: u64, imm_be: u32) =>
+        WrOpcode::RdmaWriteWithImm { remote_addr, rkey, imm: u32::from_be(imm_be) };
+    wr_rdma_read(rkey: u32, remote_addr: u64) => WrOpcode::RdmaRead { remote_addr, rkey };
+    wr_atomic_cmp_swp(rkey: u32, remote_addr: u64, compare: u64, swap: u64) =>
+        WrOpcode::AtomicCmpAndSwp { remote_addr, rkey, compare, swap };
+    wr_atomic_fetch_add(rkey: u32, remote_addr: u64, add: u64) =>
+        WrOpcode::AtomicFetchAndAdd { remote_addr, rkey, add };
 }
 
-unsafe extern "C" fn wr_rdma_write(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
-    // SAFETY: as wr_start.
-    unsafe { begin(qpx, WrOpcode::RdmaWrite { remote_addr, rkey }) }
+/// Builders and setters softnic does not support: each fails the batch with
+/// EOPNOTSUPP (`ibv_wr_complete` returns it and posts nothing).
+macro_rules! unsupported {
+    ($($(#[$m:meta])* $name:ident($($t:ty),*);)*) => {$(
+        $(#[$m])*
+        unsafe extern "C" fn $name(qpx: *mut ibv_qp_ex, $(_: $t),*) {
+            // SAFETY: as in `builders!`.
+            unsafe { fail(qpx, libc::EOPNOTSUPP) }
+        }
+    )*};
 }
 
-unsafe extern "C" fn wr_rdma_write_imm(
-    qpx: *mut ibv_qp_ex,
-    rkey: u32,
-    remote_addr: u64,
-    imm_be: u32,
-) {
-    let imm = u32::from_be(imm_be);
-    // SAFETY: as wr_start.
-    unsafe {
-        begin(
-            qpx,
-            WrOpcode::RdmaWriteWithImm {
-                remote_addr,
-                rkey,
-                imm,
-            },
-        )
-    }
-}
-
-unsafe extern "C" fn wr_rdma_read(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
-    // SAFETY: as wr_start.
-    unsafe { begin(qpx, WrOpcode::RdmaRead { remote_addr, rkey }) }
-}
-
-unsafe extern "C" fn wr_atomic_cmp_swp(
-    qpx: *mut ibv_qp_ex,
-    rkey: u32,
-    remote_addr: u64,
-    compare: u64,
-    swap: u64,
-) {
-    let op = WrOpcode::AtomicCmpAndSwp {
-        remote_addr,
-        rkey,
-        compare,
-        swap,
-    };
-    // SAFETY: as wr_start.
-    unsafe { begin(qpx, op) }
-}
-
-unsafe extern "C" fn wr_atomic_fetch_add(
-    qpx: *mut ibv_qp_ex,
-    rkey: u32,
-    remote_addr: u64,
-    add: u64,
-) {
-    let op = WrOpcode::AtomicFetchAndAdd {
-        remote_addr,
-        rkey,
-        add,
-    };
-    // SAFETY: as wr_start.
-    unsafe { begin(qpx, op) }
-}
-
-/// `wr_local_inv`, `wr_send_inv`, `wr_set_xrc_srqn`: not supported.
-unsafe extern "C" fn wr_u32_unsupported(qpx: *mut ibv_qp_ex, _v: u32) {
-    // SAFETY: as wr_start.
-    unsafe { fail(qpx, libc::EOPNOTSUPP) }
-}
-
-unsafe extern "C" fn wr_bind_mw(
-    qpx: *mut ibv_qp_ex,
-    _mw: *mut c_void,
-    _rkey: u32,
-    _info: *const c_void,
-) {
-    // SAFETY: as wr_start.
-    unsafe { fail(qpx, libc::EOPNOTSUPP) }
-}
-
-unsafe extern "C" fn wr_send_tso(qpx: *mut ibv_qp_ex, _hdr: *mut c_void, _sz: u16, _mss: u16) {
-    // SAFETY: as wr_start.
-    unsafe { fail(qpx, libc::EOPNOTSUPP) }
-}
-
-unsafe extern "C" fn wr_atomic_write(
-    qpx: *mut ibv_qp_ex,
-    _rkey: u32,
-    _addr: u64,
-    _wr: *const c_void,
-) {
-    // SAFETY: as wr_start.
-    unsafe { fail(qpx, libc::EOPNOTSUPP) }
-}
-
-unsafe extern "C" fn wr_flush(
-    qpx: *mut ibv_qp_ex,
-    _rkey: u32,
-    _addr: u64,
-    _len: usize,
-    _t: u8,
-    _s: u8,
-) {
-    // SAFETY: as wr_start.
-    unsafe { fail(qpx, libc::EOPNOTSUPP) }
+unsupported! {
+    /// `wr_local_inv`, `wr_send_inv`, `wr_set_xrc_srqn`.
+    wr_u32_unsupported(u32);
+    wr_bind_mw(*mut c_void, u32, *const c_void);
+    wr_send_tso(*mut c_void, u16, u16);
+    wr_atomic_write(u32, u64, *const c_void);
+    wr_flush(u32, u64, usize, u8, u8);
 }
 
 unsafe extern "C" fn wr_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
