@@ -47,7 +47,7 @@ use super::rx_icrc::{self, IcrcPath};
 use super::signals;
 use super::source;
 use super::state::{Nic, NicInfo};
-use super::udp::{PacketIo, RecvBatch, SendOutcome, UdpIo};
+use super::udp::{Offloads, PacketIo, RecvBatch, SendOutcome, UdpIo};
 
 /// How long the loop spins without work before it sleeps.
 pub const SPIN: Duration = Duration::from_micros(100);
@@ -207,7 +207,8 @@ pub struct Runtime {
 impl Runtime {
     /// Binds the socket, opens the capture, starts the control server.
     pub fn start(cfg: &Config) -> io::Result<Self> {
-        let io = UdpIo::bind_with(cfg.bind, cfg.gso && cfg.fault.is_none())?;
+        let io = UdpIo::bind_with(cfg.bind, cfg.offloads)?;
+        log_offloads(cfg, io.offloads());
         let recv_slot = io.recv_slot();
         let local = io.local_addr();
         let pcap =
@@ -594,6 +595,20 @@ impl Runtime {
             s.disarm_wakeup();
         }
         Ok(())
+    }
+}
+
+/// Says which UDP offloads are in use, and why one asked for is not.
+fn log_offloads(cfg: &Config, got: Offloads) {
+    tracing::info!(gso = got.gso, gro = got.gro, "UDP offloads");
+    if cfg.offloads.gso && !got.gso {
+        tracing::warn!("the kernel refused UDP_SEGMENT: one send per packet");
+    }
+    if cfg.offloads.gro && !got.gro {
+        tracing::warn!("the kernel refused UDP_GRO: one datagram per receive slot");
+    }
+    if got.gso && !cfg.fault.is_none() {
+        tracing::info!("fault injection: packets are sent one by one, GSO unused");
     }
 }
 
