@@ -155,7 +155,8 @@ impl PacketPath {
                 self.counters.tx_drop_bad_dest += 1;
                 return;
             };
-            if params.fill(pkt).is_err() {
+            // Prepared per (peer, ID): one cache entry per segment position.
+            if self.solver.fill(&params, pkt).is_err() {
                 self.counters.tx_drop_send_error += 1;
                 return;
             }
