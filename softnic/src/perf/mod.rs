@@ -399,23 +399,9 @@ impl Session {
         let stray = self.p.sizes.len() == 1;
         for q in 0..geo.qps {
             let start = if remote { geo.remote(q) } else { geo.local(q) };
-            // On UC a requester's completion means "sent", not "placed" (UC is never
-            // acknowledged), so the last WRITEs may still be in flight when the client
-            // reports done: look again for up to a second before failing.
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-            let c = loop {
-                let slot = self.slot(start);
-                match verify::check_landing(&slot, size as usize, &offsets, stray) {
-                    Err(_)
-                        if self.p.connection == verbs_api::QpType::Uc
-                            && std::time::Instant::now() < deadline =>
-                    {
-                        std::thread::sleep(std::time::Duration::from_millis(1));
-                    }
-                    r => break r,
-                }
-            }
-            .map_err(|e| format!("--verify failed on QP {q}: {e}"))?;
+            let slot = self.slot(start);
+            let c = verify::check_landing(&slot, size as usize, &offsets, stray)
+                .map_err(|e| format!("--verify failed on QP {q}: {e}"))?;
             self.notes.push(format!("QP {q}, {size} B: {c:?}"));
         }
         Ok(())
