@@ -186,8 +186,8 @@ fn every_rc_operation_with_udp_gso() {
     assert!(a.stat("tx_gso_sends") > 100, "GSO used");
     // Segments after the first were given ICRCs for IPv4 IDs 1, 2, …: they verify only
     // under the solved ID. (On loopback with GRO the receiver never sees an IPv4
-    // header; that the kernel numbers segments so on a real link is checked in the
-    // shared RoCE README's tap-device capture and by rxe in tests/interop.)
+    // header; that the kernel numbers segments so on a link is checked by
+    // nic_gso_wire.rs, which captures them on a veth.)
     assert!(b.stat("rx_icrc_solved") > 1000);
 }
 
