@@ -264,9 +264,9 @@ impl UdpIo {
     /// [`GSO_MAX_SEGMENTS`] datagrams per `sendmsg`. The kernel gives the segments of
     /// one such send IPv4 IDs 0, 1, 2, … (checked through software segmentation on a
     /// tap device, see the shared RoCE README, and on a veth by `tests/nic_gso_wire.rs`),
-    /// so segment k's ICRC is computed with
-    /// ID k ([`PacketIo::ipv4_id`]); receivers find that ID (`rx_icrc.rs`). A NIC whose
-    /// hardware segments UDP might number them differently: `softnic run --no-gso`.
+    /// so segment k's ICRC is computed with ID k ([`PacketIo::ipv4_id`]); receivers find
+    /// that ID (`rx_icrc.rs`). A NIC whose hardware segments UDP might number them
+    /// differently: `softnic run --no-gso`.
     pub fn bind_with(addr: SocketAddr, want: Offloads) -> io::Result<Self> {
         let domain = Domain::for_address(addr);
         let socket = Socket::new(domain, Type::DGRAM.nonblocking(), Some(Protocol::UDP))?;
