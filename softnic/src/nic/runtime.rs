@@ -6,7 +6,7 @@
 //!    SQ/RQ rings ─► copy, check ─► Qp::post_send/post_recv  (rings.rs, wqe.rs)
 //!    UDP batch ─► ICRC ─► parse ─► demux by QPN ─► source check ─► Qp::handle_packet
 //!    timers: Qp::handle_timeout when Qp::poll_timeout ≤ now
-//!    Qp::poll_transmit ─► ICRC (ID 0, DF) ─► fault injector ─► pcap ─► UDP send
+//!    Qp::poll_transmit ─► ICRC (DF; ID 0, or k in a GSO run) ─► fault injector ─► pcap ─► UDP send
 //!    Qp::poll_completion ─► CQ rings (publish once; wake armed CQs)
 //!    idle ≥ SPIN: NEED_WAKEUP on every SQ/RQ, re-check, poll(2) until the next timer
 //! ```
