@@ -120,7 +120,9 @@ fn gso_segments_on_a_link_carry_the_ids_their_icrcs_were_computed_with() {
     let pcap = softnic_dir().join("gso-wire.pcap");
     lab.tcpdump = Some(
         Command::new("tcpdump")
-            .args(["-i", &lab.veth, "-U", "-w"])
+            // -Z root: tcpdump would otherwise drop to its own user, who may not write
+            // in the test directory; -B: a larger buffer loses less of the burst.
+            .args(["-Z", "root", "-B", "8192", "-i", &lab.veth, "-U", "-w"])
             .arg(&pcap)
             .args(["udp", "port", "4791"])
             .stdout(Stdio::null())
