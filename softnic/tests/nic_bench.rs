@@ -3,7 +3,9 @@
 //!
 //! * WRITE 64 KiB throughput between two NICs, next to one TCP stream over loopback
 //!   with 64 KiB writes measured in the same run;
-//! * client-side cost of `post_send` (ns per call) and the round trip of a small WRITE.
+//! * client-side cost of `post_send` (ns per call) and the round trip of a small WRITE;
+//! * the 8 B WRITE rate of one QP pair while each NIC also holds 0, 1,000 and 10,000
+//!   idle QPs (what an idle QP costs the loop).
 
 mod nic_support;
 
@@ -12,7 +14,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use nic_support::*;
-use verbs_api::{Mtu, SendWr, WcStatus, WrOpcode};
+use verbs_api::{Mtu, QpCap, QpInitAttr, QpType, SendWr, WcStatus, WrOpcode};
 
 const RUN: Duration = Duration::from_secs(3);
 
@@ -46,8 +48,8 @@ fn tcp_gbps(chunk: usize) -> f64 {
 fn write_64k_throughput_vs_tcp() {
     let tcp = tcp_gbps(64 << 10);
     println!("TCP loopback, one stream, 64 KiB writes: {tcp:.2} Gbit/s");
+    write_64k(&["--no-gso", "--no-gro"], 14);
     write_64k(&[], 14);
-    write_64k(&["--gso"], 14);
     let tcp = tcp_gbps(64 << 10);
     println!("TCP loopback, one stream, 64 KiB writes: {tcp:.2} Gbit/s");
 }
@@ -154,4 +156,69 @@ fn post_send_cost_and_small_write_round_trip() {
         samples[samples.len() / 2].as_secs_f64() * 1e6,
         samples[samples.len() * 99 / 100].as_secs_f64() * 1e6
     );
+}
+
+#[test]
+#[ignore = "measurement; run with --ignored --nocapture in release"]
+fn small_write_rate_with_idle_qps() {
+    let mut base = None;
+    for idle in [0u32, 1_000, 10_000] {
+        let limit = ["--max-qps-per-user", "20000", "--max-cqs-per-user", "20000"];
+        let a = NicProc::start("idle-a", "127.0.0.24", 0, &limit);
+        let b = NicProc::start("idle-b", "127.0.0.25", 0, &limit);
+        let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu4096, 4096, 256);
+        // Idle QPs on both NICs (created, never used), one CQ for all of them.
+        let idle_cq = [
+            x.ctx.create_cq(16).expect("cq"),
+            y.ctx.create_cq(16).expect("cq"),
+        ];
+        let mut parked = Vec::new();
+        for (pd, cq) in [(&x.pd, &idle_cq[0]), (&y.pd, &idle_cq[1])] {
+            for _ in 0..idle {
+                let attr = QpInitAttr {
+                    qp_type: QpType::Rc,
+                    send_cq: cq,
+                    recv_cq: cq,
+                    cap: QpCap {
+                        max_send_wr: 1,
+                        max_recv_wr: 1,
+                        max_send_sge: 1,
+                        max_recv_sge: 1,
+                        max_inline_data: 0,
+                    },
+                    sq_sig_all: false,
+                };
+                parked.push(pd.create_qp(&attr).expect("idle qp"));
+            }
+        }
+        let op = WrOpcode::RdmaWrite {
+            remote_addr: y.mr.addr(),
+            rkey: y.mr.rkey(),
+        };
+        let sge = [x.mr.sge(0, 8)];
+        const DEPTH: u64 = 128;
+        let (mut posted, mut done) = (0u64, 0u64);
+        let t = Instant::now();
+        while t.elapsed() < RUN || done < posted {
+            while posted - done < DEPTH && t.elapsed() < RUN {
+                // Every 32nd signaled, as perftest's CQ moderation does.
+                let mut wr = SendWr::new(posted, op, &sge);
+                if posted % 32 == 31 || posted - done == DEPTH - 1 {
+                    wr = wr.signaled();
+                }
+                x.qp.post_send(&[wr]).expect("post");
+                posted += 1;
+            }
+            let c = poll_one(&mut x.cq);
+            assert_eq!(c.status, WcStatus::Success);
+            done = c.wr_id + 1;
+        }
+        let mpps = done as f64 / t.elapsed().as_secs_f64() / 1e6;
+        let b0 = *base.get_or_insert(mpps);
+        println!(
+            "8 B WRITE, one QP pair, {idle} idle QPs per NIC: {mpps:.3} Mpps ({:.2}x the 0-idle rate)",
+            mpps / b0
+        );
+        drop(parked);
+    }
 }

@@ -81,6 +81,14 @@ fn rc_survives_loss_reordering_duplication_and_corruption() {
     for (n, l) in [("a", &sa), ("b", &sb)] {
         assert!(get(l, "fault_dropped") > 0, "{n}: faults injected");
         assert!(get(l, "fault_corrupted") > 0, "{n}: corruption injected");
+        // GSO is on by default, but faults act on single RoCE packets: with fault
+        // injection every packet is its own send (so IPv4 ID 0), never a GSO run.
+        assert_eq!(get(l, "tx_gso_sends"), 0, "{n}: no GSO run under faults");
+        assert_eq!(
+            get(l, "rx_icrc_solved"),
+            0,
+            "{n}: every packet sent with ID 0"
+        );
     }
     assert!(
         get(&sb, "rx_drop_bad_icrc") > 0,

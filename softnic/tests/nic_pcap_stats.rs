@@ -29,14 +29,15 @@ fn pcap_of_both_nics_decodes_with_every_icrc_ok() {
     // derived from the PID keep concurrent runs on one host apart.
     let net = 100 + std::process::id() % 100;
     let (ia, ib) = (format!("127.{net}.0.8"), format!("127.{net}.0.9"));
-    // a sends with GSO (segment k carries IPv4 ID k): the capture must show those IDs.
-    let mut a = NicProc::start(
-        "pcap-a",
-        &ia,
+    // a sends with GSO, the default (segment k carries IPv4 ID k): the capture must
+    // show those IDs; b sends one packet per system call, every one with ID 0.
+    let mut a = NicProc::start("pcap-a", &ia, 4791, &["--pcap", pa.to_str().unwrap()]);
+    let mut b = NicProc::start(
+        "pcap-b",
+        &ib,
         4791,
-        &["--gso", "--pcap", pa.to_str().unwrap()],
+        &["--no-gso", "--pcap", pb.to_str().unwrap()],
     );
-    let mut b = NicProc::start("pcap-b", &ib, 4791, &["--pcap", pb.to_str().unwrap()]);
     {
         let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu1024, 1 << 16, 16);
         let rs = [y.mr.sge(0, 3000)];

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::control::{ConnLimits, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_USER};
 use super::quota::{Limits, DEFAULT_MAPPED_BYTES, DEFAULT_MRS, DEFAULT_OBJECTS};
+use super::udp::Offloads;
 
 /// The path MTUs RoCE defines (IBTA 9.4: IBV_MTU_256 … IBV_MTU_4096).
 pub const PATH_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
@@ -36,10 +37,19 @@ pub struct RunArgs {
     /// link use 1024, as rxe does.
     #[arg(long, default_value_t = 4096)]
     pub mtu: u32,
-    /// UDP segmentation offloads: send up to 16 packets per system call with GSO
-    /// (segment k carries IPv4 ID k; the ICRC is computed so) and receive coalesced runs
-    /// with GRO. Not used while fault injection is on.
+    /// Turn UDP segmentation offload off: one system call per sent packet. By default
+    /// the NIC hands the kernel up to 16 packets per `sendmsg` (`UDP_SEGMENT`; segment k
+    /// carries IPv4 ID k and its ICRC is computed so) where the kernel has it, probed at
+    /// start. While fault injection is on, packets are sent one by one anyway, so each
+    /// RoCE packet is dropped, duplicated or reordered on its own.
     #[arg(long)]
+    pub no_gso: bool,
+    /// Turn UDP receive coalescing off (`UDP_GRO`, on by default where the kernel has
+    /// it): one datagram per receive slot instead of runs from one sender in one buffer.
+    #[arg(long)]
+    pub no_gro: bool,
+    /// Accepted so older command lines keep working: GSO and GRO are on by default.
+    #[arg(long, hide = true)]
     pub gso: bool,
     /// Treat a QP's retry_cnt of 7 as "retry forever", as Linux rxe does. Off by
     /// default: IBTA 9.7.6.1.3 and ibv_modify_qp(3) make 7 a plain count (only
@@ -143,8 +153,8 @@ pub struct Config {
     pub bind: SocketAddr,
     /// Largest path MTU offered.
     pub mtu: u32,
-    /// UDP GSO on the send path.
-    pub gso: bool,
+    /// UDP offloads asked for (each used only if the kernel has it).
+    pub offloads: Offloads,
     /// rxe's retry_cnt 7 = infinite.
     pub retry_cnt_7_infinite: bool,
     /// Resend only after the Local ACK Timeout.
@@ -251,7 +261,10 @@ impl Config {
             name: a.name.clone(),
             bind: SocketAddr::new(a.addr, a.port),
             mtu: a.mtu,
-            gso: a.gso,
+            offloads: Offloads {
+                gso: !a.no_gso,
+                gro: !a.no_gro,
+            },
             retry_cnt_7_infinite: a.retry_cnt_7_infinite,
             strict_ack_timeout: a.strict_ack_timeout,
             busy_poll: a.busy_poll,
@@ -285,6 +298,8 @@ impl Default for RunArgs {
             addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: wire::ROCEV2_UDP_PORT,
             mtu: 4096,
+            no_gso: false,
+            no_gro: false,
             gso: false,
             retry_cnt_7_infinite: false,
             strict_ack_timeout: false,
@@ -322,6 +337,14 @@ mod tests {
         assert_eq!(c.mtu, 4096);
         assert!(c.fault.is_none());
         assert!(!c.busy_poll, "the NIC sleeps when idle unless asked not to");
+        assert_eq!(
+            c.offloads,
+            Offloads {
+                gso: true,
+                gro: true
+            },
+            "UDP offloads are asked for by default"
+        );
         assert_eq!(c.connections, ConnLimits::default());
         assert_eq!(c.quotas, Limits::default());
         assert_eq!(c.socket_path(), PathBuf::from("/tmp/x/softnic0.sock"));
@@ -386,6 +409,34 @@ mod tests {
         .unwrap();
         assert_eq!(c.connections.per_user, 3);
         assert_eq!(c.quotas.mapped_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn no_gso_and_no_gro_turn_each_offload_off() {
+        let c = cfg(RunArgs {
+            no_gso: true,
+            ..RunArgs::default()
+        })
+        .unwrap();
+        assert_eq!(
+            c.offloads,
+            Offloads {
+                gso: false,
+                gro: true
+            }
+        );
+        let c = cfg(RunArgs {
+            no_gro: true,
+            ..RunArgs::default()
+        })
+        .unwrap();
+        assert_eq!(
+            c.offloads,
+            Offloads {
+                gso: true,
+                gro: false
+            }
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //!    SQ/RQ rings ─► copy, check ─► Qp::post_send/post_recv  (rings.rs, wqe.rs)
 //!    UDP batch ─► ICRC ─► parse ─► demux by QPN ─► source check ─► Qp::handle_packet
 //!    timers: Qp::handle_timeout when Qp::poll_timeout ≤ now
-//!    Qp::poll_transmit ─► ICRC (ID 0, DF) ─► fault injector ─► pcap ─► UDP send
+//!    Qp::poll_transmit ─► ICRC (DF; ID 0, or k in a GSO run) ─► fault injector ─► pcap ─► UDP send
 //!    Qp::poll_completion ─► CQ rings (publish once; wake armed CQs)
 //!    idle ≥ SPIN: NEED_WAKEUP on every SQ/RQ, re-check, poll(2) until the next timer
 //! ```
@@ -47,7 +47,7 @@ use super::rx_icrc::{self, IcrcPath};
 use super::signals;
 use super::source;
 use super::state::{Nic, NicInfo};
-use super::udp::{PacketIo, RecvBatch, SendOutcome, UdpIo};
+use super::udp::{Offloads, PacketIo, RecvBatch, SendOutcome, UdpIo};
 
 /// How long the loop spins without work before it sleeps.
 pub const SPIN: Duration = Duration::from_micros(100);
@@ -155,7 +155,8 @@ impl PacketPath {
                 self.counters.tx_drop_bad_dest += 1;
                 return;
             };
-            if params.fill(pkt).is_err() {
+            // Prepared per (peer, ID): one cache entry per segment position.
+            if self.solver.fill(&params, pkt).is_err() {
                 self.counters.tx_drop_send_error += 1;
                 return;
             }
@@ -207,7 +208,8 @@ pub struct Runtime {
 impl Runtime {
     /// Binds the socket, opens the capture, starts the control server.
     pub fn start(cfg: &Config) -> io::Result<Self> {
-        let io = UdpIo::bind_with(cfg.bind, cfg.gso && cfg.fault.is_none())?;
+        let io = UdpIo::bind_with(cfg.bind, cfg.offloads)?;
+        log_offloads(cfg, io.offloads());
         let recv_slot = io.recv_slot();
         let local = io.local_addr();
         let pcap =
@@ -594,6 +596,20 @@ impl Runtime {
             s.disarm_wakeup();
         }
         Ok(())
+    }
+}
+
+/// Says which UDP offloads are in use, and why one asked for is not.
+fn log_offloads(cfg: &Config, got: Offloads) {
+    tracing::info!(gso = got.gso, gro = got.gro, "UDP offloads");
+    if cfg.offloads.gso && !got.gso {
+        tracing::warn!("the kernel refused UDP_SEGMENT: one send per packet");
+    }
+    if cfg.offloads.gro && !got.gro {
+        tracing::warn!("the kernel refused UDP_GRO: one datagram per receive slot");
+    }
+    if got.gso && !cfg.fault.is_none() {
+        tracing::info!("fault injection: packets are sent one by one, GSO unused");
     }
 }
 

@@ -161,6 +161,16 @@ pub trait PacketIo {
     }
 }
 
+/// Which UDP offloads to use: asked for by the configuration, or in use on a socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Offloads {
+    /// Segmentation on send (`UDP_SEGMENT`): up to [`GSO_MAX_SEGMENTS`] packets per
+    /// `sendmsg`.
+    pub gso: bool,
+    /// Coalescing on receive (`UDP_GRO`): runs of datagrams from one sender in one buffer.
+    pub gro: bool,
+}
+
 /// One unconnected, non-blocking UDP socket with DF set. See the module documentation.
 pub struct UdpIo {
     socket: Socket,
@@ -241,19 +251,23 @@ impl UdpIo {
     /// The IPv4 Identification Linux puts on this socket's datagrams.
     pub const IPV4_ID: u16 = 0;
 
-    /// Binds `addr` (IPv4 or IPv6), without segmentation offload.
+    /// Binds `addr` (IPv4 or IPv6), without offloads.
     pub fn bind(addr: SocketAddr) -> io::Result<Self> {
-        Self::bind_with(addr, false)
+        Self::bind_with(addr, Offloads::default())
     }
 
-    /// Binds `addr`; with `gso`, UDP GRO is enabled on receive too, and
-    /// [`PacketIo::send_segments`] hands the kernel up to
-    /// [`GSO_MAX_SEGMENTS`] datagrams per `sendmsg` (`UDP_SEGMENT`). The kernel gives
-    /// the segments of one such send IPv4 IDs 0, 1, 2, … (checked through software
-    /// segmentation on a tap device, see the shared RoCE README), so segment k's ICRC
-    /// is computed with ID k ([`PacketIo::ipv4_id`]). A NIC whose hardware segments UDP
-    /// may number them differently; GSO is therefore opt-in (`softnic run --gso`).
-    pub fn bind_with(addr: SocketAddr, gso: bool) -> io::Result<Self> {
+    /// Binds `addr` and turns on the offloads in `want` that the kernel has, probed with
+    /// `setsockopt` (`UDP_SEGMENT` since Linux 4.18, `UDP_GRO` since 5.0); one it
+    /// refuses is left off, and [`UdpIo::offloads`] says what is in use.
+    ///
+    /// With GSO [`PacketIo::send_segments`] hands the kernel up to
+    /// [`GSO_MAX_SEGMENTS`] datagrams per `sendmsg`. The kernel gives the segments of
+    /// one such send IPv4 IDs 0, 1, 2, … (checked through software segmentation on a
+    /// tap device, see the shared RoCE README, and on a veth by `tests/nic_gso_wire.rs`),
+    /// so segment k's ICRC is computed with ID k ([`PacketIo::ipv4_id`]); receivers find
+    /// that ID (`rx_icrc.rs`). A NIC whose hardware segments UDP might number them
+    /// differently: `softnic run --no-gso`.
+    pub fn bind_with(addr: SocketAddr, want: Offloads) -> io::Result<Self> {
         let domain = Domain::for_address(addr);
         let socket = Socket::new(domain, Type::DGRAM.nonblocking(), Some(Protocol::UDP))?;
         let fd = socket.as_raw_fd();
@@ -281,10 +295,14 @@ impl UdpIo {
             .local_addr()?
             .as_socket()
             .ok_or_else(|| io::Error::other("bound address is not IP"))?;
+        // GSO probe: a per-socket segment size of 0 changes nothing (each send still
+        // chooses its own with a cmsg) but fails with ENOPROTOOPT where the kernel has
+        // no UDP segmentation.
+        let gso = want.gso && set_int_opt(fd, SOL_UDP, UDP_SEGMENT, 0).is_ok();
         // GRO: the kernel hands over runs of datagrams from one sender as one buffer
         // (up to 64 KiB) with their size in a UDP_GRO cmsg; on loopback a GSO send
         // arrives whole.
-        let gro = gso && set_int_opt(fd, SOL_UDP, UDP_GRO, 1).is_ok();
+        let gro = want.gro && set_int_opt(fd, SOL_UDP, UDP_GRO, 1).is_ok();
         Ok(UdpIo {
             socket,
             local,
@@ -310,6 +328,14 @@ impl UdpIo {
     /// True while GSO is in use (it is turned off if the kernel refuses it).
     pub fn gso(&self) -> bool {
         self.gso
+    }
+
+    /// The offloads in use.
+    pub fn offloads(&self) -> Offloads {
+        Offloads {
+            gso: self.gso,
+            gro: self.gro,
+        }
     }
 
     /// One `sendmsg` with a `UDP_SEGMENT` cmsg.
@@ -508,6 +534,32 @@ impl PacketIo for UdpIo {
 mod tests {
     use super::*;
 
+    const BOTH: Offloads = Offloads {
+        gso: true,
+        gro: true,
+    };
+
+    /// Receives on `b` until `want` datagrams from `from` came (GRO runs split by their
+    /// segment size), waiting up to a second.
+    fn receive_split(b: &mut UdpIo, from: SocketAddr, want: usize) -> Vec<Vec<u8>> {
+        let mut batch = RecvBatch::with_slot(b.recv_slot());
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            b.recv_batch(&mut batch).unwrap();
+            for i in 0..batch.len() {
+                let (bytes, peer, trunc, seg) = batch.get(i).unwrap();
+                assert!(!trunc);
+                assert_eq!(peer, Some(from));
+                got.extend(bytes.chunks(seg).map(|c| c.to_vec()));
+            }
+            if got.len() >= want {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        got
+    }
+
     #[test]
     fn send_and_receive_a_batch_on_loopback() {
         let mut a = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
@@ -539,7 +591,7 @@ mod tests {
 
     #[test]
     fn gso_send_arrives_as_separate_datagrams() {
-        let mut a = UdpIo::bind_with("127.0.0.1:0".parse().unwrap(), true).unwrap();
+        let mut a = UdpIo::bind_with("127.0.0.1:0".parse().unwrap(), BOTH).unwrap();
         let mut b = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let buf: Vec<u8> = (0..3 * 1000 + 10).map(|i| (i / 1000) as u8).collect();
         assert_eq!(
@@ -569,32 +621,60 @@ mod tests {
 
     #[test]
     fn gro_receives_a_gso_send_whole_with_its_segment_size() {
-        let mut a = UdpIo::bind_with("127.0.0.1:0".parse().unwrap(), true).unwrap();
-        let mut b = UdpIo::bind_with("127.0.0.1:0".parse().unwrap(), true).unwrap();
+        let mut a = UdpIo::bind_with("127.0.0.1:0".parse().unwrap(), BOTH).unwrap();
+        let mut b = UdpIo::bind_with("127.0.0.1:0".parse().unwrap(), BOTH).unwrap();
         assert!(b.gro());
         let buf: Vec<u8> = (0..3 * 1000 + 10).map(|i| (i / 1000) as u8).collect();
         assert_eq!(
             a.send_segments(&buf, 1000, b.local_addr()),
             SendOutcome::Sent
         );
-        let mut batch = RecvBatch::with_slot(b.recv_slot());
-        let mut got = Vec::new();
-        for _ in 0..1000 {
-            b.recv_batch(&mut batch).unwrap();
-            for i in 0..batch.len() {
-                let (bytes, _, trunc, seg) = batch.get(i).unwrap();
-                assert!(!trunc);
-                got.extend(bytes.chunks(seg).map(|c| c.to_vec()));
-            }
-            if got.len() == 4 {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        let got = receive_split(&mut b, a.local_addr(), 4);
         let lens: Vec<usize> = got.iter().map(|g| g.len()).collect();
         assert_eq!(lens, vec![1000, 1000, 1000, 10]);
         for (k, g) in got.iter().enumerate() {
             assert!(g.iter().all(|&v| v == k as u8));
+        }
+    }
+
+    #[test]
+    fn offloads_are_probed_and_each_can_be_left_off() {
+        let addr = "127.0.0.1:0".parse().unwrap();
+        assert_eq!(UdpIo::bind(addr).unwrap().offloads(), Offloads::default());
+        // The kernels this runs on (≥ 5.0) have both.
+        assert_eq!(UdpIo::bind_with(addr, BOTH).unwrap().offloads(), BOTH);
+        for want in [
+            Offloads {
+                gso: true,
+                gro: false,
+            },
+            Offloads {
+                gso: false,
+                gro: true,
+            },
+        ] {
+            let io = UdpIo::bind_with(addr, want).unwrap();
+            assert_eq!(io.offloads(), want);
+            assert_eq!(io.recv_slot(), if want.gro { GRO_SLOT } else { RECV_SLOT });
+            assert_eq!(io.max_segments() > 1, want.gso);
+        }
+    }
+
+    #[test]
+    fn gso_and_gro_work_over_ipv6() {
+        let addr = "[::1]:0".parse().unwrap();
+        let mut a = UdpIo::bind_with(addr, BOTH).unwrap();
+        let mut b = UdpIo::bind_with(addr, BOTH).unwrap();
+        let buf: Vec<u8> = (0..5 * 1200).map(|i| (i / 1200) as u8).collect();
+        assert_eq!(
+            a.send_segments(&buf, 1200, b.local_addr()),
+            SendOutcome::Sent
+        );
+        assert!(a.gso(), "GSO still on after an IPv6 send");
+        let got = receive_split(&mut b, a.local_addr(), 5);
+        assert_eq!(got.len(), 5);
+        for (k, g) in got.iter().enumerate() {
+            assert_eq!(g, &vec![k as u8; 1200]);
         }
     }
 

@@ -83,9 +83,30 @@ impl NicProc {
     /// until its control socket answers. Port 0 lets the kernel choose a free port (the
     /// tests use it so that they never collide with other NICs on a shared host).
     pub fn start(name: &str, addr: &str, port: u16, extra: &[&str]) -> NicProc {
+        Self::start_in(None, name, addr, port, extra)
+    }
+
+    /// As [`NicProc::start`], inside network namespace `netns` when given (through
+    /// `ip netns exec`, which execs the NIC in place: the child PID is the NIC's).
+    pub fn start_in(
+        netns: Option<&str>,
+        name: &str,
+        addr: &str,
+        port: u16,
+        extra: &[&str],
+    ) -> NicProc {
         let dir = softnic_dir();
         let log = dir.join(format!("{name}.log"));
-        let child = Command::new(env!("CARGO_BIN_EXE_softnic"))
+        let exe = env!("CARGO_BIN_EXE_softnic");
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, exe]);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let child = cmd
             .args([
                 "run",
                 "--name",

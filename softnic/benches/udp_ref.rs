@@ -1,0 +1,158 @@
+//! Plain-UDP references for `tests/perf/run`: what the NIC's own socket code
+//! (`softnic::nic::udp::UdpIo`, the same socket options and calls) achieves over loopback
+//! with no RDMA work at all, so the NIC's figures can be given as ratios measured in
+//! the same run.
+//!
+//! ```text
+//! cargo bench -p softnic --bench udp_ref -- gso SECONDS    # 64 KiB-ish GSO sends → GRO receiver
+//! cargo bench -p softnic --bench udp_ref -- msgrate SECONDS # small datagrams, one send each, and GSO runs of 16
+//! cargo bench -p softnic --bench udp_ref -- pingpong ITERS  # 8 B round trip, both sides spinning
+//! ```
+//!
+//! Each mode prints `key value` lines (the script parses them). Every loop is bounded by
+//! its time or iteration count; traffic stays on 127.0.0.1.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use softnic::nic::udp::{Offloads, PacketIo, RecvBatch, SendOutcome, UdpIo};
+
+/// A 4096-byte-MTU RDMA WRITE Middle packet as the NIC sends it: BTH 12 + payload 4096 +
+/// ICRC 4.
+const SEG_4K: usize = 12 + 4096 + 4;
+/// An 8-byte RDMA WRITE Only packet: BTH 12 + RETH 16 + payload 8 + ICRC 4.
+const SMALL: usize = 12 + 16 + 8 + 4;
+/// Segments per GSO send (15 × 4112 fits under the 64 KiB datagram limit).
+const SEGS: usize = 15;
+
+const BOTH: Offloads = Offloads {
+    gso: true,
+    gro: true,
+};
+
+fn bind(off: Offloads) -> UdpIo {
+    UdpIo::bind_with("127.0.0.1:0".parse().expect("addr"), off).expect("bind 127.0.0.1")
+}
+
+/// Starts a receiver counting (datagrams, bytes) until `stop`; it yields when idle, as
+/// the NIC does.
+fn receiver(mut rx: UdpIo, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u64, u64)> {
+    std::thread::spawn(move || {
+        let mut batch = RecvBatch::with_slot(rx.recv_slot());
+        let (mut n, mut bytes) = (0u64, 0u64);
+        while !stop.load(Ordering::Relaxed) {
+            let got = rx.recv_batch(&mut batch).expect("recv");
+            if got == 0 {
+                std::thread::yield_now();
+            }
+            for i in 0..got {
+                if let Some((b, _, _, seg)) = batch.get(i) {
+                    n += b.len().div_ceil(seg.max(1)) as u64;
+                    bytes += b.len() as u64;
+                }
+            }
+        }
+        (n, bytes)
+    })
+}
+
+/// Sends `buf` as `seg`-byte datagrams for `secs`; returns (datagrams, bytes) received
+/// and the elapsed time.
+fn stream(secs: f64, tx_off: Offloads, buf: &[u8], seg: usize) -> (u64, u64, f64) {
+    let rx = bind(BOTH);
+    let dest: SocketAddr = rx.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let h = receiver(rx, stop.clone());
+    let mut tx = bind(tx_off);
+    let t = Instant::now();
+    let run = Duration::from_secs_f64(secs);
+    while t.elapsed() < run {
+        if tx.send_segments(buf, seg, dest) == SendOutcome::Failed {
+            panic!("send failed");
+        }
+    }
+    // Let the receiver drain what is queued, then stop it.
+    std::thread::sleep(Duration::from_millis(20));
+    let el = t.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let (n, bytes) = h.join().expect("receiver");
+    (n, bytes, el)
+}
+
+fn gso(secs: f64) {
+    let buf = vec![0x5a; SEG_4K * SEGS];
+    let (_, bytes, el) = stream(secs, BOTH, &buf, SEG_4K);
+    println!("udp_gso_gro_gbps {:.3}", bytes as f64 * 8.0 / el / 1e9);
+    println!("udp_gso_gro_gbytes_per_s {:.3}", bytes as f64 / el / 1e9);
+}
+
+fn msgrate(secs: f64) {
+    let one = vec![0x5a; SMALL];
+    let (n, _, el) = stream(secs, Offloads::default(), &one, SMALL);
+    println!("udp_small_one_send_each_mpps {:.3}", n as f64 / el / 1e6);
+    let run = vec![0x5a; SMALL * 16];
+    let (n, _, el) = stream(secs, BOTH, &run, SMALL);
+    println!("udp_small_gso16_mpps {:.3}", n as f64 / el / 1e6);
+}
+
+/// Spins on `io` until one datagram arrives (bounded by `limit`).
+fn spin_recv(io: &mut UdpIo, batch: &mut RecvBatch, limit: Instant) -> bool {
+    while Instant::now() < limit {
+        if io.recv_batch(batch).expect("recv") > 0 {
+            return true;
+        }
+    }
+    false
+}
+
+fn pingpong(iters: usize) {
+    let mut a = bind(Offloads::default());
+    let b = bind(Offloads::default());
+    let (a_addr, b_addr) = (a.local_addr(), b.local_addr());
+    let limit = Instant::now() + Duration::from_secs(60);
+    let echo = std::thread::spawn(move || {
+        let mut b = b;
+        let mut batch = RecvBatch::new();
+        for _ in 0..iters {
+            if !spin_recv(&mut b, &mut batch, limit) {
+                return;
+            }
+            b.send(&[1u8; 8], a_addr);
+        }
+    });
+    let mut batch = RecvBatch::new();
+    let mut rtts = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        a.send(&[0u8; 8], b_addr);
+        if !spin_recv(&mut a, &mut batch, limit) {
+            break;
+        }
+        rtts.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    echo.join().expect("echo");
+    rtts.sort_by(f64::total_cmp);
+    let med = rtts.get(rtts.len() / 2).copied().unwrap_or(f64::NAN);
+    println!("udp_pingpong_rtt_median_us {med:.3}");
+    println!("udp_pingpong_count {}", rtts.len());
+}
+
+fn main() {
+    // `cargo bench` appends `--bench`; ignore flags.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let num = |i: usize, d: f64| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
+    match args.first().map(String::as_str) {
+        Some("gso") => gso(num(1, 3.0)),
+        Some("msgrate") => msgrate(num(1, 2.0)),
+        Some("pingpong") => pingpong(num(1, 20_000.0) as usize),
+        _ => {
+            eprintln!("usage: udp_ref gso SECONDS | msgrate SECONDS | pingpong ITERS");
+            std::process::exit(2);
+        }
+    }
+}
