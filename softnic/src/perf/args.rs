@@ -168,6 +168,11 @@ const DEF_CQ_MOD: u32 = 100;
 /// `MAX_SIZE`: the largest message of `-a` (2^23).
 pub const MAX_SIZE: u64 = 1 << 23;
 
+/// Most QPs of one run (`-q`). perftest sets no limit of its own; this is the NIC's
+/// default per-user QP quota (`softnic run --max-qps-per-user`), so a larger `-q` could only fail
+/// later, at QP creation.
+pub const MAX_QPS: u32 = crate::nic::quota::DEFAULT_OBJECTS;
+
 /// Resolved parameters.
 #[derive(Debug, Clone)]
 pub struct Params {
@@ -281,8 +286,8 @@ impl Params {
         if a.qps != 1 && !bw {
             return Err("Multiple QPs only available on bw tests".into());
         }
-        if a.qps == 0 || a.qps > 64 {
-            return Err(format!("-q {} is outside 1..=64", a.qps));
+        if a.qps == 0 || a.qps > MAX_QPS {
+            return Err(format!("-q {} is outside 1..={MAX_QPS}", a.qps));
         }
         if let Some(m) = a.mtu {
             if super::exchange::mtu_enum(m).is_none() {
@@ -427,6 +432,15 @@ mod tests {
         assert_eq!((p.sizes[0], p.max_size, p.tx_depth), (2, 1 << 23, 10));
         let p = parse(&["send_bw", "-n", "100"]).unwrap();
         assert_eq!(p.rx_depth, 100);
+    }
+
+    #[test]
+    fn qps_up_to_the_default_quota() {
+        assert_eq!(parse(&["write_bw", "-q", "4096"]).unwrap().qps, 4096);
+        assert!(parse(&["write_bw", "-q", "4097"])
+            .unwrap_err()
+            .contains("1..=4096"));
+        assert!(parse(&["write_bw", "-q", "0"]).is_err());
     }
 
     #[test]
