@@ -47,6 +47,7 @@
 //! * [`oob`]: the `ibv_rc_pingpong` TCP address exchange.
 
 pub mod abi;
+pub mod cm;
 pub mod cq;
 pub mod device;
 pub mod error;
