@@ -38,6 +38,8 @@ pub enum Layer {
     Cnp,
     /// The payload, pad bytes and ICRC.
     Payload,
+    /// A management datagram (IBTA 13.4: 24-byte common header + 232 bytes of data).
+    Mad,
 }
 
 /// Why a buffer was rejected.
@@ -91,6 +93,9 @@ pub enum Error {
     /// A representation is inconsistent with its opcode (e.g. a RETH given for an
     /// opcode that does not carry one), so it cannot be emitted.
     Inconsistent(&'static str),
+    /// A MAD on QP1 that is not a CM message softnic reads (wrong base or class
+    /// version, another management class, an attribute the CM does not define).
+    BadMad(&'static str),
 }
 
 /// Result of a wire operation.
@@ -127,6 +132,7 @@ impl fmt::Display for Error {
                 write!(f, "output buffer too small: need {need}, have {have}")
             }
             Error::Inconsistent(why) => write!(f, "inconsistent packet representation: {why}"),
+            Error::BadMad(why) => write!(f, "not a CM MAD softnic reads: {why}"),
         }
     }
 }

@@ -35,6 +35,7 @@ pub mod aeth;
 pub mod atomic_ack_eth;
 pub mod atomic_eth;
 pub mod bth;
+pub mod cm;
 pub mod cnp;
 pub mod deth;
 pub mod error;
