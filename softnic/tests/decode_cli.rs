@@ -367,3 +367,45 @@ fn port_option_decodes_a_non_standard_port() {
     let o = decode(&["--port", "x"], &p);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// Every CM MAD of the rxe `rdma_cm` capture is named, with its key fields, in text and
+/// JSON (the ladder REQ → REP → RTU … DREQ → DREP, and the IP CM header of the REQ).
+#[test]
+fn cm_mads_are_named_with_their_fields() {
+    let f = capture("rxe-lab/rdma_cm.pcap");
+    let o = decode(&[], &f);
+    assert_eq!(o.status.code(), Some(0));
+    let names: Vec<String> = text(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split(" cm(").nth(1))
+        .map(|c| c.split(' ').next().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "ConnectRequest",
+            "ConnectReply",
+            "ReadyToUse",
+            "DisconnectRequest",
+            "DisconnectReply"
+        ]
+    );
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("cm(ConnectRequest tid=0x28242b0cb comm=0xcbb04282 sid=0x0000000001061c06 qpn=0x000011 start_psn=7621068 rr=1 depth=1 ip=198.18.0.12:34694→198.18.0.11)"),
+        "{out}"
+    );
+    let o = decode(&["--json"], &f);
+    let reps: Vec<serde_json::Value> = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["cm"]["msg"] == "ConnectReply")
+        .collect();
+    assert_eq!(reps.len(), 1);
+    let c = &reps[0]["cm"];
+    assert_eq!(c["attribute_id"], 0x13);
+    assert_eq!(c["local_comm_id"], 0x28a6_3f57);
+    assert_eq!(c["remote_comm_id"], 0xcbb0_4282_u32);
+    assert_eq!(c["qpn"], 0x11);
+    assert_eq!(c["psn"], 3_551_311);
+}

@@ -92,6 +92,9 @@ pub fn text_line(r: &Record) -> String {
             );
         }
         let _ = write!(s, " len={}", h.payload_len);
+        if let Some(c) = &h.cm {
+            let _ = write!(s, " {}", super::cm::text(c));
+        }
     }
     match r.status {
         Status::Ok => s.push_str(" ICRC ok"),

@@ -4,7 +4,8 @@
 //!
 //! * [`capture`] reads the file format (pcap and pcapng, both byte orders);
 //! * [`link`] finds the RoCEv2 packet in a frame (Ethernet, raw IP, Linux SLL/SLL2);
-//! * [`record`] decodes one packet into what is reported;
+//! * [`record`] decodes one packet into what is reported, [`cm`] the CM MAD of a
+//!   packet to QP1;
 //! * [`format`] renders it as text or JSON.
 //!
 //! Exit status: 0 when every RoCEv2 packet parsed and its ICRC verified; 1 when one did
@@ -12,6 +13,7 @@
 //! stderr, with a final summary. The user guide is docs/decode.md.
 
 pub mod capture;
+pub mod cm;
 pub mod format;
 pub mod link;
 pub mod record;

@@ -155,6 +155,9 @@ pub struct Headers {
     pub feth: Option<Feth>,
     /// Payload bytes, without pad and ICRC.
     pub payload_len: usize,
+    /// The CM MAD of a UD packet to QP1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cm: Option<super::cm::Cm>,
 }
 
 /// Everything reported about one RoCEv2 packet.
@@ -228,7 +231,7 @@ fn aeth(a: &wire::AethRepr) -> Aeth {
     out
 }
 
-fn headers(r: &PacketRepr) -> Headers {
+fn headers(r: &PacketRepr, payload: &[u8]) -> Headers {
     let b = &r.bth;
     Headers {
         opcode: b.opcode.0,
@@ -266,6 +269,7 @@ fn headers(r: &PacketRepr) -> Headers {
             placement: x.placement,
         }),
         payload_len: r.payload_len,
+        cm: super::cm::cm(r, payload),
     }
 }
 
@@ -296,7 +300,7 @@ impl Record {
             ipv4_id,
             status,
             error,
-            headers: parsed.ok().map(|p| headers(&p.repr)),
+            headers: parsed.ok().map(|p| headers(&p.repr, p.payload)),
             icrc: (f.roce.len() >= wire::bth::HEADER_LEN + wire::ICRC_LEN)
                 .then(|| carried_icrc(f.roce))
                 .flatten(),
