@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod cm;
 pub mod memory;
 pub mod qp;
 pub mod sgl;

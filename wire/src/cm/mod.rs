@@ -26,9 +26,10 @@ mod sidr;
 
 pub use ip::{ip_service_id, service_port_space, CmaHeader, CMA_HEADER_LEN};
 pub use rej::{MessageKind, MraRepr, RejReason, RejRepr};
-pub use rep::RepRepr;
-pub use req::{PathRepr, ReqRepr};
-pub use short::{DrepRepr, DreqRepr, RtuRepr};
+pub use rej::{MRA_PRIVATE_DATA_LEN, REJ_PRIVATE_DATA_LEN};
+pub use rep::{RepRepr, PRIVATE_DATA_LEN as REP_PRIVATE_DATA_LEN};
+pub use req::{PathRepr, ReqRepr, PRIVATE_DATA_LEN as REQ_PRIVATE_DATA_LEN};
+pub use short::{DrepRepr, DreqRepr, RtuRepr, DREQ_PRIVATE_DATA_LEN, RTU_PRIVATE_DATA_LEN};
 pub use sidr::{SidrRepRepr, SidrReqRepr, SidrStatus};
 
 use crate::error::{Error, Layer, Result};

@@ -1,0 +1,144 @@
+//! One connection's state (IBTA 12.9, the RC subset), and what each side offered.
+
+use std::net::SocketAddr;
+
+use super::timer::Retry;
+use super::IdHandle;
+
+/// Where a connection is in IBTA 12.9's state diagram (RC only; no LAP/APR).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmState {
+    /// Created; not listening or connecting.
+    Idle,
+    /// Listening for REQs.
+    Listen,
+    /// Active: REQ sent, waiting for REP/REJ.
+    ReqSent,
+    /// Passive: REQ received, waiting for the consumer to accept or reject.
+    ReqRcvd,
+    /// Passive: REP sent, waiting for RTU.
+    RepSent,
+    /// Both: connected.
+    Established,
+    /// DREQ sent, waiting for DREP.
+    DreqSent,
+    /// Closed; waiting out stray packets before the comm ID and QP are reused.
+    TimeWait,
+    /// Finished (rejected, unreachable, or out of TimeWait).
+    Closed,
+}
+
+/// What the consumer asks for in a connect or accept (`rdma_conn_param` + the QP).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnParams {
+    /// The RC QP to bind.
+    pub qpn: u32,
+    /// Its first send PSN (24 bits).
+    pub psn: u32,
+    /// READ/atomics it serves at once.
+    pub responder_resources: u8,
+    /// READ/atomics it issues at once.
+    pub initiator_depth: u8,
+    /// Transport retry count (connect).
+    pub retry_count: u8,
+    /// RNR retry count.
+    pub rnr_retry_count: u8,
+    /// End-to-end flow control bit.
+    pub flow_control: bool,
+    /// The QP uses an SRQ.
+    pub srq: bool,
+    /// Private data (the IP CM header included, for a REQ).
+    pub private_data: Vec<u8>,
+}
+
+/// What the peer sent (REQ or REP fields), for events and the QP transitions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerParams {
+    /// The peer's QPN.
+    pub qpn: u32,
+    /// The peer's first PSN.
+    pub psn: u32,
+    /// The peer's responder resources.
+    pub responder_resources: u8,
+    /// The peer's initiator depth.
+    pub initiator_depth: u8,
+    /// The peer's retry count (REQ only).
+    pub retry_count: u8,
+    /// The peer's RNR retry count.
+    pub rnr_retry_count: u8,
+    /// The peer's flow control bit.
+    pub flow_control: bool,
+    /// The peer's SRQ bit.
+    pub srq: bool,
+    /// Path MTU (IBTA encoding) from the REQ.
+    pub path_mtu: u8,
+    /// Local ACK timeout from the REQ's primary path.
+    pub local_ack_timeout: u8,
+    /// The REQ's service ID.
+    pub service_id: u64,
+    /// The peer's private data (the whole field as received).
+    pub private_data: Vec<u8>,
+}
+
+/// One connection identifier.
+#[derive(Debug)]
+pub struct CmId {
+    /// Its handle.
+    pub handle: IdHandle,
+    /// Where it is.
+    pub state: CmState,
+    /// Our communication ID (0 until it connects or receives a REQ).
+    pub local_comm_id: u32,
+    /// The peer's, once known.
+    pub remote_comm_id: Option<u32>,
+    /// Transaction ID of the REQ (used by REQ, REP, RTU, REJ, MRA) or of our DREQ.
+    pub tid: u64,
+    /// Where the peer NIC receives RoCE packets.
+    pub peer: Option<SocketAddr>,
+    /// The bound QP.
+    pub qpn: Option<u32>,
+    /// What we offered.
+    pub ours: ConnParams,
+    /// What the peer offered.
+    pub theirs: PeerParams,
+    /// The service this id listens on.
+    pub listen_service_id: Option<u64>,
+    /// Connections of this listener not yet accepted or rejected.
+    pub pending: u32,
+    /// Most pending connections.
+    pub backlog: u32,
+    /// For a connection made by a REQ: its listener.
+    pub listener: Option<IdHandle>,
+    /// The message to resend and when (REQ, REP, DREQ), or TimeWait's end.
+    pub retry: Option<Retry>,
+}
+
+impl CmId {
+    /// A new idle id.
+    pub fn new(handle: IdHandle) -> CmId {
+        CmId {
+            handle,
+            state: CmState::Idle,
+            local_comm_id: 0,
+            remote_comm_id: None,
+            tid: 0,
+            peer: None,
+            qpn: None,
+            ours: ConnParams::default(),
+            theirs: PeerParams::default(),
+            listen_service_id: None,
+            pending: 0,
+            backlog: 0,
+            listener: None,
+            retry: None,
+        }
+    }
+}
+
+/// `v` in a fixed-size private data field, zero-padded (the caller checked the length).
+pub(crate) fn padded<const N: usize>(v: &[u8]) -> [u8; N] {
+    let mut a = [0u8; N];
+    let n = v.len().min(N);
+    a[..n].copy_from_slice(&v[..n]);
+    a
+}

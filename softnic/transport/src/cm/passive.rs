@@ -1,0 +1,219 @@
+//! The passive side (IBTA 12.9.6): REQ in → a new connection under its listener (or a
+//! REJ "invalid service ID" when nobody listens); accept → QP to RTR and RTS, REP out;
+//! RTU in → established; reject → REJ out.
+
+use std::net::SocketAddr;
+
+use wire::cm::{CmMadRepr, CmMessage, MessageKind, RejReason, RejRepr, RepRepr, ReqRepr, RtuRepr};
+
+use super::active::MIN_RNR_TIMER;
+use super::id::{padded, CmId, CmState, ConnParams, PeerParams};
+use super::timer::Retry;
+use super::{roce_dest, Cm, CmError, Event, IdHandle, QpAction, QpStep};
+use crate::time::Instant;
+
+impl Cm {
+    pub(super) fn on_req(&mut self, now: Instant, src: SocketAddr, tid: u64, req: &ReqRepr) {
+        let _ = now;
+        if req.transport_type != 0 || req.local_qpn == 0 {
+            self.counters.rx_drop_bad_req += 1;
+            return;
+        }
+        let dest = roce_dest(src, self.cfg.local);
+        // A REQ we already took (the peer resent it): answer as the state says.
+        let dup = self.ids.values().find(|c| {
+            c.remote_comm_id == Some(req.local_comm_id)
+                && c.listener.is_some()
+                && c.peer.map(|p| p.ip()) == Some(src.ip())
+        });
+        if let Some(c) = dup {
+            self.counters.rx_duplicates += 1;
+            if let (CmState::RepSent, Some(r)) = (c.state, c.retry) {
+                if let Some(mad) = r.mad {
+                    self.send(dest, mad);
+                }
+            }
+            return;
+        }
+        let Some(&listener) = self.listeners.get(&req.service_id) else {
+            self.counters.rej_no_listener += 1;
+            let rej = RejRepr {
+                local_comm_id: 0,
+                remote_comm_id: req.local_comm_id,
+                message_rejected: MessageKind::Req,
+                reject_info_length: 0,
+                reason: RejReason::INVALID_SERVICE_ID,
+                ari: [0; 72],
+                private_data: [0; 148],
+            };
+            self.send(dest, CmMadRepr::new(tid, CmMessage::Rej(rej)));
+            return;
+        };
+        let Some(l) = self.ids.get_mut(&listener) else {
+            return;
+        };
+        if l.pending >= l.backlog {
+            // No answer: the active side resends, and we may have room then (as
+            // Linux's CM does with a full backlog).
+            self.counters.rx_drop_backlog += 1;
+            return;
+        }
+        l.pending += 1;
+        let h = self.alloc_handle();
+        let comm = self.new_comm_id();
+        let mut c = CmId::new(h);
+        c.state = CmState::ReqRcvd;
+        c.local_comm_id = comm;
+        c.remote_comm_id = Some(req.local_comm_id);
+        c.tid = tid;
+        c.peer = Some(dest);
+        c.listener = Some(listener);
+        c.theirs = PeerParams {
+            qpn: req.local_qpn,
+            psn: req.starting_psn,
+            responder_resources: req.responder_resources,
+            initiator_depth: req.initiator_depth,
+            retry_count: req.retry_count,
+            rnr_retry_count: req.rnr_retry_count,
+            flow_control: req.end_to_end_flow_control,
+            srq: req.srq,
+            path_mtu: req.path_mtu,
+            local_ack_timeout: req.primary.local_ack_timeout,
+            service_id: req.service_id,
+            private_data: req.private_data.to_vec(),
+        };
+        let peer = c.theirs.clone();
+        self.ids.insert(h, c);
+        self.by_comm_id.insert(comm, h);
+        self.events.push_back(Event::ConnectRequest {
+            listener,
+            id: h,
+            peer,
+        });
+    }
+
+    /// Takes a connection request (`rdma_accept`): moves `params.qpn` to RTR and RTS
+    /// against the requester and sends the REP; `Established` follows the RTU.
+    pub fn accept(&mut self, now: Instant, h: IdHandle, params: ConnParams) -> Result<(), CmError> {
+        if params.private_data.len() > wire::cm::REP_PRIVATE_DATA_LEN {
+            return Err(CmError::PrivateDataTooLong);
+        }
+        let c = self.ids.get(&h).ok_or(CmError::NoSuchId)?;
+        if c.state != CmState::ReqRcvd {
+            return Err(CmError::InvalidState(c.state));
+        }
+        if self.by_qpn.contains_key(&params.qpn) {
+            return Err(CmError::QpInUse);
+        }
+        let Some(dest) = c.peer else {
+            return Err(CmError::InvalidState(c.state));
+        };
+        let t = &c.theirs;
+        let rtr = QpStep::Rtr {
+            dest_qpn: t.qpn,
+            rq_psn: t.psn,
+            path_mtu: t.path_mtu.clamp(1, self.cfg.path_mtu.max(1)),
+            dest,
+            max_dest_rd_atomic: params.responder_resources,
+            min_rnr_timer: MIN_RNR_TIMER,
+        };
+        let rts = QpStep::Rts {
+            sq_psn: params.psn,
+            timeout: t.local_ack_timeout,
+            retry_cnt: t.retry_count,
+            rnr_retry: t.rnr_retry_count,
+            max_rd_atomic: params.initiator_depth.min(t.responder_resources),
+        };
+        let rep = RepRepr {
+            local_comm_id: c.local_comm_id,
+            remote_comm_id: c.remote_comm_id.unwrap_or(0),
+            local_qkey: 0,
+            local_qpn: params.qpn & 0xFF_FFFF,
+            local_eecn: 0,
+            starting_psn: params.psn & 0xFF_FFFF,
+            vendor_id: 0,
+            responder_resources: params.responder_resources,
+            initiator_depth: params.initiator_depth,
+            target_ack_delay: 0,
+            failover_accepted: 0,
+            end_to_end_flow_control: params.flow_control,
+            rnr_retry_count: params.rnr_retry_count & 7,
+            srq: params.srq,
+            local_ca_guid: self.cfg.ca_guid,
+            private_data: padded(&params.private_data),
+        };
+        let mad = CmMadRepr::new(c.tid, CmMessage::Rep(rep));
+        let listener = c.listener;
+        let (exp, retries) = (self.cfg.cm_response_timeout, self.cfg.max_cm_retries);
+        for step in [rtr, rts] {
+            self.qp_actions.push_back(QpAction {
+                id: h,
+                qpn: params.qpn,
+                step,
+            });
+        }
+        self.by_qpn.insert(params.qpn, h);
+        self.release_backlog(listener);
+        if let Some(c) = self.ids.get_mut(&h) {
+            c.state = CmState::RepSent;
+            c.qpn = Some(params.qpn);
+            c.ours = params;
+            c.retry = Some(Retry::new(now, mad, exp, retries));
+        }
+        self.send(dest, mad);
+        Ok(())
+    }
+
+    /// Refuses a connection request (`rdma_reject`) with a REJ "consumer reject"
+    /// carrying `private_data` (≤ 148 bytes).
+    pub fn reject(&mut self, h: IdHandle, private_data: &[u8]) -> Result<(), CmError> {
+        if private_data.len() > wire::cm::REJ_PRIVATE_DATA_LEN {
+            return Err(CmError::PrivateDataTooLong);
+        }
+        let c = self.ids.get(&h).ok_or(CmError::NoSuchId)?;
+        if c.state != CmState::ReqRcvd {
+            return Err(CmError::InvalidState(c.state));
+        }
+        let rej = RejRepr {
+            local_comm_id: c.local_comm_id,
+            remote_comm_id: c.remote_comm_id.unwrap_or(0),
+            message_rejected: MessageKind::Req,
+            reject_info_length: 0,
+            reason: RejReason::CONSUMER_DEFINED,
+            ari: [0; 72],
+            private_data: padded(private_data),
+        };
+        let (dest, tid, listener) = (c.peer, c.tid, c.listener);
+        self.release_backlog(listener);
+        self.close(h);
+        if let Some(d) = dest {
+            self.send(d, CmMadRepr::new(tid, CmMessage::Rej(rej)));
+        }
+        Ok(())
+    }
+
+    fn release_backlog(&mut self, listener: Option<IdHandle>) {
+        if let Some(l) = listener.and_then(|l| self.ids.get_mut(&l)) {
+            l.pending = l.pending.saturating_sub(1);
+        }
+    }
+
+    pub(super) fn on_rtu(&mut self, peer: SocketAddr, rtu: &RtuRepr) {
+        let Some(h) = self.lookup(peer, rtu.remote_comm_id, Some(rtu.local_comm_id)) else {
+            return;
+        };
+        let Some(c) = self.ids.get_mut(&h) else {
+            return;
+        };
+        match c.state {
+            CmState::RepSent => {
+                c.state = CmState::Established;
+                c.retry = None;
+                let peer = c.theirs.clone();
+                self.events.push_back(Event::Established { id: h, peer });
+            }
+            CmState::Established => self.counters.rx_duplicates += 1,
+            _ => self.counters.rx_drop_unexpected += 1,
+        }
+    }
+}
