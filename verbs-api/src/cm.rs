@@ -23,13 +23,18 @@
 //! and then the user's bytes, so a user may send at most
 //! [`MAX_REQ_PRIVATE_DATA`] = 92 − 36 = 56 bytes in a connect.
 
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::abi::control::cm::{CmEventMsg, CmReply, CmRequest};
+use crate::abi::control::{Handle, Reply, Request};
 use crate::device::{Context, Device};
 use crate::error::{io, Error, Result};
+use crate::mr::AccessFlags;
 use crate::os;
 use crate::qp::{AhAttr, QpAttr, QpState, QueuePair};
 
@@ -85,11 +90,26 @@ pub fn service_id(ps: PortSpace, port: u16) -> u64 {
 
 /// The softnic NIC serving `ip`: the running device (in `$SOFTNIC_DIR`) whose bound
 /// address is `ip`; an unspecified address (`0.0.0.0`, `::`) takes the first running
-/// device. This is how [`CmId::bind_addr`] and [`CmId::resolve_addr`] pick a device
-/// (librdmacm asks the kernel's routing table; softnic's "route" is this lookup).
+/// device of that family. This is how [`CmId::bind_addr`] and [`CmId::resolve_addr`]
+/// pick a device (librdmacm asks the kernel's routing table; softnic's "route" is this
+/// lookup). Stale sockets of dead NICs are skipped.
 pub fn find_device(ip: IpAddr) -> Result<Device> {
-    let _ = ip;
-    Err(not_yet("find_device"))
+    for d in Device::list()? {
+        let Ok(attr) = d.query() else {
+            continue;
+        };
+        let wanted = if ip.is_unspecified() {
+            attr.addr.is_ipv4() == ip.is_ipv4()
+        } else {
+            attr.addr == ip
+        };
+        if wanted {
+            return Ok(d);
+        }
+    }
+    Err(Error::InvalidArgument(format!(
+        "no softnic device serves {ip} (rdma_cm: EADDRNOTAVAIL)"
+    )))
 }
 
 /// A CM event type (`enum rdma_cm_event_type`; the discriminants are librdmacm's).
@@ -140,55 +160,17 @@ pub enum CmEventKind {
 }
 
 /// What a connect/accept asks for (`struct rdma_conn_param`, the fields that go into
-/// the REQ or REP).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ConnParam {
-    /// The user's private data: ≤ [`MAX_REQ_PRIVATE_DATA`] in a connect (the IP CM
-    /// header takes the rest of the REQ's 92 bytes), ≤ [`MAX_REP_PRIVATE_DATA`] in an
-    /// accept.
-    pub private_data: Vec<u8>,
-    /// RDMA READ/atomics this side serves at once (REQ/REP "responder resources";
-    /// becomes the peer's `max_rd_atomic` bound and our `max_dest_rd_atomic`).
-    pub responder_resources: u8,
-    /// RDMA READ/atomics this side issues at once (REQ/REP "initiator depth"; our
-    /// `max_rd_atomic`).
-    pub initiator_depth: u8,
-    /// End-to-end flow control (REQ/REP bit; informational).
-    pub flow_control: bool,
-    /// Transport retry count (0..=7): the QP's `retry_cnt` (connect only).
-    pub retry_count: u8,
-    /// RNR retry count (0..=7, 7 = infinite): the QP's `rnr_retry`.
-    pub rnr_retry_count: u8,
-    /// The QP receives from an SRQ (REQ/REP "SRQ" bit).
-    pub srq: bool,
-}
+/// the REQ or REP): private data (a connect's ≤ [`MAX_REQ_PRIVATE_DATA`], an accept's ≤
+/// [`MAX_REP_PRIVATE_DATA`]), responder resources, initiator depth, retry counts, the
+/// flow-control and SRQ bits. The same struct travels to the NIC.
+pub use crate::abi::control::cm::CmConnParam as ConnParam;
 
-/// What a CONNECT_REQUEST / ESTABLISHED / REJECTED / DISCONNECTED event tells about the
-/// peer (`rdma_cm_event.param.conn`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ConnEventParam {
-    /// The peer's private data: for a REQ, the bytes after the IP CM header; for a
-    /// REP/REJ/DREQ, all of the MAD's private data field (which is zero-padded to its
-    /// fixed size on the wire: the length is the field's, as in librdmacm).
-    pub private_data: Vec<u8>,
-    /// The peer's responder resources (REQ/REP).
-    pub responder_resources: u8,
-    /// The peer's initiator depth (REQ/REP).
-    pub initiator_depth: u8,
-    /// The peer's flow control bit.
-    pub flow_control: bool,
-    /// The peer's retry count (REQ).
-    pub retry_count: u8,
-    /// The peer's RNR retry count (REQ/REP).
-    pub rnr_retry_count: u8,
-    /// The peer's SRQ bit.
-    pub srq: bool,
-    /// The peer's QP number (REQ "local QPN" / REP "local QPN").
-    pub qp_num: u32,
-    /// The peer's starting PSN (REQ "starting PSN" / REP "starting PSN"): the first
-    /// PSN our QP expects.
-    pub psn: u32,
-}
+/// What a CONNECT_REQUEST / ESTABLISHED / REJECTED event tells about the peer
+/// (`rdma_cm_event.param.conn`): its private data (for a REQ, the bytes after the IP CM
+/// header; otherwise the MAD's whole zero-padded field, as librdmacm gives it), responder
+/// resources, initiator depth, flow control, retry counts, SRQ bit, QP number and
+/// starting PSN. The NIC's event message carries exactly this struct.
+pub use crate::abi::control::cm::CmEventConn as ConnEventParam;
 
 /// What a UD (`RDMA_PS_UDP`) CONNECT_REQUEST/ESTABLISHED tells (`param.ud`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -254,20 +236,39 @@ pub struct EventChannel {
 
 #[derive(Debug)]
 struct ChannelInner {
-    /// The eventfd the NICs signal (sent to each NIC when the first id binds to it).
+    /// The eventfd the NICs signal (each NIC an id binds to gets a copy).
     eventfd: OwnedFd,
-    /// Per-NIC state: events fetched but not yet returned, NIC handles → keys.
-    _state: Mutex<()>,
+    state: Mutex<ChannelState>,
+}
+
+#[derive(Debug, Default)]
+struct ChannelState {
+    /// NICs this channel is attached to, with the NIC's handle of the channel.
+    nics: Vec<(Context, Handle)>,
+    /// (NIC, NIC id handle) → key.
+    keys: HashMap<(usize, Handle), CmIdKey>,
+    /// Events fetched (or made locally) but not yet returned.
+    pending: VecDeque<CmEvent>,
+}
+
+fn ctx_key(ctx: &Context) -> usize {
+    Arc::as_ptr(&ctx.inner) as usize
+}
+
+fn next_key() -> CmIdKey {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    CmIdKey(NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 impl EventChannel {
     /// `rdma_create_event_channel`: a channel, not yet tied to any NIC.
     pub fn new() -> Result<EventChannel> {
-        let eventfd = os::eventfd().map_err(io("creating the CM event channel's eventfd"))?;
+        let eventfd =
+            os::eventfd_blocking().map_err(io("creating the CM event channel's eventfd"))?;
         Ok(EventChannel {
             inner: Arc::new(ChannelInner {
                 eventfd,
-                _state: Mutex::new(()),
+                state: Mutex::new(ChannelState::default()),
             }),
         })
     }
@@ -282,26 +283,173 @@ impl EventChannel {
     /// lives on the fd). With it, [`EventChannel::get_event`] fails with an
     /// [`Error::Io`] of kind `WouldBlock` (`EAGAIN`) instead of waiting.
     pub fn set_nonblocking(&self, nonblocking: bool) -> Result<()> {
-        let _ = nonblocking;
-        Err(not_yet("rdma_event_channel nonblocking"))
+        os::set_nonblocking(self.fd(), nonblocking).map_err(io("fcntl(O_NONBLOCK)"))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ChannelState> {
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The NIC's handle of this channel on `ctx`, attaching it on first use.
+    fn attach(&self, ctx: &Context) -> Result<Handle> {
+        let mut st = self.lock();
+        if let Some((_, h)) = st.nics.iter().find(|(c, _)| ctx_key(c) == ctx_key(ctx)) {
+            return Ok(*h);
+        }
+        let req = Request::Cm(CmRequest::AttachChannel);
+        let h = match ctx
+            .inner
+            .call("rdma_create_event_channel", &req, &[self.fd()])?
+            .0
+        {
+            Reply::Cm(CmReply::Channel { channel }) => channel,
+            other => return Err(unexpected("AttachChannel", other)),
+        };
+        st.nics.push((ctx.clone(), h));
+        Ok(h)
+    }
+
+    fn register(&self, ctx: &Context, nic_id: Handle, key: CmIdKey) {
+        self.lock().keys.insert((ctx_key(ctx), nic_id), key);
+    }
+
+    fn unregister(&self, ctx: &Context, nic_id: Handle) {
+        self.lock().keys.remove(&(ctx_key(ctx), nic_id));
+    }
+
+    /// Queues an event made here (address and route resolution) and wakes the fd.
+    fn push_local(&self, ev: CmEvent) {
+        self.lock().pending.push_back(ev);
+        let _ = os::eventfd_signal(self.fd());
+    }
+
+    /// Drains the eventfd, then asks every NIC for its events.
+    fn fetch(&self, st: &mut ChannelState) -> Result<()> {
+        if os::wait_readable(self.fd(), Some(Duration::ZERO)).unwrap_or(false) {
+            let _ = os::eventfd_drain(self.fd());
+        }
+        let nics: Vec<(Context, Handle)> = st.nics.clone();
+        for (ctx, ch) in nics {
+            let req = Request::Cm(CmRequest::GetEvents { channel: ch });
+            let msgs = match ctx.inner.call("rdma_get_cm_event", &req, &[])?.0 {
+                Reply::Cm(CmReply::Events(v)) => v,
+                other => return Err(unexpected("GetEvents", other)),
+            };
+            for m in msgs {
+                if let Some(ev) = self.convert(st, &ctx, m) {
+                    st.pending.push_back(ev);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A NIC event as the API's; a CONNECT_REQUEST makes the new [`CmId`].
+    fn convert(&self, st: &mut ChannelState, ctx: &Context, m: CmEventMsg) -> Option<CmEvent> {
+        let kind = event_kind(m.kind)?;
+        let param = match m.conn {
+            Some(c) => CmEventParam::Conn(c),
+            None => CmEventParam::None,
+        };
+        let (id, listen_id, new_id) = if kind == CmEventKind::ConnectRequest {
+            let listen = *st.keys.get(&(ctx_key(ctx), m.listen_id?))?;
+            let key = next_key();
+            st.keys.insert((ctx_key(ctx), m.id), key);
+            let new = CmId {
+                key,
+                ps: PortSpace::Tcp,
+                channel: self.clone(),
+                bound: Some((ctx.clone(), m.id)),
+                local: m.local,
+                peer: m.peer,
+                peer_nic: None,
+            };
+            (key, Some(listen), Some(new))
+        } else {
+            (*st.keys.get(&(ctx_key(ctx), m.id))?, None, None)
+        };
+        Some(CmEvent {
+            id,
+            listen_id,
+            kind,
+            status: m.status,
+            param,
+            new_id,
+        })
     }
 
     /// `rdma_get_cm_event`: the oldest pending event; waits for one unless the fd has
     /// `O_NONBLOCK`.
     pub fn get_event(&self) -> Result<CmEvent> {
-        Err(not_yet("rdma_get_cm_event"))
+        loop {
+            if let Some(ev) = self.try_get_event()? {
+                return Ok(ev);
+            }
+            if os::is_nonblocking(self.fd()).map_err(io("fcntl(F_GETFL)"))? {
+                return Err(Error::Io {
+                    what: "rdma_get_cm_event",
+                    source: std::io::Error::from(std::io::ErrorKind::WouldBlock),
+                });
+            }
+            os::wait_readable(self.fd(), None).map_err(io("waiting for CM events"))?;
+        }
     }
 
     /// The oldest pending event, or `None` at once.
     pub fn try_get_event(&self) -> Result<Option<CmEvent>> {
-        Err(not_yet("rdma_get_cm_event"))
+        let mut st = self.lock();
+        if st.pending.is_empty() {
+            self.fetch(&mut st)?;
+        }
+        let ev = st.pending.pop_front();
+        if !st.pending.is_empty() {
+            // Keep the fd readable while events are left.
+            let _ = os::eventfd_signal(self.fd());
+        }
+        Ok(ev)
     }
 
     /// Waits at most `timeout` for an event.
     pub fn get_event_timeout(&self, timeout: Duration) -> Result<Option<CmEvent>> {
-        let _ = timeout;
-        Err(not_yet("rdma_get_cm_event"))
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(ev) = self.try_get_event()? {
+                return Ok(Some(ev));
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            os::wait_readable(self.fd(), Some(left)).map_err(io("waiting for CM events"))?;
+        }
     }
+}
+
+fn event_kind(k: u32) -> Option<CmEventKind> {
+    use CmEventKind::*;
+    Some(match k {
+        0 => AddrResolved,
+        1 => AddrError,
+        2 => RouteResolved,
+        3 => RouteError,
+        4 => ConnectRequest,
+        5 => ConnectResponse,
+        6 => ConnectError,
+        7 => Unreachable,
+        8 => Rejected,
+        9 => Established,
+        10 => Disconnected,
+        11 => DeviceRemoval,
+        12 => MulticastJoin,
+        13 => MulticastError,
+        14 => AddrChange,
+        15 => TimewaitExit,
+        _ => return None,
+    })
+}
+
+fn unexpected(what: &str, r: Reply) -> Error {
+    Error::Protocol(format!("{what} answered with {r:?}"))
 }
 
 impl AsFd for EventChannel {
@@ -326,21 +474,51 @@ impl AsRawFd for EventChannel {
 /// attributes (peer QPN and PSN, path MTU, responder resources/initiator depth,
 /// retry counts), and to ERR on a DREQ or disconnect. After ESTABLISHED call
 /// `QueuePair::query` to refresh the QP's cached state before posting sends.
-#[derive(Debug)]
 pub struct CmId {
     key: CmIdKey,
     ps: PortSpace,
-    _channel: EventChannel,
-    ctx: Option<Context>,
+    channel: EventChannel,
+    /// The NIC and its handle of this id, once bound.
+    bound: Option<(Context, Handle)>,
     local: Option<SocketAddr>,
     peer: Option<SocketAddr>,
+    /// The peer NIC's RoCE address (from `resolve_addr`).
+    peer_nic: Option<SocketAddr>,
 }
+
+impl std::fmt::Debug for CmId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CmId")
+            .field("key", &self.key)
+            .field("ps", &self.ps)
+            .field("nic_id", &self.bound.as_ref().map(|b| b.1))
+            .field("local", &self.local)
+            .field("peer", &self.peer)
+            .finish()
+    }
+}
+
+/// `IBV_ACCESS_LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC`: the access
+/// the CM gives a connected QP (Linux `cma_init_conn_qp` with responder resources).
+pub const CM_QP_ACCESS: AccessFlags = AccessFlags(
+    AccessFlags::LOCAL_WRITE.0
+        | AccessFlags::REMOTE_WRITE.0
+        | AccessFlags::REMOTE_READ.0
+        | AccessFlags::REMOTE_ATOMIC.0,
+);
 
 impl CmId {
     /// `rdma_create_id(channel, &id, context, ps)`: a new id, not bound to a NIC.
     pub fn new(channel: &EventChannel, ps: PortSpace) -> Result<CmId> {
-        let _ = (channel, ps);
-        Err(not_yet("rdma_create_id"))
+        Ok(CmId {
+            key: next_key(),
+            ps,
+            channel: channel.clone(),
+            bound: None,
+            local: None,
+            peer: None,
+            peer_nic: None,
+        })
     }
 
     /// The key naming this id in [`CmEvent`]s.
@@ -355,7 +533,7 @@ impl CmId {
 
     /// The NIC this id is bound to (`id->verbs`), once bound or resolved.
     pub fn context(&self) -> Option<&Context> {
-        self.ctx.as_ref()
+        self.bound.as_ref().map(|b| &b.0)
     }
 
     /// Local address (`rdma_get_local_addr`), once bound.
@@ -368,19 +546,55 @@ impl CmId {
         self.peer
     }
 
+    fn nic(&self) -> Result<(&Context, Handle)> {
+        self.bound
+            .as_ref()
+            .map(|(c, h)| (c, *h))
+            .ok_or_else(|| Error::InvalidArgument("the rdma_cm id is not bound to a device".into()))
+    }
+
+    fn call(&self, verb: &'static str, req: CmRequest) -> Result<Reply> {
+        let (ctx, _) = self.nic()?;
+        Ok(ctx.inner.call(verb, &Request::Cm(req), &[])?.0)
+    }
+
+    fn bind_to(&mut self, dev: &Device, addr: SocketAddr) -> Result<()> {
+        if self.bound.is_some() {
+            return Err(Error::InvalidArgument(
+                "the rdma_cm id is already bound".into(),
+            ));
+        }
+        let ctx = dev.open_context()?;
+        let channel = self.channel.attach(&ctx)?;
+        let req = Request::Cm(CmRequest::CreateId { channel });
+        let id = match ctx.inner.call("rdma_create_id", &req, &[])?.0 {
+            Reply::Cm(CmReply::Id { id }) => id,
+            other => return Err(unexpected("CreateId", other)),
+        };
+        self.channel.register(&ctx, id, self.key);
+        let ip = if addr.ip().is_unspecified() {
+            ctx.attributes().addr
+        } else {
+            addr.ip()
+        };
+        self.local = Some(SocketAddr::new(ip, addr.port()));
+        self.bound = Some((ctx, id));
+        Ok(())
+    }
+
     /// `rdma_bind_addr`: binds to the NIC serving `addr.ip()` ([`find_device`]) and to
-    /// `addr.port()` in this id's port space (0 = an ephemeral port the NIC picks).
-    /// Fails with `AddrInUse` if another id of that NIC holds the port.
+    /// `addr.port()` in this id's port space (0 = an ephemeral port, chosen when it
+    /// listens or connects).
     pub fn bind_addr(&mut self, addr: SocketAddr) -> Result<()> {
-        let _ = addr;
-        Err(not_yet("rdma_bind_addr"))
+        let dev = find_device(addr.ip())?;
+        self.bind_to(&dev, addr)
     }
 
     /// `rdma_resolve_addr`: binds (if not yet) to the NIC serving `src` (or, with no
-    /// `src`, the NIC whose address is on `dst`'s side: the first NIC on loopback) and
-    /// records `dst` as the peer. Raises ADDR_RESOLVED (or ADDR_ERROR) on the channel.
-    /// `dst.port()` is the peer's CM port; the peer NIC is reached at `dst.ip()`,
-    /// UDP port 4791 unless `peer_udp_port` says otherwise (several NICs on one host).
+    /// `src`, the first NIC of `dst`'s family) and records `dst` as the peer. Raises
+    /// ADDR_RESOLVED on the channel. `dst.port()` is the peer's CM port; the peer NIC
+    /// is reached at `dst.ip()`, UDP port 4791 unless `peer_udp_port` says otherwise
+    /// (several NICs on one host).
     pub fn resolve_addr(
         &mut self,
         src: Option<SocketAddr>,
@@ -388,40 +602,103 @@ impl CmId {
         peer_udp_port: Option<u16>,
         timeout: Duration,
     ) -> Result<()> {
-        let _ = (src, dst, peer_udp_port, timeout);
-        Err(not_yet("rdma_resolve_addr"))
+        let _ = timeout; // resolution is a local lookup: it never waits
+        if self.bound.is_none() {
+            let src = src.unwrap_or_else(|| {
+                let any: IpAddr = if dst.is_ipv4() {
+                    std::net::Ipv4Addr::UNSPECIFIED.into()
+                } else {
+                    std::net::Ipv6Addr::UNSPECIFIED.into()
+                };
+                SocketAddr::new(any, 0)
+            });
+            let dev = find_device(src.ip())?;
+            self.bind_to(&dev, src)?;
+        }
+        self.peer = Some(dst);
+        self.peer_nic = Some(SocketAddr::new(
+            dst.ip(),
+            peer_udp_port.unwrap_or(crate::gid::ROCE_V2_PORT),
+        ));
+        self.local_event(CmEventKind::AddrResolved);
+        Ok(())
+    }
+
+    fn local_event(&self, kind: CmEventKind) {
+        self.channel.push_local(CmEvent {
+            id: self.key,
+            listen_id: None,
+            kind,
+            status: 0,
+            param: CmEventParam::None,
+            new_id: None,
+        });
     }
 
     /// `rdma_resolve_route`: raises ROUTE_RESOLVED (RoCE needs no path record query:
     /// the path is the peer's GID and the NIC's MTU).
     pub fn resolve_route(&mut self, timeout: Duration) -> Result<()> {
         let _ = timeout;
-        Err(not_yet("rdma_resolve_route"))
+        if self.peer_nic.is_none() {
+            return Err(Error::InvalidArgument(
+                "rdma_resolve_route before rdma_resolve_addr".into(),
+            ));
+        }
+        self.local_event(CmEventKind::RouteResolved);
+        Ok(())
     }
 
     /// `rdma_listen`: REQs for this id's service ID ([`service_id`] of the bound port)
     /// become CONNECT_REQUEST events, at most `backlog` not yet accepted or rejected
     /// at once; further REQs are left unanswered so that the active side retries (as
     /// Linux's CM does when a listener's backlog is full). Needs a prior
-    /// [`CmId::bind_addr`].
+    /// [`CmId::bind_addr`]; port 0 listens on an ephemeral port, which
+    /// [`CmId::local_addr`] then shows.
     pub fn listen(&mut self, backlog: u32) -> Result<()> {
-        let _ = backlog;
-        Err(not_yet("rdma_listen"))
+        let local = self
+            .local
+            .ok_or_else(|| Error::InvalidArgument("rdma_listen before rdma_bind_addr".into()))?;
+        let (_, id) = self.nic()?;
+        let req = CmRequest::Listen {
+            id,
+            port_space: self.ps as u16,
+            port: local.port(),
+            backlog,
+        };
+        match self.call("rdma_listen", req)? {
+            Reply::Cm(CmReply::Port { port }) => {
+                self.local = Some(SocketAddr::new(local.ip(), port));
+                Ok(())
+            }
+            other => Err(unexpected("Listen", other)),
+        }
     }
 
     /// RESET → INIT for a QP of this id's NIC with the attributes the CM uses, as
-    /// `rdma_create_qp` does: RC gets REMOTE_READ | REMOTE_WRITE | LOCAL_WRITE; UD
-    /// gets [`RDMA_UDP_QKEY`].
+    /// `rdma_create_qp` does: RC gets [`CM_QP_ACCESS`]; UD gets [`RDMA_UDP_QKEY`].
     pub fn init_qp(&self, qp: &mut QueuePair) -> Result<()> {
-        let _ = qp;
-        Err(not_yet("rdma_create_qp"))
+        qp.modify(&self.init_qp_attr(QpState::Init)?)
     }
 
-    /// `rdma_init_qp_attr`: the attributes the CM uses to move this id's QP to
-    /// `state` (INIT, RTR or RTS), from what it negotiated so far.
+    /// `rdma_init_qp_attr` for INIT (what [`CmId::init_qp`] applies). RTR and RTS are
+    /// refused: the NIC moves a connected QP there itself with what it negotiated.
     pub fn init_qp_attr(&self, state: QpState) -> Result<QpAttr> {
-        let _ = state;
-        Err(not_yet("rdma_init_qp_attr"))
+        if state != QpState::Init {
+            return Err(Error::InvalidArgument(format!(
+                "rdma_init_qp_attr({state:?}): the NIC moves connected QPs to RTR/RTS itself"
+            )));
+        }
+        let mut a = QpAttr {
+            qp_state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            ..QpAttr::default()
+        };
+        match self.ps {
+            PortSpace::Tcp => a.qp_access_flags = Some(CM_QP_ACCESS),
+            PortSpace::Udp => a.qkey = Some(RDMA_UDP_QKEY),
+        }
+        Ok(a)
     }
 
     /// `rdma_connect` (RC): sends a REQ for the peer's service ID carrying `qp`'s
@@ -429,22 +706,70 @@ impl CmId {
     /// (≤ [`MAX_REQ_PRIVATE_DATA`]). `qp` must be an RC QP of this id's NIC in RESET or
     /// INIT. Outcome: ESTABLISHED, REJECTED, UNREACHABLE or CONNECT_ERROR.
     pub fn connect(&mut self, qp: &QueuePair, param: &ConnParam) -> Result<()> {
-        let _ = (qp, param);
-        Err(not_yet("rdma_connect"))
+        if param.private_data.len() > MAX_REQ_PRIVATE_DATA {
+            return Err(Error::InvalidArgument(format!(
+                "rdma_connect private data of {} bytes exceeds {MAX_REQ_PRIVATE_DATA}",
+                param.private_data.len()
+            )));
+        }
+        let (Some(peer), Some(dest)) = (self.peer, self.peer_nic) else {
+            return Err(Error::InvalidArgument(
+                "rdma_connect before rdma_resolve_addr".into(),
+            ));
+        };
+        let (_, id) = self.nic()?;
+        let src_port = match self.local.map(|l| l.port()) {
+            Some(p) if p != 0 => p,
+            // An ephemeral source port for the IP CM header, as Linux picks one.
+            _ => 49152 + (self.key.0 % 16384) as u16,
+        };
+        if let Some(l) = self.local.as_mut() {
+            l.set_port(src_port);
+        }
+        let req = CmRequest::Connect {
+            id,
+            qpn: qp.qp_num(),
+            dest,
+            port_space: self.ps as u16,
+            dst_port: peer.port(),
+            src_port,
+            param: param.clone(),
+        };
+        self.call("rdma_connect", req).map(|_| ())
     }
 
     /// `rdma_accept` (on a CONNECT_REQUEST's id): moves `qp` to RTR and RTS against
     /// the requester and sends the REP; ESTABLISHED follows when the RTU arrives.
     pub fn accept(&mut self, qp: &QueuePair, param: &ConnParam) -> Result<()> {
-        let _ = (qp, param);
-        Err(not_yet("rdma_accept"))
+        if param.private_data.len() > MAX_REP_PRIVATE_DATA {
+            return Err(Error::InvalidArgument(format!(
+                "rdma_accept private data of {} bytes exceeds {MAX_REP_PRIVATE_DATA}",
+                param.private_data.len()
+            )));
+        }
+        let (_, id) = self.nic()?;
+        let req = CmRequest::Accept {
+            id,
+            qpn: qp.qp_num(),
+            param: param.clone(),
+        };
+        self.call("rdma_accept", req).map(|_| ())
     }
 
     /// `rdma_reject`: answers a CONNECT_REQUEST with a REJ, reason 28 (consumer
     /// reject), carrying `private_data` (≤ [`MAX_REJ_PRIVATE_DATA`]).
     pub fn reject(&mut self, private_data: &[u8]) -> Result<()> {
-        let _ = private_data;
-        Err(not_yet("rdma_reject"))
+        if private_data.len() > MAX_REJ_PRIVATE_DATA {
+            return Err(Error::InvalidArgument(
+                "rdma_reject private data exceeds 148 bytes".into(),
+            ));
+        }
+        let (_, id) = self.nic()?;
+        let req = CmRequest::Reject {
+            id,
+            private_data: private_data.to_vec(),
+        };
+        self.call("rdma_reject", req).map(|_| ())
     }
 
     /// `rdma_establish`: no-op kept for librdmacm's API (softnic's CM sends the RTU
@@ -453,17 +778,21 @@ impl CmId {
         Ok(())
     }
 
-    /// `rdma_disconnect`: sends a DREQ (or answers one with a DREP) and moves the QP
-    /// to ERR; DISCONNECTED follows.
+    /// `rdma_disconnect`: sends a DREQ and moves the QP to ERR; DISCONNECTED follows.
     pub fn disconnect(&mut self) -> Result<()> {
-        Err(not_yet("rdma_disconnect"))
+        let (_, id) = self.nic()?;
+        self.call("rdma_disconnect", CmRequest::Disconnect { id })
+            .map(|_| ())
     }
 }
 
-fn not_yet(what: &'static str) -> Error {
-    Error::Io {
-        what,
-        source: std::io::Error::from(std::io::ErrorKind::Unsupported),
+impl Drop for CmId {
+    fn drop(&mut self) {
+        if let Some((ctx, id)) = self.bound.take() {
+            self.channel.unregister(&ctx, id);
+            let req = Request::Cm(CmRequest::DestroyId { id });
+            let _ = ctx.inner.call("rdma_destroy_id", &req, &[]);
+        }
     }
 }
 

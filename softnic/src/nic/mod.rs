@@ -21,6 +21,7 @@
 use std::process::ExitCode;
 
 pub mod clock;
+pub mod cm;
 pub mod config;
 pub mod control;
 pub mod counters;

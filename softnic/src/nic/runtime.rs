@@ -317,6 +317,10 @@ impl Runtime {
             work += e.drain_rings(now, local, &mut self.path.counters);
         }
         work += self.receive(now)?;
+        let path = &mut self.path;
+        work += self
+            .nic
+            .cm_poll(now, &mut |pkt, dest| path.transmit(now, pkt, dest));
         for e in self.nic.qps.values_mut() {
             if e.qp.poll_timeout().is_some_and(|t| t <= now) {
                 e.qp.handle_timeout(now);
@@ -403,6 +407,9 @@ impl Runtime {
             &gauges,
         );
         for (n, v) in self.nic.srq_totals().list() {
+            list.push((n.to_string(), v));
+        }
+        for (n, v) in self.nic.cm.stats() {
             list.push((n.to_string(), v));
         }
         list
@@ -539,6 +546,7 @@ impl Runtime {
             .qps
             .values()
             .filter_map(|e| e.qp.poll_timeout())
+            .chain(self.nic.cm.cm.poll_timeout())
             .min();
         match (qp, self.path.fault.next_release()) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -674,6 +682,10 @@ fn rx_one(
         }
     };
     let qpn = pkt.repr.bth.dest_qpn.value();
+    if pkt.repr.bth.dest_qpn == wire::Qpn::GSI {
+        nic.cm.handle_packet(now, peer, &pkt);
+        return;
+    }
     let Some(e) = nic.qps.get_mut(&qpn) else {
         c.rx_drop_unknown_qpn += 1;
         return;

@@ -117,6 +117,8 @@ pub struct Nic {
     quotas: Quotas,
     /// Counters of QPs already destroyed.
     pub retired: QpCounters,
+    /// The connection manager on QP1 (`cm/`).
+    pub cm: super::cm::NicCm,
 }
 
 pub(super) type Answer = (Response, Vec<OwnedFd>);
@@ -227,7 +229,10 @@ fn from_transport_attrs(a: &tqp::Attrs, s: tqp::QpState) -> QpAttr {
 impl Nic {
     /// A NIC with no objects, whose users may each hold up to `limits`.
     pub fn new(info: NicInfo, limits: Limits) -> Self {
+        let guid = verbs_api::gid::node_guid(info.local);
+        let cm = super::cm::NicCm::new(info.local, guid, info.mtu);
         Nic {
+            cm,
             info,
             clients: KeyMap::default(),
             pds: KeyMap::default(),
@@ -334,6 +339,7 @@ impl Nic {
                 | Request::CreateCq { .. }
                 | Request::CreateQp { .. }
                 | Request::CreateSrq { .. }
+                | Request::Cm(verbs_api::abi::control::cm::CmRequest::AttachChannel)
         );
         if fds.len() != usize::from(want_fds) {
             return err(
@@ -407,6 +413,7 @@ impl Nic {
             Request::QuerySrq { srq } => self.query_srq(client, srq),
             Request::DestroySrq { srq } => self.destroy_srq(client, srq),
             Request::GetAsyncEvents => self.async_events(client),
+            Request::Cm(r) => self.cm_request(now, client, r, fds),
             Request::ModifyQp { qpn, attr } => self.modify_qp(now, client, qpn, &attr),
             Request::QueryQp { qpn } => match self.qps.get(&qpn).filter(|e| e.client == client) {
                 Some(e) => ok(Reply::QpInfo {
@@ -870,7 +877,13 @@ impl Nic {
         true
     }
 
-    fn modify_qp(&mut self, now: Instant, client: u32, qpn: u32, attr: &QpAttr) -> Answer {
+    pub(super) fn modify_qp(
+        &mut self,
+        now: Instant,
+        client: u32,
+        qpn: u32,
+        attr: &QpAttr,
+    ) -> Answer {
         let local = self.info.local;
         let mtu = self.info.mtu;
         let Some(e) = self.qps.get_mut(&qpn).filter(|e| e.client == client) else {
@@ -920,6 +933,8 @@ impl Nic {
         let cqs: Vec<u32> = o.cqs.keys().copied().collect();
         let mrs: Vec<u32> = o.mrs.keys().copied().collect();
         let pds: Vec<u32> = o.pds.keys().copied().collect();
+        // Its CM ids first (a connected one sends its DREQ), then the QPs they bound.
+        self.cm_remove_client(Instant::ZERO, client);
         for &q in &qps {
             self.destroy_qp(client, q);
         }
@@ -991,6 +1006,7 @@ pub fn request_name(r: &Request) -> &'static str {
         Request::QuerySrq { .. } => "QuerySrq",
         Request::DestroySrq { .. } => "DestroySrq",
         Request::GetAsyncEvents => "GetAsyncEvents",
+        Request::Cm(_) => "Cm",
     }
 }
 

@@ -269,7 +269,11 @@ pub struct Side {
 
 /// Opens `nic`, allocates a `mr_len`-byte region with every access right and an RC QP.
 pub fn side(nic: &NicProc, mr_len: usize, depth: u32) -> Side {
-    let ctx = Device::open(&nic.name).expect("open device");
+    side_on(Device::open(&nic.name).expect("open device"), mr_len, depth)
+}
+
+/// [`side`] on an open context (e.g. an rdma_cm id's, whose QPs the CM may bind).
+pub fn side_on(ctx: Context, mr_len: usize, depth: u32) -> Side {
     let pd = ctx.alloc_pd().expect("alloc pd");
     let mr = pd.alloc_mr(mr_len, AccessFlags::ALL).expect("alloc mr");
     let cq = ctx.create_cq(2 * depth).expect("create cq");

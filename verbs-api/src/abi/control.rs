@@ -310,6 +310,8 @@ pub enum Request {
     /// Takes the client's pending asynchronous events (never blocks).
     /// Reply: [`Reply::AsyncEvents`].
     GetAsyncEvents,
+    /// The connection manager ([`cm`]).
+    Cm(cm::CmRequest),
 }
 
 /// SRQ attributes (`struct ibv_srq_attr`).
@@ -408,6 +410,8 @@ pub enum Reply {
         /// `(name, value)` pairs.
         counters: Vec<(String, u64)>,
     },
+    /// To a CM request.
+    Cm(cm::CmReply),
 }
 
 /// Why a request failed (the class; the message says the details).
@@ -687,3 +691,5 @@ pub fn call(
 
 #[cfg(test)]
 mod tests;
+
+pub mod cm;

@@ -223,6 +223,37 @@ pub fn eventfd() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Creates a *blocking* close-on-exec eventfd with counter 0: a CM event channel's fd,
+/// whose `O_NONBLOCK` flag the program may set itself with `fcntl` (librdmacm's
+/// convention), so it must start cleared.
+pub fn eventfd_blocking() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with valid flags.
+    let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) })?;
+    // SAFETY: fresh descriptor from the kernel, owned by us only.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether `fd` has `O_NONBLOCK`.
+pub fn is_nonblocking(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    // SAFETY: F_GETFL on a valid fd reads its flags; no memory is passed.
+    let flags = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    Ok(flags & libc::O_NONBLOCK != 0)
+}
+
+/// Sets or clears `O_NONBLOCK` on `fd`.
+pub fn set_nonblocking(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    // SAFETY: F_GETFL/F_SETFL on a valid fd with integer flags; no memory is passed.
+    let flags = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    let flags = if on {
+        flags | libc::O_NONBLOCK
+    } else {
+        flags & !libc::O_NONBLOCK
+    };
+    // SAFETY: as above.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags) })?;
+    Ok(())
+}
+
 /// Adds 1 to an eventfd's counter (one write(2)). A full counter (EAGAIN) already
 /// means "wake up", so it is not an error.
 pub fn eventfd_signal(fd: BorrowedFd<'_>) -> io::Result<()> {

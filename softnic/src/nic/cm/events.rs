@@ -1,0 +1,138 @@
+//! Event channels: a client's eventfd and a bounded queue of [`CmEventMsg`]s. The
+//! eventfd is written when an event is queued; the client drains the queue with
+//! `GetEvents`.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, OwnedFd};
+
+use softnic_transport::cm::{Event, IdHandle, PeerParams};
+use verbs_api::abi::control::cm::{CmEventConn, CmEventMsg};
+use wire::cm::{CmaHeader, CMA_HEADER_LEN};
+
+use super::{IdOwner, NicCm};
+
+/// Most events a channel holds; more are dropped (and counted) until the client reads.
+pub const MAX_EVENTS: usize = 4096;
+
+/// One client's event channel.
+#[derive(Debug)]
+pub struct Channel {
+    /// The client connection.
+    pub client: u32,
+    /// Written when an event is queued.
+    pub eventfd: OwnedFd,
+    /// Events not yet fetched.
+    pub queue: VecDeque<CmEventMsg>,
+}
+
+/// `enum rdma_cm_event_type` values.
+mod kind {
+    pub const CONNECT_REQUEST: u32 = 4;
+    pub const CONNECT_ERROR: u32 = 6;
+    pub const UNREACHABLE: u32 = 7;
+    pub const REJECTED: u32 = 8;
+    pub const ESTABLISHED: u32 = 9;
+    pub const DISCONNECTED: u32 = 10;
+    pub const TIMEWAIT_EXIT: u32 = 15;
+}
+
+const ETIMEDOUT: i32 = 110;
+const ECONNREFUSED: i32 = 111;
+
+fn conn(p: &PeerParams, private_data: &[u8]) -> CmEventConn {
+    CmEventConn {
+        private_data: private_data.to_vec(),
+        responder_resources: p.responder_resources,
+        initiator_depth: p.initiator_depth,
+        flow_control: p.flow_control,
+        retry_count: p.retry_count,
+        rnr_retry_count: p.rnr_retry_count,
+        srq: p.srq,
+        qp_num: p.qpn,
+        psn: p.psn,
+    }
+}
+
+fn msg(id: IdHandle, kind: u32, status: i32) -> CmEventMsg {
+    CmEventMsg {
+        id,
+        listen_id: None,
+        kind,
+        status,
+        conn: None,
+        peer: None,
+        local: None,
+    }
+}
+
+impl NicCm {
+    /// Routes a CM event to its id's channel (registering the new id of a connection
+    /// request under its listener's owner).
+    pub(super) fn route_event(&mut self, ev: Event) {
+        let m = match ev {
+            Event::ConnectRequest { listener, id, peer } => {
+                let Some(owner) = self.ids.get(&listener).copied() else {
+                    // The listener is gone: refuse the connection.
+                    let _ = self.cm.reject(id, &[]);
+                    self.cm
+                        .destroy_id(softnic_transport::time::Instant::ZERO, id);
+                    return;
+                };
+                self.ids.insert(
+                    id,
+                    IdOwner {
+                        listening: None,
+                        ..owner
+                    },
+                );
+                let cma = CmaHeader::parse(&peer.private_data);
+                let user = peer.private_data.get(CMA_HEADER_LEN..).unwrap_or(&[]);
+                let mut m = msg(id, kind::CONNECT_REQUEST, 0);
+                m.listen_id = Some(listener);
+                m.conn = Some(conn(&peer, user));
+                m.peer = cma.map(|h| std::net::SocketAddr::new(h.src, h.src_port));
+                m.local = cma
+                    .zip(owner.listening)
+                    .map(|(h, (_, port))| std::net::SocketAddr::new(h.dst, port));
+                m
+            }
+            Event::Established { id, peer } => {
+                let mut m = msg(id, kind::ESTABLISHED, 0);
+                m.conn = Some(conn(&peer, &peer.private_data));
+                m
+            }
+            Event::Rejected {
+                id,
+                reason,
+                private_data,
+            } => {
+                let mut m = msg(id, kind::REJECTED, i32::from(reason));
+                m.conn = Some(CmEventConn {
+                    private_data,
+                    ..CmEventConn::default()
+                });
+                m
+            }
+            Event::Unreachable { id } => msg(id, kind::UNREACHABLE, -ETIMEDOUT),
+            Event::ConnectError { id } => msg(id, kind::CONNECT_ERROR, -ECONNREFUSED),
+            Event::Disconnected { id } => msg(id, kind::DISCONNECTED, 0),
+            Event::TimewaitExit { id } => msg(id, kind::TIMEWAIT_EXIT, 0),
+        };
+        self.queue(m);
+    }
+
+    fn queue(&mut self, m: CmEventMsg) {
+        let Some(owner) = self.ids.get(&m.id) else {
+            return; // the id was destroyed: nobody to tell
+        };
+        let Some(ch) = self.channels.get_mut(&owner.channel) else {
+            return;
+        };
+        if ch.queue.len() >= MAX_EVENTS {
+            self.counters.events_dropped += 1;
+            return;
+        }
+        ch.queue.push_back(m);
+        let _ = verbs_api::os::eventfd_signal(ch.eventfd.as_fd());
+    }
+}

@@ -1,0 +1,307 @@
+//! The CM control requests (`verbs_api::abi::control::cm`): checked against the
+//! client's own objects, then handed to the CM.
+
+use std::os::fd::OwnedFd;
+
+use softnic_transport::cm::{ConnParams, Route};
+use softnic_transport::qp as tqp;
+use softnic_transport::time::Instant;
+use verbs_api::abi::control::cm::{CmConnParam, CmReply, CmRequest};
+use verbs_api::abi::control::{ErrorCode, Handle, QpAttr, QpState, Reply};
+use wire::cm::{ip_service_id, CmaHeader, CMA_HEADER_LEN, REQ_PRIVATE_DATA_LEN};
+
+use super::events::Channel;
+use super::IdOwner;
+use crate::nic::state::{err, ok, Answer, Nic, MAX_QP_RD_ATOM};
+
+/// `IBV_ACCESS_LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC`: what the CM
+/// gives a QP it moves to INIT (Linux `cma_init_conn_qp` with responder resources).
+pub const CM_QP_ACCESS: u32 = 1 | 2 | 4 | 8;
+
+/// An error answer, boxed (it is large).
+fn fail(code: ErrorCode, message: impl Into<String>) -> Box<Answer> {
+    Box::new(err(code, message))
+}
+
+fn cm_err(e: softnic_transport::cm::CmError) -> Box<Answer> {
+    use softnic_transport::cm::CmError as E;
+    let code = match e {
+        E::NoSuchId => ErrorCode::NotFound,
+        E::InvalidState(_) => ErrorCode::InvalidState,
+        E::AddressInUse | E::QpInUse => ErrorCode::Busy,
+        E::PrivateDataTooLong => ErrorCode::InvalidArgument,
+    };
+    fail(code, format!("rdma_cm: {e:?}"))
+}
+
+fn done() -> Answer {
+    ok(Reply::Done)
+}
+
+fn params(qpn: u32, psn: u32, p: CmConnParam, private_data: Vec<u8>) -> ConnParams {
+    let clamp = |v: u8| v.min(MAX_QP_RD_ATOM as u8);
+    ConnParams {
+        qpn,
+        psn,
+        responder_resources: clamp(p.responder_resources),
+        initiator_depth: clamp(p.initiator_depth),
+        retry_count: p.retry_count.min(7),
+        rnr_retry_count: p.rnr_retry_count.min(7),
+        flow_control: p.flow_control,
+        srq: p.srq,
+        private_data,
+    }
+}
+
+impl Nic {
+    /// Whether `id` belongs to `client`.
+    fn cm_owned(&self, client: u32, id: Handle) -> Result<IdOwner, Box<Answer>> {
+        match self.cm.ids.get(&id) {
+            Some(o) if o.client == client => Ok(*o),
+            _ => Err(Box::new(err(ErrorCode::NotFound, format!("no CM id {id}")))),
+        }
+    }
+
+    /// Checks `qpn` is an RC QP of `client` in RESET or INIT, and moves it to INIT.
+    fn cm_prepare_qp(&mut self, now: Instant, client: u32, qpn: u32) -> Result<(), Box<Answer>> {
+        let Some(e) = self.qps.get(&qpn).filter(|e| e.client == client) else {
+            return Err(Box::new(err(
+                ErrorCode::NotFound,
+                format!("no QP {qpn:#x}"),
+            )));
+        };
+        if e.qp.qp_type() != tqp::QpType::Rc {
+            return Err(Box::new(err(
+                ErrorCode::InvalidArgument,
+                "rdma_cm connects RC QPs only (UD port space is not served)",
+            )));
+        }
+        match e.qp.state() {
+            tqp::QpState::Init => Ok(()),
+            tqp::QpState::Reset => {
+                let attr = QpAttr {
+                    state: Some(QpState::Init),
+                    pkey_index: Some(0),
+                    port_num: Some(1),
+                    access: Some(CM_QP_ACCESS),
+                    ..QpAttr::default()
+                };
+                match self.modify_qp(now, client, qpn, &attr) {
+                    (verbs_api::abi::control::Response::Ok(_), _) => Ok(()),
+                    other => Err(Box::new(other)),
+                }
+            }
+            s => Err(Box::new(err(
+                ErrorCode::InvalidState,
+                format!("QP {qpn:#x} is in {s:?}; rdma_cm needs it in RESET or INIT"),
+            ))),
+        }
+    }
+
+    /// Handles one CM request of `client`.
+    pub(crate) fn cm_request(
+        &mut self,
+        now: Instant,
+        client: u32,
+        req: CmRequest,
+        mut fds: Vec<OwnedFd>,
+    ) -> Answer {
+        match self.cm_request_inner(now, client, req, &mut fds) {
+            Ok(a) => a,
+            Err(a) => *a,
+        }
+    }
+
+    fn cm_request_inner(
+        &mut self,
+        now: Instant,
+        client: u32,
+        req: CmRequest,
+        fds: &mut Vec<OwnedFd>,
+    ) -> Result<Answer, Box<Answer>> {
+        Ok(match req {
+            CmRequest::AttachChannel => {
+                let Some(eventfd) = fds.pop() else {
+                    return Err(fail(
+                        ErrorCode::Protocol,
+                        "AttachChannel carries no eventfd",
+                    ));
+                };
+                let h = self.cm.channel_handle();
+                self.cm.channels.insert(
+                    h,
+                    Channel {
+                        client,
+                        eventfd,
+                        queue: Default::default(),
+                    },
+                );
+                ok(Reply::Cm(CmReply::Channel { channel: h }))
+            }
+            CmRequest::CreateId { channel } => {
+                if self.cm.channels.get(&channel).map(|c| c.client) != Some(client) {
+                    return Err(fail(
+                        ErrorCode::NotFound,
+                        format!("no CM channel {channel}"),
+                    ));
+                }
+                let id = self.cm.cm.create_id();
+                self.cm.ids.insert(
+                    id,
+                    IdOwner {
+                        client,
+                        channel,
+                        listening: None,
+                    },
+                );
+                ok(Reply::Cm(CmReply::Id { id }))
+            }
+            CmRequest::DestroyId { id } => {
+                self.cm_owned(client, id)?;
+                self.cm_destroy_id(now, id);
+                done()
+            }
+            CmRequest::Listen {
+                id,
+                port_space,
+                port,
+                backlog,
+            } => {
+                self.cm_owned(client, id)?;
+                if port_space != 0x0106 {
+                    return Err(fail(
+                        ErrorCode::InvalidArgument,
+                        format!(
+                            "rdma_cm port space {port_space:#06x} is not served (RDMA_PS_TCP only)"
+                        ),
+                    ));
+                }
+                let port = match port {
+                    0 => self
+                        .cm
+                        .ephemeral_port(port_space)
+                        .ok_or_else(|| fail(ErrorCode::NoResources, "no free port"))?,
+                    p if self.cm.ports.contains_key(&(port_space, p)) => {
+                        return Err(fail(ErrorCode::Busy, format!("port {p} is in use")));
+                    }
+                    p => p,
+                };
+                self.cm
+                    .cm
+                    .listen(id, ip_service_id(port_space, port), backlog)
+                    .map_err(cm_err)?;
+                self.cm.ports.insert((port_space, port), id);
+                if let Some(o) = self.cm.ids.get_mut(&id) {
+                    o.listening = Some((port_space, port));
+                }
+                ok(Reply::Cm(CmReply::Port { port }))
+            }
+            CmRequest::Connect {
+                id,
+                qpn,
+                dest,
+                port_space,
+                dst_port,
+                src_port,
+                param,
+            } => {
+                self.cm_owned(client, id)?;
+                if param.private_data.len() > REQ_PRIVATE_DATA_LEN - CMA_HEADER_LEN {
+                    return Err(fail(
+                        ErrorCode::InvalidArgument,
+                        "connect private data exceeds 56 bytes",
+                    ));
+                }
+                let local = self.info.local;
+                if !crate::nic::gid::reachable(local, dest) {
+                    return Err(fail(
+                        ErrorCode::InvalidArgument,
+                        format!("{dest} is not reachable from {local}"),
+                    ));
+                }
+                self.cm_prepare_qp(now, client, qpn)?;
+                let mut pd = vec![0u8; CMA_HEADER_LEN];
+                CmaHeader {
+                    cma_version: 0,
+                    src: local.ip(),
+                    dst: dest.ip(),
+                    src_port,
+                }
+                .emit(&mut pd);
+                pd.extend_from_slice(&param.private_data);
+                let psn = crate::nic::secret::u32().unwrap_or(0) & wire::types::MASK_24;
+                let route = Route {
+                    dest,
+                    local_gid: verbs_api::Gid::from_ip(local.ip()).raw(),
+                    remote_gid: verbs_api::Gid::from_ip(dest.ip()).raw(),
+                };
+                let sid = ip_service_id(port_space, dst_port);
+                self.cm
+                    .cm
+                    .connect(now, id, route, sid, params(qpn, psn, param, pd))
+                    .map_err(cm_err)?;
+                done()
+            }
+            CmRequest::Accept { id, qpn, param } => {
+                self.cm_owned(client, id)?;
+                self.cm_prepare_qp(now, client, qpn)?;
+                let psn = crate::nic::secret::u32().unwrap_or(0) & wire::types::MASK_24;
+                let pd = param.private_data.clone();
+                self.cm
+                    .cm
+                    .accept(now, id, params(qpn, psn, param, pd))
+                    .map_err(cm_err)?;
+                done()
+            }
+            CmRequest::Reject { id, private_data } => {
+                self.cm_owned(client, id)?;
+                self.cm.cm.reject(id, &private_data).map_err(cm_err)?;
+                done()
+            }
+            CmRequest::Disconnect { id } => {
+                self.cm_owned(client, id)?;
+                self.cm.cm.disconnect(now, id, &[]).map_err(cm_err)?;
+                done()
+            }
+            CmRequest::GetEvents { channel } => match self.cm.channels.get_mut(&channel) {
+                Some(c) if c.client == client => {
+                    // The client drains the eventfd itself before asking (one eventfd
+                    // may serve channels on several NICs).
+                    let v: Vec<_> = c.queue.drain(..).collect();
+                    ok(Reply::Cm(CmReply::Events(v)))
+                }
+                _ => {
+                    return Err(fail(
+                        ErrorCode::NotFound,
+                        format!("no CM channel {channel}"),
+                    ))
+                }
+            },
+        })
+    }
+
+    /// Forgets a CM id (a connected one sends its DREQ first).
+    pub(crate) fn cm_destroy_id(&mut self, now: Instant, id: Handle) {
+        if let Some(o) = self.cm.ids.remove(&id) {
+            if let Some(p) = o.listening {
+                self.cm.ports.remove(&p);
+            }
+        }
+        self.cm.cm.destroy_id(now, id);
+    }
+
+    /// A client is gone: its ids and channels go too.
+    pub(crate) fn cm_remove_client(&mut self, now: Instant, client: u32) {
+        let ids: Vec<Handle> = self
+            .cm
+            .ids
+            .iter()
+            .filter(|(_, o)| o.client == client)
+            .map(|(&h, _)| h)
+            .collect();
+        for id in ids {
+            self.cm_destroy_id(now, id);
+        }
+        self.cm.channels.retain(|_, c| c.client != client);
+    }
+}

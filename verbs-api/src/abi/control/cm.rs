@@ -1,0 +1,173 @@
+//! Control messages of the connection manager (`verbs_api::cm` ↔ the NIC's CM on QP1).
+//!
+//! A client attaches an *event channel* (an eventfd it made) once per NIC, creates ids
+//! on it, and drives them with listen/connect/accept/reject/disconnect. The NIC queues
+//! each id's events on its channel and writes the eventfd; the client fetches them with
+//! [`CmRequest::GetEvents`]. Ids and channels belong to the client's connection and die
+//! with it.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::Handle;
+
+/// What a connect or accept offers (`struct rdma_conn_param`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CmConnParam {
+    /// The user's private data (a connect's ≤ 56 bytes: the NIC prepends the 36-byte IP
+    /// CM header; an accept's ≤ 196).
+    pub private_data: Vec<u8>,
+    /// READ/atomics served at once.
+    pub responder_resources: u8,
+    /// READ/atomics issued at once.
+    pub initiator_depth: u8,
+    /// Transport retry count.
+    pub retry_count: u8,
+    /// RNR retry count.
+    pub rnr_retry_count: u8,
+    /// End-to-end flow control bit.
+    pub flow_control: bool,
+    /// The QP uses an SRQ.
+    pub srq: bool,
+}
+
+/// A CM request (inside [`super::Request::Cm`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CmRequest {
+    /// Attaches the eventfd sent with this frame as an event channel.
+    /// Reply: [`CmReply::Channel`].
+    AttachChannel,
+    /// A new id on `channel`. Reply: [`CmReply::Id`].
+    CreateId {
+        /// The channel its events go to.
+        channel: Handle,
+    },
+    /// Forgets an id (a connected one sends a DREQ first). Reply: `Done`.
+    DestroyId {
+        /// The id.
+        id: Handle,
+    },
+    /// Listens on `port` of port space `port_space` (`RDMA_PS_TCP`; 0 = a free
+    /// ephemeral port). Reply: [`CmReply::Port`].
+    Listen {
+        /// The id.
+        id: Handle,
+        /// `rdma_port_space`.
+        port_space: u16,
+        /// The port.
+        port: u16,
+        /// Most connection requests waiting for accept/reject.
+        backlog: u32,
+    },
+    /// Sends a REQ to the listener on `dst_port` of the NIC at `dest`, binding RC QP
+    /// `qpn` (RESET or INIT: the NIC moves it to INIT). Reply: `Done`; the outcome is an
+    /// event.
+    Connect {
+        /// The id.
+        id: Handle,
+        /// The QP (this client's).
+        qpn: u32,
+        /// The peer NIC (IP and RoCE UDP port).
+        dest: SocketAddr,
+        /// `rdma_port_space`.
+        port_space: u16,
+        /// The listener's port.
+        dst_port: u16,
+        /// Our source port, for the IP CM header.
+        src_port: u16,
+        /// What we offer.
+        param: CmConnParam,
+    },
+    /// Accepts a connection request, binding RC QP `qpn`. Reply: `Done`.
+    Accept {
+        /// The id (from the CONNECT_REQUEST event).
+        id: Handle,
+        /// The QP.
+        qpn: u32,
+        /// What we offer.
+        param: CmConnParam,
+    },
+    /// Rejects a connection request. Reply: `Done`.
+    Reject {
+        /// The id.
+        id: Handle,
+        /// REJ private data (≤ 148 bytes).
+        private_data: Vec<u8>,
+    },
+    /// Sends a DREQ. Reply: `Done`.
+    Disconnect {
+        /// The id.
+        id: Handle,
+    },
+    /// Takes the channel's pending events (never blocks). Reply: [`CmReply::Events`].
+    GetEvents {
+        /// The channel.
+        channel: Handle,
+    },
+}
+
+/// What the peer sent, for an event (`rdma_cm_event.param.conn`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CmEventConn {
+    /// Private data: after the IP CM header for a REQ, the whole field otherwise.
+    pub private_data: Vec<u8>,
+    /// Responder resources.
+    pub responder_resources: u8,
+    /// Initiator depth.
+    pub initiator_depth: u8,
+    /// Flow control bit.
+    pub flow_control: bool,
+    /// Retry count.
+    pub retry_count: u8,
+    /// RNR retry count.
+    pub rnr_retry_count: u8,
+    /// SRQ bit.
+    pub srq: bool,
+    /// The peer's QPN.
+    pub qp_num: u32,
+    /// The peer's starting PSN.
+    pub psn: u32,
+}
+
+/// One CM event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CmEventMsg {
+    /// The id (for a connection request: the new id, created on the listener's
+    /// channel).
+    pub id: Handle,
+    /// For a connection request: the listener.
+    pub listen_id: Option<Handle>,
+    /// `enum rdma_cm_event_type`.
+    pub kind: u32,
+    /// 0, the REJ reason, or a negative errno.
+    pub status: i32,
+    /// The peer's parameters.
+    pub conn: Option<CmEventConn>,
+    /// For a connection request: the requester's IP and source port (IP CM header).
+    pub peer: Option<SocketAddr>,
+    /// For a connection request: our address it was sent to.
+    pub local: Option<SocketAddr>,
+}
+
+/// A CM reply (inside [`super::Reply::Cm`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CmReply {
+    /// To AttachChannel.
+    Channel {
+        /// The channel's handle.
+        channel: Handle,
+    },
+    /// To CreateId.
+    Id {
+        /// The id's handle.
+        id: Handle,
+    },
+    /// To Listen: the port listened on.
+    Port {
+        /// The port.
+        port: u16,
+    },
+    /// To GetEvents, oldest first.
+    Events(Vec<CmEventMsg>),
+}
