@@ -337,7 +337,7 @@ fn the_ladder_on_the_wire_matches_rxe_field_by_field() {
                 o.local_qpn = r.local_qpn;
                 o.starting_psn = r.starting_psn;
                 // rxe answers target ACK delay 15 (its device attribute); softnic 0.
-                assert_eq!(o.target_ack_delay, 0);
+                assert_eq!((o.target_ack_delay, r.target_ack_delay), (0, 15));
                 o.target_ack_delay = r.target_ack_delay;
             }
             (CmMessage::Rtu(o), CmMessage::Rtu(r)) => {
