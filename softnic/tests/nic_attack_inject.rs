@@ -11,12 +11,11 @@
 
 mod nic_support;
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use nic_support::*;
 use verbs_api::{Mtu, SendWr, WcStatus, WrOpcode};
-use wire::icrc::{IcrcParams, IpParams};
 use wire::{BthRepr, Opcode, PacketRepr, Psn, Qpn, RethRepr};
 
 const CANARY: u8 = 0xA5;
@@ -51,20 +50,7 @@ fn forged_write(
     let mut buf = vec![0u8; 256 + payload.len()];
     let n = repr.emit(&mut buf, payload).expect("emit");
     buf.truncate(n);
-    let (IpAddr::V4(s), IpAddr::V4(d)) = (src.ip(), dst.ip()) else {
-        panic!("IPv4 only here");
-    };
-    let params = IcrcParams {
-        ip: IpParams::V4 {
-            src: s,
-            dst: d,
-            id: 0,
-            dont_fragment: true,
-        },
-        src_port: src.port(),
-        dst_port: dst.port(),
-    };
-    params.fill(&mut buf).expect("icrc");
+    fill_icrc_v4(&mut buf, src, dst);
     buf
 }
 

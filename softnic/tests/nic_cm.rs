@@ -423,3 +423,105 @@ fn lost_cm_mads_are_retried() {
     );
     assert!(a.stat("fault_dropped") + b.stat("fault_dropped") > 0);
 }
+
+/// A UD SEND Only to QP1 carrying `mad` from `src` to `dst` with Q_Key `qkey`, ICRC
+/// filled.
+fn qp1_datagram(src: SocketAddr, dst: SocketAddr, qkey: u32, mad: &[u8]) -> Vec<u8> {
+    let repr = softnic::nic::cm::qp1::gsi_send(wire::Psn::new(0), qkey, mad.len());
+    let mut buf = vec![0u8; 64 + mad.len()];
+    let n = repr.emit(&mut buf, mad).expect("emit");
+    buf.truncate(n);
+    fill_icrc_v4(&mut buf, src, dst);
+    buf
+}
+
+/// MADs from a host with no connection: a wrong Q_Key, a MAD of another class, an RTU
+/// and a DREQ naming no connection are dropped and counted; a REQ for a port nobody
+/// listens on is answered with REJ "invalid service ID". The NIC still connects after.
+#[test]
+fn hostile_mads_on_qp1_are_dropped_and_counted() {
+    use wire::cm::{CmMadRepr, CmMessage, DreqRepr, RtuRepr, MAD_LEN};
+    let a = NicProc::start("cm-evil-a", "127.0.0.16", 0, &[]);
+    let b = NicProc::start("cm-evil-b", "127.0.0.15", 0, &[]);
+    let evil = std::net::UdpSocket::bind("127.0.0.14:0").unwrap();
+    let (src, dst) = (evil.local_addr().unwrap(), SocketAddr::new(b.addr, b.port));
+    let mad = |m: CmMessage| {
+        let mut out = [0u8; MAD_LEN];
+        CmMadRepr::new(7, m).emit(&mut out).unwrap();
+        out
+    };
+    let rtu = mad(CmMessage::Rtu(RtuRepr {
+        local_comm_id: 0x1111,
+        remote_comm_id: 0x2222,
+        private_data: [0; 224],
+    }));
+    let dreq = mad(CmMessage::Dreq(DreqRepr {
+        local_comm_id: 0x1111,
+        remote_comm_id: 0x3333,
+        remote_qpn: 0x12,
+        private_data: [0; 220],
+    }));
+    let mut sa = rtu;
+    sa[1] = 0x03; // management class: subnet administration
+    let gsi = wire::deth::GSI_QKEY;
+    for (qkey, m) in [(0x1234, &rtu), (gsi, &sa), (gsi, &rtu), (gsi, &dreq)] {
+        evil.send_to(&qp1_datagram(src, dst, qkey, m), dst).unwrap();
+    }
+    // A REQ for a port nobody listens on (yet): rxe's captured REQ for port 7174.
+    let rxe_file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data/captures/rxe-lab/rdma_cm.pcap");
+    let req = cm_mads(&rxe_file)[0].1;
+    let mut req_bytes = [0u8; MAD_LEN];
+    req.emit(&mut req_bytes).unwrap();
+    evil.send_to(&qp1_datagram(src, dst, gsi, &req_bytes), dst)
+        .unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    while b.stat("cm_rej_no_listener") == 0 || b.stat("cm_rx_drop_unknown_comm_id") < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the NIC did not count the MADs"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(b.stat("cm_rx_drop_not_gsi"), 1);
+    assert_eq!(b.stat("cm_rx_drop_bad_mad"), 1);
+    assert_eq!(b.stat("cm_rx_drop_unknown_comm_id"), 2);
+    // The REJ came back to the sender's port (a NIC off port 4791 answers the source).
+    evil.set_read_timeout(Some(WAIT)).unwrap();
+    let mut buf = [0u8; 512];
+    let n = evil.recv(&mut buf).unwrap();
+    let p = wire::PacketRepr::parse(&buf[..n]).unwrap();
+    let CmMessage::Rej(rej) = CmMadRepr::parse(p.payload).unwrap().msg else {
+        panic!("not a REJ");
+    };
+    assert_eq!(rej.reason, wire::cm::RejReason::INVALID_SERVICE_ID);
+    let CmMessage::Req(req) = req.msg else {
+        unreachable!()
+    };
+    assert_eq!(
+        (rej.local_comm_id, rej.remote_comm_id),
+        (0, req.local_comm_id)
+    );
+
+    // Business as usual afterwards.
+    let (cch, sch) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let _l = listener(&sch, &b, 7174);
+    let mut cid = client(&cch, &a, &b, 7174);
+    let _conn = connect_accept(&cch, &sch, &mut cid, b"still here");
+    disconnect(&cch, &sch, &mut cid);
+}
+
+/// Dropping a connected id (`rdma_destroy_id`) disconnects: the peer sees DISCONNECTED.
+#[test]
+fn dropping_a_connected_id_disconnects_the_peer() {
+    let a = NicProc::start("cm-drop-a", "127.0.0.17", 0, &[]);
+    let b = NicProc::start("cm-drop-b", "127.0.0.18", 0, &[]);
+    let (cch, sch) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let _l = listener(&sch, &b, 7174);
+    let mut cid = client(&cch, &a, &b, 7174);
+    let (_c, sid, mut s) = connect_accept(&cch, &sch, &mut cid, &[]);
+    drop(cid);
+    let d = event(&sch);
+    assert_eq!((d.kind, d.id), (CmEventKind::Disconnected, sid.key()));
+    assert_eq!(s.qp.query().unwrap().0, verbs_api::QpState::Err);
+}

@@ -365,3 +365,23 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[1] ^ seed)
         .collect()
 }
+
+/// Fills the ICRC of the RoCEv2 packet `buf` (BTH … ICRC) as a sender from `src` to
+/// `dst` would: IPv4, DF, IPv4 ID 0.
+pub fn fill_icrc_v4(buf: &mut [u8], src: std::net::SocketAddr, dst: std::net::SocketAddr) {
+    use wire::icrc::{IcrcParams, IpParams};
+    let (IpAddr::V4(s), IpAddr::V4(d)) = (src.ip(), dst.ip()) else {
+        panic!("IPv4 only here");
+    };
+    let params = IcrcParams {
+        ip: IpParams::V4 {
+            src: s,
+            dst: d,
+            id: 0,
+            dont_fragment: true,
+        },
+        src_port: src.port(),
+        dst_port: dst.port(),
+    };
+    params.fill(buf).expect("icrc");
+}

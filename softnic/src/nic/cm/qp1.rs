@@ -33,34 +33,33 @@ impl NicCm {
     pub fn qp1_packet(&mut self, mad: &CmMadRepr, buf: &mut [u8]) -> Option<usize> {
         let mut payload = [0u8; MAD_LEN];
         mad.emit(&mut payload).ok()?;
-        let repr = PacketRepr {
-            bth: BthRepr {
-                opcode: Opcode::UD_SEND_ONLY,
-                solicited: false,
-                mig_req: false,
-                pad_count: 0,
-                pkey: 0xFFFF,
-                fecn: false,
-                becn: false,
-                dest_qpn: Qpn::GSI,
-                ack_req: true,
-                psn: self.qp1_psn,
-            },
-            reth: None,
-            aeth: None,
-            deth: Some(DethRepr {
-                qkey: GSI_QKEY,
-                src_qpn: Qpn::GSI,
-            }),
-            immdt: None,
-            ieth: None,
-            atomic_eth: None,
-            atomic_ack_eth: None,
-            feth: None,
-            payload_len: MAD_LEN,
-        };
+        let repr = gsi_send(self.qp1_psn, GSI_QKEY, MAD_LEN);
         let n = repr.emit(buf, &payload).ok()?;
         self.qp1_psn = self.qp1_psn.next();
         Some(n)
     }
+}
+
+/// The headers of a UD SEND Only to QP1 with PSN `psn`, Q_Key `qkey` (the GSI's, or a
+/// wrong one in tests) and a `len`-byte payload: BTH with AckReq and P_Key 0xFFFF, DETH
+/// from source QP 1.
+pub fn gsi_send(psn: wire::Psn, qkey: u32, len: usize) -> PacketRepr {
+    let mut repr = PacketRepr::new(BthRepr {
+        opcode: Opcode::UD_SEND_ONLY,
+        solicited: false,
+        mig_req: false,
+        pad_count: 0,
+        pkey: 0xFFFF,
+        fecn: false,
+        becn: false,
+        dest_qpn: Qpn::GSI,
+        ack_req: true,
+        psn,
+    });
+    repr.deth = Some(DethRepr {
+        qkey,
+        src_qpn: Qpn::GSI,
+    });
+    repr.payload_len = len;
+    repr
 }

@@ -279,14 +279,17 @@ impl Cm {
     }
 
     /// Forgets an id at once (`rdma_destroy_id`): a connected id sends a DREQ first
-    /// (without waiting for the DREP), a listener stops listening.
+    /// (without waiting for the DREP), a connection request not yet answered is
+    /// rejected (consumer reject), a listener stops listening.
     pub fn destroy_id(&mut self, now: Instant, h: IdHandle) {
-        if self
-            .ids
-            .get(&h)
-            .is_some_and(|c| c.state == CmState::Established)
-        {
-            let _ = self.disconnect(now, h, &[]);
+        match self.ids.get(&h).map(|c| c.state) {
+            Some(CmState::Established) => {
+                let _ = self.disconnect(now, h, &[]);
+            }
+            Some(CmState::ReqRcvd) => {
+                let _ = self.reject(h, &[]);
+            }
+            _ => {}
         }
         self.forget(h);
     }

@@ -450,3 +450,37 @@ fn a_full_backlog_leaves_reqs_unanswered() {
     assert_eq!(p.b.counters().rx_drop_backlog, 1);
     assert_eq!(p.names().len(), 2, "no REJ for the second REQ");
 }
+
+#[test]
+fn destroying_an_id_answers_for_it() {
+    // An unanswered connection request is rejected (consumer reject) ...
+    let mut p = Pair::new();
+    let (a, _, b) = request(&mut p);
+    p.b.destroy_id(p.now, b);
+    p.pump();
+    let ev = events(&mut p.a);
+    assert!(
+        matches!(&ev[..], [Event::Rejected { id, reason: 28, .. }] if *id == a),
+        "{ev:?} {:?}",
+        p.names()
+    );
+    assert_eq!(p.b.state(b), None);
+    // ... and an established one disconnects: the peer sees DISCONNECTED.
+    let mut p = Pair::new();
+    let (a, _, b) = request(&mut p);
+    p.b.accept(p.now, b, params(0x22, 2)).unwrap();
+    p.pump();
+    let _ = (events(&mut p.a), events(&mut p.b));
+    p.a.destroy_id(p.now, a);
+    p.pump();
+    assert!(matches!(&events(&mut p.b)[..], [Event::Disconnected { id }] if *id == b));
+    assert!(
+        events(&mut p.a).is_empty(),
+        "a destroyed id has nobody to tell"
+    );
+    assert_eq!(
+        p.a.counters().rx_drop_unknown_comm_id,
+        1,
+        "the DREP finds no id"
+    );
+}
