@@ -104,7 +104,9 @@ fn connect_accept_write_send_disconnect() {
     let mut sid = req.new_id.take().expect("the connection's id");
     assert_eq!(sid.key(), req.id);
     assert_eq!(sid.peer_addr().map(|p| p.ip()), Some(a.addr));
-    let mut s = side_on(sid.context().unwrap().clone(), 4096, 8);
+    // The server's QP comes from its own device context (as an ibverbs layer opens
+    // one), not the id's: the CM binds a QP of any context of the same user.
+    let mut s = side(&b, 4096, 8);
     sid.init_qp(&mut s.qp).unwrap();
     // The server tells the client where to write, in the REP's private data.
     let mut rep_data = s.mr.addr().to_be_bytes().to_vec();
@@ -190,8 +192,10 @@ fn consumer_reject_and_missing_listener_are_rejected() {
     assert_eq!(&p.private_data[..9], b"not today");
 
     // Nobody listens on 18516: the peer's CM answers REJ "invalid service ID" (8).
+    // (This QP comes from another device context of the same user, as one opened by
+    // an ibverbs layer would: the CM binds it all the same.)
     let mut cid2 = client(&cch, &a, &b, 18516);
-    let mut c2 = side_on(cid2.context().unwrap().clone(), 4096, 4);
+    let mut c2 = side(&a, 4096, 4);
     cid2.init_qp(&mut c2.qp).unwrap();
     cid2.connect(&c2.qp, &param(b"")).unwrap();
     let rej = event(&cch);

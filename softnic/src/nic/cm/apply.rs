@@ -98,7 +98,12 @@ impl Nic {
         let Some(owner) = self.cm.ids.get(&a.id).copied() else {
             return; // destroyed id: leave the QP alone
         };
-        let answer = self.modify_qp(now, owner.client, a.qpn, &attr(a.step));
+        // The QP's own connection (the same user's, checked at connect/accept and
+        // again here: the QP may have been destroyed and its number reused).
+        let client = self
+            .cm_qp_client(owner.client, a.qpn)
+            .unwrap_or(owner.client);
+        let answer = self.modify_qp(now, client, a.qpn, &attr(a.step));
         if !matches!(answer.0, Response::Ok(_)) && a.step != QpStep::Err {
             self.cm.counters.qp_action_failures += 1;
             tracing::debug!(qpn = a.qpn, answer = ?answer.0, "rdma_cm: QP transition refused");

@@ -62,9 +62,20 @@ impl Nic {
         }
     }
 
-    /// Checks `qpn` is an RC QP of `client` in RESET or INIT, and moves it to INIT.
+    /// The client connection owning `qpn`, if that is `client` or another connection
+    /// of the same user: a CM id may bind a QP created through another device context
+    /// of the same process or user (librdmacm's `id->verbs` is often not the context
+    /// the program's ibverbs layer opened), never another user's.
+    pub(super) fn cm_qp_client(&self, client: u32, qpn: u32) -> Option<u32> {
+        let owner = self.qps.get(&qpn)?.client;
+        (owner == client || self.uid_of(owner) == self.uid_of(client)).then_some(owner)
+    }
+
+    /// Checks `qpn` is an RC QP of `client` (or its user) in RESET or INIT, and moves
+    /// it to INIT.
     fn cm_prepare_qp(&mut self, now: Instant, client: u32, qpn: u32) -> Result<(), Box<Answer>> {
-        let Some(e) = self.qps.get(&qpn).filter(|e| e.client == client) else {
+        let owner = self.cm_qp_client(client, qpn);
+        let Some((e, client)) = owner.and_then(|c| Some((self.qps.get(&qpn)?, c))) else {
             return Err(Box::new(err(
                 ErrorCode::NotFound,
                 format!("no QP {qpn:#x}"),
