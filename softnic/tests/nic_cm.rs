@@ -529,3 +529,86 @@ fn dropping_a_connected_id_disconnects_the_peer() {
     assert_eq!((d.kind, d.id), (CmEventKind::Disconnected, sid.key()));
     assert_eq!(s.qp.query().unwrap().0, verbs_api::QpState::Err);
 }
+
+/// A UD QP on `ctx` with one CQ and a 4 KiB region.
+fn ud_side(ctx: verbs_api::Context) -> Side {
+    side_of(ctx, verbs_api::QpType::Ud, 4096, 4)
+}
+
+/// `RDMA_PS_UDP`: a SIDR REQ/REP resolves the server's UD QP and Q_Key by IP and port
+/// (what udaddy does), and a UD SEND reaches it; a port nobody serves answers status 1.
+#[test]
+fn ud_port_space_resolves_a_service_and_a_send_arrives() {
+    use verbs_api::cm::RDMA_UDP_QKEY;
+    let a = NicProc::start("cm-ud-a", "127.0.0.19", 0, &[]);
+    let b = NicProc::start("cm-ud-b", "127.0.0.20", 0, &[]);
+    let (cch, sch) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let mut l = CmId::new(&sch, PortSpace::Udp).unwrap();
+    l.bind_addr(SocketAddr::new(b.addr, 7174)).unwrap();
+    l.listen(4).unwrap();
+    let mut cid = CmId::new(&cch, PortSpace::Udp).unwrap();
+    let dst = SocketAddr::new(b.addr, 7174);
+    cid.resolve_addr(Some(SocketAddr::new(a.addr, 0)), dst, Some(b.port), WAIT)
+        .unwrap();
+    assert_eq!(event(&cch).kind, CmEventKind::AddrResolved);
+    let mut c = ud_side(cid.context().unwrap().clone());
+    cid.init_qp(&mut c.qp).unwrap();
+    assert_eq!(
+        c.qp.state(),
+        verbs_api::QpState::Rts,
+        "a CM UD QP is ready at once"
+    );
+    cid.connect(&c.qp, &param(b"udaddy")).unwrap();
+
+    let mut req = event(&sch);
+    assert_eq!(req.kind, CmEventKind::ConnectRequest);
+    let CmEventParam::Ud(p) = &req.param else {
+        panic!("{req:?}")
+    };
+    assert_eq!(&p.private_data[..6], b"udaddy");
+    let mut sid = req.new_id.take().unwrap();
+    assert_eq!(sid.port_space(), PortSpace::Udp);
+    let mut s = ud_side(sid.context().unwrap().clone());
+    sid.init_qp(&mut s.qp).unwrap();
+    let rs = [s.mr.sge(0, 40 + 64)];
+    s.qp.post_recv(&[RecvWr::new(9, &rs)]).unwrap();
+    sid.accept(&s.qp, &param(b"served")).unwrap();
+
+    let est = event(&cch);
+    assert_eq!((est.kind, est.id), (CmEventKind::Established, cid.key()));
+    let CmEventParam::Ud(u) = &est.param else {
+        panic!("{est:?}")
+    };
+    assert_eq!((u.qp_num, u.qkey), (s.qp.qp_num(), RDMA_UDP_QKEY));
+    assert_eq!(&u.private_data[..6], b"served");
+    c.mr.write(0, b"datagram via rdma_cm");
+    let ss = [c.mr.sge(0, 20)];
+    let to = verbs_api::UdAddress {
+        gid: u.ah_attr.dgid,
+        udp_port: u.ah_attr.udp_port,
+        qpn: u.qp_num,
+        qkey: u.qkey,
+    };
+    c.qp.post_send(&[SendWr::new(1, WrOpcode::Send, &ss).signaled().to(to)])
+        .unwrap();
+    assert_eq!(poll_one(&mut c.cq).status, WcStatus::Success);
+    let r = poll_one(&mut s.cq);
+    assert_eq!(
+        (r.status, r.wr_id, r.src_qp),
+        (WcStatus::Success, 9, c.qp.qp_num())
+    );
+    assert_eq!(s.mr.read_vec(40, 20), b"datagram via rdma_cm");
+
+    // Nobody serves port 7175 in the UDP space.
+    let mut cid2 = CmId::new(&cch, PortSpace::Udp).unwrap();
+    let dst = SocketAddr::new(b.addr, 7175);
+    cid2.resolve_addr(Some(SocketAddr::new(a.addr, 0)), dst, Some(b.port), WAIT)
+        .unwrap();
+    assert_eq!(event(&cch).kind, CmEventKind::AddrResolved);
+    cid2.connect(&c.qp, &param(&[])).unwrap();
+    let rej = event(&cch);
+    assert_eq!(
+        (rej.kind, rej.status, rej.id),
+        (CmEventKind::Rejected, 1, cid2.key())
+    );
+}

@@ -347,9 +347,24 @@ impl EventChannel {
     /// A NIC event as the API's; a CONNECT_REQUEST makes the new [`CmId`].
     fn convert(&self, st: &mut ChannelState, ctx: &Context, m: CmEventMsg) -> Option<CmEvent> {
         let kind = event_kind(m.kind)?;
-        let param = match m.conn {
-            Some(c) => CmEventParam::Conn(c),
-            None => CmEventParam::None,
+        let ps = if m.ud.is_some() {
+            PortSpace::Udp
+        } else {
+            PortSpace::Tcp
+        };
+        let param = match (m.conn, m.ud) {
+            (c, Some(u)) => CmEventParam::Ud(UdEventParam {
+                private_data: c.map(|c| c.private_data).unwrap_or_default(),
+                qp_num: u.qp_num,
+                qkey: u.qkey,
+                ah_attr: AhAttr {
+                    dgid: crate::Gid::from_ip(u.dest.ip()),
+                    udp_port: u.dest.port(),
+                    ..AhAttr::default()
+                },
+            }),
+            (Some(c), None) => CmEventParam::Conn(c),
+            (None, None) => CmEventParam::None,
         };
         let (id, listen_id, new_id) = if kind == CmEventKind::ConnectRequest {
             let listen = *st.keys.get(&(ctx_key(ctx), m.listen_id?))?;
@@ -357,7 +372,7 @@ impl EventChannel {
             st.keys.insert((ctx_key(ctx), m.id), key);
             let new = CmId {
                 key,
-                ps: PortSpace::Tcp,
+                ps,
                 channel: self.clone(),
                 bound: Some((ctx.clone(), m.id)),
                 local: m.local,
@@ -677,7 +692,21 @@ impl CmId {
     /// RESET → INIT for a QP of this id's NIC with the attributes the CM uses, as
     /// `rdma_create_qp` does: RC gets [`CM_QP_ACCESS`]; UD gets [`RDMA_UDP_QKEY`].
     pub fn init_qp(&self, qp: &mut QueuePair) -> Result<()> {
-        qp.modify(&self.init_qp_attr(QpState::Init)?)
+        qp.modify(&self.init_qp_attr(QpState::Init)?)?;
+        if self.ps == PortSpace::Udp {
+            // A UD QP needs no peer: librdmacm moves it on to RTS at once.
+            for state in [QpState::Rtr, QpState::Rts] {
+                let mut a = QpAttr {
+                    qp_state: Some(state),
+                    ..QpAttr::default()
+                };
+                if state == QpState::Rts {
+                    a.sq_psn = Some(0);
+                }
+                qp.modify(&a)?;
+            }
+        }
+        Ok(())
     }
 
     /// `rdma_init_qp_attr` for INIT (what [`CmId::init_qp`] applies). RTR and RTS are
@@ -701,14 +730,22 @@ impl CmId {
         Ok(a)
     }
 
-    /// `rdma_connect` (RC): sends a REQ for the peer's service ID carrying `qp`'s
-    /// number and a random starting PSN, the IP CM header and `param`'s private data
-    /// (≤ [`MAX_REQ_PRIVATE_DATA`]). `qp` must be an RC QP of this id's NIC in RESET or
-    /// INIT. Outcome: ESTABLISHED, REJECTED, UNREACHABLE or CONNECT_ERROR.
+    /// `rdma_connect`. RC (`PortSpace::Tcp`): sends a REQ for the peer's service ID
+    /// carrying `qp`'s number and a random starting PSN, the IP CM header and `param`'s
+    /// private data (≤ [`MAX_REQ_PRIVATE_DATA`]); `qp` must be an RC QP of this NIC in
+    /// RESET or INIT. Outcome: ESTABLISHED, REJECTED, UNREACHABLE or CONNECT_ERROR.
+    /// UD (`PortSpace::Udp`): sends a SIDR REQ (private data ≤
+    /// [`MAX_SIDR_REQ_PRIVATE_DATA`]); `qp` is a UD QP, left alone. Outcome:
+    /// ESTABLISHED with [`CmEventParam::Ud`] (the service's QPN, Q_Key and address),
+    /// REJECTED (status 1: nobody listens, 2: refused) or UNREACHABLE.
     pub fn connect(&mut self, qp: &QueuePair, param: &ConnParam) -> Result<()> {
-        if param.private_data.len() > MAX_REQ_PRIVATE_DATA {
+        let room = match self.ps {
+            PortSpace::Tcp => MAX_REQ_PRIVATE_DATA,
+            PortSpace::Udp => MAX_SIDR_REQ_PRIVATE_DATA,
+        };
+        if param.private_data.len() > room {
             return Err(Error::InvalidArgument(format!(
-                "rdma_connect private data of {} bytes exceeds {MAX_REQ_PRIVATE_DATA}",
+                "rdma_connect private data of {} bytes exceeds {room}",
                 param.private_data.len()
             )));
         }
@@ -739,7 +776,9 @@ impl CmId {
     }
 
     /// `rdma_accept` (on a CONNECT_REQUEST's id): moves `qp` to RTR and RTS against
-    /// the requester and sends the REP; ESTABLISHED follows when the RTU arrives.
+    /// the requester and sends the REP; ESTABLISHED follows when the RTU arrives. On a
+    /// UD id: answers the SIDR REQ with UD QP `qp` and Q_Key [`RDMA_UDP_QKEY`] (no
+    /// event follows).
     pub fn accept(&mut self, qp: &QueuePair, param: &ConnParam) -> Result<()> {
         if param.private_data.len() > MAX_REP_PRIVATE_DATA {
             return Err(Error::InvalidArgument(format!(

@@ -274,6 +274,11 @@ pub fn side(nic: &NicProc, mr_len: usize, depth: u32) -> Side {
 
 /// [`side`] on an open context (e.g. an rdma_cm id's, whose QPs the CM may bind).
 pub fn side_on(ctx: Context, mr_len: usize, depth: u32) -> Side {
+    side_of(ctx, QpType::Rc, mr_len, depth)
+}
+
+/// [`side_on`] with a QP of type `qp_type`.
+pub fn side_of(ctx: Context, qp_type: QpType, mr_len: usize, depth: u32) -> Side {
     let pd = ctx.alloc_pd().expect("alloc pd");
     let mr = pd.alloc_mr(mr_len, AccessFlags::ALL).expect("alloc mr");
     let cq = ctx.create_cq(2 * depth).expect("create cq");
@@ -286,7 +291,7 @@ pub fn side_on(ctx: Context, mr_len: usize, depth: u32) -> Side {
     };
     let qp = pd
         .create_qp(&QpInitAttr {
-            qp_type: QpType::Rc,
+            qp_type,
             send_cq: &cq,
             recv_cq: &cq,
             cap,

@@ -31,6 +31,7 @@ pub use rep::{RepRepr, PRIVATE_DATA_LEN as REP_PRIVATE_DATA_LEN};
 pub use req::{PathRepr, ReqRepr, PRIVATE_DATA_LEN as REQ_PRIVATE_DATA_LEN};
 pub use short::{DrepRepr, DreqRepr, RtuRepr, DREQ_PRIVATE_DATA_LEN, RTU_PRIVATE_DATA_LEN};
 pub use sidr::{SidrRepRepr, SidrReqRepr, SidrStatus};
+pub use sidr::{SIDR_REP_PRIVATE_DATA_LEN, SIDR_REQ_PRIVATE_DATA_LEN};
 
 use crate::error::{Error, Layer, Result};
 use crate::view::header_view;

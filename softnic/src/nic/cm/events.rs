@@ -6,10 +6,13 @@ use std::collections::VecDeque;
 use std::os::fd::{AsFd, OwnedFd};
 
 use softnic_transport::cm::{Event, IdHandle, PeerParams};
-use verbs_api::abi::control::cm::{CmEventConn, CmEventMsg};
+use verbs_api::abi::control::cm::{CmEventConn, CmEventMsg, CmEventUd};
 use wire::cm::{CmaHeader, CMA_HEADER_LEN};
 
 use super::{IdOwner, NicCm};
+
+/// `RDMA_PS_UDP`.
+pub const RDMA_PS_UDP: u16 = 0x0111;
 
 /// Most events a channel holds; more are dropped (and counted) until the client reads.
 pub const MAX_EVENTS: usize = 4096;
@@ -62,6 +65,7 @@ fn msg(id: IdHandle, kind: u32, status: i32) -> CmEventMsg {
         conn: None,
         peer: None,
         local: None,
+        ud: None,
     }
 }
 
@@ -94,6 +98,33 @@ impl NicCm {
                 m.local = cma
                     .zip(owner.listening)
                     .map(|(h, (_, port))| std::net::SocketAddr::new(h.dst, port));
+                if owner.listening.is_some_and(|(ps, _)| ps == RDMA_PS_UDP) {
+                    m.ud = self.cm.peer(id).map(|dest| CmEventUd {
+                        qp_num: 0,
+                        qkey: 0,
+                        dest,
+                    });
+                }
+                m
+            }
+            Event::UdResolved {
+                id,
+                qpn,
+                qkey,
+                dest,
+                private_data,
+            } => {
+                let mut m = msg(id, kind::ESTABLISHED, 0);
+                m.conn = Some(CmEventConn {
+                    private_data,
+                    qp_num: qpn,
+                    ..CmEventConn::default()
+                });
+                m.ud = Some(CmEventUd {
+                    qp_num: qpn,
+                    qkey,
+                    dest,
+                });
                 m
             }
             Event::Established { id, peer } => {

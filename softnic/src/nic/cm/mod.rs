@@ -146,7 +146,6 @@ impl NicCm {
             ("cm_rx_drop_unexpected", c.rx_drop_unexpected),
             ("cm_rx_drop_bad_req", c.rx_drop_bad_req),
             ("cm_rx_drop_backlog", c.rx_drop_backlog),
-            ("cm_rx_drop_unsupported", c.rx_drop_unsupported),
             ("cm_rej_no_listener", c.rej_no_listener),
             ("cm_rx_duplicates", c.rx_duplicates),
             ("cm_timeouts", c.timeouts),

@@ -3,16 +3,24 @@
 
 use std::os::fd::OwnedFd;
 
-use softnic_transport::cm::{ConnParams, Route};
+use softnic_transport::cm::{CmState, ConnParams, Route};
 use softnic_transport::qp as tqp;
 use softnic_transport::time::Instant;
 use verbs_api::abi::control::cm::{CmConnParam, CmReply, CmRequest};
 use verbs_api::abi::control::{ErrorCode, Handle, QpAttr, QpState, Reply};
-use wire::cm::{ip_service_id, CmaHeader, CMA_HEADER_LEN, REQ_PRIVATE_DATA_LEN};
+use wire::cm::{
+    ip_service_id, CmaHeader, CMA_HEADER_LEN, REQ_PRIVATE_DATA_LEN, SIDR_REQ_PRIVATE_DATA_LEN,
+};
 
 use super::events::Channel;
 use super::IdOwner;
 use crate::nic::state::{err, ok, Answer, Nic, MAX_QP_RD_ATOM};
+
+/// `RDMA_PS_TCP`.
+pub const RDMA_PS_TCP: u16 = 0x0106;
+pub use super::events::RDMA_PS_UDP;
+/// The Q_Key of UD QPs set up through the CM (`RDMA_UDP_QKEY`, Linux `cma.c`).
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 
 /// `IBV_ACCESS_LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC`: what the CM
 /// gives a QP it moves to INIT (Linux `cma_init_conn_qp` with responder resources).
@@ -71,6 +79,21 @@ impl Nic {
         (owner == client || self.uid_of(owner) == self.uid_of(client)).then_some(owner)
     }
 
+    /// Checks `qpn` is a UD QP of `client` (or its user).
+    fn cm_ud_qp(&self, client: u32, qpn: u32) -> Result<(), Box<Answer>> {
+        match self
+            .cm_qp_client(client, qpn)
+            .and_then(|_| self.qps.get(&qpn))
+        {
+            Some(e) if e.qp.qp_type() == tqp::QpType::Ud => Ok(()),
+            Some(_) => Err(fail(
+                ErrorCode::InvalidArgument,
+                "RDMA_PS_UDP needs a UD QP",
+            )),
+            None => Err(fail(ErrorCode::NotFound, format!("no QP {qpn:#x}"))),
+        }
+    }
+
     /// Checks `qpn` is an RC QP of `client` (or its user) in RESET or INIT, and moves
     /// it to INIT.
     fn cm_prepare_qp(&mut self, now: Instant, client: u32, qpn: u32) -> Result<(), Box<Answer>> {
@@ -84,7 +107,7 @@ impl Nic {
         if e.qp.qp_type() != tqp::QpType::Rc {
             return Err(Box::new(err(
                 ErrorCode::InvalidArgument,
-                "rdma_cm connects RC QPs only (UD port space is not served)",
+                "RDMA_PS_TCP connects RC QPs",
             )));
         }
         match e.qp.state() {
@@ -179,11 +202,11 @@ impl Nic {
                 backlog,
             } => {
                 self.cm_owned(client, id)?;
-                if port_space != 0x0106 {
+                if port_space != RDMA_PS_TCP && port_space != RDMA_PS_UDP {
                     return Err(fail(
                         ErrorCode::InvalidArgument,
                         format!(
-                            "rdma_cm port space {port_space:#06x} is not served (RDMA_PS_TCP only)"
+                            "rdma_cm port space {port_space:#06x} is not served (TCP and UDP only)"
                         ),
                     ));
                 }
@@ -217,10 +240,16 @@ impl Nic {
                 param,
             } => {
                 self.cm_owned(client, id)?;
-                if param.private_data.len() > REQ_PRIVATE_DATA_LEN - CMA_HEADER_LEN {
+                let ud = port_space == RDMA_PS_UDP;
+                let room = if ud {
+                    SIDR_REQ_PRIVATE_DATA_LEN
+                } else {
+                    REQ_PRIVATE_DATA_LEN
+                } - CMA_HEADER_LEN;
+                if param.private_data.len() > room {
                     return Err(fail(
                         ErrorCode::InvalidArgument,
-                        "connect private data exceeds 56 bytes",
+                        format!("connect private data exceeds {room} bytes"),
                     ));
                 }
                 let local = self.info.local;
@@ -230,7 +259,6 @@ impl Nic {
                         format!("{dest} is not reachable from {local}"),
                     ));
                 }
-                self.cm_prepare_qp(now, client, qpn)?;
                 let mut pd = vec![0u8; CMA_HEADER_LEN];
                 CmaHeader {
                     cma_version: 0,
@@ -240,13 +268,23 @@ impl Nic {
                 }
                 .emit(&mut pd);
                 pd.extend_from_slice(&param.private_data);
-                let psn = crate::nic::secret::u32().unwrap_or(0) & wire::types::MASK_24;
                 let route = Route {
                     dest,
                     local_gid: verbs_api::Gid::from_ip(local.ip()).raw(),
                     remote_gid: verbs_api::Gid::from_ip(dest.ip()).raw(),
                 };
                 let sid = ip_service_id(port_space, dst_port);
+                if ud {
+                    // SIDR: the UD QP is the client's to set up; only its owner is checked.
+                    self.cm_ud_qp(client, qpn)?;
+                    self.cm
+                        .cm
+                        .sidr_request(now, id, route, sid, &pd)
+                        .map_err(cm_err)?;
+                    return Ok(done());
+                }
+                self.cm_prepare_qp(now, client, qpn)?;
+                let psn = crate::nic::secret::u32().unwrap_or(0) & wire::types::MASK_24;
                 self.cm
                     .cm
                     .connect(now, id, route, sid, params(qpn, psn, param, pd))
@@ -255,6 +293,15 @@ impl Nic {
             }
             CmRequest::Accept { id, qpn, param } => {
                 self.cm_owned(client, id)?;
+                if self.cm.cm.state(id) == Some(CmState::SidrReqRcvd) {
+                    self.cm_ud_qp(client, qpn)?;
+                    let answer = Some((qpn, RDMA_UDP_QKEY));
+                    self.cm
+                        .cm
+                        .sidr_reply(id, answer, &param.private_data)
+                        .map_err(cm_err)?;
+                    return Ok(done());
+                }
                 self.cm_prepare_qp(now, client, qpn)?;
                 let psn = crate::nic::secret::u32().unwrap_or(0) & wire::types::MASK_24;
                 let pd = param.private_data.clone();
@@ -266,7 +313,12 @@ impl Nic {
             }
             CmRequest::Reject { id, private_data } => {
                 self.cm_owned(client, id)?;
-                self.cm.cm.reject(id, &private_data).map_err(cm_err)?;
+                if self.cm.cm.state(id) == Some(CmState::SidrReqRcvd) {
+                    self.cm.cm.sidr_reply(id, None, &private_data)
+                } else {
+                    self.cm.cm.reject(id, &private_data)
+                }
+                .map_err(cm_err)?;
                 done()
             }
             CmRequest::Disconnect { id } => {

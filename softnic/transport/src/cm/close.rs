@@ -186,8 +186,8 @@ impl Cm {
         }
     }
 
-    /// Max CM Retries ran out: REQ/REP → REJ "timeout" and `Unreachable`; DREQ →
-    /// `Disconnected` without the DREP.
+    /// Max CM Retries ran out: REQ/REP → REJ "timeout" and `Unreachable`; SIDR REQ →
+    /// `Unreachable`; DREQ → `Disconnected` without the DREP.
     fn give_up(&mut self, now: Instant, h: IdHandle) {
         let Some(c) = self.ids.get(&h) else {
             return;
@@ -205,6 +205,10 @@ impl Cm {
             CmState::DreqSent => {
                 self.events.push_back(Event::Disconnected { id: h });
                 self.enter_timewait(now, h);
+            }
+            CmState::SidrReqSent => {
+                self.close(h);
+                self.events.push_back(Event::Unreachable { id: h });
             }
             _ => self.close(h),
         }

@@ -24,6 +24,10 @@ pub enum CmState {
     DreqSent,
     /// Closed; waiting out stray packets before the comm ID and QP are reused.
     TimeWait,
+    /// UD: SIDR REQ sent, waiting for the SIDR REP.
+    SidrReqSent,
+    /// UD: SIDR REQ received, waiting for the consumer's answer.
+    SidrReqRcvd,
     /// Finished (rejected, unreachable, or out of TimeWait).
     Closed,
 }

@@ -9,6 +9,7 @@
 //! * [`passive`] — REQ in (listeners, duplicate REQs, REJ "invalid service ID"), REP
 //!   out, RTU in;
 //! * [`close`] — DREQ/DREP and TimeWait;
+//! * [`sidr`] — SIDR REQ/REP, service ID resolution for UD (`RDMA_PS_UDP`);
 //! * [`timer`] — response timeouts and bounded retries (IBTA 12.4, 12.6.5 "Max CM
 //!   Retries").
 //!
@@ -24,6 +25,7 @@ pub mod active;
 pub mod close;
 pub mod id;
 pub mod passive;
+pub mod sidr;
 pub mod timer;
 
 #[cfg(test)]
@@ -82,6 +84,20 @@ pub enum Event {
     Disconnected {
         /// The id.
         id: IdHandle,
+    },
+    /// A SIDR REP answered our SIDR REQ with a UD QP (`ESTABLISHED` with
+    /// `param.ud` in librdmacm).
+    UdResolved {
+        /// The id.
+        id: IdHandle,
+        /// The service's UD QP.
+        qpn: u32,
+        /// Its Q_Key.
+        qkey: u32,
+        /// Its NIC.
+        dest: SocketAddr,
+        /// The SIDR REP's private data (136 bytes).
+        private_data: Vec<u8>,
     },
     /// The QP could not be moved to RTR/RTS; the connection was refused.
     ConnectError {
@@ -175,8 +191,6 @@ pub struct CmCounters {
     pub rx_drop_bad_req: u64,
     /// Drop: a REQ while the listener's backlog was full (no answer: the peer retries).
     pub rx_drop_backlog: u64,
-    /// Drop: SIDR, LAP/APR or another message softnic does not serve.
-    pub rx_drop_unsupported: u64,
     /// REQs answered with REJ "invalid service ID" (nobody listens).
     pub rej_no_listener: u64,
     /// Duplicate REQs/REPs/DREQs answered again.
@@ -269,6 +283,11 @@ impl Cm {
     /// An id's state.
     pub fn state(&self, id: IdHandle) -> Option<CmState> {
         self.ids.get(&id).map(|c| c.state)
+    }
+
+    /// Where an id's peer NIC receives RoCE packets, once known.
+    pub fn peer(&self, id: IdHandle) -> Option<SocketAddr> {
+        self.ids.get(&id).and_then(|c| c.peer)
     }
 
     /// A new id, not listening or connected (`rdma_create_id`).
@@ -395,7 +414,8 @@ impl Cm {
             CmMessage::Mra(m) => self.on_mra(now, peer, m),
             CmMessage::Dreq(m) => self.on_dreq(now, peer, tid, m),
             CmMessage::Drep(m) => self.on_drep(now, peer, m),
-            CmMessage::SidrReq(_) | CmMessage::SidrRep(_) => self.counters.rx_drop_unsupported += 1,
+            CmMessage::SidrReq(m) => self.on_sidr_req(peer, tid, m),
+            CmMessage::SidrRep(m) => self.on_sidr_rep(peer, m),
         }
     }
 

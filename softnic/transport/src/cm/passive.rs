@@ -49,25 +49,12 @@ impl Cm {
             self.send(dest, CmMadRepr::new(tid, CmMessage::Rej(rej)));
             return;
         };
-        let Some(l) = self.ids.get_mut(&listener) else {
+        let Some(mut c) = self.new_request(listener, CmState::ReqRcvd, tid, dest) else {
             return;
         };
-        if l.pending >= l.backlog {
-            // No answer: the active side resends, and we may have room then (as
-            // Linux's CM does with a full backlog).
-            self.counters.rx_drop_backlog += 1;
-            return;
-        }
-        l.pending += 1;
-        let h = self.alloc_handle();
-        let comm = self.new_comm_id();
-        let mut c = CmId::new(h);
-        c.state = CmState::ReqRcvd;
+        let (h, comm) = (c.handle, self.new_comm_id());
         c.local_comm_id = comm;
         c.remote_comm_id = Some(req.local_comm_id);
-        c.tid = tid;
-        c.peer = Some(dest);
-        c.listener = Some(listener);
         c.theirs = PeerParams {
             qpn: req.local_qpn,
             psn: req.starting_psn,
@@ -90,6 +77,30 @@ impl Cm {
             id: h,
             peer,
         });
+    }
+
+    /// A new id for a request that reached `listener`, in `state`, if the listener's
+    /// backlog has room. A full backlog leaves the request unanswered — the active side
+    /// resends, and there may be room then (as Linux's CM does) — and counts the drop.
+    pub(super) fn new_request(
+        &mut self,
+        listener: IdHandle,
+        state: CmState,
+        tid: u64,
+        peer: SocketAddr,
+    ) -> Option<CmId> {
+        let l = self.ids.get_mut(&listener)?;
+        if l.pending >= l.backlog {
+            self.counters.rx_drop_backlog += 1;
+            return None;
+        }
+        l.pending += 1;
+        let mut c = CmId::new(self.alloc_handle());
+        c.state = state;
+        c.tid = tid;
+        c.peer = Some(peer);
+        c.listener = Some(listener);
+        Some(c)
     }
 
     /// Takes a connection request (`rdma_accept`): moves `params.qpn` to RTR and RTS

@@ -484,3 +484,74 @@ fn destroying_an_id_answers_for_it() {
         "the DREP finds no id"
     );
 }
+
+const UD_SID: u64 = 0x0000_0000_0111_1c06;
+
+#[test]
+fn sidr_resolves_a_ud_service_or_says_why_not() {
+    let mut p = Pair::new();
+    let l = p.b.create_id();
+    p.b.listen(l, UD_SID, 4).unwrap();
+    let a = p.a.create_id();
+    p.a.sidr_request(p.now, a, route(&p), UD_SID, b"ud please")
+        .unwrap();
+    p.pump();
+    let ev = events(&mut p.b);
+    let [Event::ConnectRequest { listener, id, peer }] = &ev[..] else {
+        panic!("{ev:?}");
+    };
+    assert_eq!((*listener, peer.service_id), (l, UD_SID));
+    assert_eq!(&peer.private_data[..9], b"ud please");
+    p.b.sidr_reply(*id, Some((0x33, 0x0123_4567)), b"here")
+        .unwrap();
+    p.pump();
+    let ev = events(&mut p.a);
+    let [Event::UdResolved {
+        id,
+        qpn,
+        qkey,
+        dest,
+        private_data,
+    }] = &ev[..]
+    else {
+        panic!("{ev:?}");
+    };
+    assert_eq!(
+        (*id, *qpn, *qkey, *dest),
+        (a, 0x33, 0x0123_4567, p.b.cfg.local)
+    );
+    assert_eq!(&private_data[..4], b"here");
+    assert!(
+        actions(&mut p.a).is_empty() && actions(&mut p.b).is_empty(),
+        "UD QPs are not moved"
+    );
+    assert_eq!(
+        p.names(),
+        [(true, "ServiceIDResReq"), (false, "ServiceIDResReqResp")]
+    );
+
+    // Refused by the consumer: status 2 (reject); nobody listening: status 1.
+    let a2 = p.a.create_id();
+    p.a.sidr_request(p.now, a2, route(&p), UD_SID, &[]).unwrap();
+    p.pump();
+    let Some(Event::ConnectRequest { id, .. }) = p.b.poll_event() else {
+        panic!()
+    };
+    p.b.sidr_reply(id, None, &[]).unwrap();
+    p.pump();
+    assert!(matches!(&events(&mut p.a)[..], [Event::Rejected { id, reason: 2, .. }] if *id == a2));
+    let a3 = p.a.create_id();
+    p.a.sidr_request(p.now, a3, route(&p), UD_SID + 1, &[])
+        .unwrap();
+    p.pump();
+    assert!(matches!(&events(&mut p.a)[..], [Event::Rejected { id, reason: 1, .. }] if *id == a3));
+
+    // No answer at all: retried, then unreachable.
+    let a4 = p.a.create_id();
+    p.a.sidr_request(p.now, a4, route(&p), UD_SID, &[]).unwrap();
+    for _ in 0..4 {
+        p.pump_lossy(|_, _| true);
+        p.tick();
+    }
+    assert!(matches!(&events(&mut p.a)[..], [Event::Unreachable { id }] if *id == a4));
+}

@@ -48,8 +48,8 @@ pub enum CmRequest {
         /// The id.
         id: Handle,
     },
-    /// Listens on `port` of port space `port_space` (`RDMA_PS_TCP`; 0 = a free
-    /// ephemeral port). Reply: [`CmReply::Port`].
+    /// Listens on `port` of port space `port_space` (`RDMA_PS_TCP` or `RDMA_PS_UDP`;
+    /// 0 = a free ephemeral port). Reply: [`CmReply::Port`].
     Listen {
         /// The id.
         id: Handle,
@@ -61,8 +61,8 @@ pub enum CmRequest {
         backlog: u32,
     },
     /// Sends a REQ to the listener on `dst_port` of the NIC at `dest`, binding RC QP
-    /// `qpn` (RESET or INIT: the NIC moves it to INIT). Reply: `Done`; the outcome is an
-    /// event.
+    /// `qpn` (RESET or INIT: the NIC moves it to INIT) — or, in `RDMA_PS_UDP`, a SIDR
+    /// REQ (UD QP `qpn`, left alone). Reply: `Done`; the outcome is an event.
     Connect {
         /// The id.
         id: Handle,
@@ -79,7 +79,8 @@ pub enum CmRequest {
         /// What we offer.
         param: CmConnParam,
     },
-    /// Accepts a connection request, binding RC QP `qpn`. Reply: `Done`.
+    /// Accepts a connection request, binding RC QP `qpn` (or answering a SIDR REQ with
+    /// UD QP `qpn` and Q_Key 0x01234567). Reply: `Done`.
     Accept {
         /// The id (from the CONNECT_REQUEST event).
         id: Handle,
@@ -148,6 +149,21 @@ pub struct CmEventMsg {
     pub peer: Option<SocketAddr>,
     /// For a connection request: our address it was sent to.
     pub local: Option<SocketAddr>,
+    /// UD (`RDMA_PS_UDP`): the service's QP (ESTABLISHED) or the requester's NIC
+    /// (CONNECT_REQUEST, QPN 0).
+    #[serde(default)]
+    pub ud: Option<CmEventUd>,
+}
+
+/// What a UD event tells (`rdma_cm_event.param.ud`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CmEventUd {
+    /// The peer's UD QP (0 in a CONNECT_REQUEST).
+    pub qp_num: u32,
+    /// Its Q_Key.
+    pub qkey: u32,
+    /// Its NIC (IP and RoCE UDP port).
+    pub dest: SocketAddr,
 }
 
 /// A CM reply (inside [`super::Reply::Cm`]).
