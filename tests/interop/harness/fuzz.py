@@ -172,6 +172,8 @@ def run(ctx, img, seconds, seed, out, mtu=1500):
     Outcomes; writes OUT/fuzz.md."""
     share = max(10.0, seconds / len(TARGETS))
     outcomes = []
+    if ctx.guest is not None:
+        ctx.guest.shutdown()  # the matrix's last guest, left up by --keep
     ctx.netns.set_mtu(mtu)
     ctx.guest = guest.Guest(ctx.procs, ctx.netns, img, ctx.rundir, mtu)
     for name, exchange, probe, cmd in TARGETS:
@@ -231,17 +233,20 @@ def write_md(path, outcomes, img, seconds, seed):
 def replay(ctx, img, path, out, mtu=1500):
     """`--fuzz-replay FILE`: a fresh guest, the server the file's exchange needs restarted in
     a loop, `softnic fuzz replay FILE`, and the kernel log. Returns (rc, text)."""
-    # The target from the directory the stage wrote it to (OUT/fuzz-NAME/finding-N.json);
-    # the file itself holds the exchange and the probe.
-    name = os.path.basename(os.path.dirname(path))[len("fuzz-"):]
-    cmd = next((c for n, _, _, c in TARGETS if n == name), None)
+    # The target from the directory the stage wrote it to (OUT/fuzz-NAME/finding-N.json)
+    # or the file's name; the file itself holds the exchange and the probe.
+    where = os.path.basename(os.path.dirname(path)) + "/" + os.path.basename(path)
+    cmd = next((c for n, _, _, c in TARGETS if n in where), None)
     if cmd is None:
-        raise RuntimeError("%s: not in a fuzz-NAME directory of the fuzz stage (NAME one of %s)"
+        raise RuntimeError("%s: names no target (its directory or name must contain one of %s)"
                            % (path, ", ".join(t[0] for t in TARGETS)))
     ctx.netns.set_mtu(mtu)
     ctx.guest = guest.Guest(ctx.procs, ctx.netns, img, ctx.rundir, mtu)
     ctx.guest.boot()
     job = ctx.guest.submit(server_loop(cmd), 900)
+    pcap = os.path.join(out, "fuzz-replay.pcap")
+    cap = capture.Capture(ctx.procs, ctx.netns, pcap, os.path.join(ctx.rundir, "tcpdump-fuzz.log"))
+    cap.start()
     argv = [ctx.softnic.bin, "fuzz", "replay", path, "--target", net.GUEST_IP,
             "--local", net.SOFTNIC_IP, "--answer-ms", str(ANSWER_MS),
             "--probe-timeout-ms", str(PROBE_TIMEOUT_MS)]
@@ -251,6 +256,8 @@ def replay(ctx, img, path, out, mtu=1500):
     if p.poll() is None:
         ctx.procs.stop(p, grace=3)
     text = util.read(side_log)
+    cap.stop()
+    text += "\n== the RoCEv2 packets on the bridge (%s)\n%s" % (pcap, roce_summary(pcap))
     job.cancel()
     if ctx.guest.alive():
         d = ctx.guest.submit("dmesg\n", 30)
@@ -262,3 +269,17 @@ def replay(ctx, img, path, out, mtu=1500):
         text += "\n== the guest died\n"
     ctx.guest.shutdown()
     return p.returncode, text
+
+
+def roce_summary(pcap):
+    """One line per RoCEv2 packet of a capture (tshark): who, opcode, PSN, AETH syndrome,
+    and an atomic ACK's original data: what a replay drew from the peer."""
+    fields = ["frame.number", "ip.src", "infiniband.bth.opcode", "infiniband.bth.psn",
+              "infiniband.aeth.syndrome", "infiniband.atomicacketh.origremdt"]
+    argv = ["tshark", "-r", pcap, "-Y", "udp.port == 4791", "-T", "fields"]
+    for f in fields:
+        argv += ["-e", f]
+    r = util.run(argv, timeout=60, check=False)
+    if r.returncode != 0:
+        return "tshark failed: " + util.tail(r.stderr, 2)
+    return "frame src opcode psn aeth-syndrome atomic-orig-data\n" + r.stdout
