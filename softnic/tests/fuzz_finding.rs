@@ -208,6 +208,7 @@ fn config(peer_ip: Ipv4Addr, tcp_port: u16, local: Ipv4Addr, out: &Path) -> Conf
         batch: 300,
         mtu: 1024,
         answer_wait: Duration::from_millis(5),
+        probe: softnic::fuzz::Probe::Auto,
         probe_timeout: Duration::from_millis(600),
         out_dir: out.to_path_buf(),
         minimize: true,

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use wire::aeth::AethRepr;
-use wire::{BthRepr, Msn, Opcode, PacketRepr, Psn, Qpn, RethRepr, Syndrome};
+use wire::{AtomicEthRepr, BthRepr, Msn, Opcode, PacketRepr, Psn, Qpn, RethRepr, Syndrome};
 
 use super::answer::{classify, Answer, Class};
 use super::coverage::{Corpus, Coverage, Entry};
@@ -24,6 +24,36 @@ use super::link::{connect, Conn, ConnectSpec, Link};
 use super::minimize::{ddmin, Outcome};
 use super::seq::{rebase_all, Ctx, Pkt};
 use crate::nic::rng::SplitMix64;
+
+/// The liveness probe's request. A stock server's QP allows only the remote access its
+/// test needs (an `ib_read_bw` server's QP refuses a WRITE with an invalid-request NAK,
+/// IBTA 9.7.4.2.2, and the QP fails), so the probe must be an operation the peer's QP
+/// allows.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub enum Probe {
+    /// A 4-byte RDMA WRITE into the peer's region when the exchange gave one, else a
+    /// zero-length SEND.
+    #[default]
+    Auto,
+    /// A zero-length SEND (the peer must have a receive posted, or answer RNR NAK).
+    Send,
+    /// A 4-byte RDMA WRITE into the peer's region.
+    Write,
+    /// A 4-byte RDMA READ of the peer's region, answered by a READ response.
+    Read,
+    /// A FETCH_ADD of 0 at the peer's region (changes nothing), answered by an atomic ACK.
+    Atomic,
+}
 
 /// A run's settings.
 #[derive(Debug, Clone)]
@@ -48,6 +78,8 @@ pub struct Config {
     pub answer_wait: Duration,
     /// How long the liveness probe waits for its ACK.
     pub probe_timeout: Duration,
+    /// Which request the liveness probe is.
+    pub probe: Probe,
     /// Where findings go.
     pub out_dir: PathBuf,
     /// Minimise findings.
@@ -129,8 +161,15 @@ pub struct Fuzzer {
     report: Report,
 }
 
-/// A packet with one BTH and `len` payload bytes (SEND_ONLY and the like).
-fn simple(op: Opcode, qpn: u32, psn: u32, ack_req: bool, reth: Option<RethRepr>) -> Pkt {
+/// A request with AckReq set and the given extension headers and payload.
+fn request(
+    op: Opcode,
+    qpn: u32,
+    psn: u32,
+    reth: Option<RethRepr>,
+    atomic_eth: Option<AtomicEthRepr>,
+    payload: &[u8],
+) -> Pkt {
     let mut r = PacketRepr::new(BthRepr {
         opcode: op,
         solicited: false,
@@ -140,15 +179,57 @@ fn simple(op: Opcode, qpn: u32, psn: u32, ack_req: bool, reth: Option<RethRepr>)
         fecn: false,
         becn: false,
         dest_qpn: Qpn::new(qpn),
-        ack_req,
+        ack_req: true,
         psn: Psn::new(psn),
     });
     r.reth = reth;
-    let len = if reth.is_some() { 4 } else { 0 };
-    r.payload_len = len;
+    r.atomic_eth = atomic_eth;
+    r.payload_len = payload.len();
     let mut buf = vec![0u8; r.total_len().unwrap_or(16)];
-    let _ = r.emit(&mut buf, &[0x5a; 4][..len]);
+    let _ = r.emit(&mut buf, payload);
     Pkt::new(buf)
+}
+
+/// A packet with one BTH, AckReq set, and a RETH with 4 payload bytes or none
+/// (SEND_ONLY, WRITE_ONLY).
+fn simple(op: Opcode, qpn: u32, psn: u32, reth: Option<RethRepr>) -> Pkt {
+    let payload: &[u8] = if reth.is_some() { &[0x5a; 4] } else { &[] };
+    request(op, qpn, psn, reth, None, payload)
+}
+
+/// The liveness probe at `psn` on the connection `c`: a valid request of the kind
+/// `probe` asks for. [`Probe::Auto`] is a 4-byte WRITE when the exchange gave a region
+/// (a perftest WRITE server posts no receives), else a zero-length SEND.
+fn probe_packet(probe: Probe, c: &Ctx, psn: u32) -> Pkt {
+    let region = c.rkey != 0 || c.va != 0;
+    let reth = RethRepr {
+        va: c.va,
+        rkey: c.rkey,
+        dma_len: 4,
+    };
+    let qpn = c.peer_qpn;
+    match probe {
+        Probe::Auto if region => simple(Opcode::RC_RDMA_WRITE_ONLY, qpn, psn, Some(reth)),
+        Probe::Write => simple(Opcode::RC_RDMA_WRITE_ONLY, qpn, psn, Some(reth)),
+        Probe::Auto | Probe::Send => simple(Opcode::RC_SEND_ONLY, qpn, psn, None),
+        Probe::Read => request(
+            Opcode::RC_RDMA_READ_REQUEST,
+            qpn,
+            psn,
+            Some(reth),
+            None,
+            &[],
+        ),
+        Probe::Atomic => {
+            let add = AtomicEthRepr {
+                va: c.va & !7,
+                rkey: c.rkey,
+                swap_add: 0,
+                compare: 0,
+            };
+            request(Opcode::RC_FETCH_ADD, qpn, psn, None, Some(add), &[])
+        }
+    }
 }
 
 /// True when PSN `a` is after `b` in 24-bit serial arithmetic.
@@ -247,7 +328,7 @@ impl Fuzzer {
     /// two longer ones.
     fn heartbeat(&mut self, s: &mut Session, after_fatal: bool) -> bool {
         let psn = s.epsn.wrapping_sub(1) & 0xFF_FFFF;
-        let p = simple(Opcode::RC_SEND_ONLY, s.conn.ctx.peer_qpn, psn, true, None);
+        let p = simple(Opcode::RC_SEND_ONLY, s.conn.ctx.peer_qpn, psn, None);
         let (tries, wait) = if after_fatal {
             (1, self.cfg.answer_wait)
         } else {
@@ -279,7 +360,6 @@ impl Fuzzer {
             Opcode::RC_RDMA_WRITE_ONLY,
             s.conn.ctx.peer_qpn,
             s.epsn,
-            true,
             Some(reth),
         );
         self.pacer.wait();
@@ -315,33 +395,19 @@ impl Fuzzer {
             .open(psn)
             .map_err(|e| format!("liveness probe: no exchange: {e}"))?;
         let c = s.conn.ctx;
-        // A 4-byte RDMA WRITE into the peer's region when the exchange gave one (a
-        // perftest WRITE server posts no receives), else a zero-length SEND. An RNR NAK
-        // answers too: the peer is alive, only out of receives.
-        let p = if c.rkey != 0 || c.va != 0 {
-            let reth = RethRepr {
-                va: c.va,
-                rkey: c.rkey,
-                dma_len: 4,
-            };
-            simple(
-                Opcode::RC_RDMA_WRITE_ONLY,
-                c.peer_qpn,
-                psn,
-                true,
-                Some(reth),
-            )
-        } else {
-            simple(Opcode::RC_SEND_ONLY, c.peer_qpn, psn, true, None)
-        };
+        let p = probe_packet(self.cfg.probe, &c, psn);
         let wait = self.cfg.probe_timeout / 3;
         for _ in 0..3 {
             self.send(&mut s, &p);
             let answers = self.collect(&mut s, wait, Some(psn));
-            if answers
-                .iter()
-                .any(|a| matches!(a.class, Class::Ack | Class::RnrNak) && a.psn == psn)
-            {
+            // An RNR NAK answers too: the peer is alive, only out of receives.
+            if answers.iter().any(|a| {
+                a.psn == psn
+                    && matches!(
+                        a.class,
+                        Class::Ack | Class::RnrNak | Class::ReadResponse | Class::AtomicAck
+                    )
+            }) {
                 return Ok(s);
             }
         }
@@ -473,6 +539,7 @@ impl Fuzzer {
             udp_port: self.cfg.bind.port(),
             our_qpn: self.cfg.spec.our_qpn,
             mtu: self.cfg.spec.mtu,
+            probe: self.cfg.probe,
             ctx,
             seed: self.cfg.seed,
             packets,
@@ -576,5 +643,61 @@ impl Fuzzer {
     pub fn replay(mut self, r: &Replay) -> (Outcome, Report) {
         let o = self.trial(&r.ctx, &r.packets);
         (o, self.report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each probe is the valid request it names, at the PSN asked for, aimed at the
+    /// peer's QP and region, with AckReq set (the peer must answer it).
+    #[test]
+    fn probes_are_the_requests_they_name() {
+        let with_region = Ctx {
+            peer_qpn: 0x11,
+            base_psn: 0,
+            rkey: 0x1234,
+            va: 0x7f00_0000_1003,
+        };
+        let no_region = Ctx {
+            rkey: 0,
+            va: 0,
+            ..with_region
+        };
+        let cases = [
+            (Probe::Auto, with_region, Opcode::RC_RDMA_WRITE_ONLY),
+            (Probe::Auto, no_region, Opcode::RC_SEND_ONLY),
+            (Probe::Send, with_region, Opcode::RC_SEND_ONLY),
+            (Probe::Write, with_region, Opcode::RC_RDMA_WRITE_ONLY),
+            (Probe::Read, with_region, Opcode::RC_RDMA_READ_REQUEST),
+            (Probe::Atomic, with_region, Opcode::RC_FETCH_ADD),
+        ];
+        for (probe, c, op) in cases {
+            let p = probe_packet(probe, &c, 0xFF_FFFF);
+            let r = PacketRepr::parse(&p.bytes).expect("probe parses").repr;
+            assert_eq!(r.bth.opcode, op, "{probe:?}");
+            assert_eq!(r.bth.psn.value(), 0xFF_FFFF);
+            assert_eq!(r.bth.dest_qpn.value(), 0x11);
+            assert!(r.bth.ack_req);
+            match op {
+                Opcode::RC_RDMA_WRITE_ONLY | Opcode::RC_RDMA_READ_REQUEST => {
+                    let reth = r.reth.expect("RETH");
+                    assert_eq!((reth.va, reth.rkey, reth.dma_len), (c.va, c.rkey, 4));
+                    let payload = if op == Opcode::RC_RDMA_WRITE_ONLY {
+                        4
+                    } else {
+                        0
+                    };
+                    assert_eq!(r.payload_len, payload);
+                }
+                Opcode::RC_FETCH_ADD => {
+                    let a = r.atomic_eth.expect("AtomicETH");
+                    // 8-byte aligned (IBTA 9.4.5) and adding 0: the probe changes nothing.
+                    assert_eq!((a.va, a.rkey, a.swap_add), (0x7f00_0000_1000, c.rkey, 0));
+                }
+                _ => assert_eq!(r.payload_len, 0),
+            }
+        }
     }
 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::engine::Probe;
 use super::link::Exchange;
 use super::seq::{Ctx, Pkt};
 use crate::nic::pcap::PcapWriter;
@@ -34,6 +35,9 @@ pub struct Replay {
     pub our_qpn: u32,
     /// The path MTU the run asked for (perftest's exchange carries it).
     pub mtu: u32,
+    /// The run's liveness probe (files written before it existed: `Auto`).
+    #[serde(default)]
+    pub probe: Probe,
     /// The connection the packets were made for (`base_psn` = our first PSN).
     pub ctx: Ctx,
     /// The run's seed.

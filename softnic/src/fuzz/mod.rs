@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-pub use engine::{Config, Fuzzer, Report};
+pub use engine::{Config, Fuzzer, Probe, Report};
 pub use link::{ConnectSpec, Exchange};
 use minimize::Outcome;
 
@@ -73,6 +73,12 @@ pub struct TargetOpts {
     /// How long to wait for the server to accept (servers restarting in a loop), ms.
     #[arg(long, default_value_t = 10_000)]
     pub connect_timeout_ms: u64,
+    /// The liveness probe: `auto` (a 4-byte WRITE when the exchange gives a region, else
+    /// a zero-length SEND), `send`, `write`, `read` or `atomic` (FETCH_ADD of 0) — an
+    /// operation the server's QP allows (`read` for `ib_read_bw`, `atomic` for
+    /// `ib_atomic_bw`).
+    #[arg(long, value_enum)]
+    pub probe: Option<Probe>,
     /// How long the liveness probe waits for its ACK, ms.
     #[arg(long, default_value_t = 1_000)]
     pub probe_timeout_ms: u64,
@@ -189,6 +195,7 @@ fn config(o: &RunOpts) -> Result<Config, String> {
         mtu: o.mtu,
         answer_wait: Duration::from_millis(t.answer_ms),
         probe_timeout: Duration::from_millis(t.probe_timeout_ms),
+        probe: t.probe.unwrap_or_default(),
         out_dir: o.out.clone(),
         minimize: !o.no_minimize,
         max_trials: o.max_trials,
@@ -300,6 +307,7 @@ fn replay_main(a: &ReplayArgs) -> ExitCode {
         mtu: r.mtu as usize,
         answer_wait: Duration::from_millis(t.answer_ms),
         probe_timeout: Duration::from_millis(t.probe_timeout_ms),
+        probe: t.probe.unwrap_or(r.probe),
         out_dir: PathBuf::new(),
         minimize: false,
         max_trials: 0,
