@@ -1,8 +1,8 @@
 //! `softnic exec [-d NAME] -- CMD…`: runs an unmodified libibverbs program on softnic.
 //!
-//! It puts the directory of softnic's drop-in `libibverbs.so.1` (crate
-//! `softnic-ibverbs`, linked on demand by its builder next to this executable's build)
-//! first in `LD_LIBRARY_PATH` and `exec`s the command, which then sees the NICs
+//! It puts the directory of softnic's drop-in `libibverbs.so.1` and `librdmacm.so.1`
+//! (crates `softnic-ibverbs` and `softnic-rdmacm`, linked on demand by the latter's
+//! builder next to this executable's build) first in `LD_LIBRARY_PATH` and `exec`s the command, which then sees the NICs
 //! running under `$SOFTNIC_DIR` as RDMA devices. `-d NAME` (repeatable) limits the
 //! device list to those NICs, through `SOFTNIC_IBV_DEVICES`, so a program that takes
 //! "the first device" uses NAME. `SOFTNIC_IBVERBS_DIR` names a prebuilt library
@@ -46,7 +46,7 @@ pub fn lib_dir() -> Result<PathBuf, String> {
         };
     }
     let exe = std::env::current_exe().map_err(|e| format!("locating softnic: {e}"))?;
-    softnic_ibverbs::builder::ensure(&softnic_ibverbs::builder::profile_dir_of(&exe))
+    softnic_rdmacm::builder::ensure(&softnic_ibverbs::builder::profile_dir_of(&exe))
 }
 
 /// `softnic exec`.

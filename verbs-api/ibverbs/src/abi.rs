@@ -1043,14 +1043,19 @@ pub enum SizeRule {
     CMayBeSmaller,
 }
 
+/// Pushes one [`FieldLayout`] per field of a `#[repr(C)]` mirror onto `$out`
+/// (`fields!(v, Offset, ibv_pd { context, handle })`; `field as "c.name"` names a C
+/// member path that differs). Exported for softnic-rdmacm's own layout table.
+#[macro_export]
+#[doc(hidden)]
 macro_rules! fields {
     ($out:ident, $kind:ident, $t:ident { $($f:ident $(as $c:literal)?),* $(,)? }) => {
         $(
-            $out.push(FieldLayout {
+            $out.push($crate::abi::FieldLayout {
                 strukt: stringify!($t),
-                field: fields!(@name $f $($c)?),
-                kind: Kind::$kind,
-                value: fields!(@value $kind $t $f),
+                field: $crate::fields!(@name $f $($c)?),
+                kind: $crate::abi::Kind::$kind,
+                value: $crate::fields!(@value $kind $t $f),
                 size: {
                     fn size_of_field<T>(_: *const T) -> usize { std::mem::size_of::<T>() }
                     let u = std::mem::MaybeUninit::<$t>::uninit();

@@ -1,5 +1,7 @@
 //! Links the drop-in libraries from this crate's `staticlib`:
-//! `<target>/<profile>/softnic-ibverbs/{libibverbs.so.1, libmlx5.so.1, libefa.so.1}`.
+//! `<target>/<profile>/softnic-ibverbs/{libibverbs.so.1, libmlx5.so.1, libefa.so.1}`;
+//! or, for another [`Flavour`] (softnic-rdmacm's), the same from a staticlib that
+//! contains this crate and more, plus companion libraries linked against it.
 //!
 //! Why a builder and not cargo alone: the version nodes need a GNU version script, which
 //! only a `cc -shared` link of the staticlib honours (a `cdylib` gets rustc's own script
@@ -49,6 +51,11 @@ fn mtime(p: &Path) -> Option<SystemTime> {
 
 /// The newest `libsoftnic_ibverbs*.a` of `profile_dir`.
 pub fn find_staticlib(profile_dir: &Path) -> Result<PathBuf, String> {
+    find_staticlib_of(profile_dir, IBVERBS.staticlib)
+}
+
+/// The newest `lib<stem>*.a` of `profile_dir` (`stem`: a crate name with `_`).
+pub fn find_staticlib_of(profile_dir: &Path, stem: &str) -> Result<PathBuf, String> {
     let mut best: Option<(SystemTime, PathBuf)> = None;
     let mut consider = |p: PathBuf| {
         if let Some(t) = mtime(&p) {
@@ -57,19 +64,19 @@ pub fn find_staticlib(profile_dir: &Path) -> Result<PathBuf, String> {
             }
         }
     };
-    consider(profile_dir.join("libsoftnic_ibverbs.a"));
+    consider(profile_dir.join(format!("lib{stem}.a")));
     if let Ok(entries) = std::fs::read_dir(profile_dir.join("deps")) {
         for e in entries.flatten() {
             let name = e.file_name();
             let name = name.to_string_lossy();
-            if name.starts_with("libsoftnic_ibverbs-") && name.ends_with(".a") {
+            if name.starts_with(&format!("lib{stem}-")) && name.ends_with(".a") {
                 consider(e.path());
             }
         }
     }
     best.map(|(_, p)| p).ok_or_else(|| {
         format!(
-            "no libsoftnic_ibverbs*.a in {} (or its deps/): build the workspace first \
+            "no lib{stem}*.a in {} (or its deps/): build the workspace first \
              (cargo build)",
             profile_dir.display()
         )
@@ -99,13 +106,55 @@ fn cc() -> Command {
     Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()))
 }
 
+/// Which staticlib `libibverbs.so.1` is linked from, where it goes, and what else is
+/// linked beside it.
+pub struct Flavour<'a> {
+    /// Crate name of the staticlib (with `_`): `softnic_ibverbs`, or a crate that
+    /// contains this one and more (`softnic_rdmacm`).
+    pub staticlib: &'a str,
+    /// Directory name inside the profile directory.
+    pub dir: &'a str,
+    /// Version-script nodes appended to `libibverbs.map` (symbols the companions call).
+    pub extra_nodes: &'a str,
+    /// Libraries linked against that `libibverbs.so.1`.
+    pub companions: &'a [Companion<'a>],
+}
+
+/// A library linked against the flavour's `libibverbs.so.1`
+/// (`-Wl,-z,defs`: every symbol it calls must be there).
+pub struct Companion<'a> {
+    /// Its soname and file name (`librdmacm.so.1`).
+    pub soname: &'a str,
+    /// Its source, GNU assembler (`.S`) for the C compiler.
+    pub asm: &'a str,
+    /// Its version script.
+    pub map: &'a str,
+}
+
+/// libibverbs alone: `<profile>/softnic-ibverbs/`.
+pub const IBVERBS: Flavour<'static> = Flavour {
+    staticlib: "softnic_ibverbs",
+    dir: LIB_DIR_NAME,
+    extra_nodes: "",
+    companions: &[],
+};
+
 /// Links the libraries into `<profile_dir>/softnic-ibverbs/` unless they are newer than
 /// the staticlib, and returns that directory (what `LD_LIBRARY_PATH` must start with).
 pub fn ensure(profile_dir: &Path) -> Result<PathBuf, String> {
-    let staticlib = find_staticlib(profile_dir)?;
-    let out = profile_dir.join(LIB_DIR_NAME);
+    ensure_flavour(profile_dir, &IBVERBS)
+}
+
+/// [`ensure`] for any [`Flavour`]: links into `<profile_dir>/<flavour.dir>/`.
+pub fn ensure_flavour(profile_dir: &Path, flavour: &Flavour<'_>) -> Result<PathBuf, String> {
+    let staticlib = find_staticlib_of(profile_dir, flavour.staticlib)?;
+    let out = profile_dir.join(flavour.dir);
     let a_time = mtime(&staticlib);
-    let fresh = LIBRARIES.iter().all(|l| {
+    let all = LIBRARIES
+        .iter()
+        .copied()
+        .chain(flavour.companions.iter().map(|c| c.soname));
+    let fresh = all.clone().all(|l| {
         let t = mtime(&out.join(l));
         t.is_some() && t >= a_time
     }) && std::fs::read_to_string(out.join("stamp")).ok()
@@ -125,7 +174,10 @@ pub fn ensure(profile_dir: &Path) -> Result<PathBuf, String> {
         std::fs::write(&p, text).map_err(|e| format!("writing {}: {e}", p.display()))?;
         Ok(p)
     };
-    let ibv_map = write("libibverbs.map", LIBIBVERBS_MAP)?;
+    let ibv_map = write(
+        "libibverbs.map",
+        &format!("{LIBIBVERBS_MAP}\n{}", flavour.extra_nodes),
+    )?;
     run(cc()
         .arg("-shared")
         .arg("-o")
@@ -160,7 +212,22 @@ pub fn ensure(profile_dir: &Path) -> Result<PathBuf, String> {
             .arg(format!("-Wl,--version-script={}", map.display()))
             .arg(&c))?;
     }
-    for lib in LIBRARIES {
+    for c in flavour.companions {
+        let stem = c.soname.trim_end_matches(".so.1");
+        let src = write(&format!("{stem}.S"), c.asm)?;
+        let map = write(&format!("{stem}.map"), c.map)?;
+        run(cc()
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(scratch.join(c.soname))
+            .arg(format!("-Wl,-soname,{}", c.soname))
+            .arg(format!("-Wl,--version-script={}", map.display()))
+            .arg("-Wl,-z,defs")
+            .arg(&src)
+            .arg("-L")
+            .arg(&scratch)
+            .arg("-l:libibverbs.so.1"))?;
+    }
+    for lib in all {
         std::fs::rename(scratch.join(lib), out.join(lib))
             .map_err(|e| format!("installing {lib}: {e}"))?;
     }

@@ -225,7 +225,7 @@ impl SoftnicContext {
 ///
 /// # Safety
 /// `ctx` must come from [`ibv_open_device`] and not be closed.
-pub(crate) unsafe fn softnic_context<'a>(ctx: *mut ibv_context) -> &'a SoftnicContext {
+pub unsafe fn softnic_context<'a>(ctx: *mut ibv_context) -> &'a SoftnicContext {
     let off = std::mem::offset_of!(verbs_context, context);
     // SAFETY: ctx is the `context` field of the `vctx` field (offset 0) of a live,
     // boxed SoftnicContext.
@@ -259,6 +259,26 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
         Ok(c) => c,
         Err(e) => return errno::null(errno::of(&e)),
     };
+    // SAFETY: forwarded caller contract.
+    unsafe { context_around(device, api) }
+}
+
+/// The `ibv_context` of the device registered for `path` (as [`ibv_get_device_list`]
+/// registers it) around an open verbs-api context: what [`ibv_open_device`] returns,
+/// closed by [`ibv_close_device`]. For `librdmacm`, whose ids bring their own
+/// connection to the NIC (see [`crate::internal::wrap_context`]).
+pub(crate) fn context_for_path(path: PathBuf, api: Context) -> *mut ibv_context {
+    let guid = guid_of(api.attributes());
+    let device = device_for(path, api.name(), guid);
+    // SAFETY: device_for returns a live registry entry (never freed).
+    unsafe { context_around(std::ptr::addr_of_mut!((*device).dev), api) }
+}
+
+/// # Safety
+/// `device` came from [`ibv_get_device_list`] (or [`device_for`]).
+unsafe fn context_around(device: *mut ibv_device, api: Context) -> *mut ibv_context {
+    // SAFETY: caller contract.
+    let d = unsafe { softnic_device(device) };
     let (async_fd, cmd_fd) = match (eventfd(libc::EFD_SEMAPHORE), eventfd(0)) {
         (Ok(a), Ok(c)) => (a, c),
         (Err(e), _) | (_, Err(e)) => return errno::null(e),

@@ -5,20 +5,20 @@
 use std::ffi::c_int;
 
 /// Sets the calling thread's `errno`.
-pub(crate) fn set(e: c_int) {
+pub fn set(e: c_int) {
     // SAFETY: __errno_location returns the calling thread's errno slot, always valid.
     unsafe { *libc::__errno_location() = e };
 }
 
 /// Sets `errno` to `e` and returns NULL, for verbs that return a pointer.
-pub(crate) fn null<T>(e: c_int) -> *mut T {
+pub fn null<T>(e: c_int) -> *mut T {
     set(e);
     std::ptr::null_mut()
 }
 
 /// The errno for a verbs-api error: what the kernel would have answered for the same
 /// condition.
-pub(crate) fn of(e: &verbs_api::Error) -> c_int {
+pub fn of(e: &verbs_api::Error) -> c_int {
     use verbs_api::abi::control::ErrorCode;
     match e {
         verbs_api::Error::NoDevice { .. } => libc::ENODEV,

@@ -29,6 +29,8 @@
 //! * [`unsupported`]: every other verb the stock tools import, answering the errno
 //!   rdma-core gives for a verb the provider does not implement.
 //! * [`builder`]: links the shared libraries (used by `softnic exec` and the tests).
+//! * [`internal`]: what the drop-in `librdmacm.so.1` (crate `softnic-rdmacm`, linked into
+//!   the same library so both share one set of objects) needs from this one.
 //!
 //! Every `extern "C"` entry point is `unsafe`: its pointer arguments are trusted as the
 //! C API documents them (as rdma-core does); NULL is checked where rdma-core checks it.
@@ -40,7 +42,8 @@ pub mod async_event;
 pub mod builder;
 pub mod cq_ex;
 pub mod device;
-mod errno;
+pub mod errno;
+pub mod internal;
 pub mod mr;
 pub mod objects;
 pub mod qp;

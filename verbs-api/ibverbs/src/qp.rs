@@ -328,7 +328,7 @@ unsafe fn create(
 
 /// # Safety
 /// `qp` came from [`ibv_create_qp`] and is live.
-pub(crate) unsafe fn softnic_qp<'a>(qp: *mut ibv_qp) -> &'a SoftnicQp {
+pub unsafe fn softnic_qp<'a>(qp: *mut ibv_qp) -> &'a SoftnicQp {
     // SAFETY: `qp` is the first field of a boxed SoftnicQp.
     unsafe { &*(qp as *const SoftnicQp) }
 }
@@ -438,6 +438,68 @@ fn attrs_of(attr: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, c_int> {
         a.port_num = Some(attr.port_num);
     }
     Ok(a)
+}
+
+/// The inverse of [`attrs_of`]: `(attr, mask)` for verbs-api attributes, as
+/// `rdma_init_qp_attr` hands them to a program that moves its QP itself.
+pub fn ibv_attr_of(a: &QpAttr) -> (ibv_qp_attr, c_int) {
+    let mut out = ibv_qp_attr::default();
+    let mut mask = 0;
+    let mut set = |bit: c_int, present: bool| {
+        if present {
+            mask |= bit;
+        }
+    };
+    set(QP_STATE, a.qp_state.is_some());
+    set(QP_PATH_MTU, a.path_mtu.is_some());
+    set(QP_DEST_QPN, a.dest_qp_num.is_some());
+    set(QP_RQ_PSN, a.rq_psn.is_some());
+    set(QP_SQ_PSN, a.sq_psn.is_some());
+    set(QP_AV, a.ah_attr.is_some());
+    set(QP_TIMEOUT, a.timeout.is_some());
+    set(QP_RETRY_CNT, a.retry_cnt.is_some());
+    set(QP_RNR_RETRY, a.rnr_retry.is_some());
+    set(QP_MIN_RNR_TIMER, a.min_rnr_timer.is_some());
+    set(QP_MAX_QP_RD_ATOMIC, a.max_rd_atomic.is_some());
+    set(QP_MAX_DEST_RD_ATOMIC, a.max_dest_rd_atomic.is_some());
+    set(QP_ACCESS_FLAGS, a.qp_access_flags.is_some());
+    set(QP_QKEY, a.qkey.is_some());
+    set(QP_PKEY_INDEX, a.pkey_index.is_some());
+    set(QP_PORT, a.port_num.is_some());
+    out.qp_state = a.qp_state.map_or(0, state_num);
+    out.path_mtu = a.path_mtu.map_or(0, |m| mtu_num(m.bytes()));
+    out.dest_qp_num = a.dest_qp_num.unwrap_or(0);
+    out.rq_psn = a.rq_psn.unwrap_or(0);
+    out.sq_psn = a.sq_psn.unwrap_or(0);
+    if let Some(ah) = &a.ah_attr {
+        out.ah_attr = ibv_ah_attr_of(ah);
+    }
+    out.timeout = a.timeout.unwrap_or(0);
+    out.retry_cnt = a.retry_cnt.unwrap_or(0);
+    out.rnr_retry = a.rnr_retry.unwrap_or(0);
+    out.min_rnr_timer = a.min_rnr_timer.unwrap_or(0);
+    out.max_rd_atomic = a.max_rd_atomic.unwrap_or(0);
+    out.max_dest_rd_atomic = a.max_dest_rd_atomic.unwrap_or(0);
+    out.qp_access_flags = a.qp_access_flags.map_or(0, |f| f.0);
+    out.qkey = a.qkey.unwrap_or(0);
+    out.pkey_index = a.pkey_index.unwrap_or(0);
+    out.port_num = a.port_num.unwrap_or(0);
+    (out, mask)
+}
+
+/// A verbs-api address as `struct ibv_ah_attr`: global (RoCE), port 1.
+pub fn ibv_ah_attr_of(ah: &AhAttr) -> ibv_ah_attr {
+    ibv_ah_attr {
+        grh: ibv_global_route {
+            dgid: ibv_gid { raw: ah.dgid.0 },
+            sgid_index: ah.sgid_index,
+            hop_limit: ah.hop_limit,
+            ..Default::default()
+        },
+        is_global: 1,
+        port_num: 1,
+        ..Default::default()
+    }
 }
 
 /// `ibv_modify_qp`.

@@ -1,0 +1,624 @@
+//! Connection ids: `rdma_create_id` … `rdma_destroy_id`, addresses, listen, connect,
+//! accept, reject, disconnect — each a call into [`verbs_api::cm::CmId`], whose CM runs
+//! in the NIC.
+//!
+//! `id->verbs` is an `ibv_context` of softnic's libibverbs around the id's own
+//! verbs-api context ([`softnic_ibverbs::internal::wrap_context`]), so the PD, CQs and
+//! QP a program creates on it live on the same NIC connection the CM uses. These
+//! contexts stay open for the life of the process (one per NIC connection), as
+//! rdma-core's librdmacm keeps its device contexts: programs such as rping destroy the
+//! id before the QP and PD they made on `id->verbs`.
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use softnic_ibverbs::abi::{ibv_context, ibv_pd};
+use softnic_ibverbs::internal;
+use verbs_api::cm::{CmEventKind, CmId, CmIdKey, ConnParam, PortSpace};
+use verbs_api::Gid;
+
+use crate::abi::*;
+use crate::addr::{from_sockaddr, to_storage};
+use crate::channel::{self, errno_of, fail, Channel};
+
+/// Environment variable: the UDP port of the peer NICs (default 4791, the RoCEv2
+/// port stock peers use); for tests running several NICs on one address.
+pub const PEER_UDP_PORT_ENV: &str = "SOFTNIC_RDMACM_PEER_UDP_PORT";
+
+/// An id: the public struct first, then ours.
+#[repr(C)]
+pub struct Id {
+    /// Public part.
+    pub id: rdma_cm_id,
+    /// The verbs-api id (its calls take `&mut`).
+    pub(crate) api: Mutex<CmId>,
+    /// The channel was made for this id (a synchronous id: `rdma_create_ep`, or
+    /// `rdma_create_id` with no channel); destroyed with it.
+    pub(crate) own_channel: bool,
+    /// Synchronous: calls wait for their outcome (an id with its own channel, and the
+    /// connection ids of such a listener).
+    pub(crate) sync: bool,
+    /// CQs and completion channels `rdma_create_qp` made because the program gave none.
+    pub(crate) own_cqs: bool,
+    /// A listener from `rdma_create_ep` with QP attributes: `rdma_get_request` creates
+    /// each new connection's QP with them.
+    pub(crate) ep_qp: Option<(softnic_ibverbs::abi::ibv_qp_init_attr, *mut ibv_pd)>,
+}
+
+/// Live ids by key (addresses as usize: the registry only hands them back to the
+/// thread that asks, under the program's own rules for id lifetimes).
+static IDS: Mutex<Option<HashMap<CmIdKey, usize>>> = Mutex::new(None);
+
+fn register(key: CmIdKey, id: *mut Id) {
+    IDS.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(key, id as usize);
+}
+
+fn unregister(key: CmIdKey) {
+    if let Some(m) = IDS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        m.remove(&key);
+    }
+}
+
+/// The live id of `key`.
+pub(crate) fn lookup(key: CmIdKey) -> Option<*mut Id> {
+    IDS.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()?
+        .get(&key)
+        .map(|&p| p as *mut Id)
+}
+
+/// One `ibv_context` per NIC connection (keyed by the address of the connection's
+/// shared attributes, which lives as long as the connection, and the wrapper holds a
+/// clone of it): never closed, see the module doc.
+static CONTEXTS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+fn context_for(api: &verbs_api::Context) -> *mut ibv_context {
+    let key = api.attributes() as *const _ as usize;
+    let mut v = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&(_, c)) = v.iter().find(|(k, _)| *k == key) {
+        return c as *mut ibv_context;
+    }
+    let c = internal::wrap_context(api.clone());
+    v.push((key, c as usize));
+    c
+}
+
+/// # Safety
+/// `id` came from [`rdma_create_id`] (or an event) and is live.
+pub(crate) unsafe fn id<'a>(id: *mut rdma_cm_id) -> &'a mut Id {
+    // SAFETY: `id` is the first field of a boxed Id (repr(C)).
+    unsafe { &mut *(id as *mut Id) }
+}
+
+/// The id behind `id`, `None` for NULL.
+///
+/// # Safety
+/// `id` is NULL or as for [`id`].
+unsafe fn live<'a>(id: *mut rdma_cm_id) -> Option<&'a mut Id> {
+    // SAFETY: caller contract.
+    (!id.is_null()).then(|| unsafe { self::id(id) })
+}
+
+impl Id {
+    fn boxed(api: CmId, channel: *mut rdma_event_channel, context: *mut c_void) -> *mut Id {
+        let key = api.key();
+        let ps = api.port_space() as u16 as c_int;
+        // SAFETY: rdma_route is addresses, a pointer and an int: all-zero is valid.
+        let route: rdma_route = unsafe { std::mem::zeroed() };
+        let b = Box::into_raw(Box::new(Id {
+            id: rdma_cm_id {
+                verbs: std::ptr::null_mut(),
+                channel,
+                context,
+                qp: std::ptr::null_mut(),
+                route,
+                ps,
+                port_num: 0,
+                event: std::ptr::null_mut(),
+                send_cq_channel: std::ptr::null_mut(),
+                send_cq: std::ptr::null_mut(),
+                recv_cq_channel: std::ptr::null_mut(),
+                recv_cq: std::ptr::null_mut(),
+                srq: std::ptr::null_mut(),
+                pd: std::ptr::null_mut(),
+                qp_type: if ps == RDMA_PS_UDP {
+                    IBV_QPT_UD
+                } else {
+                    IBV_QPT_RC
+                },
+            },
+            api: Mutex::new(api),
+            own_channel: false,
+            sync: false,
+            own_cqs: false,
+            ep_qp: None,
+        }));
+        // SAFETY: b is a fresh box.
+        unsafe { (*b).sync_binding() };
+        register(key, b);
+        b
+    }
+
+    /// Copies the verbs-api id's addresses and NIC into the public struct.
+    fn sync_binding(&mut self) {
+        let api = self.api.lock().unwrap_or_else(|e| e.into_inner());
+        let a = &mut self.id.route.addr;
+        if let Some(l) = api.local_addr() {
+            a.src_storage = to_storage(l).0;
+        }
+        if let Some(p) = api.peer_addr() {
+            a.dst_storage = to_storage(p).0;
+            a.ibaddr.dgid.raw = Gid::from_ip(p.ip()).0;
+        }
+        if let Some(ctx) = api.context() {
+            if self.id.verbs.is_null() {
+                self.id.verbs = context_for(ctx);
+            }
+            self.id.port_num = 1;
+            a.ibaddr.sgid.raw = Gid::from_ip(ctx.attributes().addr).0;
+            a.ibaddr.pkey = 0xffff_u16.to_be();
+        }
+    }
+
+    /// After the NIC moved this id's QP: refresh the QP's cached state.
+    ///
+    /// # Safety
+    /// `id` is a live id.
+    pub(crate) unsafe fn refresh_qp(id: *mut Id) {
+        // SAFETY: caller contract.
+        let qp = unsafe { (*id).id.qp };
+        if !qp.is_null() {
+            // SAFETY: a QP this id created and still holds.
+            unsafe { internal::refresh_qp(qp) };
+        }
+    }
+
+    fn with_api<T>(&self, f: impl FnOnce(&mut CmId) -> verbs_api::Result<T>) -> c_int {
+        let mut api = self.api.lock().unwrap_or_else(|e| e.into_inner());
+        match f(&mut api) {
+            Ok(_) => 0,
+            Err(e) => fail(errno_of(&e)),
+        }
+    }
+}
+
+/// The new id of a CONNECT_REQUEST on `listen`: same channel and program context,
+/// bound to the listener's NIC.
+pub(crate) fn new_child(listen: *mut Id, api: CmId, _ch: &Channel) -> Option<*mut Id> {
+    // SAFETY: a live listener of the registry.
+    let l = unsafe { &*listen };
+    let child = Id::boxed(api, l.id.channel, l.id.context);
+    // SAFETY: fresh box.
+    unsafe { (*child).sync = l.sync };
+    Some(child)
+}
+
+/// `rdma_create_id`: `RDMA_PS_TCP` (RC) or `RDMA_PS_UDP` (UD); `RDMA_PS_IB` and
+/// `RDMA_PS_IPOIB` are EOPNOTSUPP (softnic serves only the IP port spaces), any other
+/// value EINVAL. With no channel the id is synchronous (its calls wait for their
+/// outcome), as in librdmacm.
+///
+/// # Safety
+/// `channel` is NULL or live; `id` is writable.
+#[export_name = "softnic_rdma_create_id"]
+pub unsafe extern "C" fn rdma_create_id(
+    channel: *mut rdma_event_channel,
+    id: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: c_int,
+) -> c_int {
+    if id.is_null() {
+        return fail(libc::EINVAL);
+    }
+    let Some(space) = PortSpace::from_raw(ps as u32) else {
+        return fail(if ps == RDMA_PS_IB || ps == RDMA_PS_IPOIB {
+            libc::EOPNOTSUPP
+        } else {
+            libc::EINVAL
+        });
+    };
+    let (channel, own) = if channel.is_null() {
+        let c = channel::rdma_create_event_channel();
+        if c.is_null() {
+            return -1;
+        }
+        (c, true)
+    } else {
+        (channel, false)
+    };
+    // SAFETY: a live channel.
+    let ch = unsafe { channel::channel(channel) };
+    match CmId::new(&ch.api, space) {
+        Ok(api) => {
+            let b = Id::boxed(api, channel, context);
+            // SAFETY: fresh box; id writable (caller contract).
+            unsafe {
+                (*b).own_channel = own;
+                (*b).sync = own;
+                *id = b as *mut rdma_cm_id;
+            }
+            0
+        }
+        Err(e) => {
+            if own {
+                // SAFETY: made above, not handed out.
+                unsafe { channel::rdma_destroy_event_channel(channel) };
+            }
+            fail(errno_of(&e))
+        }
+    }
+}
+
+/// `rdma_destroy_id`: stops listening / disconnects (in the NIC) and frees the id.
+/// The program destroys the id's QP first (librdmacm's rule); the `ibv_context` stays.
+///
+/// # Safety
+/// `id` came from [`rdma_create_id`] or an event and is not used again.
+#[export_name = "softnic_rdma_destroy_id"]
+pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
+    if id.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: reverses Id::boxed's Box::into_raw (caller contract: once).
+    let b = unsafe { Box::from_raw(id as *mut Id) };
+    unregister(b.api.lock().unwrap_or_else(|e| e.into_inner()).key());
+    let (channel, own) = (b.id.channel, b.own_channel);
+    drop(b);
+    if own {
+        // SAFETY: the id's private channel, used by nothing else.
+        unsafe { channel::rdma_destroy_event_channel(channel) };
+    }
+    0
+}
+
+/// `rdma_bind_addr`: binds to the NIC whose address `addr` is (any address: the first
+/// NIC) and to its port in the id's port space (0: one the NIC picks).
+///
+/// # Safety
+/// `id` is live; `addr` is a valid sockaddr.
+#[export_name = "softnic_rdma_bind_addr"]
+pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
+    // SAFETY: caller contract.
+    let Some(a) = (unsafe { from_sockaddr(addr) }) else {
+        return fail(if addr.is_null() {
+            libc::EINVAL
+        } else {
+            libc::EAFNOSUPPORT
+        });
+    };
+    // SAFETY: caller contract.
+    let Some(i) = (unsafe { live(id) }) else {
+        return fail(libc::EINVAL);
+    };
+    let r = i.with_api(|api| api.bind_addr(a));
+    i.sync_binding();
+    r
+}
+
+fn peer_udp_port() -> Option<u16> {
+    std::env::var(PEER_UDP_PORT_ENV).ok()?.parse().ok()
+}
+
+/// `r` if a call failed, else (for a synchronous id) the outcome of [`complete_sync`].
+fn finish(i: &Id, r: c_int, want: CmEventKind) -> c_int {
+    if r != 0 {
+        r
+    } else {
+        complete_sync(i, want)
+    }
+}
+
+/// Waits, for a synchronous id, for the outcome of the call just made: 0 when the
+/// next event for it is `want`, else -1 with the errno rdma-core gives (ECONNREFUSED
+/// for a reject, ETIMEDOUT for unreachable, EHOSTUNREACH for address/route errors).
+/// Events for other ids meanwhile stay queued for `rdma_get_cm_event`.
+fn complete_sync(i: &Id, want: CmEventKind) -> c_int {
+    if !i.sync {
+        return 0;
+    }
+    // SAFETY: the id's channel is live while the id is.
+    let ch = unsafe { channel::channel(i.id.channel) };
+    let me = i as *const Id as *mut rdma_cm_id;
+    let mut others = Vec::new();
+    let r = loop {
+        let e = match channel::next_event(ch) {
+            Ok(e) => e,
+            Err(e) => break fail(e),
+        };
+        if e.ev.id != me {
+            others.push(e);
+            continue;
+        }
+        let k = e.ev.event;
+        break if k == want as c_int {
+            0
+        } else if k == CmEventKind::Rejected as c_int {
+            fail(libc::ECONNREFUSED)
+        } else if k == CmEventKind::Unreachable as c_int {
+            fail(libc::ETIMEDOUT)
+        } else if k == CmEventKind::AddrError as c_int || k == CmEventKind::RouteError as c_int {
+            fail(libc::EHOSTUNREACH)
+        } else {
+            fail(libc::ECONNRESET)
+        };
+    };
+    channel::restash(ch, others);
+    r
+}
+
+/// `rdma_resolve_addr`: binds to the NIC serving `src` (or, with none, the first NIC)
+/// and records `dst`; ADDR_RESOLVED follows on the channel. The peer's NIC is reached
+/// on UDP 4791 (or `$SOFTNIC_RDMACM_PEER_UDP_PORT`).
+///
+/// # Safety
+/// `id` is live; `src` is NULL or a sockaddr; `dst` is a sockaddr.
+#[export_name = "softnic_rdma_resolve_addr"]
+pub unsafe extern "C" fn rdma_resolve_addr(
+    id: *mut rdma_cm_id,
+    src: *mut libc::sockaddr,
+    dst: *mut libc::sockaddr,
+    timeout_ms: c_int,
+) -> c_int {
+    // SAFETY: caller contract.
+    let (s, d) = unsafe { (from_sockaddr(src), from_sockaddr(dst)) };
+    let Some(d) = d else {
+        return fail(libc::EINVAL);
+    };
+    if id.is_null() || (!src.is_null() && s.is_none()) {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: caller contract.
+    let i = unsafe { self::id(id) };
+    let timeout = Duration::from_millis(timeout_ms.max(0) as u64);
+    let r = i.with_api(|api| api.resolve_addr(s, d, peer_udp_port(), timeout));
+    i.sync_binding();
+    finish(i, r, CmEventKind::AddrResolved)
+}
+
+/// `rdma_resolve_route`: ROUTE_RESOLVED follows (RoCE needs no path query).
+///
+/// # Safety
+/// `id` is live.
+#[export_name = "softnic_rdma_resolve_route"]
+pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int {
+    // SAFETY: caller contract.
+    let Some(i) = (unsafe { live(id) }) else {
+        return fail(libc::EINVAL);
+    };
+    let timeout = Duration::from_millis(timeout_ms.max(0) as u64);
+    let r = i.with_api(|api| api.resolve_route(timeout));
+    finish(i, r, CmEventKind::RouteResolved)
+}
+
+/// `rdma_listen`: CONNECT_REQUEST events for the bound port follow. A backlog ≤ 0
+/// means the default (1024, the kernel's `somaxconn`-like cap librdmacm leaves to it).
+///
+/// # Safety
+/// `id` is live.
+#[export_name = "softnic_rdma_listen"]
+pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
+    // SAFETY: caller contract.
+    let Some(i) = (unsafe { live(id) }) else {
+        return fail(libc::EINVAL);
+    };
+    let backlog = if backlog <= 0 { 1024 } else { backlog as u32 };
+    i.with_api(|api| api.listen(backlog))
+}
+
+/// The verbs-api parameters of `p` (NULL: what librdmacm sends for a NULL
+/// `conn_param`: the device's READ/atomic depth both ways, 7 retries).
+///
+/// # Safety
+/// `p` is NULL or readable, its private data readable for its length.
+unsafe fn to_conn_param(i: &Id, p: *const rdma_conn_param) -> ConnParam {
+    // SAFETY: caller contract.
+    match unsafe { p.as_ref() } {
+        Some(p) => ConnParam {
+            private_data: if p.private_data.is_null() {
+                Vec::new()
+            } else {
+                // SAFETY: caller contract.
+                unsafe {
+                    std::slice::from_raw_parts(
+                        p.private_data as *const u8,
+                        usize::from(p.private_data_len),
+                    )
+                }
+                .to_vec()
+            },
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            flow_control: p.flow_control != 0,
+            retry_count: p.retry_count,
+            rnr_retry_count: p.rnr_retry_count,
+            srq: p.srq != 0,
+        },
+        None => {
+            let depth = if i.id.verbs.is_null() {
+                0
+            } else {
+                // SAFETY: id->verbs is one of our live contexts.
+                let a = unsafe { internal::api_context(i.id.verbs) }.attributes();
+                a.max_qp_rd_atom.min(255) as u8
+            };
+            ConnParam {
+                responder_resources: depth,
+                initiator_depth: depth,
+                retry_count: 7,
+                rnr_retry_count: 7,
+                ..ConnParam::default()
+            }
+        }
+    }
+}
+
+/// `rdma_connect` / `rdma_accept` with the id's QP (`rdma_create_qp`'s); a connection
+/// without one (the program's own QP, named by `conn_param->qp_num`) is EOPNOTSUPP.
+///
+/// # Safety
+/// As [`rdma_connect`].
+unsafe fn connect_or_accept(
+    id: *mut rdma_cm_id,
+    conn_param: *mut rdma_conn_param,
+    accept: bool,
+) -> c_int {
+    // SAFETY: caller contract.
+    let Some(i) = (unsafe { live(id) }) else {
+        return fail(libc::EINVAL);
+    };
+    if i.id.qp.is_null() {
+        return fail(libc::EOPNOTSUPP);
+    }
+    // SAFETY: caller contract.
+    let p = unsafe { to_conn_param(i, conn_param) };
+    let r = {
+        // SAFETY: the id's QP, live while the id holds it.
+        let qp = unsafe { internal::queue_pair(i.id.qp) };
+        let q = qp.lock().unwrap_or_else(|e| e.into_inner());
+        i.with_api(|api| {
+            if accept {
+                api.accept(&q, &p)
+            } else {
+                api.connect(&q, &p)
+            }
+        })
+    };
+    // The NIC moved the QP (accept: to RTS): refresh its cached state.
+    // SAFETY: a live id.
+    unsafe { Id::refresh_qp(i) };
+    finish(i, r, CmEventKind::Established)
+}
+
+/// `rdma_connect`: sends the REQ (RC) or SIDR REQ (UD) for the id's QP; ESTABLISHED,
+/// REJECTED or UNREACHABLE follows.
+///
+/// # Safety
+/// `id` is live; `conn_param` is NULL or readable.
+#[export_name = "softnic_rdma_connect"]
+pub unsafe extern "C" fn rdma_connect(
+    id: *mut rdma_cm_id,
+    conn_param: *mut rdma_conn_param,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
+    unsafe { connect_or_accept(id, conn_param, false) }
+}
+
+/// `rdma_accept`: the NIC moves the QP to RTR and RTS and sends the REP; ESTABLISHED
+/// follows when the RTU arrives.
+///
+/// # Safety
+/// `id` is a CONNECT_REQUEST's id; `conn_param` is NULL or readable.
+#[export_name = "softnic_rdma_accept"]
+pub unsafe extern "C" fn rdma_accept(
+    id: *mut rdma_cm_id,
+    conn_param: *mut rdma_conn_param,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
+    unsafe { connect_or_accept(id, conn_param, true) }
+}
+
+/// `rdma_reject`: a REJ (consumer reject) with the private data.
+///
+/// # Safety
+/// `id` is a CONNECT_REQUEST's id; `private_data` readable for `len` bytes.
+#[export_name = "softnic_rdma_reject"]
+pub unsafe extern "C" fn rdma_reject(
+    id: *mut rdma_cm_id,
+    private_data: *const c_void,
+    len: u8,
+) -> c_int {
+    if id.is_null() {
+        return fail(libc::EINVAL);
+    }
+    let data = if private_data.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: caller contract.
+        unsafe { std::slice::from_raw_parts(private_data as *const u8, usize::from(len)) }
+    };
+    // SAFETY: caller contract.
+    unsafe { self::id(id) }.with_api(|api| api.reject(data))
+}
+
+/// `rdma_disconnect`: DREQ (or DREP); the QP goes to ERR and its work requests flush.
+///
+/// # Safety
+/// `id` is live.
+#[export_name = "softnic_rdma_disconnect"]
+pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
+    // SAFETY: caller contract.
+    let Some(i) = (unsafe { live(id) }) else {
+        return fail(libc::EINVAL);
+    };
+    let r = i.with_api(|api| api.disconnect());
+    // SAFETY: a live id.
+    unsafe { Id::refresh_qp(i) };
+    r
+}
+
+/// `rdma_establish`: nothing to do — softnic's CM sends the RTU itself when the REP
+/// arrives (as librdmacm does for an id with a QP).
+///
+/// # Safety
+/// `id` is live.
+#[export_name = "softnic_rdma_establish"]
+pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
+    if id.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: caller contract.
+    unsafe { self::id(id) }.with_api(|api| api.establish())
+}
+
+/// `rdma_migrate_id`: to the channel it is on, nothing to do; to another channel
+/// EOPNOTSUPP (verbs-api delivers an id's events on the channel it was created on).
+///
+/// # Safety
+/// `id` is live; `channel` NULL or live.
+#[export_name = "softnic_rdma_migrate_id"]
+pub unsafe extern "C" fn rdma_migrate_id(
+    id: *mut rdma_cm_id,
+    channel: *mut rdma_event_channel,
+) -> c_int {
+    if id.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: caller contract.
+    if unsafe { (*id).channel } == channel {
+        0
+    } else {
+        fail(libc::EOPNOTSUPP)
+    }
+}
+
+/// `rdma_get_src_port`: the bound port, network order (0 if unbound).
+///
+/// # Safety
+/// `id` is live.
+#[export_name = "softnic_rdma_get_src_port"]
+pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
+    // SAFETY: caller contract.
+    unsafe { id.as_ref() }.map_or(0, |i| crate::addr::port_be(&i.route.addr.src_storage))
+}
+
+/// `rdma_get_dst_port`: the peer's port, network order (0 if none).
+///
+/// # Safety
+/// `id` is live.
+#[export_name = "softnic_rdma_get_dst_port"]
+pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
+    // SAFETY: caller contract.
+    unsafe { id.as_ref() }.map_or(0, |i| crate::addr::port_be(&i.route.addr.dst_storage))
+}
+
+/// The local address of a bound id, for tests and `rdma_create_ep`.
+pub fn local_addr(i: &Id) -> Option<SocketAddr> {
+    i.api.lock().unwrap_or_else(|e| e.into_inner()).local_addr()
+}

@@ -1,0 +1,230 @@
+//! The rest of librdmacm's ABI: `rdma_event_str`, `rdma_get_devices`,
+//! `rdma_set_option`, `rpoll`/`rselect`, and the calls softnic does not serve, each
+//! answering an errno rather than pretending.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::Mutex;
+
+use softnic_ibverbs::abi::ibv_context;
+use softnic_ibverbs::{device, errno};
+
+use crate::abi::*;
+use crate::channel::fail;
+
+/// rdma-core's names, indexed by `enum rdma_cm_event_type`.
+const EVENT_NAMES: [&std::ffi::CStr; 16] = [
+    c"RDMA_CM_EVENT_ADDR_RESOLVED",
+    c"RDMA_CM_EVENT_ADDR_ERROR",
+    c"RDMA_CM_EVENT_ROUTE_RESOLVED",
+    c"RDMA_CM_EVENT_ROUTE_ERROR",
+    c"RDMA_CM_EVENT_CONNECT_REQUEST",
+    c"RDMA_CM_EVENT_CONNECT_RESPONSE",
+    c"RDMA_CM_EVENT_CONNECT_ERROR",
+    c"RDMA_CM_EVENT_UNREACHABLE",
+    c"RDMA_CM_EVENT_REJECTED",
+    c"RDMA_CM_EVENT_ESTABLISHED",
+    c"RDMA_CM_EVENT_DISCONNECTED",
+    c"RDMA_CM_EVENT_DEVICE_REMOVAL",
+    c"RDMA_CM_EVENT_MULTICAST_JOIN",
+    c"RDMA_CM_EVENT_MULTICAST_ERROR",
+    c"RDMA_CM_EVENT_ADDR_CHANGE",
+    c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+];
+
+/// `rdma_event_str`: the event's name, "UNKNOWN EVENT" out of range (rdma-core's
+/// strings; `tests/strings.rs` compares them with the system library's).
+#[export_name = "softnic_rdma_event_str"]
+pub extern "C" fn rdma_event_str(event: rdma_cm_event_type) -> *const c_char {
+    usize::try_from(event)
+        .ok()
+        .and_then(|i| EVENT_NAMES.get(i))
+        .copied()
+        .unwrap_or(c"UNKNOWN EVENT")
+        .as_ptr()
+}
+
+/// Contexts `rdma_get_devices` opened, kept for the process (as rdma-core keeps them).
+static DEVICES: Mutex<Vec<(String, usize)>> = Mutex::new(Vec::new());
+
+/// `rdma_get_devices`: an `ibv_context` for every softnic device, NULL-terminated
+/// (freed with `rdma_free_devices`; the contexts stay open).
+///
+/// # Safety
+/// `num_devices` is NULL or writable.
+#[export_name = "softnic_rdma_get_devices"]
+pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context {
+    let mut n: c_int = 0;
+    // SAFETY: n is writable.
+    let list = unsafe { device::ibv_get_device_list(&mut n) };
+    if list.is_null() {
+        return std::ptr::null_mut();
+    }
+    let mut opened = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    let mut out = Vec::new();
+    for k in 0..n as usize {
+        // SAFETY: k < n entries of the list.
+        let dev = unsafe { *list.add(k) };
+        // SAFETY: a device of the list; its name is a C string.
+        let name = unsafe { std::ffi::CStr::from_ptr(device::ibv_get_device_name(dev)) }
+            .to_string_lossy()
+            .into_owned();
+        if let Some(&(_, c)) = opened.iter().find(|(d, _)| *d == name) {
+            out.push(c as *mut ibv_context);
+            continue;
+        }
+        // SAFETY: a device of the list.
+        let c = unsafe { device::ibv_open_device(dev) };
+        if !c.is_null() {
+            opened.push((name, c as usize));
+            out.push(c);
+        }
+    }
+    // SAFETY: from ibv_get_device_list.
+    unsafe { device::ibv_free_device_list(list) };
+    // SAFETY: calloc of n + 1 pointers, checked; freed by rdma_free_devices.
+    let arr = unsafe { libc::calloc(out.len() + 1, std::mem::size_of::<usize>()) }
+        as *mut *mut ibv_context;
+    if arr.is_null() {
+        return errno::null(libc::ENOMEM);
+    }
+    for (k, c) in out.iter().enumerate() {
+        // SAFETY: k < n + 1 slots.
+        unsafe { *arr.add(k) = *c };
+    }
+    if !num_devices.is_null() {
+        // SAFETY: caller contract.
+        unsafe { *num_devices = out.len() as c_int };
+    }
+    arr
+}
+
+/// `rdma_free_devices`: the array (not the contexts).
+///
+/// # Safety
+/// `list` came from [`rdma_get_devices`].
+#[export_name = "softnic_rdma_free_devices"]
+pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
+    // SAFETY: calloc'ed by rdma_get_devices (free(NULL) is a no-op).
+    unsafe { libc::free(list.cast()) };
+}
+
+// `rdma_set_option` levels and names (`<rdma/rdma_cma.h>`).
+const RDMA_OPTION_ID: c_int = 0;
+const RDMA_OPTION_ID_TOS: c_int = 0;
+const RDMA_OPTION_ID_REUSEADDR: c_int = 1;
+const RDMA_OPTION_ID_AFONLY: c_int = 2;
+const RDMA_OPTION_ID_ACK_TIMEOUT: c_int = 3;
+const RDMA_OPTION_IB: c_int = 1;
+const RDMA_OPTION_IB_PATH: c_int = 1;
+
+/// `rdma_set_option`. The id options (`RDMA_OPTION_ID_TOS`, `_REUSEADDR`, `_AFONLY`,
+/// `_ACK_TIMEOUT`) are checked for size (EINVAL) and accepted but have no effect yet:
+/// softnic's CM sends traffic class 0, allows no port reuse, binds one address family,
+/// and uses its own ACK timeout. `RDMA_OPTION_IB_PATH` (setting path records by hand)
+/// is EOPNOTSUPP; anything else ENOSYS, as the kernel answers an unknown option.
+///
+/// # Safety
+/// `id` is live; `optval` readable for `optlen`.
+#[export_name = "softnic_rdma_set_option"]
+pub unsafe extern "C" fn rdma_set_option(
+    id: *mut rdma_cm_id,
+    level: c_int,
+    optname: c_int,
+    optval: *mut c_void,
+    optlen: usize,
+) -> c_int {
+    if id.is_null() || optval.is_null() {
+        return fail(libc::EINVAL);
+    }
+    let want = match (level, optname) {
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) | (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => 1,
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) | (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) => {
+            std::mem::size_of::<c_int>()
+        }
+        (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => return fail(libc::EOPNOTSUPP),
+        _ => return fail(libc::ENOSYS),
+    };
+    if optlen != want {
+        return fail(libc::EINVAL);
+    }
+    0
+}
+
+/// `rpoll`: `poll(2)`. softnic has no rsockets, so every descriptor is an ordinary
+/// one (rping and ucmatose poll the event channel's fd with it).
+///
+/// # Safety
+/// As `poll(2)`.
+#[export_name = "softnic_rpoll"]
+pub unsafe extern "C" fn rpoll(
+    fds: *mut libc::pollfd,
+    nfds: libc::nfds_t,
+    timeout: c_int,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
+    unsafe { libc::poll(fds, nfds, timeout) }
+}
+
+/// `rselect`: `select(2)`, as [`rpoll`].
+///
+/// # Safety
+/// As `select(2)`.
+#[export_name = "softnic_rselect"]
+pub unsafe extern "C" fn rselect(
+    nfds: c_int,
+    readfds: *mut libc::fd_set,
+    writefds: *mut libc::fd_set,
+    exceptfds: *mut libc::fd_set,
+    timeout: *mut libc::timeval,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
+    unsafe { libc::select(nfds, readfds, writefds, exceptfds, timeout) }
+}
+
+/// What the rsocket calls (`rsocket`, `rbind`, … `riowrite`) answer: -1 with `errno`
+/// ENOSYS — softnic implements no rsockets. One function serves them all: each
+/// returns an `int`, `ssize_t`, `off_t` or `size_t` in the same register, and -1 of
+/// the widest is -1 of each (the librdmacm.so.1 trampolines jump here).
+#[export_name = "softnic_rdmacm_unsupported"]
+pub extern "C" fn rdmacm_unsupported() -> isize {
+    errno::set(libc::ENOSYS);
+    -1
+}
+
+/// `rdma_notify`: softnic reports no asynchronous QP events to the CM; accepted as a
+/// no-op (the CM needs no hint: the NIC moves the QP itself).
+///
+/// # Safety
+/// `id` is live.
+#[export_name = "softnic_rdma_notify"]
+pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, _event: c_int) -> c_int {
+    if id.is_null() {
+        return fail(libc::EINVAL);
+    }
+    0
+}
+
+/// `rdma_join_multicast`, `rdma_join_multicast_ex`, `rdma_leave_multicast`: ENOSYS
+/// (softnic has no multicast).
+#[export_name = "softnic_rdma_multicast_unsupported"]
+pub extern "C" fn rdma_multicast_unsupported() -> c_int {
+    fail(libc::ENOSYS)
+}
+
+/// `rdma_create_srq`, `rdma_create_srq_ex`: EOPNOTSUPP, what `ibv_create_srq` of
+/// softnic's libibverbs answers.
+#[export_name = "softnic_rdma_srq_unsupported"]
+pub extern "C" fn rdma_srq_unsupported() -> c_int {
+    fail(libc::EOPNOTSUPP)
+}
+
+/// `rdma_destroy_srq`: there is never an SRQ to destroy.
+#[export_name = "softnic_rdma_destroy_srq"]
+pub extern "C" fn rdma_destroy_srq(_id: *mut rdma_cm_id) {}
+
+/// `rdma_set_local_ece`, `rdma_get_remote_ece`, `rdma_reject_ece`: EOPNOTSUPP
+/// (softnic's CM carries no enhanced connection establishment data).
+#[export_name = "softnic_rdma_ece_unsupported"]
+pub extern "C" fn rdma_ece_unsupported() -> c_int {
+    fail(libc::EOPNOTSUPP)
+}

@@ -1,0 +1,275 @@
+//! QPs on ids: `rdma_create_qp`, `rdma_create_qp_ex`, `rdma_destroy_qp`,
+//! `rdma_init_qp_attr`.
+//!
+//! The QP is made by softnic's libibverbs on `id->verbs` and moved to INIT by the CM
+//! (`CmId::init_qp`: RC with local write and remote read/write access; UD with the CM's
+//! Q_Key 0x01234567), so receives can be posted before connecting; the NIC moves it to
+//! RTR/RTS during connect/accept and to ERR on disconnect.
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::sync::Mutex;
+
+use softnic_ibverbs::abi::{
+    ibv_comp_channel, ibv_context, ibv_cq, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_init_attr,
+    ibv_qp_init_attr_ex,
+};
+use softnic_ibverbs::{internal, objects, qp as ibv_qp_mod};
+use verbs_api::QpState;
+
+use crate::abi::*;
+use crate::channel::{errno_of, fail};
+use crate::id::{id as id_of, Id};
+
+/// `IBV_QP_INIT_ATTR_PD`.
+const QP_INIT_ATTR_PD: u32 = 1;
+
+/// The PD `rdma_create_qp` uses when given none: one per context, kept (rdma-core's
+/// librdmacm likewise keeps one per device).
+static DEFAULT_PDS: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+
+fn default_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+    let mut m = DEFAULT_PDS.lock().unwrap_or_else(|e| e.into_inner());
+    let m = m.get_or_insert_with(HashMap::new);
+    if let Some(&pd) = m.get(&(ctx as usize)) {
+        return pd as *mut ibv_pd;
+    }
+    // SAFETY: ctx is a live context of ours.
+    let pd = unsafe { objects::ibv_alloc_pd(ctx) };
+    if !pd.is_null() {
+        m.insert(ctx as usize, pd as usize);
+    }
+    pd
+}
+
+/// A CQ of `depth` entries with its own completion channel, as librdmacm makes when
+/// the program gives none.
+///
+/// # Safety
+/// `ctx` is live.
+unsafe fn cq_with_channel(
+    ctx: *mut ibv_context,
+    depth: u32,
+    owner: *mut rdma_cm_id,
+) -> Option<(*mut ibv_comp_channel, *mut ibv_cq)> {
+    // SAFETY: caller contract.
+    let ch = unsafe { objects::ibv_create_comp_channel(ctx) };
+    if ch.is_null() {
+        return None;
+    }
+    // SAFETY: live context and channel.
+    let cq = unsafe { objects::ibv_create_cq(ctx, depth.max(1) as c_int, owner.cast(), ch, 0) };
+    if cq.is_null() {
+        // SAFETY: made above, unused.
+        unsafe { objects::ibv_destroy_comp_channel(ch) };
+        return None;
+    }
+    Some((ch, cq))
+}
+
+/// Destroys the CQs and channels `rdma_create_qp` made for `i`.
+///
+/// # Safety
+/// Their QP is gone.
+unsafe fn destroy_own_cqs(i: &mut Id) {
+    if !i.own_cqs {
+        return;
+    }
+    let r = &mut i.id;
+    for (cq, ch) in [
+        (&mut r.send_cq, &mut r.send_cq_channel),
+        (&mut r.recv_cq, &mut r.recv_cq_channel),
+    ] {
+        // SAFETY: made by create_qp_ex below, no QP uses them any more.
+        unsafe {
+            if !cq.is_null() {
+                objects::ibv_destroy_cq(*cq);
+            }
+            if !ch.is_null() {
+                objects::ibv_destroy_comp_channel(*ch);
+            }
+        }
+        *cq = std::ptr::null_mut();
+        *ch = std::ptr::null_mut();
+    }
+    i.own_cqs = false;
+}
+
+/// `rdma_create_qp`: a QP on `pd` (NULL: a default PD of `id->verbs`) in INIT. With no
+/// CQs in `qp_init_attr`, a send and a receive CQ (each on its own completion channel)
+/// are made and set in the id, as librdmacm does.
+///
+/// # Safety
+/// `id` is live and bound; `pd` NULL or a PD of `id->verbs`; `qp_init_attr` valid.
+#[export_name = "softnic_rdma_create_qp"]
+pub unsafe extern "C" fn rdma_create_qp(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    if id.is_null() || qp_init_attr.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: caller contract.
+    let a = unsafe { &mut *qp_init_attr };
+    // SAFETY: ibv_qp_init_attr_ex is pointers and integers: all-zero is valid.
+    let mut ax: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+    ax.qp_context = a.qp_context;
+    ax.send_cq = a.send_cq;
+    ax.recv_cq = a.recv_cq;
+    ax.srq = a.srq;
+    ax.cap = a.cap;
+    ax.qp_type = a.qp_type;
+    ax.sq_sig_all = a.sq_sig_all;
+    ax.comp_mask = QP_INIT_ATTR_PD;
+    ax.pd = pd;
+    // SAFETY: forwarded caller contract.
+    let r = unsafe { rdma_create_qp_ex(id, &mut ax) };
+    a.cap = ax.cap;
+    r
+}
+
+/// `rdma_create_qp_ex`: as [`rdma_create_qp`], with `ibv_create_qp_ex`'s attributes
+/// (the PD from `attr->pd`, or the default PD when the PD bit is clear).
+///
+/// # Safety
+/// As [`rdma_create_qp`].
+#[export_name = "softnic_rdma_create_qp_ex"]
+pub unsafe extern "C" fn rdma_create_qp_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> c_int {
+    if id.is_null() || attr.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: caller contract.
+    let (i, ax) = unsafe { (id_of(id), &mut *attr) };
+    let ctx = i.id.verbs;
+    if ctx.is_null() || !i.id.qp.is_null() {
+        return fail(libc::EINVAL);
+    }
+    if ax.comp_mask & QP_INIT_ATTR_PD == 0 || ax.pd.is_null() {
+        ax.pd = default_pd(ctx);
+        ax.comp_mask |= QP_INIT_ATTR_PD;
+        if ax.pd.is_null() {
+            return -1;
+        }
+    }
+    // SAFETY: pd is live (caller contract or ours).
+    if unsafe { (*ax.pd).context } != ctx {
+        return fail(libc::EINVAL);
+    }
+    if ax.send_cq.is_null() || ax.recv_cq.is_null() {
+        i.own_cqs = true;
+        if ax.send_cq.is_null() {
+            // SAFETY: live context.
+            let Some((ch, cq)) = (unsafe { cq_with_channel(ctx, ax.cap.max_send_wr, id) }) else {
+                // SAFETY: nothing uses what was made.
+                unsafe { destroy_own_cqs(i) };
+                return -1;
+            };
+            (i.id.send_cq_channel, i.id.send_cq, ax.send_cq) = (ch, cq, cq);
+        }
+        if ax.recv_cq.is_null() {
+            // SAFETY: live context.
+            let Some((ch, cq)) = (unsafe { cq_with_channel(ctx, ax.cap.max_recv_wr, id) }) else {
+                // SAFETY: nothing uses what was made.
+                unsafe { destroy_own_cqs(i) };
+                return -1;
+            };
+            (i.id.recv_cq_channel, i.id.recv_cq, ax.recv_cq) = (ch, cq, cq);
+        }
+    }
+    // SAFETY: a valid ibv_qp_init_attr_ex with PD and CQs of ctx.
+    let qp = unsafe { ibv_qp_mod::create_qp_ex_op(ctx, (ax as *mut ibv_qp_init_attr_ex).cast()) }
+        as *mut ibv_qp;
+    if qp.is_null() {
+        let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        // SAFETY: nothing uses them.
+        unsafe { destroy_own_cqs(i) };
+        return fail(e);
+    }
+    let init = {
+        // SAFETY: the QP just made.
+        let mut q = unsafe { internal::queue_pair(qp) }
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let api = i.api.lock().unwrap_or_else(|e| e.into_inner());
+        api.init_qp(&mut q)
+    };
+    if let Err(e) = init {
+        // SAFETY: the QP and CQs just made, not handed out.
+        unsafe {
+            ibv_qp_mod::ibv_destroy_qp(qp);
+            destroy_own_cqs(i);
+        }
+        return fail(errno_of(&e));
+    }
+    // SAFETY: the QP just made.
+    unsafe { internal::refresh_qp(qp) };
+    i.id.qp = qp;
+    i.id.pd = ax.pd;
+    i.id.qp_type = ax.qp_type;
+    0
+}
+
+/// `rdma_destroy_qp`: the QP, and the CQs `rdma_create_qp` made for it.
+///
+/// # Safety
+/// `id` is live.
+#[export_name = "softnic_rdma_destroy_qp"]
+pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
+    if id.is_null() {
+        return;
+    }
+    // SAFETY: caller contract.
+    let i = unsafe { id_of(id) };
+    if !i.id.qp.is_null() {
+        // SAFETY: the id's QP; the program stops using it (librdmacm's rule).
+        unsafe { ibv_qp_mod::ibv_destroy_qp(i.id.qp) };
+        i.id.qp = std::ptr::null_mut();
+    }
+    // SAFETY: their QP is gone.
+    unsafe { destroy_own_cqs(i) };
+}
+
+/// `rdma_init_qp_attr`: the attributes for moving a QP of this connection to
+/// `qp_attr->qp_state` (INIT, RTR or RTS), from what the CM negotiated.
+///
+/// # Safety
+/// `id` is live; `qp_attr` readable and writable; `qp_attr_mask` writable.
+#[export_name = "softnic_rdma_init_qp_attr"]
+pub unsafe extern "C" fn rdma_init_qp_attr(
+    id: *mut rdma_cm_id,
+    qp_attr: *mut ibv_qp_attr,
+    qp_attr_mask: *mut c_int,
+) -> c_int {
+    if id.is_null() || qp_attr.is_null() || qp_attr_mask.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: caller contract.
+    let (i, want) = unsafe { (id_of(id), (*qp_attr).qp_state) };
+    let state = match want {
+        1 => QpState::Init,
+        2 => QpState::Rtr,
+        3 => QpState::Rts,
+        _ => return fail(libc::EINVAL),
+    };
+    let r = i
+        .api
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .init_qp_attr(state);
+    match r {
+        Ok(a) => {
+            let (attr, mask) = ibv_qp_mod::ibv_attr_of(&a);
+            // SAFETY: writable (caller contract).
+            unsafe {
+                *qp_attr = attr;
+                *qp_attr_mask = mask;
+            }
+            0
+        }
+        Err(e) => fail(errno_of(&e)),
+    }
+}

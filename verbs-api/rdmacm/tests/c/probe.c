@@ -1,0 +1,65 @@
+/* librdmacm calls that need no NIC. `probe strings` prints rdma_event_str for every
+ * value from -2 to 17 (run on rdma-core's library and on softnic's, and compared);
+ * `probe` checks softnic's answers and prints "ok" (with $SOFTNIC_DIR empty). */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rsocket.h>
+#include <rdma/rdma_verbs.h>
+
+#define CHECK(c) do { if (!(c)) { fprintf(stderr, "%s:%d: %s failed (errno %d)\n", \
+	__FILE__, __LINE__, #c, errno); return 1; } } while (0)
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && !strcmp(argv[1], "strings")) {
+		for (int i = -2; i < 18; i++)
+			printf("%d %s\n", i, rdma_event_str(i));
+		return 0;
+	}
+	/* rdma_getaddrinfo: passive gives a source address, active a destination. */
+	struct rdma_addrinfo hints, *res;
+	memset(&hints, 0, sizeof hints);
+	hints.ai_flags = RAI_PASSIVE;
+	hints.ai_port_space = RDMA_PS_TCP;
+	CHECK(rdma_getaddrinfo("127.0.0.2", "7174", &hints, &res) == 0);
+	struct sockaddr_in *sin = (struct sockaddr_in *)res->ai_src_addr;
+	CHECK(res->ai_dst_addr == NULL && sin && sin->sin_family == AF_INET);
+	CHECK(ntohs(sin->sin_port) == 7174 && sin->sin_addr.s_addr == inet_addr("127.0.0.2"));
+	CHECK(res->ai_qp_type == IBV_QPT_RC && res->ai_port_space == RDMA_PS_TCP);
+	rdma_freeaddrinfo(res);
+	hints.ai_flags = 0;
+	hints.ai_port_space = RDMA_PS_UDP;
+	CHECK(rdma_getaddrinfo("127.0.0.3", "18515", &hints, &res) == 0);
+	sin = (struct sockaddr_in *)res->ai_dst_addr;
+	CHECK(res->ai_src_addr == NULL && sin && ntohs(sin->sin_port) == 18515);
+	CHECK(res->ai_qp_type == IBV_QPT_UD && res->ai_port_space == RDMA_PS_UDP);
+	rdma_freeaddrinfo(res);
+	hints.ai_port_space = RDMA_PS_IB;
+	CHECK(rdma_getaddrinfo("127.0.0.3", "1", &hints, &res) == -1 && errno == ENOSYS);
+	CHECK(rdma_getaddrinfo(NULL, NULL, NULL, &res) == -1 && errno == EINVAL);
+	/* No NIC: no devices, an empty NULL-terminated list. */
+	int n = -1;
+	struct ibv_context **devs = rdma_get_devices(&n);
+	CHECK(devs && n == 0 && devs[0] == NULL);
+	rdma_free_devices(devs);
+	/* What softnic does not serve answers an errno. */
+	CHECK(rsocket(AF_INET, SOCK_STREAM, 0) == -1 && errno == ENOSYS);
+	CHECK(rrecv(3, NULL, 0, 0) == -1 && errno == ENOSYS);
+	CHECK(rdma_join_multicast(NULL, NULL, NULL) == -1 && errno == ENOSYS);
+	CHECK(rdma_create_srq(NULL, NULL, NULL) == -1 && errno == EOPNOTSUPP);
+	CHECK(rdma_set_local_ece(NULL, NULL) == -1 && errno == EOPNOTSUPP);
+	CHECK(rdma_ack_cm_event(NULL) == -1 && errno == EINVAL);
+	CHECK(rdma_get_cm_event(NULL, NULL) == -1 && errno == EINVAL);
+	/* rpoll is poll(2) on ordinary descriptors. */
+	int p[2];
+	CHECK(pipe(p) == 0 && write(p[1], "x", 1) == 1);
+	struct pollfd pfd = { .fd = p[0], .events = POLLIN };
+	CHECK(rpoll(&pfd, 1, 0) == 1 && (pfd.revents & POLLIN));
+	printf("ok\n");
+	return 0;
+}
