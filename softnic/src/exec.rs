@@ -2,7 +2,8 @@
 //!
 //! It puts the directory of softnic's drop-in `libibverbs.so.1` and `librdmacm.so.1`
 //! (crates `softnic-ibverbs` and `softnic-rdmacm`, linked on demand by the latter's
-//! builder next to this executable's build) first in `LD_LIBRARY_PATH` and `exec`s the command, which then sees the NICs
+//! builder next to this executable's build) first in `LD_LIBRARY_PATH` and `exec`s the
+//! command, which then sees the NICs
 //! running under `$SOFTNIC_DIR` as RDMA devices. `-d NAME` (repeatable) limits the
 //! device list to those NICs, through `SOFTNIC_IBV_DEVICES`, so a program that takes
 //! "the first device" uses NAME. `SOFTNIC_IBVERBS_DIR` names a prebuilt library
