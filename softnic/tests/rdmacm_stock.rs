@@ -82,6 +82,41 @@ fn every_stock_rdmacm_binary_links_against_the_drop_in() {
     }
 }
 
+/// `verbs-api/rdmacm/tests/c/probe.c nic NAME` through `softnic exec -d NAME`:
+/// `rdma_get_devices` gives that NIC's context (usable for verbs, the same each call),
+/// an event channel's fd polls empty, and the port spaces softnic does not serve are
+/// refused with rdma-core's errno.
+#[test]
+fn c_probe_with_a_nic() {
+    let nic = NicProc::start("cmstock-probe", "127.0.0.1", 0, &[]);
+    let dir = std::env::temp_dir().join(format!("softnic-rdmacm-probe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("probe");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../verbs-api/rdmacm/tests/c/probe.c");
+    let o = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()))
+        .args(["-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(["-lrdmacm", "-libverbs"])
+        .output()
+        .expect("run the C compiler (one is required)");
+    assert!(
+        o.status.success(),
+        "compiling probe.c (librdmacm-dev installed?): {}",
+        text(&o)
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_softnic"))
+        .args(["exec", "-d", &nic.name, "--"])
+        .arg(&exe)
+        .args(["nic", &nic.name])
+        .env("SOFTNIC_DIR", softnic_dir())
+        .env_remove(softnic::exec::LIB_DIR_ENV)
+        .output()
+        .expect("run softnic exec");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "ok\n", "{}", text(&o));
+}
+
 /// Two NICs on their own loopback addresses, on the RoCEv2 port (stock CM peers reach
 /// each other on 4791).
 fn nic_pair(tag: &str, host: u8) -> (NicProc, NicProc) {

@@ -112,7 +112,7 @@ pub(crate) fn next_event(ch: &Channel) -> Result<Box<Event>, c_int> {
     }
     loop {
         let api = ch.api.get_event().map_err(|e| errno_of(&e))?;
-        if let Some(e) = translate(ch, api) {
+        if let Some(e) = translate(api) {
             return Ok(e);
         }
     }
@@ -170,10 +170,10 @@ pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
 
 /// The C event for `api`, or `None` when its id is gone (then it is dropped, which
 /// for a CONNECT_REQUEST rejects the new connection).
-fn translate(ch: &Channel, mut api: CmEvent) -> Option<Box<Event>> {
+fn translate(mut api: CmEvent) -> Option<Box<Event>> {
     let (id_ptr, listen_ptr) = if api.kind == CmEventKind::ConnectRequest {
         let listen = id::lookup(api.listen_id?)?;
-        let child = id::new_child(listen, api.new_id.take()?, ch)?;
+        let child = id::new_child(listen, api.new_id.take()?)?;
         (child, listen)
     } else {
         (id::lookup(api.id)?, std::ptr::null_mut())

@@ -22,7 +22,7 @@ use verbs_api::Gid;
 
 use crate::abi::*;
 use crate::addr::{from_sockaddr, to_storage};
-use crate::channel::{self, errno_of, fail, Channel};
+use crate::channel::{self, errno_of, fail};
 
 /// Environment variable: the UDP port of the peer NICs (default 4791, the RoCEv2
 /// port stock peers use); for tests running several NICs on one address.
@@ -191,7 +191,7 @@ impl Id {
 
 /// The new id of a CONNECT_REQUEST on `listen`: same channel and program context,
 /// bound to the listener's NIC.
-pub(crate) fn new_child(listen: *mut Id, api: CmId, _ch: &Channel) -> Option<*mut Id> {
+pub(crate) fn new_child(listen: *mut Id, api: CmId) -> Option<*mut Id> {
     // SAFETY: a live listener of the registry.
     let l = unsafe { &*listen };
     let child = Id::boxed(api, l.id.channel, l.id.context);
@@ -297,9 +297,28 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::so
     let Some(i) = (unsafe { live(id) }) else {
         return fail(libc::EINVAL);
     };
+    let a = narrowed(Some(a)).unwrap_or(a);
     let r = i.with_api(|api| api.bind_addr(a));
     i.sync_binding();
     r
+}
+
+/// The source address to use for `a` (a wildcard or no address): under
+/// `softnic exec -d NAME` (`$SOFTNIC_IBV_DEVICES`), the address of the first NIC named
+/// there, with `a`'s port — so `-d` picks the NIC for the CM as it does for
+/// libibverbs; otherwise `a` unchanged (verbs-api then picks the NIC).
+fn narrowed(a: Option<SocketAddr>) -> Option<SocketAddr> {
+    if a.is_some_and(|a| !a.ip().is_unspecified()) {
+        return a;
+    }
+    let names = std::env::var(softnic_ibverbs::device::DEVICES_ENV).unwrap_or_default();
+    let Some(first) = names.split(',').find(|n| !n.is_empty()) else {
+        return a;
+    };
+    match verbs_api::Device::named(first).query() {
+        Ok(attr) => Some(SocketAddr::new(attr.addr, a.map_or(0, |a| a.port()))),
+        Err(_) => a,
+    }
 }
 
 fn peer_udp_port() -> Option<u16> {
@@ -377,6 +396,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     // SAFETY: caller contract.
     let i = unsafe { self::id(id) };
     let timeout = Duration::from_millis(timeout_ms.max(0) as u64);
+    let s = narrowed(s);
     let r = i.with_api(|api| api.resolve_addr(s, d, peer_udp_port(), timeout));
     i.sync_binding();
     finish(i, r, CmEventKind::AddrResolved)

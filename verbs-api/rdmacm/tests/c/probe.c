@@ -1,7 +1,10 @@
-/* librdmacm calls that need no NIC. `probe strings` prints rdma_event_str for every
- * value from -2 to 17 (run on rdma-core's library and on softnic's, and compared);
- * `probe` checks softnic's answers and prints "ok" (with $SOFTNIC_DIR empty). */
+/* librdmacm calls on softnic. `probe strings` prints rdma_event_str for every value
+ * from -2 to 17 (run on rdma-core's library and on softnic's, and compared); `probe`
+ * checks softnic's answers that need no NIC and prints "ok" (with $SOFTNIC_DIR empty);
+ * `probe nic NAME` checks those with one NIC, NAME, the only device shown
+ * (`softnic exec -d NAME`). */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +17,36 @@
 #define CHECK(c) do { if (!(c)) { fprintf(stderr, "%s:%d: %s failed (errno %d)\n", \
 	__FILE__, __LINE__, #c, errno); return 1; } } while (0)
 
+static int nic(const char *name)
+{
+	/* The device list: the NIC's context, usable for verbs, the same on a second call. */
+	int n = -1;
+	struct ibv_context **devs = rdma_get_devices(&n);
+	CHECK(devs && n == 1 && devs[0] && devs[1] == NULL);
+	CHECK(!strcmp(ibv_get_device_name(devs[0]->device), name));
+	struct ibv_pd *pd = ibv_alloc_pd(devs[0]);
+	CHECK(pd && ibv_dealloc_pd(pd) == 0);
+	struct ibv_context **again = rdma_get_devices(NULL);
+	CHECK(again && again[0] == devs[0]);
+	rdma_free_devices(again);
+	rdma_free_devices(devs);
+	/* An event channel's fd polls: nothing pending. */
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	CHECK(ch && ch->fd >= 0);
+	struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
+	CHECK(poll(&pfd, 1, 0) == 0);
+	CHECK(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK) == 0);
+	/* Port spaces softnic does not serve. */
+	struct rdma_cm_id *id = NULL;
+	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_IB) == -1 && errno == EOPNOTSUPP);
+	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_IPOIB) == -1 && errno == EOPNOTSUPP);
+	CHECK(rdma_create_id(ch, &id, NULL, 0x1234) == -1 && errno == EINVAL && id == NULL);
+	CHECK(rdma_create_id(ch, NULL, NULL, RDMA_PS_TCP) == -1 && errno == EINVAL);
+	rdma_destroy_event_channel(ch);
+	printf("ok\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "strings")) {
@@ -21,6 +54,8 @@ int main(int argc, char **argv)
 			printf("%d %s\n", i, rdma_event_str(i));
 		return 0;
 	}
+	if (argc > 2 && !strcmp(argv[1], "nic"))
+		return nic(argv[2]);
 	/* rdma_getaddrinfo: passive gives a source address, active a destination. */
 	struct rdma_addrinfo hints, *res;
 	memset(&hints, 0, sizeof hints);
