@@ -176,7 +176,12 @@ fn translate(mut api: CmEvent) -> Option<Box<Event>> {
         let child = id::new_child(listen, api.new_id.take()?)?;
         (child, listen)
     } else {
-        (id::lookup(api.id)?, std::ptr::null_mut())
+        let id = id::lookup(api.id)?;
+        // Resolution may bind the id (its NIC, addresses) only now: the program reads
+        // `id->verbs` on ADDR_RESOLVED.
+        // SAFETY: a live id of the registry.
+        unsafe { (*id).sync_binding() };
+        (id, std::ptr::null_mut())
     };
     // SAFETY: rdma_event_param is two plain structs: all-zero is valid.
     let mut param: rdma_event_param = unsafe { std::mem::zeroed() };

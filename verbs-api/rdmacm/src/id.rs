@@ -147,7 +147,7 @@ impl Id {
     }
 
     /// Copies the verbs-api id's addresses and NIC into the public struct.
-    fn sync_binding(&mut self) {
+    pub(crate) fn sync_binding(&mut self) {
         let api = self.api.lock().unwrap_or_else(|e| e.into_inner());
         let a = &mut self.id.route.addr;
         if let Some(l) = api.local_addr() {
