@@ -17,6 +17,12 @@ use verbs_api::cm::{CmEvent, CmEventKind, CmEventParam, EventChannel};
 
 use crate::abi::*;
 use crate::id::{self, Id};
+use crate::live::LiveSet;
+
+/// Channels handed out and not destroyed.
+static CHANNELS: LiveSet = LiveSet::new();
+/// Events handed out and not acknowledged.
+static EVENTS: LiveSet = LiveSet::new();
 
 /// A channel: the public struct first, then the verbs-api channel.
 #[repr(C)]
@@ -69,13 +75,17 @@ pub fn fail(e: c_int) -> c_int {
 #[export_name = "softnic_rdma_create_event_channel"]
 pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
     match EventChannel::new() {
-        Ok(api) => Box::into_raw(Box::new(Channel {
-            ch: rdma_event_channel {
-                fd: api.as_raw_fd(),
-            },
-            api,
-            stash: Mutex::new(VecDeque::new()),
-        })) as *mut rdma_event_channel,
+        Ok(api) => {
+            let c = Box::into_raw(Box::new(Channel {
+                ch: rdma_event_channel {
+                    fd: api.as_raw_fd(),
+                },
+                api,
+                stash: Mutex::new(VecDeque::new()),
+            })) as *mut rdma_event_channel;
+            CHANNELS.insert(c);
+            c
+        }
         Err(e) => errno::null(errno_of(&e)),
     }
 }
@@ -87,17 +97,23 @@ pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
 /// `channel` is NULL or came from [`rdma_create_event_channel`] and is not used again.
 #[export_name = "softnic_rdma_destroy_event_channel"]
 pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
-    if !channel.is_null() {
-        // SAFETY: reverses rdma_create_event_channel's Box::into_raw (caller: once).
+    if CHANNELS.remove(channel) {
+        // SAFETY: a live channel (just removed from the live set, so freed once):
+        // reverses rdma_create_event_channel's Box::into_raw.
         drop(unsafe { Box::from_raw(channel as *mut Channel) });
     }
 }
 
+/// The channel behind `channel`: `None` for NULL or a pointer that is not a live
+/// channel of ours.
+///
 /// # Safety
-/// `channel` came from [`rdma_create_event_channel`] and is live.
-pub(crate) unsafe fn channel<'a>(channel: *mut rdma_event_channel) -> &'a Channel {
-    // SAFETY: `ch` is the first field of a boxed Channel (repr(C)).
-    unsafe { &*(channel as *const Channel) }
+/// No other thread destroys the channel meanwhile (librdmacm's rule for programs).
+pub(crate) unsafe fn channel<'a>(channel: *mut rdma_event_channel) -> Option<&'a Channel> {
+    // SAFETY: `ch` is the first field of a boxed Channel (repr(C)); caller contract.
+    CHANNELS
+        .contains(channel)
+        .then(|| unsafe { &*(channel as *const Channel) })
 }
 
 /// The next event of `ch` translated for C, stashed ones first; `Err(errno)`.
@@ -139,15 +155,19 @@ pub unsafe extern "C" fn rdma_get_cm_event(
     channel: *mut rdma_event_channel,
     event: *mut *mut rdma_cm_event,
 ) -> c_int {
-    if channel.is_null() || event.is_null() {
+    // SAFETY: caller contract.
+    let Some(ch) = (unsafe { self::channel(channel) }) else {
+        return fail(libc::EINVAL);
+    };
+    if event.is_null() {
         return fail(libc::EINVAL);
     }
-    // SAFETY: caller contract.
-    let ch = unsafe { self::channel(channel) };
     match next_event(ch) {
         Ok(e) => {
+            let e = Box::into_raw(e) as *mut rdma_cm_event;
+            EVENTS.insert(e);
             // SAFETY: writable (caller contract).
-            unsafe { *event = Box::into_raw(e) as *mut rdma_cm_event };
+            unsafe { *event = e };
             0
         }
         Err(e) => fail(e),
@@ -160,10 +180,11 @@ pub unsafe extern "C" fn rdma_get_cm_event(
 /// `event` came from [`rdma_get_cm_event`] and is not used again.
 #[export_name = "softnic_rdma_ack_cm_event"]
 pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
-    if event.is_null() {
+    if !EVENTS.remove(event) {
         return fail(libc::EINVAL);
     }
-    // SAFETY: reverses the Box::into_raw of rdma_get_cm_event (caller: once).
+    // SAFETY: a live event (just removed from the live set, so freed once): reverses
+    // the Box::into_raw of rdma_get_cm_event.
     drop(unsafe { Box::from_raw(event as *mut Event) });
     0
 }

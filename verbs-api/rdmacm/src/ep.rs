@@ -61,7 +61,11 @@ pub unsafe extern "C" fn rdma_create_ep(
         && (qp_init_attr.is_null()
             || if r.ai_flags & RAI_PASSIVE != 0 {
                 // SAFETY: a fresh id; the attributes (plain data) are copied.
-                unsafe { id_of(cm).ep_qp = Some((std::ptr::read(qp_init_attr), pd)) };
+                unsafe {
+                    if let Some(i) = id_of(cm) {
+                        i.ep_qp = Some((std::ptr::read(qp_init_attr), pd));
+                    }
+                }
                 true
             } else {
                 // SAFETY: a bound id; caller contract for pd and the attributes.
@@ -108,16 +112,17 @@ pub unsafe extern "C" fn rdma_get_request(
     listen: *mut rdma_cm_id,
     id: *mut *mut rdma_cm_id,
 ) -> c_int {
-    if listen.is_null() || id.is_null() {
-        return fail(libc::EINVAL);
-    }
     // SAFETY: caller contract.
-    let l = unsafe { id_of(listen) };
-    if !l.sync {
+    let Some(l) = (unsafe { id_of(listen) }) else {
+        return fail(libc::EINVAL);
+    };
+    if id.is_null() || !l.sync {
         return fail(libc::EINVAL);
     }
     // SAFETY: the listener's channel lives as long as it.
-    let ch = unsafe { channel::channel(l.id.channel) };
+    let Some(ch) = (unsafe { channel::channel(l.id.channel) }) else {
+        return fail(libc::EINVAL);
+    };
     let mut others = Vec::new();
     let got = loop {
         match channel::next_event(ch) {

@@ -23,6 +23,7 @@ use verbs_api::Gid;
 use crate::abi::*;
 use crate::addr::{from_sockaddr, to_storage};
 use crate::channel::{self, errno_of, fail};
+use crate::live::LiveSet;
 
 /// Environment variable: the UDP port of the peer NICs (default 4791, the RoCEv2
 /// port stock peers use); for tests running several NICs on one address.
@@ -52,7 +53,11 @@ pub struct Id {
 /// thread that asks, under the program's own rules for id lifetimes).
 static IDS: Mutex<Option<HashMap<CmIdKey, usize>>> = Mutex::new(None);
 
+/// Ids handed out and not destroyed.
+static LIVE: LiveSet = LiveSet::new();
+
 fn register(key: CmIdKey, id: *mut Id) {
+    LIVE.insert(id);
     IDS.lock()
         .unwrap_or_else(|e| e.into_inner())
         .get_or_insert_with(HashMap::new)
@@ -90,20 +95,14 @@ fn context_for(api: &verbs_api::Context) -> *mut ibv_context {
     c
 }
 
-/// # Safety
-/// `id` came from [`rdma_create_id`] (or an event) and is live.
-pub(crate) unsafe fn id<'a>(id: *mut rdma_cm_id) -> &'a mut Id {
-    // SAFETY: `id` is the first field of a boxed Id (repr(C)).
-    unsafe { &mut *(id as *mut Id) }
-}
-
-/// The id behind `id`, `None` for NULL.
+/// The id behind `id`: `None` for NULL or a pointer that is not a live id of ours.
 ///
 /// # Safety
-/// `id` is NULL or as for [`id`].
-unsafe fn live<'a>(id: *mut rdma_cm_id) -> Option<&'a mut Id> {
-    // SAFETY: caller contract.
-    (!id.is_null()).then(|| unsafe { self::id(id) })
+/// No other thread destroys the id meanwhile (librdmacm's rule for programs).
+pub(crate) unsafe fn id<'a>(id: *mut rdma_cm_id) -> Option<&'a mut Id> {
+    // SAFETY: a live id is the first field of a boxed Id (repr(C)); caller contract
+    // for concurrent destruction.
+    LIVE.contains(id).then(|| unsafe { &mut *(id as *mut Id) })
 }
 
 impl Id {
@@ -233,8 +232,10 @@ pub unsafe extern "C" fn rdma_create_id(
     } else {
         (channel, false)
     };
-    // SAFETY: a live channel.
-    let ch = unsafe { channel::channel(channel) };
+    // SAFETY: caller contract.
+    let Some(ch) = (unsafe { channel::channel(channel) }) else {
+        return fail(libc::EINVAL);
+    };
     match CmId::new(&ch.api, space) {
         Ok(api) => {
             let b = Id::boxed(api, channel, context);
@@ -263,10 +264,11 @@ pub unsafe extern "C" fn rdma_create_id(
 /// `id` came from [`rdma_create_id`] or an event and is not used again.
 #[export_name = "softnic_rdma_destroy_id"]
 pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
-    if id.is_null() {
+    if !LIVE.remove(id) {
         return fail(libc::EINVAL);
     }
-    // SAFETY: reverses Id::boxed's Box::into_raw (caller contract: once).
+    // SAFETY: a live id (just removed from the live set, so freed once): reverses
+    // Id::boxed's Box::into_raw.
     let b = unsafe { Box::from_raw(id as *mut Id) };
     unregister(b.api.lock().unwrap_or_else(|e| e.into_inner()).key());
     let (channel, own) = (b.id.channel, b.own_channel);
@@ -294,7 +296,7 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::so
         });
     };
     // SAFETY: caller contract.
-    let Some(i) = (unsafe { live(id) }) else {
+    let Some(i) = (unsafe { self::id(id) }) else {
         return fail(libc::EINVAL);
     };
     let a = narrowed(Some(a)).unwrap_or(a);
@@ -343,7 +345,9 @@ fn complete_sync(i: &Id, want: CmEventKind) -> c_int {
         return 0;
     }
     // SAFETY: the id's channel is live while the id is.
-    let ch = unsafe { channel::channel(i.id.channel) };
+    let Some(ch) = (unsafe { channel::channel(i.id.channel) }) else {
+        return fail(libc::EINVAL);
+    };
     let me = i as *const Id as *mut rdma_cm_id;
     let mut others = Vec::new();
     let r = loop {
@@ -390,11 +394,13 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     let Some(d) = d else {
         return fail(libc::EINVAL);
     };
-    if id.is_null() || (!src.is_null() && s.is_none()) {
+    // SAFETY: caller contract.
+    let Some(i) = (unsafe { self::id(id) }) else {
+        return fail(libc::EINVAL);
+    };
+    if !src.is_null() && s.is_none() {
         return fail(libc::EINVAL);
     }
-    // SAFETY: caller contract.
-    let i = unsafe { self::id(id) };
     let timeout = Duration::from_millis(timeout_ms.max(0) as u64);
     let s = narrowed(s);
     let r = i.with_api(|api| api.resolve_addr(s, d, peer_udp_port(), timeout));
@@ -409,7 +415,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
 #[export_name = "softnic_rdma_resolve_route"]
 pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int {
     // SAFETY: caller contract.
-    let Some(i) = (unsafe { live(id) }) else {
+    let Some(i) = (unsafe { self::id(id) }) else {
         return fail(libc::EINVAL);
     };
     let timeout = Duration::from_millis(timeout_ms.max(0) as u64);
@@ -425,7 +431,7 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_i
 #[export_name = "softnic_rdma_listen"]
 pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
     // SAFETY: caller contract.
-    let Some(i) = (unsafe { live(id) }) else {
+    let Some(i) = (unsafe { self::id(id) }) else {
         return fail(libc::EINVAL);
     };
     let backlog = if backlog <= 0 { 1024 } else { backlog as u32 };
@@ -490,7 +496,7 @@ unsafe fn connect_or_accept(
     accept: bool,
 ) -> c_int {
     // SAFETY: caller contract.
-    let Some(i) = (unsafe { live(id) }) else {
+    let Some(i) = (unsafe { self::id(id) }) else {
         return fail(libc::EINVAL);
     };
     if i.id.qp.is_null() {
@@ -554,17 +560,17 @@ pub unsafe extern "C" fn rdma_reject(
     private_data: *const c_void,
     len: u8,
 ) -> c_int {
-    if id.is_null() {
+    // SAFETY: caller contract.
+    let Some(i) = (unsafe { self::id(id) }) else {
         return fail(libc::EINVAL);
-    }
+    };
     let data = if private_data.is_null() {
         &[][..]
     } else {
         // SAFETY: caller contract.
         unsafe { std::slice::from_raw_parts(private_data as *const u8, usize::from(len)) }
     };
-    // SAFETY: caller contract.
-    unsafe { self::id(id) }.with_api(|api| api.reject(data))
+    i.with_api(|api| api.reject(data))
 }
 
 /// `rdma_disconnect`: DREQ (or DREP); the QP goes to ERR and its work requests flush.
@@ -574,7 +580,7 @@ pub unsafe extern "C" fn rdma_reject(
 #[export_name = "softnic_rdma_disconnect"]
 pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     // SAFETY: caller contract.
-    let Some(i) = (unsafe { live(id) }) else {
+    let Some(i) = (unsafe { self::id(id) }) else {
         return fail(libc::EINVAL);
     };
     let r = i.with_api(|api| api.disconnect());
@@ -590,11 +596,11 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
 /// `id` is live.
 #[export_name = "softnic_rdma_establish"]
 pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
-    if id.is_null() {
-        return fail(libc::EINVAL);
-    }
     // SAFETY: caller contract.
-    unsafe { self::id(id) }.with_api(|api| api.establish())
+    match unsafe { self::id(id) } {
+        Some(i) => i.with_api(|api| api.establish()),
+        None => fail(libc::EINVAL),
+    }
 }
 
 /// `rdma_migrate_id`: to the channel it is on, nothing to do; to another channel
@@ -607,14 +613,11 @@ pub unsafe extern "C" fn rdma_migrate_id(
     id: *mut rdma_cm_id,
     channel: *mut rdma_event_channel,
 ) -> c_int {
-    if id.is_null() {
-        return fail(libc::EINVAL);
-    }
     // SAFETY: caller contract.
-    if unsafe { (*id).channel } == channel {
-        0
-    } else {
-        fail(libc::EOPNOTSUPP)
+    match unsafe { self::id(id) } {
+        None => fail(libc::EINVAL),
+        Some(i) if i.id.channel == channel => 0,
+        Some(_) => fail(libc::EOPNOTSUPP),
     }
 }
 
@@ -625,7 +628,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
 #[export_name = "softnic_rdma_get_src_port"]
 pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
     // SAFETY: caller contract.
-    unsafe { id.as_ref() }.map_or(0, |i| crate::addr::port_be(&i.route.addr.src_storage))
+    unsafe { self::id(id) }.map_or(0, |i| crate::addr::port_be(&i.id.route.addr.src_storage))
 }
 
 /// `rdma_get_dst_port`: the peer's port, network order (0 if none).
@@ -635,7 +638,7 @@ pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
 #[export_name = "softnic_rdma_get_dst_port"]
 pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
     // SAFETY: caller contract.
-    unsafe { id.as_ref() }.map_or(0, |i| crate::addr::port_be(&i.route.addr.dst_storage))
+    unsafe { self::id(id) }.map_or(0, |i| crate::addr::port_be(&i.id.route.addr.dst_storage))
 }
 
 /// The local address of a bound id, for tests and `rdma_create_ep`.

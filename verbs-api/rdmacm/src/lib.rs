@@ -30,5 +30,6 @@ pub mod channel;
 pub mod ep;
 pub mod exports;
 pub mod id;
+mod live;
 pub mod misc;
 pub mod qp;

@@ -133,7 +133,8 @@ pub unsafe extern "C" fn rdma_set_option(
     optval: *mut c_void,
     optlen: usize,
 ) -> c_int {
-    if id.is_null() || optval.is_null() {
+    // SAFETY: caller contract.
+    if unsafe { crate::id::id(id) }.is_none() || optval.is_null() {
         return fail(libc::EINVAL);
     }
     let want = match (level, optname) {
@@ -198,7 +199,8 @@ pub extern "C" fn rdmacm_unsupported() -> isize {
 /// `id` is live.
 #[export_name = "softnic_rdma_notify"]
 pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, _event: c_int) -> c_int {
-    if id.is_null() {
+    // SAFETY: caller contract.
+    if unsafe { crate::id::id(id) }.is_none() {
         return fail(libc::EINVAL);
     }
     0

@@ -139,11 +139,10 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
     id: *mut rdma_cm_id,
     attr: *mut ibv_qp_init_attr_ex,
 ) -> c_int {
-    if id.is_null() || attr.is_null() {
-        return fail(libc::EINVAL);
-    }
     // SAFETY: caller contract.
-    let (i, ax) = unsafe { (id_of(id), &mut *attr) };
+    let (Some(i), Some(ax)) = (unsafe { (id_of(id), attr.as_mut()) }) else {
+        return fail(libc::EINVAL);
+    };
     let ctx = i.id.verbs;
     if ctx.is_null() || !i.id.qp.is_null() {
         return fail(libc::EINVAL);
@@ -219,11 +218,10 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
 /// `id` is live.
 #[export_name = "softnic_rdma_destroy_qp"]
 pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
-    if id.is_null() {
-        return;
-    }
     // SAFETY: caller contract.
-    let i = unsafe { id_of(id) };
+    let Some(i) = (unsafe { id_of(id) }) else {
+        return;
+    };
     if !i.id.qp.is_null() {
         // SAFETY: the id's QP; the program stops using it (librdmacm's rule).
         unsafe { ibv_qp_mod::ibv_destroy_qp(i.id.qp) };
@@ -244,11 +242,15 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     qp_attr: *mut ibv_qp_attr,
     qp_attr_mask: *mut c_int,
 ) -> c_int {
-    if id.is_null() || qp_attr.is_null() || qp_attr_mask.is_null() {
+    // SAFETY: caller contract.
+    let Some(i) = (unsafe { id_of(id) }) else {
+        return fail(libc::EINVAL);
+    };
+    if qp_attr.is_null() || qp_attr_mask.is_null() {
         return fail(libc::EINVAL);
     }
     // SAFETY: caller contract.
-    let (i, want) = unsafe { (id_of(id), (*qp_attr).qp_state) };
+    let want = unsafe { (*qp_attr).qp_state };
     let state = match want {
         1 => QpState::Init,
         2 => QpState::Rtr,
