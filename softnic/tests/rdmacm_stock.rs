@@ -267,7 +267,7 @@ fn ucmatose_several_connections() {
 /// Stock `udaddy`: UD (`RDMA_PS_UDP`, SIDR REQ/REP), the address handle from the
 /// ESTABLISHED event (`-C 0`: no messages).
 #[test]
-#[ignore = "needs the CM in the NIC (verbs_api::cm bodies, issue 11)"]
+#[ignore = "needs the CM in the NIC (verbs_api::cm bodies, issue 11), with SIDR (UD) listeners"]
 fn udaddy_between_two_nics() {
     cmatose_pair("udaddy", "cmstock-ud", 6, "7472", &["-C", "0"]);
 }
