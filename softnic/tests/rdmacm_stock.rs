@@ -237,22 +237,25 @@ fn rping_between_two_nics() {
 }
 
 /// `PROG` (ucmatose or udaddy, which share their options) as server on one NIC and
-/// client on the other, with `extra` arguments on both; both must print "test complete".
+/// client on the other, then the other way round, with `extra` arguments on both; each
+/// side must print "test complete" and exit 0.
 fn cmatose_pair(prog: &str, tag: &str, host: u8, port: &str, extra: &[&str]) {
     let (a, b) = nic_pair(tag, host);
-    let (srv, cli) = (a.addr.to_string(), b.addr.to_string());
-    let mut sa = args(&["-b", &srv, "-p", port]);
-    sa.extend(args(extra));
-    let mut ca = args(&["-s", &srv, "-b", &cli, "-p", port]);
-    ca.extend(args(extra));
-    let (s, c) = cm_pair((prog, &a, sa), (prog, &b, ca));
-    for out in [&s, &c] {
-        assert!(out.contains("test complete"), "{out}");
+    for (srv, cli) in [(&a, &b), (&b, &a)] {
+        let (s_ip, c_ip) = (srv.addr.to_string(), cli.addr.to_string());
+        let mut sa = args(&["-b", &s_ip, "-p", port]);
+        sa.extend(args(extra));
+        let mut ca = args(&["-s", &s_ip, "-b", &c_ip, "-p", port]);
+        ca.extend(args(extra));
+        let (s, c) = cm_pair((prog, srv, sa), (prog, cli, ca));
+        for out in [&s, &c] {
+            assert!(out.contains("test complete"), "{out}");
+        }
     }
 }
 
 /// Stock `ucmatose`: four RC connections at once, connected and disconnected (`-C 0`:
-/// no messages, so no MRs).
+/// no messages, so no MRs), servers on either NIC.
 #[test]
 fn ucmatose_several_connections() {
     cmatose_pair(
