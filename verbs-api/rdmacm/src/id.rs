@@ -2,12 +2,13 @@
 //! accept, reject, disconnect — each a call into [`verbs_api::cm::CmId`], whose CM runs
 //! in the NIC.
 //!
-//! `id->verbs` is an `ibv_context` of softnic's libibverbs around the id's own
-//! verbs-api context ([`softnic_ibverbs::internal::wrap_context`]), so the PD, CQs and
-//! QP a program creates on it live on the same NIC connection the CM uses. These
-//! contexts stay open for the life of the process (one per NIC connection), as
-//! rdma-core's librdmacm keeps its device contexts: programs such as rping destroy the
-//! id before the QP and PD they made on `id->verbs`.
+//! `id->verbs` is an `ibv_context` of softnic's libibverbs, one per NIC for the
+//! process, around the verbs-api context of the first id bound to that NIC
+//! ([`softnic_ibverbs::internal::wrap_context`]); the PD, CQs and QP a program creates
+//! on it are the objects the CM then binds (the NIC accepts a QP of any connection of
+//! the same user). These contexts stay open for the life of the process, as rdma-core's
+//! librdmacm keeps its device contexts: programs such as rping destroy the id before
+//! the QP and PD they made on `id->verbs`.
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
@@ -79,19 +80,21 @@ pub(crate) fn lookup(key: CmIdKey) -> Option<*mut Id> {
         .map(|&p| p as *mut Id)
 }
 
-/// One `ibv_context` per NIC connection (keyed by the address of the connection's
-/// shared attributes, which lives as long as the connection, and the wrapper holds a
-/// clone of it): never closed, see the module doc.
-static CONTEXTS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+/// One `ibv_context` per NIC (by name) for the whole process, as rdma-core's
+/// librdmacm has one per device: every id on a NIC has the same `verbs`, so a PD made
+/// on one id's `verbs` carries the QPs of the others (perftest does this). It wraps
+/// the connection of the first id bound to that NIC (the wrapper keeps it open); the
+/// NIC lets an id bind a QP of any connection of the same user. Never closed: see the
+/// module doc.
+static CONTEXTS: Mutex<Vec<(String, usize)>> = Mutex::new(Vec::new());
 
 fn context_for(api: &verbs_api::Context) -> *mut ibv_context {
-    let key = api.attributes() as *const _ as usize;
     let mut v = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&(_, c)) = v.iter().find(|(k, _)| *k == key) {
+    if let Some(&(_, c)) = v.iter().find(|(n, _)| n == api.name()) {
         return c as *mut ibv_context;
     }
     let c = internal::wrap_context(api.clone());
-    v.push((key, c as usize));
+    v.push((api.name().to_string(), c as usize));
     c
 }
 

@@ -232,7 +232,8 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
 }
 
 /// `rdma_init_qp_attr`: the attributes for moving a QP of this connection to
-/// `qp_attr->qp_state` (INIT, RTR or RTS), from what the CM negotiated.
+/// `qp_attr->qp_state`, as `verbs_api::cm` gives them (INIT; it refuses RTR and RTS,
+/// which the NIC applies itself when connecting); other states are EINVAL.
 ///
 /// # Safety
 /// `id` is live; `qp_attr` readable and writable; `qp_attr_mask` writable.
