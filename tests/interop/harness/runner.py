@@ -54,7 +54,7 @@ def host_listening(pid, port):
 
 def softnic_argv(sc, ctx, nic_name):
     subst = {"softnic": ctx.softnic.bin or "softnic",
-             "dev": nic_name or "", "addr": net.SOFTNIC_IP}
+             "dev": nic_name or "", "addr": net.SOFTNIC_IP6 if sc.ipv6 else net.SOFTNIC_IP}
     subst.update((k, v or k) for k, v in ctx.softnic.examples.items())
     argv = []
     for tok in shlex.split(sc.softnic):
@@ -73,6 +73,7 @@ def run(ctx, sc, direction):
     if missing:
         return Result("SKIP", 0.0, missing)
     pcap = os.path.join(ctx.out, sid + ".pcap")
+    addr = net.SOFTNIC_IP6 if sc.ipv6 else net.SOFTNIC_IP
     logs = {}
     log = [("scenario", "%s  (link MTU %d, timeout %ds)" % (sid, sc.link_mtu, sc.timeout))]
     cap = capture.Capture(ctx.procs, ctx.netns, pcap, os.path.join(ctx.rundir, "tcpdump.log"))
@@ -83,8 +84,10 @@ def run(ctx, sc, direction):
     side_rc = rxe_rc = None
     try:
         cap.start()
+        if sc.ipv6:
+            ctx.netns.enable_ipv6()
         if "run" in sc.needs:
-            the_nic = nic.Nic(ctx.procs, ctx.netns, ctx.softnic, net.SOFTNIC_IP, sc.nic_mtu,
+            the_nic = nic.Nic(ctx.procs, ctx.netns, ctx.softnic, addr, sc.nic_mtu,
                               list(sc.nic_args), ctx.rundir, os.path.join(ctx.rundir, "softnic-run.log"),
                               pcap=os.path.join(ctx.out, sid + ".softnic.pcap"))
             log.append(("softnic run", " ".join(the_nic.cmd)))

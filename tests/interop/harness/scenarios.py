@@ -13,9 +13,10 @@ IPv4-mapped GID is index 1 (`-g 1` / `-x 1`), and so is softnic's (same table la
 is reported SKIP with the reason.
 """
 
-from dataclasses import dataclass, field
+import ipaddress
+from dataclasses import dataclass, field, replace
 
-from . import ucloss
+from . import net, ucloss
 
 DIRECTIONS = ("rxe-server", "softnic-server")
 
@@ -40,6 +41,7 @@ class Scenario:
     # A verdict of its own instead of "both tools exit 0" (runner.judge): called after the
     # captures are checked, as judge(Outcome); returns the failure reason or None.
     judge: object = field(default=None, repr=False)
+    ipv6: bool = False           # softnic and rxe on their IPv6 addresses (net.*_IP6)
 
     @property
     def nic_mtu(self):
@@ -198,6 +200,49 @@ SCENARIOS += _uc_ud_srq() + [
              needs=("run", "perf", "stats"), guest_setup=NETEM, guest_post=NETEM_SHOW,
              directions=("softnic-server",), judge=ucloss.judge, timeout=45),
 ]
+
+
+# IPv6 (issue 10): the guest gets net.GUEST_IP6 and the GID index rxe lists it at (it
+# appends GIDs as addresses appear, so the index is looked up, into $G); softnic's
+# address GID is index 1 whatever the family. The TCP exchanges stay on IPv4; the RoCE
+# traffic goes where the GIDs say.
+GUEST_V6 = "\n".join([
+    "/usr/sbin/ip -6 addr add %s/%d dev eth0 nodad 2>/dev/null" % (net.GUEST_IP6, net.PREFIXLEN6),
+    "G=; i=0",
+    "while [ -z \"$G\" ] && [ $i -lt 40 ]; do",
+    "  for x in 0 1 2 3 4 5 6 7 8 9; do",
+    "    [ \"$(cat /sys/class/infiniband/rxe0/ports/1/gids/$x 2>/dev/null)\" = %s ] && G=$x"
+    % ipaddress.ip_address(net.GUEST_IP6).exploded,
+    "  done",
+    "  [ -n \"$G\" ] || sleep 0.05; i=$((i + 1))",
+    "done",
+    "echo \"== rxe GID index of the IPv6 address: ${G:-none}\"",
+    # rxe resolves the peer's MAC when the QP goes to RTR and fails ("Failed to modify
+    # QP to RTR") while eth0's link-local address is tentative (just after boot) and
+    # the neighbour unknown: wait for DAD to finish, then learn the neighbour.
+    "i=0; while [ -n \"$(/usr/sbin/ip -6 addr show dev eth0 tentative)\" ] && [ $i -lt 60 ]; do",
+    "  sleep 0.05; i=$((i + 1))",
+    "done",
+    "ping -6 -c 1 -W 2 %s >/dev/null 2>&1 || echo \"== ping -6 %s failed\"" % (
+        net.SOFTNIC_IP6, net.SOFTNIC_IP6)])
+
+
+def _v6(s):
+    """The same row over IPv6."""
+    rxe = s.rxe.replace(" -g 1 ", " -g $G ").replace(" -x 1 ", " -x $G ")
+    assert "$G" in rxe, s.name
+    return replace(s, name=s.name + "_v6", group="ipv6", rxe=rxe, ipv6=True,
+                   guest_setup="\n".join(x for x in (GUEST_V6, s.guest_setup) if x))
+
+
+# The RC matrix over IPv6 (a representative part: every operation, both path MTUs),
+# and UC/UD (the UD GRH is then the IPv6 header).
+V6_ROWS = ("pingpong_s8192_m1024", "pingpong_s8192_m4096", "send_bw", "write_bw", "read_bw",
+           "atomic_bw_fadd", "atomic_bw_cas", "write_lat", "send_lat", "read_lat",
+           "write_bw_q4", "uc_pp_s8192_m1024", "ud_pp_s1024_m1024", "ud_pp_s4096_m4096",
+           "srq_pp_s4096_m1024")
+SCENARIOS += [_v6(s) for s in SCENARIOS if s.name in V6_ROWS]
+assert len([s for s in SCENARIOS if s.ipv6]) == len(V6_ROWS)
 
 
 @dataclass(frozen=True)
