@@ -93,6 +93,10 @@ fn ud_send_between_two_nics() {
             "{r:?}"
         );
         assert_eq!(r.byte_len as usize, GRH + len, "byte_len counts the GRH");
+        assert!(
+            r.has_grh() && !s.has_grh(),
+            "IBV_WC_GRH on the receive only"
+        );
         assert_eq!(r.src_qp, qx.qp_num());
         assert_eq!(r.imm_data, (i % 2 == 1).then_some(0xAB00 + i as u32));
         assert!(my.read_vec(GRH, len) == data[..], "payload after the GRH");
@@ -137,6 +141,7 @@ fn ud_receive_over_ipv6_starts_with_the_ipv6_header() {
     let r = poll_one(&mut cqy);
     assert_eq!((r.wr_id, r.status), (1, WcStatus::Success), "{r:?}");
     assert_eq!(r.byte_len as usize, GRH + len);
+    assert!(r.has_grh(), "IBV_WC_GRH");
     let g = &my.read_vec(0, GRH);
     assert_eq!(g[0] >> 4, 6, "IP version");
     // UDP 8 + BTH 12 + DETH 8 + payload + ICRC 4.

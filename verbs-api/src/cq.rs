@@ -184,6 +184,16 @@ pub struct WorkCompletion {
     pub qp_num: u32,
     /// UD: the sender's QP number.
     pub src_qp: u32,
+    /// `enum ibv_wc_flags` bits: IBV_WC_GRH (a UD receive; the buffer starts with the
+    /// GRH) and IBV_WC_WITH_IMM.
+    pub wc_flags: u32,
+}
+
+impl WorkCompletion {
+    /// IBV_WC_GRH: the first 40 bytes of the receive buffer hold the GRH.
+    pub fn has_grh(&self) -> bool {
+        self.wc_flags & wc_flags::GRH != 0
+    }
 }
 
 impl From<Cqe> for WorkCompletion {
@@ -197,6 +207,7 @@ impl From<Cqe> for WorkCompletion {
             imm_data: (c.flags & wc_flags::WITH_IMM != 0).then_some(c.imm),
             qp_num: c.qp_num,
             src_qp: c.src_qp,
+            wc_flags: c.flags & (wc_flags::GRH | wc_flags::WITH_IMM),
         }
     }
 }

@@ -11,7 +11,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use memmap2::MmapRaw;
-use softnic_transport::wr::Completion;
+use softnic_transport::qp::QpType;
+use softnic_transport::wr::{Completion, Queue, WcStatus};
 use verbs_api::abi::ring::Producer;
 use verbs_api::abi::slots::wc_flags;
 use verbs_api::abi::{CqLayout, Cqe, LayoutError, Ring, RingError, CQ_ARMED};
@@ -35,6 +36,19 @@ pub struct CompletionQueue {
     ring: Producer<Cqe>,
     event: OwnedFd,
     dirty: bool,
+}
+
+/// IBV_WC_GRH for a UD receive that succeeded: its buffer starts with the 40-byte GRH
+/// (for RoCEv2, the IP header; IBTA 11.4.1.2, `ibv_poll_cq(3)`: "GRH is present (valid
+/// only for UD QPs)"). Linux rxe sets the flag on every receive of every QP type; only
+/// UD receives hold a GRH, so softnic sets it there alone.
+pub fn grh_flag(qp_type: QpType, c: &Completion) -> u32 {
+    let ud_recv = qp_type == QpType::Ud && c.queue == Queue::Recv;
+    if ud_recv && c.status == WcStatus::Success {
+        wc_flags::GRH
+    } else {
+        0
+    }
 }
 
 /// The CQE for a transport completion.
@@ -119,7 +133,7 @@ impl CompletionQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use softnic_transport::wr::{Queue, WcOpcode, WcStatus};
+    use softnic_transport::wr::WcOpcode;
     use std::os::fd::AsFd;
 
     fn cq(
@@ -183,5 +197,23 @@ mod tests {
         assert_eq!(client.pop().unwrap().unwrap().wr_id, 1);
         client.release();
         q.push(&cqe_of(&completion(3), 0)).unwrap();
+    }
+
+    #[test]
+    fn grh_flag_only_on_successful_ud_receives() {
+        let recv = completion(1);
+        let send = Completion {
+            queue: Queue::Send,
+            ..recv
+        };
+        let failed = Completion {
+            status: WcStatus::WrFlushErr,
+            ..recv
+        };
+        assert_eq!(grh_flag(QpType::Ud, &recv), wc_flags::GRH);
+        assert_eq!(grh_flag(QpType::Ud, &send), 0, "sends carry no GRH");
+        assert_eq!(grh_flag(QpType::Ud, &failed), 0, "nothing was written");
+        assert_eq!(grh_flag(QpType::Rc, &recv), 0, "RC buffers hold no GRH");
+        assert_eq!(grh_flag(QpType::Uc, &recv), 0, "UC buffers hold no GRH");
     }
 }

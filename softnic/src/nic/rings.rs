@@ -30,7 +30,7 @@ use verbs_api::abi::ring::Consumer;
 use verbs_api::abi::{RecvWqe, SendWqe, NEED_WAKEUP};
 
 use super::counters::NicCounters;
-use super::cq::{cqe_of, CompletionQueue, PushError};
+use super::cq::{cqe_of, grh_flag, CompletionQueue, PushError};
 use super::memory::KeyMap;
 use super::wqe;
 
@@ -255,7 +255,9 @@ impl QpEntry {
                 self.pending.pop_front();
                 continue;
             };
-            match cq.push(&cqe_of(&c, vendor_err)) {
+            let mut cqe = cqe_of(&c, vendor_err);
+            cqe.flags |= grh_flag(self.qp.qp_type(), &c);
+            match cq.push(&cqe) {
                 Ok(()) => {
                     self.pending.pop_front();
                     written += 1;

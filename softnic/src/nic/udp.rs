@@ -36,6 +36,8 @@ pub const GRO_SLOT: usize = 65_536;
 
 /// `UDP_GRO` from `linux/udp.h`.
 const UDP_GRO: libc::c_int = 104;
+/// `UDP_NO_CHECK6_RX` from `linux/udp.h`: accept IPv6 datagrams with UDP checksum 0.
+const UDP_NO_CHECK6_RX: libc::c_int = 102;
 
 /// Datagrams received per `recvmmsg` call.
 pub const RECV_BATCH: usize = 32;
@@ -286,6 +288,11 @@ impl UdpIo {
                 libc::IPV6_MTU_DISCOVER,
                 libc::IPV6_PMTUDISC_DO,
             )?;
+            // Linux rxe sends UDP checksum 0 over IPv6 as over IPv4: the ICRC protects
+            // the packet (RFC 6935/6936 allow zero UDP checksums over IPv6 for such
+            // tunnel protocols). Linux drops zero-checksum IPv6 datagrams unless the
+            // socket opts in; without this not one rxe packet arrives over IPv6.
+            set_int_opt(fd, SOL_UDP, UDP_NO_CHECK6_RX, 1)?;
         }
         // Best effort: larger buffers absorb bursts (a 64 KiB WRITE is 16 packets).
         let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
@@ -587,6 +594,28 @@ mod tests {
             assert_eq!(g, &vec![i as u8; 100]);
         }
         assert_eq!(b.recv_batch(&mut batch).unwrap(), 0);
+    }
+
+    /// rxe's IPv6 RoCEv2 packets carry UDP checksum 0 (see `bind_with`).
+    #[test]
+    fn ipv6_datagrams_with_udp_checksum_zero_are_received() {
+        let mut b = UdpIo::bind("[::1]:0".parse().unwrap()).unwrap();
+        let tx = std::net::UdpSocket::bind("[::1]:0").unwrap();
+        // UDP_NO_CHECK6_TX (linux/udp.h): send with checksum 0, as rxe does.
+        set_int_opt(tx.as_raw_fd(), SOL_UDP, 101, 1).unwrap();
+        tx.send_to(&[9u8; 64], b.local_addr()).unwrap();
+        let mut batch = RecvBatch::new();
+        for _ in 0..1000 {
+            if b.recv_batch(&mut batch).unwrap() > 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let (bytes, peer, _, _) = batch.get(0).expect("the datagram arrived");
+        assert_eq!(
+            (bytes, peer),
+            (&[9u8; 64][..], Some(tx.local_addr().unwrap()))
+        );
     }
 
     #[test]

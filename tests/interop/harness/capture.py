@@ -33,7 +33,7 @@ class Capture:
         # write_bw before tcpdump could copy it out.
         cmd = self.netns.cmd(["tcpdump", "-i", "br0", "-s", "0", "-B", "65536", "-U", "--immediate-mode",
                               "-n", "-Z", "root",
-                              "-w", self.pcap, "not ip6"])
+                              "-w", self.pcap, "not ip6 or udp"])  # no ND/MLD
         self.proc = self.procs.start(cmd, stdout=open(self.logpath, "wb"))
         ok = util.wait_for(lambda: "listening on" in util.read(self.logpath)
                            or self.proc.poll() is not None, 15)

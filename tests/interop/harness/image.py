@@ -35,7 +35,7 @@ MODULES = ["virtio_pci", "virtio_net", "9pnet_virtio", "9p", "crc32_generic", "c
            "rdma_cm", "rdma_ucm", "ib_umad", "sch_netem"]
 
 BINARIES = ["/usr/bin/ibv_devices", "/usr/bin/ibv_devinfo", "/usr/bin/ibv_rc_pingpong",
-            "/usr/bin/ibv_uc_pingpong", "/usr/bin/ibv_ud_pingpong",
+            "/usr/bin/ibv_uc_pingpong", "/usr/bin/ibv_ud_pingpong", "/usr/bin/ibv_srq_pingpong",
             "/usr/bin/ib_write_bw", "/usr/bin/ib_read_bw", "/usr/bin/ib_send_bw",
             "/usr/bin/ib_atomic_bw", "/usr/bin/ib_write_lat", "/usr/bin/ib_read_lat",
             "/usr/bin/ib_send_lat", "/usr/bin/ib_atomic_lat", "/usr/bin/rping",

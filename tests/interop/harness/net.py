@@ -6,6 +6,8 @@ range) and exist only inside it.
     guest eth0 (198.18.0.11, rxe0) -- tap0 --+
                                             br0  (captured with tcpdump)
     sn0 (198.18.0.2, softnic) -- sn0-br ----+
+
+IPv6 scenarios add SOFTNIC_IP6 on sn0 and GUEST_IP6 on the guest's eth0 (ULAs).
 """
 
 import os
@@ -18,12 +20,17 @@ SOFTNIC_IP = "198.18.0.2"
 GUEST_IP = "198.18.0.11"
 GUEST_MAC = "52:54:00:12:34:11"
 PREFIXLEN = 24
+# IPv6 (issue 10): unique local addresses (RFC 4193), also only inside the namespace.
+SOFTNIC_IP6 = "fdc6:5f1c:0:1::2"
+GUEST_IP6 = "fdc6:5f1c:0:1::11"
+PREFIXLEN6 = 64
 
 
 class Netns:
     def __init__(self, name=None):
         self.name = name or "%s%d" % (PREFIX, os.getpid())
         self.created = False
+        self.ipv6 = False
 
     def cmd(self, argv):
         """argv run inside the namespace (ip netns exec execs it: the PID is the command's)."""
@@ -45,10 +52,21 @@ class Netns:
         self._ip("addr", "add", "%s/%d" % (SOFTNIC_IP, PREFIXLEN), "dev", "sn0")
         for dev in ("br0", "tap0", "sn0-br", "sn0"):
             self._ip("link", "set", dev, "up")
-        # IPv4 only: keeps router solicitations/MLD out of the captures.
+        # IPv4 unless an IPv6 scenario enables it on sn0 (enable_ipv6): keeps router
+        # solicitations/MLD out of the captures.
         util.run(self.cmd(["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]), check=False)
         # Real UDP checksums in the capture (veth would otherwise leave them partial).
         util.run(self.cmd(["ethtool", "-K", "sn0", "tx", "off"]), check=False)
+
+    def enable_ipv6(self):
+        """IPv6 on sn0 only (the bridge forwards it at layer 2 anyway), with SOFTNIC_IP6
+        usable at once: no duplicate address detection (nodad, accept_dad=0)."""
+        if self.ipv6:
+            return
+        for k, v in (("accept_dad", 0), ("disable_ipv6", 0)):
+            util.run(self.cmd(["sysctl", "-qw", "net.ipv6.conf.sn0.%s=%d" % (k, v)]))
+        self._ip("-6", "addr", "add", "%s/%d" % (SOFTNIC_IP6, PREFIXLEN6), "dev", "sn0", "nodad")
+        self.ipv6 = True
 
     def set_mtu(self, mtu):
         """Link MTU of every port and of the bridge (the bridge takes the ports' minimum)."""

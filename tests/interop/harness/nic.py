@@ -10,6 +10,12 @@ import tempfile
 from . import roce, util
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+# verbs-api examples the scenarios run ({rc_pingpong}, {uc_pingpong}, ...).
+EXAMPLES = ("rc_pingpong", "uc_pingpong", "ud_pingpong", "srq_pingpong")
+# Stock rdma-core/perftest binaries run on softnic through `softnic exec` (the drop-in
+# libibverbs.so.1); HOST_PACKAGES in image.py installs them.
+STOCK = ("ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong", "ibv_rc_pingpong",
+         "ib_send_bw", "ib_write_bw", "ib_send_lat")
 GOOD_CAPTURE = os.path.join(REPO, "tests", "data", "captures", "rxe-lab", "rc_send.pcap")
 
 
@@ -53,11 +59,17 @@ class Softnic:
     """Paths and capabilities. caps maps a capability to None (available) or to the reason
     it is not, e.g. {"run": "softnic run has no --addr (not built yet)"}."""
 
-    CAPS = ("run", "rc_pingpong", "perf", "loss", "pcap", "decode", "stats")
+    CAPS = ("run", "rc_pingpong", "perf", "loss", "pcap", "decode", "stats") + EXAMPLES[1:] \
+        + ("exec",)
 
     def __init__(self, softnic=None, rc_pingpong=None):
         self.bin = find_binary(softnic, ["softnic"])
         self.rc_pingpong = find_binary(rc_pingpong, ["examples/rc_pingpong", "rc_pingpong"])
+        # The other examples come from the same build as rc_pingpong.
+        self.examples = {"rc_pingpong": self.rc_pingpong}
+        for ex in EXAMPLES[1:]:
+            p = os.path.join(os.path.dirname(self.rc_pingpong), ex) if self.rc_pingpong else None
+            self.examples[ex] = p if p and os.access(p, os.X_OK) else None
         self.caps = {}
         self.probe()
 
@@ -90,7 +102,26 @@ class Softnic:
         c["stats"] = None if rc_s == 0 and "--name" in out_s else "softnic stats has no --name"
         c["rc_pingpong"] = None if self.rc_pingpong else \
             "no rc_pingpong example binary (cargo build -p verbs-api --examples)"
+        for ex in EXAMPLES[1:]:
+            c[ex] = None if self.examples[ex] else \
+                "no %s example binary (cargo build -p verbs-api --examples)" % ex
         c["decode"] = self._probe_decode()
+        c["exec"] = self._probe_exec()
+
+    def _probe_exec(self):
+        """`softnic exec` is usable when it finds (or links) the drop-in library and the
+        stock binaries are installed."""
+        missing = [b for b in STOCK if not shutil.which(b)]
+        if missing:
+            return "stock binaries missing: %s (ibverbs-utils, perftest)" % " ".join(missing)
+        try:
+            r = subprocess.run([self.bin, "exec", "--print-lib-dir"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return "softnic exec failed to run: %s" % e
+        if r.returncode != 0:
+            return "softnic exec has no drop-in library: " + util.tail(r.stdout, 1)
+        return None
 
     def _probe_decode(self):
         """Ready when it accepts a known-good rxe capture AND rejects a copy with one

@@ -104,11 +104,9 @@ def pcap_frames(path):
             yield linktype, data
 
 
-def check_capture(path):
-    """Counts RoCEv2 packets in an Ethernet pcap and verifies each ICRC.
-    Returns (packets, icrc_ok, first_bad_description_or_None)."""
-    total = ok = 0
-    first_bad = None
+def roce_packets(path):
+    """Yields (frame number, IP header, UDP header, UDP payload with its ICRC, ICRC
+    function) for every RoCEv2 packet (UDP to 4791, IPv4 or IPv6) in an Ethernet pcap."""
     for n, (linktype, fr) in enumerate(pcap_frames(path), 1):
         if linktype != 1 or len(fr) < 14:
             continue
@@ -136,7 +134,15 @@ def check_capture(path):
         udp = fr[l4:l4 + 8]
         if len(udp) < 8 or struct.unpack(">H", udp[2:4])[0] != ROCE_PORT:
             continue
-        payload = fr[l4 + 8:end]
+        yield n, ip, udp, fr[l4 + 8:end], calc
+
+
+def check_capture(path):
+    """Counts RoCEv2 packets in an Ethernet pcap and verifies each ICRC.
+    Returns (packets, icrc_ok, first_bad_description_or_None)."""
+    total = ok = 0
+    first_bad = None
+    for n, ip, udp, payload, calc in roce_packets(path):
         total += 1
         if len(payload) < 16:
             first_bad = first_bad or "frame %d: RoCE payload too short" % n

@@ -54,8 +54,8 @@ def host_listening(pid, port):
 
 def softnic_argv(sc, ctx, nic_name):
     subst = {"softnic": ctx.softnic.bin or "softnic",
-             "rc_pingpong": ctx.softnic.rc_pingpong or "rc_pingpong",
-             "dev": nic_name or "", "addr": net.SOFTNIC_IP}
+             "dev": nic_name or "", "addr": net.SOFTNIC_IP6 if sc.ipv6 else net.SOFTNIC_IP}
+    subst.update((k, v or k) for k, v in ctx.softnic.examples.items())
     argv = []
     for tok in shlex.split(sc.softnic):
         if tok == "{fakepeer}":
@@ -73,6 +73,7 @@ def run(ctx, sc, direction):
     if missing:
         return Result("SKIP", 0.0, missing)
     pcap = os.path.join(ctx.out, sid + ".pcap")
+    addr = net.SOFTNIC_IP6 if sc.ipv6 else net.SOFTNIC_IP
     logs = {}
     log = [("scenario", "%s  (link MTU %d, timeout %ds)" % (sid, sc.link_mtu, sc.timeout))]
     cap = capture.Capture(ctx.procs, ctx.netns, pcap, os.path.join(ctx.rundir, "tcpdump.log"))
@@ -80,10 +81,13 @@ def run(ctx, sc, direction):
     side = None
     verdict = None
     job = None
+    side_rc = rxe_rc = None
     try:
         cap.start()
+        if sc.ipv6:
+            ctx.netns.enable_ipv6()
         if "run" in sc.needs:
-            the_nic = nic.Nic(ctx.procs, ctx.netns, ctx.softnic, net.SOFTNIC_IP, sc.nic_mtu,
+            the_nic = nic.Nic(ctx.procs, ctx.netns, ctx.softnic, addr, sc.nic_mtu,
                               list(sc.nic_args), ctx.rundir, os.path.join(ctx.rundir, "softnic-run.log"),
                               pcap=os.path.join(ctx.out, sid + ".softnic.pcap"))
             log.append(("softnic run", " ".join(the_nic.cmd)))
@@ -136,7 +140,7 @@ def run(ctx, sc, direction):
             if the_nic.proc.poll() is not None:
                 verdict = "softnic run died during the scenario (rc=%s): %s" % (
                     the_nic.proc.returncode, util.tail(util.read(the_nic.logpath), 1))
-        if verdict is None:
+        if verdict is None and sc.judge is None:
             verdict = judge(sc, direction, side_rc, rxe_rc, logs, ctx)
     except util.ToolFailure as e:
         verdict = verdict or str(e)
@@ -171,9 +175,24 @@ def run(ctx, sc, direction):
             verdict = "%s; %s%s" % (verdict, CAPTURE_FAIL, why)
     elif verdict is None:
         verdict = "no capture file"
+    if verdict is None and sc.judge is not None:
+        out = Outcome(sc, direction, side_rc, rxe_rc, logs,
+                      [p for p in (pcap, os.path.join(ctx.out, sid + ".softnic.pcap"))
+                       if os.path.exists(p)])
+        verdict = sc.judge(out)
+        log.append(("scenario check", "\n".join(out.notes)))
     write_log(os.path.join(ctx.out, sid + ".log"), log, logs, verdict)
     secs = time.monotonic() - t0
     return Result("PASS" if verdict is None else "FAIL", secs, verdict or "")
+
+
+class Outcome:
+    """What a scenario's own judge sees: exit statuses (None: stopped), the logs, the
+    captures (bridge first, then softnic's --pcap). It appends what it found to notes."""
+
+    def __init__(self, sc, direction, side_rc, rxe_rc, logs, pcaps):
+        self.sc, self.direction, self.side_rc, self.rxe_rc = sc, direction, side_rc, rxe_rc
+        self.logs, self.pcaps, self.notes = logs, pcaps, []
 
 
 def wait_both(ctx, side, job, deadline, grace=3.0):

@@ -13,7 +13,10 @@ IPv4-mapped GID is index 1 (`-g 1` / `-x 1`), and so is softnic's (same table la
 is reported SKIP with the reason.
 """
 
-from dataclasses import dataclass, field
+import ipaddress
+from dataclasses import dataclass, field, replace
+
+from . import net, ucloss
 
 DIRECTIONS = ("rxe-server", "softnic-server")
 
@@ -35,6 +38,10 @@ class Scenario:
     port: int = 18515
     group: str = ""
     note: str = field(default="", repr=False)
+    # A verdict of its own instead of "both tools exit 0" (runner.judge): called after the
+    # captures are checked, as judge(Outcome); returns the failure reason or None.
+    judge: object = field(default=None, repr=False)
+    ipv6: bool = False           # softnic and rxe on their IPv6 addresses (net.*_IP6)
 
     @property
     def nic_mtu(self):
@@ -71,6 +78,53 @@ def _perf(name, tool, args, test, extra_needs=(), **kw):
         rxe="%s -d rxe0 -x 1 -F %s" % (tool, args),
         softnic="{softnic} perf %s -d {dev} -x 1 -F --verify %s" % (test, args),
         needs=("run", "perf") + tuple(extra_needs), expect_rxe=PERF_OK, **kw)
+
+
+def _stock(tool):
+    """A stock rdma-core/perftest binary on softnic's drop-in libibverbs.so.1."""
+    return "{softnic} exec -d {dev} -- " + tool
+
+
+# Path MTUs and the link MTU that gives each (rxe's active_mtu follows the link).
+MTUS = ((1024, 1500), (4096, 9000))
+
+
+def _ibv_pp(kind, sizes_by_mtu, rxe_flags, ours_flags, stock=True, timeout=45):
+    """ibv_{kind}_pingpong rows: per path MTU and size, our example ({kind}_pingpong)
+    and (if `stock`) the stock binary over `softnic exec`, against the stock binary on rxe."""
+    rows = []
+    for mtu, link in MTUS:
+        for size in sizes_by_mtu(mtu):
+            args = rxe_flags(size, mtu)
+            name = "%s_pp_s%d_m%d" % (kind, size, mtu)
+            rxe = "ibv_%s_pingpong -d rxe0 -g 1 %s" % (kind, args)
+            for suffix, softnic, needs in [
+                    ("", "{%s_pingpong} -d {dev} -g 1 %s" % (kind, ours_flags(size, mtu)),
+                     ("run", "%s_pingpong" % kind)),
+                    ("_stock", _stock("ibv_%s_pingpong -d {dev} -g 1 %s" % (kind, args)),
+                     ("run", "exec"))][:2 if stock else 1]:
+                rows.append(Scenario(name=name + suffix, group=kind + "_pingpong", rxe=rxe,
+                                     softnic=softnic, needs=needs, link_mtu=link,
+                                     expect_rxe=PINGPONG_OK, timeout=timeout))
+    return rows
+
+
+def _uc_ud_srq():
+    """Issue 10's UC, UD and SRQ rows."""
+    return (
+        # UC: 1 byte, one packet, and 8 KiB (8 or 2 packets) per path MTU
+        _ibv_pp("uc", lambda mtu: (1, 1024, 8192),
+                lambda size, mtu: "-s %d -m %d -n 20 -c" % (size, mtu),
+                lambda size, mtu: "-s %d -m %d -n 20" % (size, mtu))
+        # UD: the payload must fit one packet: 1, 1024 and the path MTU
+        + _ibv_pp("ud", lambda mtu: sorted({1, 1024, mtu}),
+                  lambda size, mtu: "-s %d -n 20 -c" % size,
+                  lambda size, mtu: "-s %d -n 20" % size)
+        # SRQ: 4 RC QPs on one shared receive queue, multi-packet messages. Our example
+        # only: the drop-in libibverbs.so.1 has no ibv_create_srq yet.
+        + _ibv_pp("srq", lambda mtu: (4096,) if mtu == 1024 else (8192,),
+                  lambda size, mtu: "-q 4 -s %d -m %d -n 40" % (size, mtu),
+                  lambda size, mtu: "-q 4 -s %d -m %d -n 40" % (size, mtu), stock=False))
 
 
 BW = "-s 65536 -n 50"
@@ -116,6 +170,79 @@ SCENARIOS = [
     _perf("loss_softnic_read_bw", "ib_read_bw", BW, "read_bw", extra_needs=("loss",),
           group="loss-softnic", nic_args=("--loss", "0.05", "--seed", "3"), timeout=90),
 ]
+
+
+# Issue 10: UC, UD and SRQ against rxe. perftest over UD and UC: `softnic perf` has RC
+# and UC (with --use-srq for the SEND tests); UD runs the stock perftest over the drop-in
+# library. UD and UC have no retransmission: a packet lost on the bridge leaves the
+# receiving side waiting, so the counts stay small.
+UC_BW = "-c UC -s 8192 -n 100"
+SCENARIOS += _uc_ud_srq() + [
+    _perf("uc_send_bw", "ib_send_bw", UC_BW, "send_bw", group="uc-perftest"),
+    _perf("uc_write_bw", "ib_write_bw", UC_BW, "write_bw", group="uc-perftest"),
+    _perf("srq_send_bw", "ib_send_bw", BW + " --use-srq", "send_bw", group="srq-perftest"),
+] + [
+    Scenario(name=name, group=group, rxe="%s -d rxe0 -x 1 -F %s" % (tool, args),
+             softnic=_stock("%s -d {dev} -x 1 -F %s" % (tool, args)), needs=("run", "exec"),
+             expect_rxe=PERF_OK, **kw)
+    for name, group, tool, args, kw in (
+        ("ud_send_bw_stock", "ud-perftest", "ib_send_bw", "-c UD -s 1024 -n 100", {}),
+        ("ud_send_lat_stock", "ud-perftest", "ib_send_lat", "-c UD -s 64 -n 200", {}),
+        ("uc_send_bw_stock", "uc-perftest", "ib_send_bw", UC_BW, {}),
+        ("uc_write_bw_stock", "uc-perftest", "ib_write_bw", UC_BW, {}),
+    )
+] + [
+    # UC under 5 % loss on rxe's egress: softnic must drop every message that lost a
+    # packet, whole (harness/ucloss.py). Only rxe sends, so only softnic-server.
+    Scenario(name="loss_guest_uc_send", group="loss-guest",
+             rxe="ib_send_bw -d rxe0 -x 1 -F -c UC -s 8192 -n 200",
+             softnic="{softnic} perf send_bw -d {dev} -x 1 -F -c UC -s 8192 -n 200 --timeout 3",
+             needs=("run", "perf", "stats"), guest_setup=NETEM, guest_post=NETEM_SHOW,
+             directions=("softnic-server",), judge=ucloss.judge, timeout=45),
+]
+
+
+# IPv6 (issue 10): the guest gets net.GUEST_IP6 and the GID index rxe lists it at (it
+# appends GIDs as addresses appear, so the index is looked up, into $G); softnic's
+# address GID is index 1 whatever the family. The TCP exchanges stay on IPv4; the RoCE
+# traffic goes where the GIDs say.
+GUEST_V6 = "\n".join([
+    "/usr/sbin/ip -6 addr add %s/%d dev eth0 nodad 2>/dev/null" % (net.GUEST_IP6, net.PREFIXLEN6),
+    "G=; i=0",
+    "while [ -z \"$G\" ] && [ $i -lt 40 ]; do",
+    "  for x in 0 1 2 3 4 5 6 7 8 9; do",
+    "    [ \"$(cat /sys/class/infiniband/rxe0/ports/1/gids/$x 2>/dev/null)\" = %s ] && G=$x"
+    % ipaddress.ip_address(net.GUEST_IP6).exploded,
+    "  done",
+    "  [ -n \"$G\" ] || sleep 0.05; i=$((i + 1))",
+    "done",
+    "echo \"== rxe GID index of the IPv6 address: ${G:-none}\"",
+    # rxe resolves the peer's MAC when the QP goes to RTR and fails ("Failed to modify
+    # QP to RTR") while eth0's link-local address is tentative (just after boot) and
+    # the neighbour unknown: wait for DAD to finish, then learn the neighbour.
+    "i=0; while [ -n \"$(/usr/sbin/ip -6 addr show dev eth0 tentative)\" ] && [ $i -lt 60 ]; do",
+    "  sleep 0.05; i=$((i + 1))",
+    "done",
+    "ping -6 -c 1 -W 2 %s >/dev/null 2>&1 || echo \"== ping -6 %s failed\"" % (
+        net.SOFTNIC_IP6, net.SOFTNIC_IP6)])
+
+
+def _v6(s):
+    """The same row over IPv6."""
+    rxe = s.rxe.replace(" -g 1 ", " -g $G ").replace(" -x 1 ", " -x $G ")
+    assert "$G" in rxe, s.name
+    return replace(s, name=s.name + "_v6", group="ipv6", rxe=rxe, ipv6=True,
+                   guest_setup="\n".join(x for x in (GUEST_V6, s.guest_setup) if x))
+
+
+# The RC matrix over IPv6 (a representative part: every operation, both path MTUs),
+# and UC/UD (the UD GRH is then the IPv6 header).
+V6_ROWS = ("pingpong_s8192_m1024", "pingpong_s8192_m4096", "send_bw", "write_bw", "read_bw",
+           "atomic_bw_fadd", "atomic_bw_cas", "write_lat", "send_lat", "read_lat",
+           "write_bw_q4", "uc_pp_s8192_m1024", "ud_pp_s1024_m1024", "ud_pp_s4096_m4096",
+           "srq_pp_s4096_m1024")
+SCENARIOS += [_v6(s) for s in SCENARIOS if s.name in V6_ROWS]
+assert len([s for s in SCENARIOS if s.ipv6]) == len(V6_ROWS)
 
 
 @dataclass(frozen=True)

@@ -350,9 +350,6 @@ pub(crate) fn wc_opcode(o: WcOpcode) -> c_int {
     }
 }
 
-/// `IBV_WC_WITH_IMM`.
-const IBV_WC_WITH_IMM: u32 = 1 << 1;
-
 pub(crate) fn to_ibv_wc(w: &WorkCompletion) -> ibv_wc {
     ibv_wc {
         wr_id: w.wr_id,
@@ -363,11 +360,8 @@ pub(crate) fn to_ibv_wc(w: &WorkCompletion) -> ibv_wc {
         imm_data: w.imm_data.map_or(0, u32::to_be),
         qp_num: w.qp_num,
         src_qp: w.src_qp,
-        wc_flags: if w.imm_data.is_some() {
-            IBV_WC_WITH_IMM
-        } else {
-            0
-        },
+        // verbs-api keeps `enum ibv_wc_flags` values (IBV_WC_GRH, IBV_WC_WITH_IMM).
+        wc_flags: w.wc_flags,
         ..ibv_wc::default()
     }
 }

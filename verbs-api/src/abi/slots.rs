@@ -73,7 +73,8 @@ pub mod wc_opcode {
 
 /// `enum ibv_wc_flags` bits (in [`Cqe::flags`]).
 pub mod wc_flags {
-    /// IBV_WC_GRH (never set by softnic: RoCEv2 carries no GRH in the payload).
+    /// IBV_WC_GRH: the receive buffer starts with the 40-byte GRH (set by softnic on
+    /// successful UD receives).
     pub const GRH: u32 = 1;
     /// IBV_WC_WITH_IMM: [`super::Cqe::imm`] is valid.
     pub const WITH_IMM: u32 = 2;
