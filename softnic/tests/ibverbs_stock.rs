@@ -392,12 +392,12 @@ fn memory_registration_matrix_with_canaries() {
 }
 
 /// Stock perftest between two softnic NICs, half the cases each way: every RC test,
-/// SEND over UD and WRITE over UC run to their result table (perftest itself checks no data; `softnic perf --verify`
-/// and the pingpongs' `-c` do).
+/// SEND over UD, WRITE and SEND over UC run to their result table (perftest itself
+/// checks no data; `softnic perf --verify` and the pingpongs' `-c` do).
 #[test]
 fn stock_perftest_between_two_nics() {
     let (a, b) = nic_pair("ibvstock-perf", 6);
-    let cases: [(&str, &[&str]); 13] = [
+    let cases: [(&str, &[&str]); 14] = [
         ("ib_write_bw", &["-s", "65536", "-n", "50"]),
         ("ib_read_bw", &["-s", "65536", "-n", "50"]),
         ("ib_send_bw", &["-s", "65536", "-n", "50"]),
@@ -411,6 +411,7 @@ fn stock_perftest_between_two_nics() {
         ("ib_send_bw", &["-c", "UD", "-s", "1024", "-n", "50"]),
         ("ib_send_lat", &["-c", "UD", "-s", "8", "-n", "20"]),
         ("ib_write_bw", &["-c", "UC", "-s", "4096", "-n", "50"]),
+        ("ib_send_bw", &["-c", "UC", "-s", "4096", "-n", "50"]),
     ];
     for (i, (prog, args)) in cases.into_iter().enumerate() {
         let mut all = vec!["-x", "1", "-F"];
