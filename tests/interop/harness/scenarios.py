@@ -120,11 +120,11 @@ def _uc_ud_srq():
         + _ibv_pp("ud", lambda mtu: sorted({1, 1024, mtu}),
                   lambda size, mtu: "-s %d -n 20 -c" % size,
                   lambda size, mtu: "-s %d -n 20" % size)
-        # SRQ: 4 RC QPs on one shared receive queue, multi-packet messages. Our example
-        # only: the drop-in libibverbs.so.1 has no ibv_create_srq yet.
+        # SRQ: 4 RC QPs on one shared receive queue, multi-packet messages; our example
+        # and the stock binary over the drop-in library.
         + _ibv_pp("srq", lambda mtu: (4096,) if mtu == 1024 else (8192,),
                   lambda size, mtu: "-q 4 -s %d -m %d -n 40" % (size, mtu),
-                  lambda size, mtu: "-q 4 -s %d -m %d -n 40" % (size, mtu), stock=False))
+                  lambda size, mtu: "-q 4 -s %d -m %d -n 40" % (size, mtu)))
 
 
 BW = "-s 65536 -n 50"
