@@ -20,22 +20,9 @@ use std::time::{Duration, Instant};
 use nic_support::*;
 use verbs_api::{Mtu, SendWr, WcStatus, WrOpcode};
 
-fn run(args: &[&str]) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The namespace, veth and capture of this test; removed on drop, also on panic.
+/// The link and the capture on it; the capture stops first.
 struct Lab {
-    ns: String,
-    veth: String,
+    veth: veth::VethLab,
     tcpdump: Option<Child>,
 }
 
@@ -46,10 +33,6 @@ impl Drop for Lab {
             unsafe { libc::kill(t.id() as libc::pid_t, libc::SIGTERM) };
             let _ = t.wait();
         }
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.veth])
-            .status();
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
     }
 }
 
@@ -92,37 +75,26 @@ fn gso_segments_on_a_link_carry_the_ids_their_icrcs_were_computed_with() {
     let net = format!("10.78.{}", pid % 250);
     let (ia, ib) = (format!("{net}.1"), format!("{net}.2"));
     let mut lab = Lab {
-        ns: format!("sngso{pid}"),
-        veth: format!("sng{}a", pid % 100_000),
+        veth: veth::VethLab::new("sng"),
         tcpdump: None,
     };
-    let peer = format!("sng{}b", pid % 100_000);
-    run(&["ip", "netns", "add", &lab.ns]);
-    run(&[
-        "ip", "link", "add", &lab.veth, "type", "veth", "peer", "name", &peer, "netns", &lab.ns,
-    ]);
-    run(&["ip", "addr", "add", &format!("{ia}/24"), "dev", &lab.veth]);
-    run(&["ip", "link", "set", &lab.veth, "up"]);
-    run(&[
-        "ip",
-        "-n",
-        &lab.ns,
-        "addr",
-        "add",
-        &format!("{ib}/24"),
-        "dev",
-        &peer,
-    ]);
-    run(&["ip", "-n", &lab.ns, "link", "set", &peer, "up"]);
+    lab.veth.add_addr(false, &format!("{ia}/24"), &[]);
+    lab.veth.add_addr(true, &format!("{ib}/24"), &[]);
     // Software segmentation before the device (and the capture point).
-    run(&["ethtool", "-K", &lab.veth, "tx-udp-segmentation", "off"]);
+    veth::run(&[
+        "ethtool",
+        "-K",
+        &lab.veth.veth,
+        "tx-udp-segmentation",
+        "off",
+    ]);
 
     let pcap = softnic_dir().join("gso-wire.pcap");
     lab.tcpdump = Some(
         Command::new("tcpdump")
             // -Z root: tcpdump would otherwise drop to its own user, who may not write
             // in the test directory; -B: a larger buffer loses less of the burst.
-            .args(["-Z", "root", "-B", "8192", "-i", &lab.veth, "-U", "-w"])
+            .args(["-Z", "root", "-B", "8192", "-i", &lab.veth.veth, "-U", "-w"])
             .arg(&pcap)
             .args(["udp", "port", "4791"])
             .stdout(Stdio::null())
@@ -138,7 +110,7 @@ fn gso_segments_on_a_link_carry_the_ids_their_icrcs_were_computed_with() {
     std::thread::sleep(Duration::from_millis(300)); // tcpdump attaches after creating the file
 
     let a = NicProc::start("gsow-a", &ia, 4791, &[]);
-    let b = NicProc::start_in(Some(&lab.ns), "gsow-b", &ib, 4791, &[]);
+    let b = NicProc::start_in(Some(&lab.veth.ns), "gsow-b", &ib, 4791, &[]);
     const MSG: usize = 64 << 10;
     const N: usize = 8;
     let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu1024, MSG * N, 16);

@@ -19,15 +19,84 @@ pub const PATH_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
 /// delay is a configuration mistake rather than a network to emulate.
 pub const MAX_DELAY_US: u64 = 10_000_000;
 
+/// `--addr`: an IP address, and for an IPv6 link-local one the link it is on (its
+/// scope, RFC 4007 §11: `fe80::1%eth0`), without which the kernel cannot tell which
+/// interface a link-local packet leaves by. Binding with the scope ties the socket to
+/// that link (Linux sets the socket's bound device), so peers' link-local addresses,
+/// which reach the NIC as GIDs without a scope, are sent to over it
+/// (`tests/nic_ipv6_link_local.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NicAddr {
+    /// The address (the GID is derived from it).
+    pub ip: IpAddr,
+    /// Interface index of an IPv6 address's scope; 0 for none.
+    pub scope_id: u32,
+}
+
+impl NicAddr {
+    /// The endpoint to bind: `ip:port`, with the scope for IPv6.
+    pub fn socket_addr(&self, port: u16) -> SocketAddr {
+        match self.ip {
+            IpAddr::V4(v4) => SocketAddr::from((v4, port)),
+            IpAddr::V6(v6) => {
+                SocketAddr::V6(std::net::SocketAddrV6::new(v6, port, 0, self.scope_id))
+            }
+        }
+    }
+}
+
+/// True for fe80::/10 (RFC 4291 §2.5.6).
+pub fn is_ipv6_link_local(ip: IpAddr) -> bool {
+    matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
+}
+
+impl std::str::FromStr for NicAddr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (ip, scope) = match s.split_once('%') {
+            Some((ip, scope)) => (ip, Some(scope)),
+            None => (s, None),
+        };
+        let ip: IpAddr = ip.parse().map_err(|e| format!("{ip}: {e}"))?;
+        let scope_id = match scope {
+            None if is_ipv6_link_local(ip) => {
+                return Err(format!(
+                    "{ip} is link-local: name its link, e.g. {ip}%eth0 or {ip}%2"
+                ))
+            }
+            None => 0,
+            Some(_) if ip.is_ipv4() => return Err(format!("{s}: IPv4 addresses have no scope")),
+            Some(scope) => match scope.parse::<u32>() {
+                Ok(index) if index > 0 => index,
+                _ => crate::nic::udp::interface_index(scope)
+                    .ok_or_else(|| format!("{s}: no network interface {scope:?}"))?,
+            },
+        };
+        Ok(NicAddr { ip, scope_id })
+    }
+}
+
+impl std::fmt::Display for NicAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.scope_id == 0 {
+            write!(f, "{}", self.ip)
+        } else {
+            write!(f, "{}%{}", self.ip, self.scope_id)
+        }
+    }
+}
+
 /// Arguments of `softnic run`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
     /// Device name clients open (the control socket is `$SOFTNIC_DIR/NAME.sock`).
     #[arg(long, default_value = "softnic0")]
     pub name: String,
-    /// Address to bind and to derive the GID from (IPv4 or IPv6).
+    /// Address to bind and to derive the GID from (IPv4 or IPv6). An IPv6 link-local
+    /// address needs its link: `fe80::1%eth0` (or `%IFINDEX`).
     #[arg(long, default_value = "127.0.0.1")]
-    pub addr: IpAddr,
+    pub addr: NicAddr,
     /// UDP port (RoCEv2 is 4791; 0 = any free port, reported in the log and by
     /// QueryDevice — for tests that must not collide with other NICs on the host).
     #[arg(long, default_value_t = wire::ROCEV2_UDP_PORT)]
@@ -219,7 +288,7 @@ impl Config {
                 a.mtu
             )));
         }
-        if a.addr.is_unspecified() || a.addr.is_multicast() {
+        if a.addr.ip.is_unspecified() || a.addr.ip.is_multicast() {
             return Err(ConfigError(format!(
                 "--addr {}: must be a unicast address of this host (it becomes the GID)",
                 a.addr
@@ -259,7 +328,7 @@ impl Config {
         };
         Ok(Config {
             name: a.name.clone(),
-            bind: SocketAddr::new(a.addr, a.port),
+            bind: a.addr.socket_addr(a.port),
             mtu: a.mtu,
             offloads: Offloads {
                 gso: !a.no_gso,
@@ -295,7 +364,10 @@ impl Default for RunArgs {
     fn default() -> Self {
         RunArgs {
             name: "softnic0".into(),
-            addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            addr: NicAddr {
+                ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                scope_id: 0,
+            },
             port: wire::ROCEV2_UDP_PORT,
             mtu: 4096,
             no_gso: false,
@@ -447,5 +519,21 @@ mod tests {
         })
         .unwrap();
         assert_eq!(c.bind, "[::1]:4791".parse().unwrap());
+    }
+
+    #[test]
+    fn link_local_ipv6_needs_and_keeps_its_scope() {
+        let a: NicAddr = "fe80::1%1".parse().unwrap();
+        assert_eq!((a.ip, a.scope_id), ("fe80::1".parse().unwrap(), 1));
+        assert_eq!(a.socket_addr(4791).to_string(), "[fe80::1%1]:4791");
+        // `lo` is interface 1 in every network namespace.
+        assert_eq!("fe80::1%lo".parse::<NicAddr>().unwrap().scope_id, 1);
+        assert!("fe80::1"
+            .parse::<NicAddr>()
+            .unwrap_err()
+            .contains("link-local"));
+        assert!("fe80::1%no-such-if0".parse::<NicAddr>().is_err());
+        assert!("127.0.0.1%1".parse::<NicAddr>().is_err());
+        assert_eq!("::1".parse::<NicAddr>().unwrap().scope_id, 0);
     }
 }

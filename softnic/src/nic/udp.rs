@@ -223,6 +223,14 @@ fn gro_segment_size(msg: &libc::msghdr) -> usize {
     0
 }
 
+/// The index of network interface `name` (`if_nametoindex(3)`), if it exists.
+pub fn interface_index(name: &str) -> Option<u32> {
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: `c` is a NUL-terminated string that outlives the call.
+    let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    (index != 0).then_some(index)
+}
+
 /// Converts a kernel-written socket address to a `SocketAddr` (IPv4 or IPv6 only).
 fn sockaddr_to_std(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
     let len = len as usize;

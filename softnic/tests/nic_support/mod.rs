@@ -3,6 +3,8 @@
 //! spawned process killed by PID when its guard drops (also when a test fails).
 #![allow(dead_code)]
 
+pub mod veth;
+
 use std::net::IpAddr;
 
 use std::os::unix::net::UnixStream;
@@ -127,7 +129,12 @@ impl NicProc {
         let mut nic = NicProc {
             child: Some(child),
             name: name.to_string(),
-            addr: addr.parse().expect("address"),
+            addr: addr
+                .split('%')
+                .next()
+                .unwrap_or(addr)
+                .parse()
+                .expect("address"),
             port,
             log,
         };
@@ -160,7 +167,12 @@ impl NicProc {
         NicProc {
             child: None,
             name: name.to_string(),
-            addr: addr.parse().expect("address"),
+            addr: addr
+                .split('%')
+                .next()
+                .unwrap_or(addr)
+                .parse()
+                .expect("address"),
             port,
             log: PathBuf::new(),
         }
