@@ -24,6 +24,16 @@ PREFIXLEN = 24
 SOFTNIC_IP6 = "fdc6:5f1c:0:1::2"
 GUEST_IP6 = "fdc6:5f1c:0:1::11"
 PREFIXLEN6 = 64
+# And link-local ones (fe80::/10: only meaningful with the link, sn0 / eth0).
+SOFTNIC_LL6 = "fe80::2"
+GUEST_LL6 = "fe80::11"
+
+
+def softnic_addr(sc):
+    """softnic's `--addr` for scenario `sc`: IPv4, a ULA, or link-local on sn0."""
+    if sc.link_local:
+        return SOFTNIC_LL6 + "%sn0"
+    return SOFTNIC_IP6 if sc.ipv6 else SOFTNIC_IP
 
 
 class Netns:
@@ -60,12 +70,14 @@ class Netns:
 
     def enable_ipv6(self):
         """IPv6 on sn0 only (the bridge forwards it at layer 2 anyway), with SOFTNIC_IP6
-        usable at once: no duplicate address detection (nodad, accept_dad=0)."""
+        and SOFTNIC_LL6 usable at once: no duplicate address detection (nodad,
+        accept_dad=0)."""
         if self.ipv6:
             return
         for k, v in (("accept_dad", 0), ("disable_ipv6", 0)):
             util.run(self.cmd(["sysctl", "-qw", "net.ipv6.conf.sn0.%s=%d" % (k, v)]))
         self._ip("-6", "addr", "add", "%s/%d" % (SOFTNIC_IP6, PREFIXLEN6), "dev", "sn0", "nodad")
+        self._ip("-6", "addr", "add", "%s/64" % SOFTNIC_LL6, "dev", "sn0", "nodad")
         self.ipv6 = True
 
     def set_mtu(self, mtu):

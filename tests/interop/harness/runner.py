@@ -54,7 +54,7 @@ def host_listening(pid, port):
 
 def softnic_argv(sc, ctx, nic_name):
     subst = {"softnic": ctx.softnic.bin or "softnic",
-             "dev": nic_name or "", "addr": net.SOFTNIC_IP6 if sc.ipv6 else net.SOFTNIC_IP}
+             "dev": nic_name or "", "addr": net.softnic_addr(sc)}
     subst.update((k, v or k) for k, v in ctx.softnic.examples.items())
     argv = []
     for tok in shlex.split(sc.softnic):
@@ -73,7 +73,7 @@ def run(ctx, sc, direction):
     if missing:
         return Result("SKIP", 0.0, missing)
     pcap = os.path.join(ctx.out, sid + ".pcap")
-    addr = net.SOFTNIC_IP6 if sc.ipv6 else net.SOFTNIC_IP
+    addr = net.softnic_addr(sc)
     logs = {}
     log = [("scenario", "%s  (link MTU %d, timeout %ds)" % (sid, sc.link_mtu, sc.timeout))]
     cap = capture.Capture(ctx.procs, ctx.netns, pcap, os.path.join(ctx.rundir, "tcpdump.log"))

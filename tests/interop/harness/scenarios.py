@@ -42,6 +42,7 @@ class Scenario:
     # captures are checked, as judge(Outcome); returns the failure reason or None.
     judge: object = field(default=None, repr=False)
     ipv6: bool = False           # softnic and rxe on their IPv6 addresses (net.*_IP6)
+    link_local: bool = False     # ... their link-local ones (net.*_LL6), with ipv6
 
     @property
     def nic_mtu(self):
@@ -206,33 +207,42 @@ SCENARIOS += _uc_ud_srq() + [
 # appends GIDs as addresses appear, so the index is looked up, into $G); softnic's
 # address GID is index 1 whatever the family. The TCP exchanges stay on IPv4; the RoCE
 # traffic goes where the GIDs say.
-GUEST_V6 = "\n".join([
-    "/usr/sbin/ip -6 addr add %s/%d dev eth0 nodad 2>/dev/null" % (net.GUEST_IP6, net.PREFIXLEN6),
-    "G=; i=0",
-    "while [ -z \"$G\" ] && [ $i -lt 40 ]; do",
-    "  for x in 0 1 2 3 4 5 6 7 8 9; do",
-    "    [ \"$(cat /sys/class/infiniband/rxe0/ports/1/gids/$x 2>/dev/null)\" = %s ] && G=$x"
-    % ipaddress.ip_address(net.GUEST_IP6).exploded,
-    "  done",
-    "  [ -n \"$G\" ] || sleep 0.05; i=$((i + 1))",
-    "done",
-    "echo \"== rxe GID index of the IPv6 address: ${G:-none}\"",
-    # rxe resolves the peer's MAC when the QP goes to RTR and fails ("Failed to modify
-    # QP to RTR") while eth0's link-local address is tentative (just after boot) and
-    # the neighbour unknown: wait for DAD to finish, then learn the neighbour.
-    "i=0; while [ -n \"$(/usr/sbin/ip -6 addr show dev eth0 tentative)\" ] && [ $i -lt 60 ]; do",
-    "  sleep 0.05; i=$((i + 1))",
-    "done",
-    "ping -6 -c 1 -W 2 %s >/dev/null 2>&1 || echo \"== ping -6 %s failed\"" % (
-        net.SOFTNIC_IP6, net.SOFTNIC_IP6)])
+def _guest_v6(addr, peer):
+    """Guest lines: `addr` on eth0, $G = the rxe GID index it appears at, then wait until
+    eth0 is usable and learn `peer` (softnic)."""
+    return "\n".join([
+        "/usr/sbin/ip -6 addr add %s/%d dev eth0 nodad 2>/dev/null" % (addr, net.PREFIXLEN6),
+        "G=; i=0",
+        "while [ -z \"$G\" ] && [ $i -lt 40 ]; do",
+        "  for x in 0 1 2 3 4 5 6 7 8 9; do",
+        "    [ \"$(cat /sys/class/infiniband/rxe0/ports/1/gids/$x 2>/dev/null)\" = %s ] && G=$x"
+        % ipaddress.ip_address(addr).exploded,
+        "  done",
+        "  [ -n \"$G\" ] || sleep 0.05; i=$((i + 1))",
+        "done",
+        "echo \"== rxe GID index of %s: ${G:-none}\"" % addr,
+        # rxe resolves the peer's MAC when the QP goes to RTR and fails ("Failed to modify
+        # QP to RTR") while eth0's link-local address is tentative (just after boot) and
+        # the neighbour unknown: wait for DAD to finish, then learn the neighbour.
+        "i=0; while [ -n \"$(/usr/sbin/ip -6 addr show dev eth0 tentative)\" ] && [ $i -lt 60 ]; do",
+        "  sleep 0.05; i=$((i + 1))",
+        "done",
+        "ping -6 -c 1 -W 2 %s >/dev/null 2>&1 || echo \"== ping -6 %s failed\"" % (peer, peer)])
 
 
-def _v6(s):
-    """The same row over IPv6."""
+GUEST_V6 = _guest_v6(net.GUEST_IP6, net.SOFTNIC_IP6)
+# Link-local: the guest's own fe80::11 (its GID too), softnic's fe80::2 reached on eth0.
+GUEST_LL6 = _guest_v6(net.GUEST_LL6, net.SOFTNIC_LL6 + "%eth0")
+
+
+def _v6(s, link_local=False):
+    """The same row over IPv6 (ULAs, or link-local addresses with their link)."""
     rxe = s.rxe.replace(" -g 1 ", " -g $G ").replace(" -x 1 ", " -x $G ")
     assert "$G" in rxe, s.name
-    return replace(s, name=s.name + "_v6", group="ipv6", rxe=rxe, ipv6=True,
-                   guest_setup="\n".join(x for x in (GUEST_V6, s.guest_setup) if x))
+    setup = GUEST_LL6 if link_local else GUEST_V6
+    return replace(s, name=s.name + ("_ll6" if link_local else "_v6"), group="ipv6", rxe=rxe,
+                   ipv6=True, link_local=link_local,
+                   guest_setup="\n".join(x for x in (setup, s.guest_setup) if x))
 
 
 # The RC matrix over IPv6 (a representative part: every operation, both path MTUs),
@@ -241,8 +251,12 @@ V6_ROWS = ("pingpong_s8192_m1024", "pingpong_s8192_m4096", "send_bw", "write_bw"
            "atomic_bw_fadd", "atomic_bw_cas", "write_lat", "send_lat", "read_lat",
            "write_bw_q4", "uc_pp_s8192_m1024", "ud_pp_s1024_m1024", "ud_pp_s4096_m4096",
            "srq_pp_s4096_m1024")
-SCENARIOS += [_v6(s) for s in SCENARIOS if s.name in V6_ROWS]
-assert len([s for s in SCENARIOS if s.ipv6]) == len(V6_ROWS)
+# Link-local (fe80::, `softnic run --addr fe80::2%sn0`): RC both path MTUs, READ, UD.
+LL6_ROWS = ("pingpong_s8192_m1024", "pingpong_s8192_m4096", "write_bw", "read_bw",
+            "ud_pp_s1024_m1024")
+SCENARIOS += ([_v6(s) for s in SCENARIOS if s.name in V6_ROWS]
+              + [_v6(s, link_local=True) for s in SCENARIOS if s.name in LL6_ROWS])
+assert len([s for s in SCENARIOS if s.ipv6]) == len(V6_ROWS) + len(LL6_ROWS)
 
 
 @dataclass(frozen=True)
