@@ -207,6 +207,51 @@ fn consumer_reject_and_missing_listener_are_rejected() {
     drop(cid);
 }
 
+/// perftest `-R`'s sequence at the CM level: the server destroys its listener as soon
+/// as it accepts the first connection and listens on the same port again later. A REQ
+/// in that gap is refused (REJ 8), and the refusal leaves the established connection
+/// alone (its QPs stay in RTS and carry a SEND); the port is free again at once, and
+/// the next REQ is accepted.
+#[test]
+fn a_req_between_two_listens_on_a_port_is_refused_and_harms_nothing() {
+    let a = NicProc::start("cm-relisten-a", "127.0.0.14", 0, &[]);
+    let b = NicProc::start("cm-relisten-b", "127.0.0.15", 0, &[]);
+    let (cch, sch) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let l = listener(&sch, &b, 18600);
+    let mut cid = client(&cch, &a, &b, 18600);
+    let (mut c, _sid, mut s) = connect_accept(&cch, &sch, &mut cid, b"first");
+    drop(l);
+
+    let mut early = client(&cch, &a, &b, 18600);
+    let mut e = side_on(early.context().unwrap().clone(), 4096, 4);
+    early.init_qp(&mut e.qp).unwrap();
+    early.connect(&e.qp, &param(b"too early")).unwrap();
+    let rej = event(&cch);
+    assert_eq!(
+        (rej.kind, rej.status, rej.id),
+        (CmEventKind::Rejected, 8, early.key())
+    );
+
+    assert_eq!(c.qp.query().unwrap().0, verbs_api::QpState::Rts);
+    assert_eq!(s.qp.query().unwrap().0, verbs_api::QpState::Rts);
+    let recv_sge = [s.mr.sge(0, 64)];
+    s.qp.post_recv(&[RecvWr::new(9, &recv_sge)]).unwrap();
+    c.mr.write(0, b"parameters");
+    let m = [c.mr.sge(0, 10)];
+    c.qp.post_send(&[SendWr::new(3, WrOpcode::Send, &m).signaled()])
+        .unwrap();
+    assert_eq!(poll_one(&mut c.cq).status, WcStatus::Success);
+    let wc = poll_one(&mut s.cq);
+    assert_eq!((wc.status, wc.wr_id), (WcStatus::Success, 9));
+    assert_eq!(s.mr.read_vec(0, 10), b"parameters");
+
+    let _l2 = listener(&sch, &b, 18600);
+    let mut late = client(&cch, &a, &b, 18600);
+    let (_, _, _) = connect_accept(&cch, &sch, &mut late, b"on time");
+    assert_eq!(b.stat("cm_rej_no_listener"), 1);
+    disconnect(&cch, &sch, &mut cid);
+}
+
 /// The CM MADs of a capture (UDP port 4791), with the sending address.
 fn cm_mads(path: &std::path::Path) -> Vec<(std::net::IpAddr, wire::cm::CmMadRepr)> {
     use softnic::decode::capture::Capture;
