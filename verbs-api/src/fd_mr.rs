@@ -46,6 +46,46 @@ impl ProtectionDomain {
         len: usize,
         access: AccessFlags,
     ) -> Result<FdMemoryRegion> {
+        self.check_fd_region(iova, len, access)?;
+        let req = Request::RegMr {
+            pd: self.inner.handle,
+            len: len as u64,
+            access: access.0,
+            iova,
+        };
+        self.finish_fd_region(&req, &[fd], iova, len, access)
+    }
+
+    /// Registers `len` bytes at byte `offset` of a memfd at client address `iova`: of
+    /// `fd` (mapped by the caller as for [`ProtectionDomain::reg_fd`]), or with
+    /// [`FdSource::Shared`] of the memfd an earlier live registration of this context
+    /// already gave the NIC (the NIC can map a memfd only once). Several registrations
+    /// can so cover the same pages, each bounded to exactly its own bytes.
+    pub fn reg_fd_window(
+        &self,
+        source: FdSource<'_>,
+        offset: u64,
+        iova: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<FdMemoryRegion> {
+        self.check_fd_region(iova, len, access)?;
+        let (share, fds) = match source {
+            FdSource::Memfd(fd) => (None, vec![fd]),
+            FdSource::Shared(h) => (Some(h), vec![]),
+        };
+        let req = Request::RegMrWindow {
+            pd: self.inner.handle,
+            len: len as u64,
+            access: access.0,
+            iova,
+            offset,
+            share,
+        };
+        self.finish_fd_region(&req, &fds, iova, len, access)
+    }
+
+    fn check_fd_region(&self, iova: u64, len: usize, access: AccessFlags) -> Result<()> {
         access.validate()?;
         let max = self.inner.ctx.inner.attr().max_mr_size;
         if len as u64 > max || iova.checked_add(len as u64).is_none() {
@@ -54,13 +94,18 @@ impl ProtectionDomain {
                  {max} or the address space"
             )));
         }
-        let req = Request::RegMr {
-            pd: self.inner.handle,
-            len: len as u64,
-            access: access.0,
-            iova,
-        };
-        let (reply, _) = self.inner.ctx.inner.call("ibv_reg_mr", &req, &[fd])?;
+        Ok(())
+    }
+
+    fn finish_fd_region(
+        &self,
+        req: &Request,
+        fds: &[BorrowedFd<'_>],
+        iova: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<FdMemoryRegion> {
+        let (reply, _) = self.inner.ctx.inner.call("ibv_reg_mr", req, fds)?;
         let (handle, lkey, rkey) = match reply {
             Reply::Mr { mr, lkey, rkey } => (mr, lkey, rkey),
             other => return Err(Error::Protocol(format!("RegMr answered with {other:?}"))),
@@ -84,6 +129,15 @@ impl ProtectionDomain {
             pd: self.inner.clone(),
         })
     }
+}
+
+/// Where the bytes of [`ProtectionDomain::reg_fd_window`] live.
+#[derive(Debug, Clone, Copy)]
+pub enum FdSource<'a> {
+    /// A memfd the NIC has not mapped yet, sent with the request.
+    Memfd(BorrowedFd<'a>),
+    /// The memfd of this live registration ([`FdMemoryRegion::handle`]).
+    Shared(Handle),
 }
 
 impl FdMemoryRegion {

@@ -36,6 +36,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use memmap2::MmapRaw;
 use softnic_transport::memory::{Access, AtomicOp, MemError, Memory};
@@ -74,8 +75,11 @@ pub struct Region {
     pub client: u32,
     /// Protection domain.
     pub pd: u32,
-    /// The NIC's mapping of the client's memfd (at least `len` bytes).
-    map: MmapRaw,
+    /// The NIC's mapping of the client's memfd (at least `base + len` bytes), shared
+    /// by every region registered as a window onto it.
+    map: Arc<MmapRaw>,
+    /// Offset of byte 0 of the region in `map`.
+    base: usize,
     /// Client virtual address of byte 0.
     pub iova: u64,
     /// Length in bytes.
@@ -111,12 +115,12 @@ impl Region {
         usize::try_from(off).map_err(|_| MemError::OutOfRange)
     }
 
-    /// Pointer to byte `off` of the mapping. `off + n <= len <= map.len()` must hold for
-    /// any `n` bytes accessed through it (callers got `off` from [`Region::offset`]).
+    /// Pointer to byte `off` of the region. `off + n <= len` must hold for any `n`
+    /// bytes accessed through it (callers got `off` from [`Region::offset`]).
     fn ptr(&self, off: usize) -> *mut u8 {
-        // SAFETY: `off <= self.len <= self.map.len()` (register() checks the mapping is
-        // at least `len` bytes), so the result is inside or one past the mapping.
-        unsafe { self.map.as_mut_ptr().add(off) }
+        // SAFETY: `off <= self.len` and `base + len <= map.len()` (register_window()
+        // checks it), so the result is inside or one past the mapping.
+        unsafe { self.map.as_mut_ptr().add(self.base + off) }
     }
 }
 
@@ -160,6 +164,17 @@ pub fn check_access(bits: u32) -> Result<Access, RegError> {
         return Err(RegError::BadAccess(bits));
     }
     Ok(a)
+}
+
+/// Where a new region's bytes live.
+#[derive(Debug, Clone, Copy)]
+pub enum Source<'a> {
+    /// A client memfd, mapped here for `map_len` bytes from its offset 0 (the caller
+    /// checked the file is at least that long).
+    Memfd(BorrowedFd<'a>, usize),
+    /// The mapping of the client's live region with this handle: a memfd is mapped
+    /// writable only once (its `F_SEAL_FUTURE_WRITE`), so MRs on the same pages share it.
+    Share(u32),
 }
 
 /// The memory-region table.
@@ -231,6 +246,23 @@ impl MrTable {
         access: u32,
         iova: u64,
     ) -> Result<(u32, u32, u32), RegError> {
+        self.register_window(client, pd, Source::Memfd(fd, map_len), 0, len, access, iova)
+    }
+
+    /// Registers bytes `[offset, offset + len)` of `source`'s mapping as addressed from
+    /// `iova`. The region's bounds are exactly these bytes: the rest of the mapping
+    /// (neighbours on the same pages) is outside every access check.
+    #[allow(clippy::too_many_arguments)]
+    pub fn register_window(
+        &mut self,
+        client: u32,
+        pd: u32,
+        source: Source<'_>,
+        offset: u64,
+        len: u64,
+        access: u32,
+        iova: u64,
+    ) -> Result<(u32, u32, u32), RegError> {
         let access = check_access(access)?;
         if len > MAX_MR_SIZE {
             return Err(RegError::BadRange(format!(
@@ -242,15 +274,38 @@ impl MrTable {
                 "iova {iova:#x} + length {len} overflows 64 bits"
             )));
         }
-        if (map_len as u64) < len {
-            return Err(RegError::BadRange(format!(
-                "mapping of {map_len} bytes is shorter than the region ({len} bytes)"
-            )));
+        let map_len = match source {
+            Source::Memfd(_, m) => m as u64,
+            Source::Share(h) => self
+                .get(client, h)
+                .ok_or_else(|| RegError::BadRange(format!("no memory region {h} to share")))?
+                .map
+                .len() as u64,
+        };
+        let base = usize::try_from(offset).ok();
+        match (base, offset.checked_add(len)) {
+            (Some(_), Some(end)) if end <= map_len => {}
+            _ => {
+                return Err(RegError::BadRange(format!(
+                    "mapping of {map_len} bytes is shorter than the region ({len} bytes at \
+                     offset {offset})"
+                )))
+            }
         }
+        let base = base.unwrap_or(0);
         let lkey = self.fresh_key(0)?;
         let rkey = self.fresh_key(lkey)?;
-        let map = verbs_api::os::map_peer_shm(fd, map_len)
-            .map_err(|e| RegError::BadRange(format!("cannot map the region's memfd: {e}")))?;
+        let map = match source {
+            Source::Memfd(fd, m) => {
+                Arc::new(verbs_api::os::map_peer_shm(fd, m).map_err(|e| {
+                    RegError::BadRange(format!("cannot map the region's memfd: {e}"))
+                })?)
+            }
+            Source::Share(h) => match self.get(client, h) {
+                Some(r) => r.map.clone(),
+                None => return Err(RegError::BadRange(format!("no memory region {h}"))),
+            },
+        };
         let regions = &self.regions;
         let handle = self
             .handles
@@ -264,6 +319,7 @@ impl MrTable {
                 client,
                 pd,
                 map,
+                base,
                 iova,
                 len,
                 access,
@@ -494,6 +550,68 @@ mod tests {
             t.check_remote(10, rkey, IOVA + 1, u64::MAX, Access::REMOTE_READ),
             Err(MemError::OutOfRange)
         );
+    }
+
+    /// Windows (`ibv_reg_mr` of unaligned buffers sharing pages): each is bounded to
+    /// exactly its bytes at its offset in the one mapping, and outlives the region
+    /// whose memfd was mapped.
+    #[test]
+    fn windows_share_one_mapping_with_exact_bounds() {
+        let fd = verbs_api::os::memfd("mr", 8192).unwrap();
+        let view = verbs_api::os::map_shared(fd.as_fd(), 8192).unwrap();
+        let mut t = MrTable::new();
+        let (h1, _, r1) = t
+            .register_window(
+                1,
+                10,
+                Source::Memfd(fd.as_fd(), 8192),
+                100,
+                64,
+                0xF,
+                IOVA + 100,
+            )
+            .unwrap();
+        // The same memfd cannot be mapped again (sealed); a window shares the mapping.
+        assert!(t
+            .register_window(1, 10, Source::Memfd(fd.as_fd(), 8192), 0, 64, 0xF, IOVA)
+            .is_err());
+        let (_, _, r2) = t
+            .register_window(1, 10, Source::Share(h1), 4100, 10, 0xF, IOVA + 4100)
+            .unwrap();
+        assert!(
+            t.register_window(2, 10, Source::Share(h1), 0, 8, 0xF, IOVA)
+                .is_err(),
+            "another client's region"
+        );
+        assert!(
+            t.register_window(1, 10, Source::Share(h1), 8190, 8, 0xF, IOVA)
+                .is_err(),
+            "past the mapping"
+        );
+        assert_eq!(
+            t.write_remote(10, r1, IOVA + 99, b"x"),
+            Err(MemError::OutOfRange)
+        );
+        assert_eq!(
+            t.write_remote(10, r1, IOVA + 101, &[0u8; 64]),
+            Err(MemError::OutOfRange)
+        );
+        t.write_remote(10, r1, IOVA + 100, b"first").unwrap();
+        t.deregister(1, h1).unwrap();
+        assert_eq!(
+            t.write_remote(10, r2, IOVA + 4100, &[0u8; 11]),
+            Err(MemError::OutOfRange)
+        );
+        t.write_remote(10, r2, IOVA + 4100, b"second").unwrap();
+        let mut got = [0u8; 6];
+        // SAFETY: reads inside the test's own 8192-byte mapping.
+        unsafe {
+            std::ptr::copy_nonoverlapping(view.as_ptr().add(4100), got.as_mut_ptr(), 6);
+        }
+        assert_eq!(&got, b"second");
+        // SAFETY: as above.
+        unsafe { std::ptr::copy_nonoverlapping(view.as_ptr().add(100), got.as_mut_ptr(), 5) };
+        assert_eq!(&got[..5], b"first");
     }
 
     #[test]

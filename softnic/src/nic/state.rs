@@ -32,7 +32,7 @@ use super::counters::NicCounters;
 use super::cq::CompletionQueue;
 use super::gid;
 use super::handles::HandleAlloc;
-use super::memory::{KeyMap, MrTable, RegError, MAX_MR_SIZE};
+use super::memory::{KeyMap, MrTable, RegError, Source, MAX_MR_SIZE};
 use super::quota::{Kind, Limits, QuotaError, Quotas};
 use super::rings::QpEntry;
 use super::secret;
@@ -336,6 +336,7 @@ impl Nic {
         let want_fds = matches!(
             req,
             Request::RegMr { .. }
+                | Request::RegMrWindow { share: None, .. }
                 | Request::CreateCq { .. }
                 | Request::CreateQp { .. }
                 | Request::CreateSrq { .. }
@@ -375,7 +376,23 @@ impl Nic {
                 len,
                 access,
                 iova,
-            } => self.reg_mr(client, pd, len, access, iova, fds, counters),
+            } => self.reg_mr(client, pd, len, access, (iova, 0, None), fds, counters),
+            Request::RegMrWindow {
+                pd,
+                len,
+                access,
+                iova,
+                offset,
+                share,
+            } => self.reg_mr(
+                client,
+                pd,
+                len,
+                access,
+                (iova, offset, share),
+                fds,
+                counters,
+            ),
             Request::DeregMr { mr } => {
                 if self.dereg_mr(client, mr) {
                     ok(Reply::Done)
@@ -538,6 +555,8 @@ impl Nic {
         }
     }
 
+    /// `RegMr` and `RegMrWindow`: `at` is (iova, offset in the mapping, MR whose
+    /// mapping to share — `None` when the memfd comes in `fds`).
     #[allow(clippy::too_many_arguments)]
     fn reg_mr(
         &mut self,
@@ -545,25 +564,25 @@ impl Nic {
         pd: Handle,
         len: u64,
         access: u32,
-        iova: u64,
+        at: (u64, u64, Option<Handle>),
         fds: Vec<OwnedFd>,
         counters: &mut NicCounters,
     ) -> Answer {
+        let (iova, offset, share) = at;
         if let Err(a) = self.pd_of(client, pd) {
             return *a;
         }
-        let Some(fd) = fds.first() else {
-            return err(ErrorCode::Protocol, "RegMr needs the region's memfd");
-        };
-        let map_len = match usize::try_from(len)
-            .ok()
+        let fd = fds.first();
+        let map_len = match offset
+            .checked_add(len)
+            .and_then(|l| usize::try_from(l).ok())
             .and_then(|l| layout::mr_segment_len(l).ok())
         {
             Some(m) => m,
             None => {
                 return err(
                     ErrorCode::InvalidArgument,
-                    format!("region length {len} too large"),
+                    format!("region length {len} at offset {offset} too large"),
                 )
             }
         };
@@ -574,27 +593,29 @@ impl Nic {
                 format!("region length {len} exceeds the largest region ({MAX_MR_SIZE} bytes)"),
             );
         }
-        // The quota before the memfd: a refused request costs no fstat and no mmap.
+        // The quota before the memfd: a refused request costs no fstat and no mmap. A
+        // window onto a shared mapping is charged as if it mapped its pages itself.
         let uid = self.uid_of(client);
         let bytes = map_len as u64;
         if let Err(e) = self.quotas.take(uid, Kind::Mr, bytes) {
             return refuse(e, counters);
         }
-        let registered = match verbs_api::os::check_shm(fd.as_fd(), map_len) {
-            Err(e) => Err(err(
-                ErrorCode::InvalidArgument,
-                format!("region memfd: {e}"),
-            )),
-            Ok(()) => self
-                .mrs
-                .register(client, pd, fd.as_fd(), map_len, len, access, iova)
-                .map_err(|e| match e {
-                    RegError::NoKey(_) | RegError::NoHandle => {
-                        err(ErrorCode::Internal, e.to_string())
-                    }
-                    _ => err(ErrorCode::InvalidArgument, e.to_string()),
-                }),
+        let source = match (share, fd) {
+            (Some(h), _) => Ok(Source::Share(h)),
+            (None, Some(fd)) => verbs_api::os::check_shm(fd.as_fd(), map_len)
+                .map(|()| Source::Memfd(fd.as_fd(), map_len))
+                .map_err(|e| RegError::BadRange(format!("region memfd: {e}"))),
+            (None, None) => Err(RegError::BadRange("RegMr needs the region's memfd".into())),
         };
+        let registered = source
+            .and_then(|src| {
+                self.mrs
+                    .register_window(client, pd, src, offset, len, access, iova)
+            })
+            .map_err(|e| match e {
+                RegError::NoKey(_) | RegError::NoHandle => err(ErrorCode::Internal, e.to_string()),
+                _ => err(ErrorCode::InvalidArgument, e.to_string()),
+            });
         match registered {
             Ok((mr, lkey, rkey)) => {
                 self.pd_use(pd, true);
@@ -993,6 +1014,7 @@ pub fn request_name(r: &Request) -> &'static str {
         Request::AllocPd => "AllocPd",
         Request::DeallocPd { .. } => "DeallocPd",
         Request::RegMr { .. } => "RegMr",
+        Request::RegMrWindow { .. } => "RegMrWindow",
         Request::DeregMr { .. } => "DeregMr",
         Request::CreateCq { .. } => "CreateCq",
         Request::DestroyCq { .. } => "DestroyCq",

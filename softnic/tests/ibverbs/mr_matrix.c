@@ -75,6 +75,26 @@ static void send_into(const char *name, unsigned char *buf, struct ibv_mr *mr, i
 		check(buf[i] == fill, name, "the SEND did not land in the program's buffer");
 }
 
+/* RDMA WRITE `len` bytes of `fill` from x to y's `buf` under `mr`'s rkey; the
+ * completion status on x (-1 if none came). */
+static int write_into(unsigned char *buf, struct ibv_mr *mr, size_t len, int fill)
+{
+	memset(x.buf, fill, len);
+	struct ibv_sge ss = { (uintptr_t)x.buf, (uint32_t)len, x.mr->lkey };
+	struct ibv_send_wr w = { .wr_id = ++seq, .sg_list = &ss, .num_sge = 1,
+				 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED },
+			   *bw;
+	w.wr.rdma.remote_addr = (uintptr_t)buf;
+	w.wr.rdma.rkey = mr->rkey;
+	if (ibv_post_send(x.qp, &w, &bw))
+		return -1;
+	struct ibv_wc wc;
+	for (long spins = 0; spins < 2000000000L; spins++)
+		if (ibv_poll_cq(x.cq, 1, &wc) == 1)
+			return wc.status;
+	return -1;
+}
+
 static int all(const unsigned char *p, size_t n, int v)
 {
 	for (size_t i = 0; i < n; i++)
@@ -200,9 +220,12 @@ int main(int argc, char **argv)
 	one("mmap anonymous 64 KiB", m + PAGE, 16 * PAGE, PAGE, PAGE, 1);
 	/* Not page-aligned: malloc in the middle of the heap, a struct field. */
 	unsigned char *u = malloc(1000);
-	one("malloc unaligned (1000 B)", u + 16, 900, 16, 84, 0);
+	one("malloc unaligned (1000 B)", u + 16, 900, 16, 84, 1);
 	struct with_field *sf = malloc(sizeof *sf);
-	one("struct field", (unsigned char *)sf->field, sizeof sf->field, 24, 24, 0);
+	one("struct field", (unsigned char *)sf->field, sizeof sf->field, 24, 24, 1);
+	unsigned char *sub = memalign(PAGE, 2 * PAGE);
+	one("sub-page in the middle of a page", sub + 1000, 100, 1000, PAGE - 1100, 1);
+	one("unaligned across a page boundary", sub + PAGE - 50, 100, PAGE - 50, PAGE - 50, 1);
 	/* The stack. */
 	unsigned char stack[3 * PAGE];
 	unsigned char *sp = (unsigned char *)(((uintptr_t)stack + PAGE - 1) & ~(uintptr_t)(PAGE - 1));
@@ -245,28 +268,47 @@ int main(int argc, char **argv)
 	check(all(r2, 2 * PAGE, 0x33), "re-malloc", "reused memory does not hold its bytes");
 	one("re-malloc after free", r2, 2 * PAGE, 0, 0, 1);
 
-	/* Overlapping and repeated registrations: refused while the first is live (the
-	 * NIC maps a region's memfd once), accepted again after it is deregistered. */
+	/* Several live MRs on the same pages (rping registers two struct fields; the same
+	 * buffer twice; nested and overlapping ranges): windows onto the pages converted
+	 * by the first, each with its own keys and exact bounds. A range that runs past
+	 * the converted pages while they are live is EOPNOTSUPP. */
 	unsigned char *o = memalign(PAGE, 3 * PAGE);
 	memset(o, 0x5A, 3 * PAGE);
-	struct ibv_mr *m1 = ibv_reg_mr(y.pd, o, 2 * PAGE, ACCESS);
-	check(m1 != NULL, "overlap", "first registration");
+	struct ibv_mr *m1 = ibv_reg_mr(y.pd, o + 100, 200, ACCESS);
+	struct ibv_mr *m2 = ibv_reg_mr(y.pd, o + 400, 64, ACCESS);
+	struct ibv_mr *m3 = ibv_reg_mr(y.pd, o + 100, 200, ACCESS);
+	struct ibv_mr *m4 = ibv_reg_mr(y.pd, o + 150, 300, ACCESS);
+	check(m1 && m2 && m3 && m4, "shared pages", "two on one page / same twice / overlapping");
+	check(m1->lkey != m3->lkey && m1->rkey != m3->rkey, "same buffer twice", "distinct keys");
 	errno = 0;
-	check(!ibv_reg_mr(y.pd, o, 2 * PAGE, ACCESS) && errno == EOPNOTSUPP, "repeated",
-	      "the same buffer again while registered is EOPNOTSUPP");
-	errno = 0;
-	check(!ibv_reg_mr(y.pd, o + PAGE, 2 * PAGE, ACCESS) && errno == EOPNOTSUPP, "overlap",
-	      "an overlapping range is EOPNOTSUPP");
-	send_into("overlap (the first MR still works)", o, m1, 0x44);
-	check(ibv_dereg_mr(m1) == 0, "repeated", "dereg first");
-	struct ibv_mr *m2 = ibv_reg_mr(y.pd, o + PAGE, 2 * PAGE, ACCESS);
-	check(m2 != NULL, "overlap", "the overlapping range after the first is gone");
-	send_into("overlap (second MR)", o + PAGE, m2, 0x45);
-	check(ibv_dereg_mr(m2) == 0, "overlap", "dereg");
-	check(all(o, MSG, 0x44) && all(o + MSG, PAGE - MSG, 0x5A) && all(o + PAGE, MSG, 0x45) &&
-		      all(o + PAGE + MSG, 2 * PAGE - MSG, 0x5A),
-	      "overlap", "bytes around the SENDs");
-	printf("case repeated / overlapping while live: refused (EOPNOTSUPP); after dereg: registered\n");
+	check(!ibv_reg_mr(y.pd, o + PAGE - 10, 100, ACCESS) && errno == EOPNOTSUPP, "extending",
+	      "a range past the live converted pages is EOPNOTSUPP");
+	check(all(o, 3 * PAGE, 0x5A), "shared pages", "registrations changed bytes");
+	send_into("shared pages: first", o + 100, m1, 0x41);
+	send_into("shared pages: second on the page", o + 400, m2, 0x42);
+	send_into("shared pages: same buffer again", o + 100, m3, 0x43);
+	send_into("shared pages: overlapping", o + 150, m4, 0x44);
+	check(write_into(o + 400, m2, MSG, 0x45) == IBV_WC_SUCCESS, "shared pages", "WRITE m2");
+	check(all(o, 100, 0x5A) && all(o + 100, 50, 0x43) && all(o + 150, 64, 0x44) &&
+		      all(o + 214, 186, 0x5A) && all(o + 400, 64, 0x45) &&
+		      all(o + 464, 3 * PAGE - 464, 0x5A),
+	      "shared pages", "bytes around the SENDs and the WRITE");
+	/* The first MR (whose memfd the NIC mapped) goes; the others keep working, and a
+	 * new window still shares the pages. */
+	check(ibv_dereg_mr(m1) == 0, "shared pages", "dereg first");
+	send_into("shared pages: second after the first's dereg", o + 400, m2, 0x46);
+	struct ibv_mr *m5 = ibv_reg_mr(y.pd, o + 2000, 64, ACCESS);
+	check(m5 != NULL, "shared pages", "a window after the first's dereg");
+	send_into("shared pages: window after the first's dereg", o + 2000, m5, 0x47);
+	check(ibv_dereg_mr(m2) == 0 && ibv_dereg_mr(m3) == 0 && ibv_dereg_mr(m4) == 0 &&
+		      ibv_dereg_mr(m5) == 0,
+	      "shared pages", "dereg");
+	check(all(o + 400, 64, 0x46) && all(o + 2000, 64, 0x47) && all(o + 2064, 100, 0x5A),
+	      "shared pages", "bytes after dereg");
+	/* All gone: the extending range converts afresh. */
+	one("extending range after the others' dereg", o + PAGE - 10, 100, 10, 100, 1);
+	printf("case two on one page / same buffer twice / overlapping / after the first's "
+	       "dereg: registered; extending past live pages: refused (EOPNOTSUPP)\n");
 
 	/* madvise(MADV_DONTNEED) on a registered buffer: the pages are shared memory now,
 	 * so they keep their bytes (no zero-fill) and stay the NIC's. */
@@ -280,6 +322,20 @@ int main(int argc, char **argv)
 	printf("case madvise(MADV_DONTNEED) on a registered buffer: bytes kept, NIC still writes it\n");
 
 	neighbour_thread();
+
+	/* Exact bounds: a WRITE one byte past a sub-page MR is refused by the NIC (remote
+	 * access error; the QP goes to error, so this is the last case) and the neighbour
+	 * keeps its bytes. */
+	unsigned char *e = memalign(PAGE, PAGE);
+	memset(e, 0x5A, PAGE);
+	struct ibv_mr *em = ibv_reg_mr(y.pd, e + 100, 64, ACCESS);
+	check(em != NULL, "bounds", "reg");
+	check(write_into(e + 100, em, 64, 0x61) == IBV_WC_SUCCESS, "bounds", "WRITE inside");
+	check(write_into(e + 101, em, 64, 0x62) == IBV_WC_REM_ACCESS_ERR, "bounds",
+	      "a WRITE one byte past the MR must be a remote access error");
+	check(all(e, 100, 0x5A) && all(e + 100, 64, 0x61) && all(e + 164, PAGE - 164, 0x5A),
+	      "bounds", "bytes outside the MR");
+	printf("case WRITE past a sub-page MR's end: remote access error, neighbours intact\n");
 	printf("ok\n");
 	return 0;
 }

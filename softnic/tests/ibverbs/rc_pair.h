@@ -63,7 +63,7 @@ static inline struct ibv_context *open_named(const char *name)
 static inline void rc_connect(struct ibv_qp *qp, struct ibv_qp *peer_qp, union ibv_gid peer_gid)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE };
+				 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE };
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 					     IBV_QP_ACCESS_FLAGS))
 		die("init");

@@ -1,38 +1,51 @@
 //! `ibv_reg_mr` of a program's own memory: the pages are remapped in place onto a memfd.
 //!
 //! The NIC is another process, so it can reach a buffer only through shared memory.
-//! This first mechanism (abi-facts §4 (a)) copies the buffer's pages into a fresh memfd
-//! and maps the memfd `MAP_SHARED | MAP_FIXED` over the same addresses: the program
-//! keeps its pointers and contents, and the NIC maps the same memfd. It is zero-copy
-//! from then on. Limits, each refused (never silently mishandled):
+//! This mechanism (abi-facts §4 (a)) copies the pages that hold the buffer into a
+//! fresh memfd and maps the memfd `MAP_SHARED | MAP_FIXED` over the same addresses: the
+//! program keeps its pointers and contents, and the NIC maps the same memfd. It is
+//! zero-copy from then on. What is supported, and what is refused (never silently
+//! mishandled):
 //!
-//! * `addr` must be page-aligned (what `memalign(page_size)` buffers of
-//!   `ibv_rc_pingpong` and perftest are): otherwise EOPNOTSUPP. The pages from `addr`
-//!   to the end of the last page are remapped, so a buffer that does not end on a page
-//!   boundary drags the rest of its last page along (heap neighbours keep their
-//!   contents; see the fork note).
+//! * Any start and length (struct fields, `malloc` buffers, sub-page buffers): the
+//!   containing page range — start rounded down, end rounded up — is converted, and the
+//!   MR is a window onto it at the buffer's offset. Its `addr`/`length` and keys cover
+//!   exactly the caller's bytes: the NIC checks every access against them, so the heap
+//!   neighbours that share the edge pages are unreachable through the MR.
+//! * Pages already converted by a live registration are not converted again (that
+//!   would detach the earlier MR from the program's memory): a registration that lies
+//!   inside them — the same buffer twice, two buffers on one page, nested or
+//!   overlapping buffers within those pages — is another window onto the same memfd,
+//!   which the NIC maps once and shares between the MRs ([`verbs_api::FdSource`]). The
+//!   table [`LIVE`] is the process's record of which page ranges are converted; a
+//!   range stays there while any MR on it lives.
+//! * A registration that *extends* a live converted range (starts inside it and ends
+//!   past it, e.g. a second heap buffer whose first page is the last page of a
+//!   registered one, but which runs on into pages never converted) is refused with
+//!   EOPNOTSUPP: its bytes would span two memfds, and a region is one mapping in the
+//!   NIC.
 //! * Only private anonymous memory (heap, `mmap(MAP_ANONYMOUS|MAP_PRIVATE)`) is
 //!   converted, per `/proc/self/maps`: remapping shared or file-backed memory would
 //!   silently un-share it from its other users, so SysV shm, `/dev/shm`, files,
-//!   hugetlbfs and the stack are refused with EOPNOTSUPP.
-//! * A range that overlaps a live registration is refused with EOPNOTSUPP (converting
-//!   it again would detach the earlier registration from the program's memory). Pages
-//!   of a registration since deregistered can be registered again.
-//! * Another thread writing those pages *during* `ibv_reg_mr` (a heap neighbour on the
-//!   last page) waits until the remap is done and its write lands in the shared page
+//!   hugetlbfs and the stack are refused with EOPNOTSUPP. Pages of a registration since
+//!   deregistered can be registered again (they move to a fresh memfd).
+//! * Another thread writing those pages *during* `ibv_reg_mr` (a heap neighbour on an
+//!   edge page) waits until the remap is done and its write lands in the shared page
 //!   ([`crate::write_fence`]: Linux has no atomic "make this range shared").
 //! * The converted pages are `MADV_DONTFORK`: a child after `fork()` has no mapping
 //!   there (it faults if it touches them) instead of sharing the parent's pages — what
 //!   rdma-core does after `ibv_fork_init()`, hence `ibv_is_fork_initialized()` =
-//!   ENABLED. The pages stay memfd-backed after `ibv_dereg_mr` (contents unchanged;
-//!   `MADV_DONTNEED` on them no longer zero-fills).
+//!   ENABLED. With unaligned buffers this includes the heap neighbours on the edge
+//!   pages. The pages stay memfd-backed after `ibv_dereg_mr` (contents unchanged;
+//!   `MADV_DONTNEED` on them no longer zero-fills); `free` and `malloc` reuse them as
+//!   before.
 
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
-use verbs_api::{AccessFlags, FdMemoryRegion};
+use verbs_api::{AccessFlags, FdMemoryRegion, FdSource};
 
 use crate::abi::*;
 use crate::errno;
@@ -47,15 +60,18 @@ const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 /// pyverbs' memory-window tests register with it before they find that out.
 const ACCESS_MW_BIND: u32 = 0x10;
 
-/// A live registration: its page-aligned range `[start, end)`, and its exact bytes.
+/// A live registration: the converted page range `[start, end)` it is a window onto
+/// (one memfd; every live MR on it names the same range), its exact bytes, its keys.
 struct Live {
     range: (usize, usize),
     addr: u64,
     len: usize,
     lkey: u32,
+    /// The NIC's handle, named when a later registration shares the memfd.
+    handle: u32,
 }
 
-/// Live registrations of this process.
+/// Live registrations of this process, hence its converted page ranges.
 static LIVE: Mutex<Vec<Live>> = Mutex::new(Vec::new());
 
 /// The lkey of a live registration holding `[addr, addr + len)`.
@@ -73,7 +89,6 @@ pub struct SoftnicMr {
     /// Public part.
     pub mr: ibv_mr,
     reg: FdMemoryRegion,
-    range: (usize, usize),
 }
 
 fn page_size() -> usize {
@@ -237,44 +252,70 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) ->
         return errno::null(libc::EINVAL);
     }
     let page = page_size();
-    let start = addr as usize;
-    if !start.is_multiple_of(page) {
-        return errno::null(libc::EOPNOTSUPP);
-    }
-    let Some(end) = start
+    let first = addr as usize;
+    let start = first & !(page - 1);
+    let Some(end) = first
         .checked_add(length)
         .and_then(|e| e.checked_add(page - 1))
         .map(|e| e & !(page - 1))
     else {
         return errno::null(libc::EINVAL);
     };
-    let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-    if live.iter().any(|m| m.range.0 < end && start < m.range.1) {
-        return errno::null(libc::EOPNOTSUPP);
-    }
-    if !private_anonymous(start, end) {
-        return errno::null(libc::EOPNOTSUPP);
-    }
-    // SAFETY: checked just above: private anonymous read-write memory.
-    let fd = match unsafe { remap_onto_memfd(start, end - start) } {
-        Ok(fd) => fd,
-        Err(e) => return errno::null(e),
-    };
     // SAFETY: caller contract.
     let p: &SoftnicPd = unsafe { softnic_pd(pd) };
-    let reg = match p.api.reg_fd(fd.as_fd(), start as u64, length, access) {
-        Ok(r) => r,
-        Err(e) => {
-            // SAFETY: the range was just remapped from fd.
-            unsafe { unremap(start, end - start, &fd) };
-            return errno::null(errno::of(&e));
+    let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let on_pages = live
+        .iter()
+        .find(|m| m.range.0 < end && start < m.range.1)
+        .map(|m| (m.range, m.handle));
+    let (range, registered) = match on_pages {
+        // Inside pages a live MR converted: another window onto its memfd.
+        Some((range, share)) if range.0 <= start && end <= range.1 => {
+            let offset = (first - range.0) as u64;
+            let r = p.api.reg_fd_window(
+                FdSource::Shared(share),
+                offset,
+                first as u64,
+                length,
+                access,
+            );
+            (range, r)
+        }
+        Some(_) => return errno::null(libc::EOPNOTSUPP),
+        None => {
+            if !private_anonymous(start, end) {
+                return errno::null(libc::EOPNOTSUPP);
+            }
+            // SAFETY: checked just above: private anonymous read-write memory.
+            let fd = match unsafe { remap_onto_memfd(start, end - start) } {
+                Ok(fd) => fd,
+                Err(e) => return errno::null(e),
+            };
+            let offset = (first - start) as u64;
+            let r = p.api.reg_fd_window(
+                FdSource::Memfd(fd.as_fd()),
+                offset,
+                first as u64,
+                length,
+                access,
+            );
+            if r.is_err() {
+                // SAFETY: the range was just remapped from fd.
+                unsafe { unremap(start, end - start, &fd) };
+            }
+            ((start, end), r)
         }
     };
+    let reg = match registered {
+        Ok(r) => r,
+        Err(e) => return errno::null(errno::of(&e)),
+    };
     live.push(Live {
-        range: (start, end),
-        addr: start as u64,
+        range,
+        addr: first as u64,
         len: length,
         lkey: reg.lkey(),
+        handle: reg.handle(),
     });
     p.users.fetch_add(1, Ordering::AcqRel);
     let b = Box::new(SoftnicMr {
@@ -289,7 +330,6 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) ->
             rkey: reg.rkey(),
         },
         reg,
-        range: (start, end),
     });
     Box::into_raw(b) as *mut ibv_mr
 }

@@ -19,6 +19,7 @@
 //! |--------------------|------------------------|------------------------|
 //! | `OpenDevice`       | –                      | wake eventfd (1)       |
 //! | `RegMr`            | region memfd (1)       | –                      |
+//! | `RegMrWindow`      | memfd (1), or none (`share`) | –                  |
 //! | `CreateCq`         | CQ segment memfd (1)   | CQ eventfd (1)         |
 //! | `CreateQp`         | QP segment memfd (1)   | –                      |
 //! | `CreateSrq`        | SRQ segment memfd (1)  | –                      |
@@ -221,6 +222,27 @@ pub enum Request {
         access: u32,
         /// Client virtual address of the region's first byte.
         iova: u64,
+    },
+    /// Registers `len` bytes at byte `offset` of a memfd mapping, addressed by the
+    /// client as `iova`: an MR that need not start on a page (`ibv_reg_mr` of a struct
+    /// field) and MRs that share pages. The mapping is the memfd sent with this frame
+    /// (size ≥ `offset + len`, sealed against shrinking) when `share` is `None`, else
+    /// the one a live MR `share` of the same client already maps (no fd sent): a memfd
+    /// can be mapped writable by the NIC only once (its seal), so several MRs on the
+    /// same pages share one mapping. Reply: [`Reply::Mr`].
+    RegMrWindow {
+        /// PD handle.
+        pd: Handle,
+        /// Region length in bytes.
+        len: u64,
+        /// `ibv_access_flags` bits.
+        access: u32,
+        /// Client virtual address of the region's first byte.
+        iova: u64,
+        /// Offset of the region's first byte in the mapping.
+        offset: u64,
+        /// A live MR whose mapping to reuse, or `None` when a memfd is sent.
+        share: Option<Handle>,
     },
     /// Reply: [`Reply::Done`].
     DeregMr {
