@@ -235,7 +235,7 @@ fn args(a: &[&str]) -> Vec<String> {
 fn rping_between_two_nics() {
     let (a, b) = nic_pair("cmstock-rping", 2);
     for (srv, cli) in [(&a, &b), (&b, &a)] {
-        for size in ["64", "65536"] {
+        for size in ["64", "65535"] {
             let (srv_ip, cli_ip) = (srv.addr.to_string(), cli.addr.to_string());
             let common = ["-a", &srv_ip, "-p", "7174", "-C", "10", "-S", size];
             let mut sa = args(&["-s"]);

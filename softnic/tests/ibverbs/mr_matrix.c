@@ -188,6 +188,9 @@ static void neighbour_thread(void)
 	       (unsigned long)gens, SLOTS, REGS);
 }
 
+/* A program's static data (.data / .bss: a private file mapping and anonymous pages). */
+static unsigned char static_buf[8 * 1024];
+
 struct with_field {
 	char head[24];
 	char field[200];
@@ -223,6 +226,7 @@ int main(int argc, char **argv)
 	one("malloc unaligned (1000 B)", u + 16, 900, 16, 84, 1);
 	struct with_field *sf = malloc(sizeof *sf);
 	one("struct field", (unsigned char *)sf->field, sizeof sf->field, 24, 24, 1);
+	one("static buffer (.bss)", static_buf + 1000, 300, 1000, 300, 1);
 	unsigned char *sub = memalign(PAGE, 2 * PAGE);
 	one("sub-page in the middle of a page", sub + 1000, 100, 1000, PAGE - 1100, 1);
 	one("unaligned across a page boundary", sub + PAGE - 50, 100, PAGE - 50, PAGE - 50, 1);

@@ -24,11 +24,13 @@
 //!   registered one, but which runs on into pages never converted) is refused with
 //!   EOPNOTSUPP: its bytes would span two memfds, and a region is one mapping in the
 //!   NIC.
-//! * Only private anonymous memory (heap, `mmap(MAP_ANONYMOUS|MAP_PRIVATE)`) is
-//!   converted, per `/proc/self/maps`: remapping shared or file-backed memory would
-//!   silently un-share it from its other users, so SysV shm, `/dev/shm`, files,
-//!   hugetlbfs and the stack are refused with EOPNOTSUPP. Pages of a registration since
-//!   deregistered can be registered again (they move to a fresh memfd).
+//! * Only private memory is converted, per `/proc/self/maps`: anonymous (heap,
+//!   `mmap(MAP_ANONYMOUS|MAP_PRIVATE)`) and private file mappings (a program's
+//!   `.data`/`.bss`, copy-on-write, so no one else sees them). Remapping shared memory
+//!   would silently un-share it from its other users, so SysV shm, `/dev/shm`, shared
+//!   file mappings, hugetlbfs and the stack (it grows down; never remapped) are refused
+//!   with EOPNOTSUPP. Pages of a registration since deregistered can be registered
+//!   again (they move to a fresh memfd).
 //! * Another thread writing those pages *during* `ibv_reg_mr` (a heap neighbour on an
 //!   edge page) waits until the remap is done and its write lands in the shared page
 //!   ([`crate::write_fence`]: Linux has no atomic "make this range shared").
@@ -101,9 +103,9 @@ fn page_size() -> usize {
     }
 }
 
-/// True when every byte of `[start, end)` lies in private anonymous read-write
-/// mappings (no path, or `[heap]`) or in pages this library converted earlier, per
-/// `/proc/self/maps`.
+/// True when every byte of `[start, end)` lies in private read-write mappings
+/// (anonymous, `[heap]`, or of a regular file) or in pages this library converted
+/// earlier, per `/proc/self/maps`.
 fn private_anonymous(start: usize, end: usize) -> bool {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
         return false;
@@ -127,7 +129,15 @@ fn private_anonymous(start: usize, end: usize) -> bool {
         if a > covered {
             return false; // a hole
         }
-        let anonymous = path.is_empty() || path == "[heap]";
+        // Private file mappings (a program's `.data`/`.bss`, where rdma_client keeps its
+        // static buffers) are copy-on-write: nobody else sees their pages, so moving
+        // them to a memfd un-shares nothing. Not hugetlbfs, devices or SysV shm.
+        let private_file = path.starts_with('/')
+            && !path.starts_with("/anon_hugepage")
+            && !path.starts_with("/dev/")
+            && !path.starts_with("/SYSV")
+            && !path.starts_with("/memfd:");
+        let anonymous = path.is_empty() || path == "[heap]" || private_file;
         // Pages this library converted before (a registration since deregistered):
         // converting them again only moves them to a fresh memfd.
         let ours = path.starts_with("/memfd:softnic-ibv-mr");
@@ -203,40 +213,50 @@ unsafe fn remap_onto_memfd(start: usize, len: usize) -> Result<OwnedFd, c_int> {
     Ok(fd)
 }
 
-/// Undoes [`remap_onto_memfd`] when the NIC refuses the registration: the range
-/// becomes private anonymous memory again, with the same bytes.
+/// Undoes [`remap_onto_memfd`] (when the NIC refuses the registration, or after the
+/// last MR on the pages is deregistered): the range becomes private anonymous memory
+/// again, with the same bytes, so `fork()` children, `MADV_DONTNEED` and heap
+/// neighbours behave as before registration. The bytes are copied to a fresh private
+/// mapping that `mremap` then moves over the range in one step, writers waiting
+/// meanwhile ([`crate::write_fence`]); readers see the same bytes throughout. On any
+/// failure the range keeps its memfd mapping, which still holds the program's bytes.
 ///
 /// # Safety
-/// `[start, start + len)` is mapped from `fd` by [`remap_onto_memfd`].
-unsafe fn unremap(start: usize, len: usize, fd: &OwnedFd) {
-    let rw = libc::PROT_READ | libc::PROT_WRITE;
-    // SAFETY: as in remap_onto_memfd, in reverse; on any failure the range keeps its
-    // memfd mapping, which still holds the program's bytes.
-    unsafe {
-        let tmp = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            rw,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-            0,
-        );
-        if tmp == libc::MAP_FAILED {
-            return;
+/// `[start, start + len)` is a range [`remap_onto_memfd`] converted, no longer
+/// registered with the NIC.
+unsafe fn privatise(start: usize, len: usize) {
+    let _ = crate::write_fence::fenced(start, len, || {
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: a fresh private mapping of len bytes; the copy reads the (read-only
+        // for now, still mapped) range; mremap moves the copy over exactly that range.
+        unsafe {
+            let tmp = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                rw,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if tmp == libc::MAP_FAILED {
+                return Err(last_errno());
+            }
+            std::ptr::copy_nonoverlapping(start as *const u8, tmp as *mut u8, len);
+            let moved = libc::mremap(
+                tmp,
+                len,
+                len,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                start as *mut c_void,
+            );
+            if moved == libc::MAP_FAILED {
+                let e = last_errno();
+                libc::munmap(tmp, len);
+                return Err(e);
+            }
         }
-        let anon = libc::mmap(
-            start as *mut c_void,
-            len,
-            rw,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-            -1,
-            0,
-        );
-        if anon != libc::MAP_FAILED {
-            std::ptr::copy_nonoverlapping(tmp as *const u8, start as *mut u8, len);
-        }
-        libc::munmap(tmp, len);
-    }
+        Ok(())
+    });
 }
 
 /// Registers `[addr, addr + length)` with iova = `addr`.
@@ -300,8 +320,8 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) ->
                 access,
             );
             if r.is_err() {
-                // SAFETY: the range was just remapped from fd.
-                unsafe { unremap(start, end - start, &fd) };
+                // SAFETY: the range was just converted; the NIC refused it.
+                unsafe { privatise(start, end - start) };
             }
             ((start, end), r)
         }
@@ -384,9 +404,16 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     unsafe { softnic_pd(b.mr.pd) }
         .users
         .fetch_sub(1, Ordering::AcqRel);
-    LIVE.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .retain(|m| m.lkey != b.mr.lkey);
-    drop(b);
+    let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(i) = live.iter().position(|m| m.lkey == b.mr.lkey) else {
+        drop(b);
+        return 0;
+    };
+    let range = live.swap_remove(i).range;
+    drop(b); // the NIC's DeregMr: it no longer touches these bytes through this MR
+    if !live.iter().any(|m| m.range == range) {
+        // SAFETY: converted by reg; the last MR on it is gone.
+        unsafe { privatise(range.0, range.1 - range.0) };
+    }
     0
 }

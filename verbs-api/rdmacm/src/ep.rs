@@ -57,6 +57,12 @@ pub unsafe extern "C" fn rdma_create_ep(
                 && id::rdma_resolve_route(cm, 2000) == 0
         }
     };
+    if !qp_init_attr.is_null() {
+        // As librdmacm: the QP type comes from the address info (rdma_client leaves
+        // its attributes' qp_type 0).
+        // SAFETY: writable attributes (caller contract).
+        unsafe { (*qp_init_attr).qp_type = r.ai_qp_type };
+    }
     let ok = ok
         && (qp_init_attr.is_null()
             || if r.ai_flags & RAI_PASSIVE != 0 {
