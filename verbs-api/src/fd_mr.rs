@@ -10,7 +10,7 @@
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
-use crate::abi::control::{Handle, Reply, Request};
+use crate::abi::control::{Handle, MrSegment, Reply, Request};
 use crate::error::{Error, Result};
 use crate::mr::AccessFlags;
 use crate::pd::{MrEntry, PdShared, ProtectionDomain};
@@ -56,32 +56,31 @@ impl ProtectionDomain {
         self.finish_fd_region(&req, &[fd], iova, len, access)
     }
 
-    /// Registers `len` bytes at byte `offset` of a memfd at client address `iova`: of
-    /// `fd` (mapped by the caller as for [`ProtectionDomain::reg_fd`]), or with
-    /// [`FdSource::Shared`] of the memfd an earlier live registration of this context
-    /// already gave the NIC (the NIC can map a memfd only once). Several registrations
-    /// can so cover the same pages, each bounded to exactly its own bytes.
+    /// Registers `len` bytes from byte `offset` of a mapping the NIC assembles from
+    /// `segments` at client address `iova` (see `Request::RegMrWindow`): pages of `fd`
+    /// (mapped by the caller as for [`ProtectionDomain::reg_fd`]) and pages that a
+    /// live registration of this context already gave the NIC (a memfd is mapped by
+    /// the NIC only once). Several registrations can so cover the same pages, each
+    /// bounded to exactly its own bytes.
     pub fn reg_fd_window(
         &self,
-        source: FdSource<'_>,
+        fd: Option<BorrowedFd<'_>>,
+        segments: Vec<MrSegment>,
         offset: u64,
         iova: u64,
         len: usize,
         access: AccessFlags,
     ) -> Result<FdMemoryRegion> {
         self.check_fd_region(iova, len, access)?;
-        let (share, fds) = match source {
-            FdSource::Memfd(fd) => (None, vec![fd]),
-            FdSource::Shared(h) => (Some(h), vec![]),
-        };
         let req = Request::RegMrWindow {
             pd: self.inner.handle,
             len: len as u64,
             access: access.0,
             iova,
             offset,
-            share,
+            segments,
         };
+        let fds: Vec<BorrowedFd<'_>> = fd.into_iter().collect();
         self.finish_fd_region(&req, &fds, iova, len, access)
     }
 
@@ -129,15 +128,6 @@ impl ProtectionDomain {
             pd: self.inner.clone(),
         })
     }
-}
-
-/// Where the bytes of [`ProtectionDomain::reg_fd_window`] live.
-#[derive(Debug, Clone, Copy)]
-pub enum FdSource<'a> {
-    /// A memfd the NIC has not mapped yet, sent with the request.
-    Memfd(BorrowedFd<'a>),
-    /// The memfd of this live registration ([`FdMemoryRegion::handle`]).
-    Shared(Handle),
 }
 
 impl FdMemoryRegion {

@@ -65,7 +65,7 @@ pub use abi::control::{AsyncEvent, SrqAttr};
 pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 pub use device::{Context, Device, DeviceAttributes};
 pub use error::{Error, PostError, Result};
-pub use fd_mr::{FdMemoryRegion, FdSource};
+pub use fd_mr::FdMemoryRegion;
 pub use gid::{Gid, ROCE_V2_PORT};
 pub use mr::{AccessFlags, MemoryRegion};
 pub use pd::ProtectionDomain;

@@ -38,10 +38,11 @@ use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use memmap2::MmapRaw;
 use softnic_transport::memory::{Access, AtomicOp, MemError, Memory};
+use verbs_api::abi::control::MrSegment;
 
 use super::handles::HandleAlloc;
+use super::mr_view::View;
 use super::secret::{self, DrawError};
 
 /// Largest region, bytes (a sanity bound on what one client can make the NIC map).
@@ -77,7 +78,7 @@ pub struct Region {
     pub pd: u32,
     /// The NIC's mapping of the client's memfd (at least `base + len` bytes), shared
     /// by every region registered as a window onto it.
-    map: Arc<MmapRaw>,
+    map: Arc<View>,
     /// Offset of byte 0 of the region in `map`.
     base: usize,
     /// Client virtual address of byte 0.
@@ -172,9 +173,9 @@ pub enum Source<'a> {
     /// A client memfd, mapped here for `map_len` bytes from its offset 0 (the caller
     /// checked the file is at least that long).
     Memfd(BorrowedFd<'a>, usize),
-    /// The mapping of the client's live region with this handle: a memfd is mapped
-    /// writable only once (its `F_SEAL_FUTURE_WRITE`), so MRs on the same pages share it.
-    Share(u32),
+    /// Pieces of the request's memfd (if sent) and of the client's live regions'
+    /// mappings ([`View::assemble`]): MRs on the same pages share them.
+    Pieces(Option<BorrowedFd<'a>>, &'a [MrSegment]),
 }
 
 /// The memory-region table.
@@ -274,38 +275,29 @@ impl MrTable {
                 "iova {iova:#x} + length {len} overflows 64 bits"
             )));
         }
-        let map_len = match source {
-            Source::Memfd(_, m) => m as u64,
-            Source::Share(h) => self
-                .get(client, h)
-                .ok_or_else(|| RegError::BadRange(format!("no memory region {h} to share")))?
-                .map
-                .len() as u64,
+        let lkey = self.fresh_key(0)?;
+        let rkey = self.fresh_key(lkey)?;
+        let map = match source {
+            Source::Memfd(fd, m) => verbs_api::os::map_peer_shm(fd, m)
+                .map(View::from_mmap)
+                .map_err(|e| RegError::BadRange(format!("cannot map the region's memfd: {e}")))?,
+            Source::Pieces(fd, segments) => {
+                View::assemble(fd, segments, |h| self.get(client, h).map(|r| &*r.map))?
+            }
         };
         let base = usize::try_from(offset).ok();
         match (base, offset.checked_add(len)) {
-            (Some(_), Some(end)) if end <= map_len => {}
+            (Some(_), Some(end)) if end <= map.len() as u64 => {}
             _ => {
                 return Err(RegError::BadRange(format!(
-                    "mapping of {map_len} bytes is shorter than the region ({len} bytes at \
-                     offset {offset})"
+                    "mapping of {} bytes is shorter than the region ({len} bytes at \
+                     offset {offset})",
+                    map.len()
                 )))
             }
         }
         let base = base.unwrap_or(0);
-        let lkey = self.fresh_key(0)?;
-        let rkey = self.fresh_key(lkey)?;
-        let map = match source {
-            Source::Memfd(fd, m) => {
-                Arc::new(verbs_api::os::map_peer_shm(fd, m).map_err(|e| {
-                    RegError::BadRange(format!("cannot map the region's memfd: {e}"))
-                })?)
-            }
-            Source::Share(h) => match self.get(client, h) {
-                Some(r) => r.map.clone(),
-                None => return Err(RegError::BadRange(format!("no memory region {h}"))),
-            },
-        };
+        let map = Arc::new(map);
         let regions = &self.regions;
         let handle = self
             .handles
@@ -468,6 +460,7 @@ impl Memory for MrTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use memmap2::MmapRaw;
     use std::os::fd::AsFd;
 
     fn table_with(access: u32, len: u64) -> (MrTable, u32, u32, u32, MmapRaw) {
@@ -553,40 +546,74 @@ mod tests {
     }
 
     /// Windows (`ibv_reg_mr` of unaligned buffers sharing pages): each is bounded to
-    /// exactly its bytes at its offset in the one mapping, and outlives the region
-    /// whose memfd was mapped.
+    /// exactly its bytes at its offset in its assembled mapping, shares pages with
+    /// the regions it names, and outlives them.
     #[test]
-    fn windows_share_one_mapping_with_exact_bounds() {
+    fn windows_share_pages_with_exact_bounds() {
+        let seg = |share, offset, len| MrSegment { share, offset, len };
         let fd = verbs_api::os::memfd("mr", 8192).unwrap();
         let view = verbs_api::os::map_shared(fd.as_fd(), 8192).unwrap();
         let mut t = MrTable::new();
+        let s1 = [seg(None, 0, 8192)];
         let (h1, _, r1) = t
             .register_window(
                 1,
                 10,
-                Source::Memfd(fd.as_fd(), 8192),
+                Source::Pieces(Some(fd.as_fd()), &s1),
                 100,
                 64,
                 0xF,
                 IOVA + 100,
             )
             .unwrap();
-        // The same memfd cannot be mapped again (sealed); a window shares the mapping.
+        // The same memfd cannot be mapped again (sealed); a window shares the pages.
         assert!(t
-            .register_window(1, 10, Source::Memfd(fd.as_fd(), 8192), 0, 64, 0xF, IOVA)
+            .register_window(
+                1,
+                10,
+                Source::Pieces(Some(fd.as_fd()), &s1),
+                0,
+                64,
+                0xF,
+                IOVA
+            )
             .is_err());
+        // Pages 1 of the first region, then a new memfd's page: one contiguous region.
+        let fd2 = verbs_api::os::memfd("mr2", 4096).unwrap();
+        let view2 = verbs_api::os::map_shared(fd2.as_fd(), 4096).unwrap();
+        let s2 = [seg(Some(h1), 4096, 4096), seg(None, 0, 4096)];
         let (_, _, r2) = t
-            .register_window(1, 10, Source::Share(h1), 4100, 10, 0xF, IOVA + 4100)
+            .register_window(
+                1,
+                10,
+                Source::Pieces(Some(fd2.as_fd()), &s2),
+                4,
+                4096,
+                0xF,
+                IOVA + 4100,
+            )
             .unwrap();
+        for bad in [
+            [seg(Some(h1), 0, 12288)],
+            [seg(Some(h1), 100, 4096)],
+            [seg(Some(99), 0, 4096)],
+        ] {
+            assert!(t
+                .register_window(1, 10, Source::Pieces(None, &bad), 0, 8, 0xF, IOVA)
+                .is_err());
+        }
         assert!(
-            t.register_window(2, 10, Source::Share(h1), 0, 8, 0xF, IOVA)
-                .is_err(),
+            t.register_window(
+                2,
+                10,
+                Source::Pieces(None, &[seg(Some(h1), 0, 4096)]),
+                0,
+                8,
+                0xF,
+                IOVA
+            )
+            .is_err(),
             "another client's region"
-        );
-        assert!(
-            t.register_window(1, 10, Source::Share(h1), 8190, 8, 0xF, IOVA)
-                .is_err(),
-            "past the mapping"
         );
         assert_eq!(
             t.write_remote(10, r1, IOVA + 99, b"x"),
@@ -599,19 +626,21 @@ mod tests {
         t.write_remote(10, r1, IOVA + 100, b"first").unwrap();
         t.deregister(1, h1).unwrap();
         assert_eq!(
-            t.write_remote(10, r2, IOVA + 4100, &[0u8; 11]),
+            t.write_remote(10, r2, IOVA + 4100, &[0u8; 4097]),
             Err(MemError::OutOfRange)
         );
-        t.write_remote(10, r2, IOVA + 4100, b"second").unwrap();
-        let mut got = [0u8; 6];
-        // SAFETY: reads inside the test's own 8192-byte mapping.
-        unsafe {
-            std::ptr::copy_nonoverlapping(view.as_ptr().add(4100), got.as_mut_ptr(), 6);
-        }
-        assert_eq!(&got, b"second");
-        // SAFETY: as above.
-        unsafe { std::ptr::copy_nonoverlapping(view.as_ptr().add(100), got.as_mut_ptr(), 5) };
-        assert_eq!(&got[..5], b"first");
+        // Across the boundary of the two memfds: 4092 bytes into the first's page 1,
+        // 4 into the second memfd.
+        t.write_remote(10, r2, IOVA + 8188, b"12345678").unwrap();
+        let read = |v: &MmapRaw, at: usize, n: usize| {
+            let mut got = vec![0u8; n];
+            // SAFETY: reads inside the test's own mappings.
+            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr().add(at), got.as_mut_ptr(), n) };
+            got
+        };
+        assert_eq!(read(&view, 8188, 4), b"1234");
+        assert_eq!(read(&view2, 0, 4), b"5678");
+        assert_eq!(read(&view, 100, 5), b"first");
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod fault;
 pub mod gid;
 pub mod handles;
 pub mod memory;
+pub mod mr_view;
 pub mod pcap;
 pub mod quota;
 pub mod rings;

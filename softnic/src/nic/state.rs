@@ -22,7 +22,8 @@ use softnic_transport::memory::Access;
 use softnic_transport::qp::{self as tqp, Qp, QpCounters};
 use softnic_transport::time::Instant;
 use verbs_api::abi::control::{
-    DeviceAttr, ErrorCode, Handle, QpAttr, QpCaps, QpState, QpType, Reply, Request, Response,
+    DeviceAttr, ErrorCode, Handle, MrSegment, QpAttr, QpCaps, QpState, QpType, Reply, Request,
+    Response,
 };
 use verbs_api::abi::{
     layout, QpLayout, RecvWqe, Ring, SendWqe, ABI_VERSION, MAX_INLINE, MAX_RING_ENTRIES, MAX_SGE,
@@ -336,20 +337,26 @@ impl Nic {
         let want_fds = matches!(
             req,
             Request::RegMr { .. }
-                | Request::RegMrWindow { share: None, .. }
                 | Request::CreateCq { .. }
                 | Request::CreateQp { .. }
                 | Request::CreateSrq { .. }
                 | Request::Cm(verbs_api::abi::control::cm::CmRequest::AttachChannel)
         );
-        if fds.len() != usize::from(want_fds) {
+        let want = match &req {
+            // One memfd when a segment names it, none when every page is shared.
+            Request::RegMrWindow { segments, .. } => {
+                usize::from(segments.iter().any(|s| s.share.is_none()))
+            }
+            _ => usize::from(want_fds),
+        };
+        if fds.len() != want {
             return err(
                 ErrorCode::Protocol,
                 format!(
                     "request {} carries {} descriptors, expected {}",
                     request_name(&req),
                     fds.len(),
-                    usize::from(want_fds)
+                    want
                 ),
             );
         }
@@ -383,13 +390,13 @@ impl Nic {
                 access,
                 iova,
                 offset,
-                share,
+                segments,
             } => self.reg_mr(
                 client,
                 pd,
                 len,
                 access,
-                (iova, offset, share),
+                (iova, offset, Some(segments)),
                 fds,
                 counters,
             ),
@@ -555,8 +562,8 @@ impl Nic {
         }
     }
 
-    /// `RegMr` and `RegMrWindow`: `at` is (iova, offset in the mapping, MR whose
-    /// mapping to share — `None` when the memfd comes in `fds`).
+    /// `RegMr` and `RegMrWindow`: `at` is (iova, offset in the mapping, the
+    /// window's segments — `None` for `RegMr`: the memfd in `fds` from offset 0).
     #[allow(clippy::too_many_arguments)]
     fn reg_mr(
         &mut self,
@@ -564,20 +571,27 @@ impl Nic {
         pd: Handle,
         len: u64,
         access: u32,
-        at: (u64, u64, Option<Handle>),
+        at: (u64, u64, Option<Vec<MrSegment>>),
         fds: Vec<OwnedFd>,
         counters: &mut NicCounters,
     ) -> Answer {
-        let (iova, offset, share) = at;
+        let (iova, offset, segments) = at;
         if let Err(a) = self.pd_of(client, pd) {
             return *a;
         }
         let fd = fds.first();
-        let map_len = match offset
-            .checked_add(len)
-            .and_then(|l| usize::try_from(l).ok())
-            .and_then(|l| layout::mr_segment_len(l).ok())
-        {
+        // A window is charged for the pages it maps (shared ones too, as if it mapped
+        // them itself); a plain region for its memfd's pages from offset 0.
+        let pages = match &segments {
+            Some(segs) => segs
+                .iter()
+                .try_fold(0u64, |a, s| a.checked_add(s.len))
+                .and_then(|l| usize::try_from(l).ok()),
+            None => offset
+                .checked_add(len)
+                .and_then(|l| usize::try_from(l).ok()),
+        };
+        let map_len = match pages.and_then(|l| layout::mr_segment_len(l).ok()) {
             Some(m) => m,
             None => {
                 return err(
@@ -600,8 +614,8 @@ impl Nic {
         if let Err(e) = self.quotas.take(uid, Kind::Mr, bytes) {
             return refuse(e, counters);
         }
-        let source = match (share, fd) {
-            (Some(h), _) => Ok(Source::Share(h)),
+        let source = match (&segments, fd) {
+            (Some(segs), fd) => Ok(Source::Pieces(fd.map(|f| f.as_fd()), segs)),
             (None, Some(fd)) => verbs_api::os::check_shm(fd.as_fd(), map_len)
                 .map(|()| Source::Memfd(fd.as_fd(), map_len))
                 .map_err(|e| RegError::BadRange(format!("region memfd: {e}"))),

@@ -47,7 +47,8 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
-use verbs_api::{AccessFlags, FdMemoryRegion, FdSource};
+use verbs_api::abi::control::{MrSegment, MAX_MR_SEGMENTS};
+use verbs_api::{AccessFlags, FdMemoryRegion};
 
 use crate::abi::*;
 use crate::errno;
@@ -106,7 +107,7 @@ fn page_size() -> usize {
 /// True when every byte of `[start, end)` lies in private read-write mappings
 /// (anonymous, `[heap]`, or of a regular file) or in pages this library converted
 /// earlier, per `/proc/self/maps`.
-fn private_anonymous(start: usize, end: usize) -> bool {
+fn private_memory(start: usize, end: usize) -> bool {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
         return false;
     };
@@ -154,59 +155,72 @@ fn private_anonymous(start: usize, end: usize) -> bool {
     false
 }
 
-/// Copies `[start, start + len)` into a new memfd (verbs-api's: sealed against
-/// shrinking, as the NIC requires) and maps it over the same range, with writers from
-/// other threads held off meanwhile ([`crate::write_fence`]). The copy is a
-/// `pwrite` from the range itself: the kernel fills the memfd's pages directly, about
-/// ten times faster here than faulting them in through a second mapping.
+/// Copies each gap `[a, b)` (client addresses, page-aligned, in order) into a new
+/// memfd, one after the other, and maps the memfd's part over each gap, with writers
+/// from other threads held off meanwhile across the whole `[start, end)`
+/// ([`crate::write_fence`]). verbs-api's memfd is sealed against shrinking, as the NIC
+/// requires. The copy is a `pwrite` from the range itself: the kernel fills the
+/// memfd's pages directly, about ten times faster here than faulting them in through
+/// a second mapping.
 ///
 /// # Safety
-/// The range is mapped private anonymous read-write memory of this process.
-unsafe fn remap_onto_memfd(start: usize, len: usize) -> Result<OwnedFd, c_int> {
-    let fd = verbs_api::os::memfd("softnic-ibv-mr", len)
+/// Every gap is mapped private read-write memory of this process inside
+/// `[start, end)`.
+unsafe fn remap_onto_memfd(
+    start: usize,
+    end: usize,
+    gaps: &[(usize, usize)],
+) -> Result<OwnedFd, c_int> {
+    let total: usize = gaps.iter().map(|(a, b)| b - a).sum();
+    let fd = verbs_api::os::memfd("softnic-ibv-mr", total)
         .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?;
     let raw = fd.as_raw_fd();
     // Other threads' writes to these pages wait until the remap is done (write_fence).
-    crate::write_fence::fenced(start, len, || {
-        let mut done = 0usize;
-        while done < len {
-            // SAFETY: reads [start + done, start + len) of the caller's mapped range.
-            let n = unsafe {
-                libc::pwrite(
-                    raw,
-                    (start + done) as *const c_void,
-                    len - done,
-                    done as libc::off_t,
-                )
-            };
-            if n < 0 {
-                let e = last_errno();
-                if e == libc::EINTR {
-                    continue;
+    crate::write_fence::fenced(start, end - start, || {
+        let mut file_off = 0usize;
+        for &(a, b) in gaps {
+            let len = b - a;
+            let mut done = 0usize;
+            while done < len {
+                // SAFETY: reads [a + done, b) of the caller's mapped gap.
+                let n = unsafe {
+                    libc::pwrite(
+                        raw,
+                        (a + done) as *const c_void,
+                        len - done,
+                        (file_off + done) as libc::off_t,
+                    )
+                };
+                if n < 0 {
+                    let e = last_errno();
+                    if e == libc::EINTR {
+                        continue;
+                    }
+                    return Err(e);
                 }
-                return Err(e);
+                if n == 0 {
+                    return Err(libc::EIO);
+                }
+                done += n as usize;
             }
-            if n == 0 {
-                return Err(libc::EIO);
+            let rw = libc::PROT_READ | libc::PROT_WRITE;
+            // SAFETY: MAP_FIXED replaces exactly the gap (private memory, checked by the
+            // caller) with a mapping that holds the same bytes.
+            unsafe {
+                let fixed = libc::mmap(
+                    a as *mut c_void,
+                    len,
+                    rw,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    raw,
+                    file_off as libc::off_t,
+                );
+                if fixed == libc::MAP_FAILED {
+                    return Err(last_errno());
+                }
+                libc::madvise(a as *mut c_void, len, libc::MADV_DONTFORK);
             }
-            done += n as usize;
-        }
-        let rw = libc::PROT_READ | libc::PROT_WRITE;
-        // SAFETY: MAP_FIXED replaces exactly the caller's range (private anonymous, checked
-        // by the caller) with a mapping that holds the same bytes.
-        unsafe {
-            let fixed = libc::mmap(
-                start as *mut c_void,
-                len,
-                rw,
-                libc::MAP_SHARED | libc::MAP_FIXED,
-                raw,
-                0,
-            );
-            if fixed == libc::MAP_FAILED {
-                return Err(last_errno());
-            }
-            libc::madvise(start as *mut c_void, len, libc::MADV_DONTFORK);
+            file_off += len;
         }
         Ok(())
     })?;
@@ -284,48 +298,62 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) ->
     // SAFETY: caller contract.
     let p: &SoftnicPd = unsafe { softnic_pd(pd) };
     let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-    let on_pages = live
-        .iter()
-        .find(|m| m.range.0 < end && start < m.range.1)
-        .map(|m| (m.range, m.handle));
-    let (range, registered) = match on_pages {
-        // Inside pages a live MR converted: another window onto its memfd.
-        Some((range, share)) if range.0 <= start && end <= range.1 => {
-            let offset = (first - range.0) as u64;
-            let r = p.api.reg_fd_window(
-                FdSource::Shared(share),
-                offset,
-                first as u64,
-                length,
-                access,
-            );
-            (range, r)
+    // The pages as runs: those a live MR's mapping holds are shared from it, the rest
+    // (gaps) are converted now into one new memfd.
+    let mut segments = Vec::new();
+    let mut gaps = Vec::new();
+    let mut gap_bytes = 0usize;
+    let mut a = start;
+    while a < end {
+        if let Some(m) = live.iter().find(|m| m.range.0 <= a && a < m.range.1) {
+            let b = m.range.1.min(end);
+            segments.push(MrSegment {
+                share: Some(m.handle),
+                offset: (a - m.range.0) as u64,
+                len: (b - a) as u64,
+            });
+            a = b;
+        } else {
+            let next = live.iter().map(|m| m.range.0).filter(|&s| s > a).min();
+            let b = next.unwrap_or(end).min(end);
+            segments.push(MrSegment {
+                share: None,
+                offset: gap_bytes as u64,
+                len: (b - a) as u64,
+            });
+            gaps.push((a, b));
+            gap_bytes += b - a;
+            a = b;
         }
-        Some(_) => return errno::null(libc::EOPNOTSUPP),
-        None => {
-            if !private_anonymous(start, end) {
-                return errno::null(libc::EOPNOTSUPP);
-            }
-            // SAFETY: checked just above: private anonymous read-write memory.
-            let fd = match unsafe { remap_onto_memfd(start, end - start) } {
-                Ok(fd) => fd,
-                Err(e) => return errno::null(e),
-            };
-            let offset = (first - start) as u64;
-            let r = p.api.reg_fd_window(
-                FdSource::Memfd(fd.as_fd()),
-                offset,
-                first as u64,
-                length,
-                access,
-            );
-            if r.is_err() {
-                // SAFETY: the range was just converted; the NIC refused it.
-                unsafe { privatise(start, end - start) };
-            }
-            ((start, end), r)
+    }
+    if segments.len() > MAX_MR_SEGMENTS || !gaps.iter().all(|&(a, b)| private_memory(a, b)) {
+        return errno::null(libc::EOPNOTSUPP);
+    }
+    let fd = if gaps.is_empty() {
+        None
+    } else {
+        // SAFETY: checked just above: private read-write memory.
+        match unsafe { remap_onto_memfd(start, end, &gaps) } {
+            Ok(fd) => Some(fd),
+            Err(e) => return errno::null(e),
         }
     };
+    let offset = (first - start) as u64;
+    let registered = p.api.reg_fd_window(
+        fd.as_ref().map(|f| f.as_fd()),
+        segments,
+        offset,
+        first as u64,
+        length,
+        access,
+    );
+    if registered.is_err() {
+        for &(a, b) in &gaps {
+            // SAFETY: converted just now; the NIC refused the registration.
+            unsafe { privatise(a, b - a) };
+        }
+    }
+    let range = (start, end);
     let reg = match registered {
         Ok(r) => r,
         Err(e) => return errno::null(errno::of(&e)),
@@ -411,9 +439,22 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     };
     let range = live.swap_remove(i).range;
     drop(b); // the NIC's DeregMr: it no longer touches these bytes through this MR
-    if !live.iter().any(|m| m.range == range) {
-        // SAFETY: converted by reg; the last MR on it is gone.
-        unsafe { privatise(range.0, range.1 - range.0) };
+             // Pages no other live MR holds become private again, run by run.
+    let page = page_size();
+    let held = |a: usize| live.iter().any(|m| m.range.0 <= a && a < m.range.1);
+    let mut a = range.0;
+    while a < range.1 {
+        if held(a) {
+            a += page;
+            continue;
+        }
+        let mut b = a + page;
+        while b < range.1 && !held(b) {
+            b += page;
+        }
+        // SAFETY: converted by reg; no live MR is left on [a, b).
+        unsafe { privatise(a, b - a) };
+        a = b;
     }
     0
 }

@@ -19,7 +19,7 @@
 //! |--------------------|------------------------|------------------------|
 //! | `OpenDevice`       | –                      | wake eventfd (1)       |
 //! | `RegMr`            | region memfd (1)       | –                      |
-//! | `RegMrWindow`      | memfd (1), or none (`share`) | –                  |
+//! | `RegMrWindow`      | memfd (1) if a segment has no `share`, else – | – |
 //! | `CreateCq`         | CQ segment memfd (1)   | CQ eventfd (1)         |
 //! | `CreateQp`         | QP segment memfd (1)   | –                      |
 //! | `CreateSrq`        | SRQ segment memfd (1)  | –                      |
@@ -189,6 +189,22 @@ pub struct DeviceAttr {
     pub max_msg_sz: u32,
 }
 
+/// Most pieces in one [`Request::RegMrWindow`].
+pub const MAX_MR_SEGMENTS: usize = 64;
+
+/// One piece of a [`Request::RegMrWindow`] mapping: `len` bytes (a multiple of 4096)
+/// from byte `offset` (a multiple of 4096) of the memfd sent with the request
+/// (`share: None`) or of the mapping of the client's live MR `share`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MrSegment {
+    /// The live MR whose mapping holds these pages, or `None` for the frame's memfd.
+    pub share: Option<Handle>,
+    /// Byte offset in that memfd or mapping.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
 /// Client → NIC.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
@@ -223,13 +239,13 @@ pub enum Request {
         /// Client virtual address of the region's first byte.
         iova: u64,
     },
-    /// Registers `len` bytes at byte `offset` of a memfd mapping, addressed by the
-    /// client as `iova`: an MR that need not start on a page (`ibv_reg_mr` of a struct
-    /// field) and MRs that share pages. The mapping is the memfd sent with this frame
-    /// (size ≥ `offset + len`, sealed against shrinking) when `share` is `None`, else
-    /// the one a live MR `share` of the same client already maps (no fd sent): a memfd
-    /// can be mapped writable by the NIC only once (its seal), so several MRs on the
-    /// same pages share one mapping. Reply: [`Reply::Mr`].
+    /// Registers `len` bytes from byte `offset` of a mapping the NIC assembles from
+    /// `segments`, in order, addressed by the client as `iova`: an MR that need not
+    /// start on a page (`ibv_reg_mr` of a struct field) and MRs that share pages. A
+    /// memfd can be mapped writable by the NIC only once (its seal), so pages that a
+    /// live MR already maps are named by that MR ([`MrSegment::share`]); new pages come
+    /// in the memfd sent with this frame (at most one; sealed against shrinking).
+    /// Reply: [`Reply::Mr`].
     RegMrWindow {
         /// PD handle.
         pd: Handle,
@@ -239,10 +255,10 @@ pub enum Request {
         access: u32,
         /// Client virtual address of the region's first byte.
         iova: u64,
-        /// Offset of the region's first byte in the mapping.
+        /// Offset of the region's first byte in the assembled mapping.
         offset: u64,
-        /// A live MR whose mapping to reuse, or `None` when a memfd is sent.
-        share: Option<Handle>,
+        /// The mapping's pieces, in order (at most [`MAX_MR_SEGMENTS`]).
+        segments: Vec<MrSegment>,
     },
     /// Reply: [`Reply::Done`].
     DeregMr {
