@@ -279,7 +279,9 @@ int main(int argc, char **argv)
 	unsigned char *o = memalign(PAGE, 3 * PAGE);
 	memset(o, 0x5A, 3 * PAGE);
 	struct ibv_mr *m1 = ibv_reg_mr(y.pd, o + 100, 200, ACCESS);
+	double w0 = now_us();
 	struct ibv_mr *m2 = ibv_reg_mr(y.pd, o + 400, 64, ACCESS);
+	double w1 = now_us();
 	struct ibv_mr *m3 = ibv_reg_mr(y.pd, o + 100, 200, ACCESS);
 	struct ibv_mr *m4 = ibv_reg_mr(y.pd, o + 150, 300, ACCESS);
 	check(m1 && m2 && m3 && m4, "shared pages", "two on one page / same twice / overlapping");
@@ -316,7 +318,8 @@ int main(int argc, char **argv)
 	/* All gone: the pages are private again and convert afresh. */
 	one("across a page boundary after the others' dereg", o + PAGE - 10, 100, 10, 100, 1);
 	printf("case two on one page / same buffer twice / overlapping / extending past live "
-	       "pages / after the first's dereg: registered\n");
+	       "pages / after the first's dereg: registered; a second MR on a live page %.0f us\n",
+	       w1 - w0);
 
 	/* madvise(MADV_DONTNEED) on a registered buffer: the pages are shared memory now,
 	 * so they keep their bytes (no zero-fill) and stay the NIC's. */
