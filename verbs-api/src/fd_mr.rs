@@ -4,8 +4,12 @@
 //!
 //! Unlike [`crate::MemoryRegion`], the region's mapping belongs to the caller: this
 //! type only holds the registration (keys, the PD's local key table entry) and undoes
-//! it on drop. The NIC maps the memfd itself, from offset 0, for `len` bytes rounded up
-//! to a page, and translates `iova` .. `iova + len` onto it.
+//! it on drop. With [`ProtectionDomain::reg_fd`] the NIC maps the memfd itself, from
+//! offset 0, for `len` bytes rounded up to a page, and translates `iova` .. `iova +
+//! len` onto it. With [`ProtectionDomain::reg_fd_window`] the NIC assembles the mapping
+//! from page ranges of a memfd and of live registrations' mappings, and `iova` is the
+//! byte at `offset` in it: a buffer that does not start on a page, and several
+//! registrations on the same pages.
 
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;

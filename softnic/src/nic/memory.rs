@@ -2,7 +2,9 @@
 //!
 //! A client registers a region by sending the memfd that backs it (see
 //! `verbs_api::abi::control::Request::RegMr`); the NIC maps the same file, so the bytes
-//! the client sees at `iova + k` are the bytes the NIC sees at `mapping + k`. Every
+//! the client sees at `iova + k` are the bytes the NIC sees at `mapping + k`. A window
+//! (`RegMrWindow`: an unaligned buffer, or pages another live region maps) is the same
+//! with a mapping assembled from pieces ([`super::mr_view`]) and `base` + k. Every
 //! access the transport makes goes through [`Memory`] with a key, and is checked here
 //! on every use, as IBTA 10.6 asks of L_Key and R_Key checks:
 //! the key exists and belongs to the accessing QP's protection domain, the whole range
