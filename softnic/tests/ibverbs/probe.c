@@ -161,11 +161,14 @@ int main(int argc, char **argv)
 	buf[page + 200] = 0xee; /* the neighbour stays writable */
 	printf("neighbour_write %d\n", buf[page + 200] == 0xee);
 	errno = 0;
+	/* On the registered pages (shared with the live MR), and not page-aligned. */
 	struct ibv_mr *mr2 = ibv_reg_mr(pd, buf + page, 64, IBV_ACCESS_LOCAL_WRITE);
-	printf("reg_overlap %s errno %d\n", mr2 ? "ok" : "null", errno);
+	printf("reg_overlap %s errno %d\n", mr2 ? "ok" : "null", mr2 ? 0 : errno);
+	printf("dereg_overlap %d\n", mr2 ? ibv_dereg_mr(mr2) : -1);
 	errno = 0;
 	mr2 = ibv_reg_mr(pd, buf + 8, 64, IBV_ACCESS_LOCAL_WRITE);
-	printf("reg_unaligned %s errno %d\n", mr2 ? "ok" : "null", errno);
+	printf("reg_unaligned %s errno %d\n", mr2 ? "ok" : "null", mr2 ? 0 : errno);
+	printf("dereg_unaligned %d\n", mr2 ? ibv_dereg_mr(mr2) : -1);
 	errno = 0;
 	mr2 = ibv_reg_mr(pd, buf, 64, 1 << 15);
 	printf("reg_bad_access %s errno %d\n", mr2 ? "ok" : "null", errno);

@@ -1,7 +1,9 @@
-//! Keeps other threads' writes while `ibv_reg_mr` converts pages to a memfd.
+//! Keeps other threads' writes while `ibv_reg_mr` converts pages to a memfd (and
+//! while `ibv_dereg_mr` makes them private again).
 //!
 //! Converting a range ([`crate::mr`]) copies its pages into a memfd and maps the memfd
-//! over them. Linux has no atomic "make this private range shared": a write by another
+//! over them; making it private again copies them into a private mapping that `mremap`
+//! moves over them. Linux has no atomic "make this private range shared": a write by another
 //! thread between the copy and the remap would land in the old page and be dropped
 //! with it. Heap neighbours share a buffer's first and last page, so a program whose
 //! other threads only touch their own objects could lose data.
