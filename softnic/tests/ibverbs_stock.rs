@@ -6,11 +6,13 @@
 //! `libibverbs-dev`.
 
 mod nic_support;
+mod stock_support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use nic_support::{softnic_dir, NicProc};
+use stock_support::text;
 
 /// `softnic exec [ARGS…]` with this test's `$SOFTNIC_DIR`.
 fn exec(args: &[&str]) -> Output {
@@ -23,24 +25,9 @@ fn exec(args: &[&str]) -> Output {
         .expect("run softnic exec")
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\n--- stdout\n{}--- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// A stock binary, which must be installed.
 fn stock(name: &str) -> PathBuf {
-    let p = Path::new("/usr/bin").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: install ibverbs-utils and perftest (.ci/run does)",
-        p.display()
-    );
-    p
+    stock_support::stock(name, "ibverbs-utils and perftest")
 }
 
 fn guid_hex(nic: &NicProc) -> String {
@@ -109,21 +96,9 @@ fn ibv_devinfo_verbose_describes_the_nic() {
     }
 }
 
-/// Two NICs on loopback addresses of their own, at the RoCEv2 port: stock programs
-/// address a peer by its GID only, so the peer NIC must listen on UDP 4791. The second
-/// and third octets come from the test process id, the last from `host`, so
-/// concurrent test processes and tests do not collide.
+/// Two NICs at the RoCEv2 port (`stock_support::nic_pair`).
 fn nic_pair(tag: &str, host: u8) -> (NicProc, NicProc) {
-    let pid = std::process::id();
-    let net = format!("127.{}.{}", 100 + pid % 100, 1 + (pid / 100) % 250);
-    let a = NicProc::start(&format!("{tag}-a"), &format!("{net}.{host}"), 4791, &[]);
-    let b = NicProc::start(
-        &format!("{tag}-b"),
-        &format!("{net}.{}", host + 1),
-        4791,
-        &[],
-    );
-    (a, b)
+    stock_support::nic_pair(100, tag, host)
 }
 
 /// A spawned process, killed by PID on drop (also when the test fails).
@@ -545,23 +520,7 @@ fn every_stock_binary_links_against_the_drop_in() {
         "ib_send_lat",
         "ib_atomic_lat",
     ] {
-        let bin = stock(name);
-        let o = Command::new("ldd")
-            .arg("-r")
-            .arg(&bin)
-            .env("LD_LIBRARY_PATH", &dir)
-            .output()
-            .expect("run ldd");
-        let out = text(&o);
-        assert!(o.status.success(), "{name}: {out}");
-        assert!(
-            !out.contains("undefined symbol") && !out.contains("not found"),
-            "{name}: {out}"
-        );
-        assert!(
-            out.contains(&format!("libibverbs.so.1 => {dir}/libibverbs.so.1")),
-            "{name} does not load softnic's libibverbs: {out}"
-        );
+        let out = stock_support::assert_links_against(&stock(name), &dir, &["libibverbs.so.1"]);
         if out.contains("libmlx5.so.1") {
             assert!(
                 out.contains(&format!("libmlx5.so.1 => {dir}/libmlx5.so.1")),

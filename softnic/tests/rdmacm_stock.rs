@@ -10,31 +10,18 @@
 //! it with `cargo test -p softnic --test rdmacm_stock -- --ignored`.
 
 mod nic_support;
+mod stock_support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nic_support::{softnic_dir, NicProc};
+use stock_support::text;
 
 /// A stock binary, which must be installed.
 fn stock(name: &str) -> PathBuf {
-    let p = Path::new("/usr/bin").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: install rdmacm-utils and perftest (.ci/run does)",
-        p.display()
-    );
-    p
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\n--- stdout\n{}--- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    stock_support::stock(name, "rdmacm-utils and perftest")
 }
 
 /// Every symbol and version node the installed RDMA CM programs import resolves in the
@@ -60,24 +47,11 @@ fn every_stock_rdmacm_binary_links_against_the_drop_in() {
         "ib_send_lat",
         "ib_read_lat",
     ] {
-        let o = Command::new("ldd")
-            .arg("-r")
-            .arg(stock(name))
-            .env("LD_LIBRARY_PATH", &dir)
-            .output()
-            .expect("run ldd");
-        let out = text(&o);
-        assert!(o.status.success(), "{name}: {out}");
-        assert!(
-            !out.contains("undefined symbol") && !out.contains("not found"),
-            "{name}: {out}"
+        stock_support::assert_links_against(
+            &stock(name),
+            &dir,
+            &["librdmacm.so.1", "libibverbs.so.1"],
         );
-        for lib in ["librdmacm.so.1", "libibverbs.so.1"] {
-            assert!(
-                out.contains(&format!("{lib} => {dir}/{lib}")),
-                "{name} does not load softnic's {lib}: {out}"
-            );
-        }
     }
 }
 
@@ -116,19 +90,9 @@ fn c_probe_with_a_nic() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "ok\n", "{}", text(&o));
 }
 
-/// Two NICs on their own loopback addresses, on the RoCEv2 port (stock CM peers reach
-/// each other on 4791).
+/// Two NICs on the RoCEv2 port (stock CM peers reach each other on 4791).
 fn nic_pair(tag: &str, host: u8) -> (NicProc, NicProc) {
-    let pid = std::process::id();
-    let net = format!("127.{}.{}", 150 + pid % 100, 1 + (pid / 100) % 250);
-    let a = NicProc::start(&format!("{tag}-a"), &format!("{net}.{host}"), 4791, &[]);
-    let b = NicProc::start(
-        &format!("{tag}-b"),
-        &format!("{net}.{}", host + 1),
-        4791,
-        &[],
-    );
-    (a, b)
+    stock_support::nic_pair(150, tag, host)
 }
 
 /// A spawned process, killed by PID on drop (also when the test fails).
