@@ -1756,3 +1756,27 @@ const _: () = assert!(
     std::mem::offset_of!(verbs_context, context) + std::mem::size_of::<ibv_context>()
         == VERBS_CONTEXT_SZ
 );
+
+/// Compiles C source `c` with the system C compiler (`$CC`, else `cc`) in syntax-only
+/// mode, as the layout tests of this crate and of softnic-rdmacm do with their generated
+/// `_Static_assert`s against the real rdma-core headers. `Err` holds the compiler's
+/// messages. Panics when no compiler can be run: those tests must fail, not skip.
+#[doc(hidden)]
+pub fn c_syntax_check(tag: &str, c: &str) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("softnic-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let src = dir.join("check.c");
+    std::fs::write(&src, c).map_err(|e| e.to_string())?;
+    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
+    let out = std::process::Command::new(&cc)
+        .args(["-std=gnu11", "-fsyntax-only"])
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cc:?} (a C compiler is required): {e}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}

@@ -6,9 +6,9 @@
 //! Debian's `libibverbs-dev` headers. A missing compiler or header FAILS the test:
 //! `.ci/run` installs both.
 
-use std::process::Command;
-
-use softnic_ibverbs::abi::{layout_table, size_table, Kind, SizeRule, VERBS_CONTEXT_SZ};
+use softnic_ibverbs::abi::{
+    c_syntax_check, layout_table, size_table, Kind, SizeRule, VERBS_CONTEXT_SZ,
+};
 
 fn c_source() -> String {
     let mut c = String::from(
@@ -61,32 +61,17 @@ fn c_source() -> String {
 
 #[test]
 fn rust_mirrors_match_the_system_verbs_h() {
-    let dir = std::env::temp_dir().join(format!("softnic-ibverbs-layout-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("layout.c");
-    std::fs::write(&src, c_source()).unwrap();
-    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
-    let out = Command::new(&cc)
-        .args(["-std=gnu11", "-fsyntax-only"])
-        .arg(&src)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cc:?} (a C compiler is required): {e}"));
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        out.status.success(),
-        "layout check against <infiniband/verbs.h> failed (libibverbs-dev installed?):\n{stderr}"
-    );
+    if let Err(e) = c_syntax_check("ibverbs-layout", &c_source()) {
+        panic!(
+            "layout check against <infiniband/verbs.h> failed (libibverbs-dev installed?):\n{e}"
+        );
+    }
 }
 
 /// The generated checks must be able to fail: a deliberately wrong offset is rejected
 /// by the same compiler and header.
 #[test]
 fn a_wrong_offset_is_caught() {
-    let dir =
-        std::env::temp_dir().join(format!("softnic-ibverbs-layout-neg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("wrong.c");
     let good = c_source();
     let wrong = good.replace(
         "offsetof(struct ibv_context, async_fd) == 268",
@@ -96,14 +81,6 @@ fn a_wrong_offset_is_caught() {
         good, wrong,
         "the table no longer has ibv_context.async_fd at 268"
     );
-    std::fs::write(&src, wrong).unwrap();
-    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
-    let out = Command::new(&cc)
-        .args(["-std=gnu11", "-fsyntax-only"])
-        .arg(&src)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cc:?}: {e}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(!out.status.success(), "a wrong offset compiled");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("async_fd"));
+    let e = c_syntax_check("ibverbs-layout-neg", &wrong).expect_err("a wrong offset compiled");
+    assert!(e.contains("async_fd"), "{e}");
 }

@@ -4,9 +4,7 @@
 //! Debian's `librdmacm-dev` headers. A missing compiler or header FAILS the test:
 //! `.ci/run` installs both.
 
-use std::process::Command;
-
-use softnic_ibverbs::abi::{Kind, SizeRule};
+use softnic_ibverbs::abi::{c_syntax_check, Kind, SizeRule};
 use softnic_rdmacm::abi::{layout_table, size_table};
 
 fn c_source() -> String {
@@ -34,22 +32,9 @@ fn c_source() -> String {
 
 #[test]
 fn rust_mirrors_match_the_system_rdma_cma_h() {
-    let dir = std::env::temp_dir().join(format!("softnic-rdmacm-layout-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("layout.c");
-    std::fs::write(&src, c_source()).unwrap();
-    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
-    let out = Command::new(&cc)
-        .args(["-std=gnu11", "-fsyntax-only"])
-        .arg(&src)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cc:?} (a C compiler is required): {e}"));
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        out.status.success(),
-        "layout check against <rdma/rdma_cma.h> failed (librdmacm-dev installed?):\n{stderr}"
-    );
+    if let Err(e) = c_syntax_check("rdmacm-layout", &c_source()) {
+        panic!("layout check against <rdma/rdma_cma.h> failed (librdmacm-dev installed?):\n{e}");
+    }
     // Every struct a program allocates or walks is checked.
     let sizes: Vec<&str> = size_table().iter().map(|s| s.strukt).collect();
     for s in [
