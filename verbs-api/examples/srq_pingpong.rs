@@ -93,12 +93,14 @@ fn run(args: Args) -> std::result::Result<(), String> {
             c.rx_depth, args.num_qp
         ));
     }
+    let base = pp::Base::open(c, args.size as usize, c.rx_depth + args.num_qp)?;
+    let inline = base.inline(args.size);
     let pp::Base {
         ctx,
         pd,
         mr,
         mut cq,
-    } = pp::Base::open(c, args.size as usize, c.rx_depth + args.num_qp)?;
+    } = base;
     let mut srq = pd
         .create_srq(&SrqInitAttr {
             max_wr: c.rx_depth,
@@ -106,7 +108,6 @@ fn run(args: Args) -> std::result::Result<(), String> {
             srq_limit: 0,
         })
         .map_err(|e| format!("Couldn't create SRQ: {e}"))?;
-    let inline = args.size > 0 && args.size <= ctx.attributes().max_inline;
     let mut qps = Vec::with_capacity(num_qp);
     for i in 0..num_qp {
         let attr = QpInitAttr {

@@ -349,7 +349,6 @@ pub struct Qp {
     state: QpState,
     attrs: Attrs,
     compat: RxeCompat,
-    ack_timer: AckTimer,
     port_mtu: u32,
     local: Option<SocketAddr>,
     /// The SRQ this QP takes receive WQEs from (its number), if any.
@@ -400,7 +399,6 @@ impl Qp {
             state: QpState::Reset,
             attrs: Attrs::default(),
             compat: RxeCompat::default(),
-            ack_timer: AckTimer::default(),
             port_mtu: DEFAULT_PORT_MTU,
             local: None,
             srq: None,
@@ -478,7 +476,6 @@ impl Qp {
     /// Chooses adaptive (the default) or strict IBTA retransmission timing (see
     /// [`AckTimer`]).
     pub fn set_ack_timer(&mut self, mode: AckTimer) {
-        self.ack_timer = mode;
         self.req.rto.set_mode(mode);
     }
 
@@ -582,7 +579,7 @@ impl Qp {
             self.local,
             self.srq,
         );
-        let (counters, ack_timer) = (self.counters, self.ack_timer);
+        let (counters, ack_timer) = (self.counters, self.req.rto.mode());
         *self = Qp::new(qpn, qp_type, pd, caps);
         self.set_ack_timer(ack_timer);
         self.srq = srq;

@@ -13,8 +13,9 @@
 //!
 //! AckReq policy (IBTA 9.7.6.1.1 lets the requester choose): set on the last packet of
 //! every message, on one packet in every [`ACK_REQ_INTERVAL`] (or half the in-flight
-//! window, when losses shrank it) within long messages, and on every resent packet. Linux rxe acknowledges only packets with AckReq set, so this keeps the
-//! window moving against rxe as well as against hardware that coalesces.
+//! window, when losses shrank it) within long messages, and on every resent packet.
+//! Linux rxe acknowledges only packets with AckReq set, so this keeps the window moving
+//! against rxe as well as against hardware that coalesces.
 
 use std::collections::VecDeque;
 

@@ -58,6 +58,10 @@ pub(super) struct Rto {
 }
 
 impl Rto {
+    pub fn mode(&self) -> AckTimer {
+        self.mode
+    }
+
     pub fn set_mode(&mut self, mode: AckTimer) {
         *self = Rto {
             mode,
