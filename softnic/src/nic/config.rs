@@ -45,11 +45,6 @@ impl NicAddr {
     }
 }
 
-/// True for fe80::/10 (RFC 4291 §2.5.6).
-pub fn is_ipv6_link_local(ip: IpAddr) -> bool {
-    matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
-}
-
 impl std::str::FromStr for NicAddr {
     type Err = String;
 
@@ -60,7 +55,7 @@ impl std::str::FromStr for NicAddr {
         };
         let ip: IpAddr = ip.parse().map_err(|e| format!("{ip}: {e}"))?;
         let scope_id = match scope {
-            None if is_ipv6_link_local(ip) => {
+            None if matches!(ip, IpAddr::V6(v6) if v6.is_unicast_link_local()) => {
                 return Err(format!(
                     "{ip} is link-local: name its link, e.g. {ip}%eth0 or {ip}%2"
                 ))
@@ -127,7 +122,7 @@ pub struct RunArgs {
     pub retry_cnt_7_infinite: bool,
     /// Resend only after each QP's Local ACK Timeout (4.096 µs × 2^timeout, IBTA
     /// 9.7.6.1.3), as Linux rxe does. By default RC QPs resend after an RTT-estimated
-    /// timeout (at least 1 ms, at most the Local ACK Timeout); retry_cnt is still
+    /// timeout (at least 300 µs, at most the Local ACK Timeout); retry_cnt is still
     /// charged once per Local ACK Timeout without progress, so a dead peer is detected
     /// exactly as late as with strict timing (docs/architecture.md).
     #[arg(long)]
