@@ -24,8 +24,15 @@ pub const LINK_LOCAL_GID_INDEX: u32 = 0;
 /// source GID a QP may use.
 pub const ADDRESS_GID_INDEX: u32 = 1;
 
-/// Entries in the GID table.
+/// Populated entries at the start of the GID table (indexes 0 and 1).
 pub const GID_TABLE_LEN: u32 = 2;
+
+/// The GID table's size as the port reports it (`gid_tbl_len`): rxe's
+/// (`RXE_PORT_GID_TBL_LEN`, 1024 in Linux 6.1). Indexes from [`GID_TABLE_LEN`] up to
+/// this are empty entries, which rdma-core answers with ENODATA in `ibv_query_gid_ex`
+/// (the kernel's `rdma_get_gid_attr`) and an all-zero GID in `ibv_query_gid`;
+/// pyverbs' `test_query_gid_ex_bad_flow` needs such an index.
+pub const GID_TABLE_CAPACITY: u32 = 1024;
 
 /// The node GUID (an EUI-64, host order) of a NIC bound to `addr`: `02:00` (locally
 /// administered) followed by the IPv4 address and the UDP port, so two NICs on one host

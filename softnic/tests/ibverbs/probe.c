@@ -18,6 +18,10 @@
 
 #define CANARY 0x5a
 
+/* IBVERBS_PRIVATE_34 (rdma-core's driver.h, not installed): ibv_devinfo imports it. */
+int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index,
+		       int *type);
+
 static int canary_ok(const unsigned char *p, size_t from, size_t to)
 {
 	for (size_t i = from; i < to; i++)
@@ -117,7 +121,12 @@ int main(int argc, char **argv)
 	rc = ibv_query_gid_ex(ctx, 1, 1, &ge, 0);
 	printf("gid_ex rc %d index %u port %u type %u\n", rc, ge.gid_index, ge.port_num,
 	       ge.gid_type);
-	printf("gid_ex_bad_index %d\n", ibv_query_gid_ex(ctx, 1, 7, &ge, 0));
+	/* 7 is an empty entry (ENODATA, as rxe); 1024 is past gid_tbl_len (EINVAL). */
+	printf("gid_ex_empty_index %d\n", ibv_query_gid_ex(ctx, 1, 7, &ge, 0));
+	printf("gid_ex_bad_index %d\n", ibv_query_gid_ex(ctx, 1, 1024, &ge, 0));
+	int gt = -1;
+	rc = ibv_query_gid_type(ctx, 1, 7, &gt);
+	printf("gid_type_empty %d type %d\n", rc, gt);
 	struct ibv_gid_entry tbl[4];
 	printf("gid_table %zd\n", ibv_query_gid_table(ctx, tbl, 4, 0));
 	printf("gid_table_small %zd\n", ibv_query_gid_table(ctx, tbl, 1, 0));

@@ -9,7 +9,7 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use verbs_api::gid::GID_TABLE_LEN;
+use verbs_api::gid::{GID_TABLE_CAPACITY, GID_TABLE_LEN};
 
 use crate::abi::*;
 use crate::device::softnic_context;
@@ -80,7 +80,7 @@ pub fn port_attr(ctx: &crate::device::SoftnicContext) -> ibv_port_attr {
     p.state = IBV_PORT_ACTIVE;
     p.max_mtu = mtu_enum(ctx.attr.mtu);
     p.active_mtu = mtu_enum(ctx.attr.mtu);
-    p.gid_tbl_len = GID_TABLE_LEN as c_int;
+    p.gid_tbl_len = GID_TABLE_CAPACITY as c_int;
     // What a connected QP carries at every path MTU (the NIC says; 2^31 - 256).
     p.max_msg_sz = ctx.attr.max_msg_sz;
     p.pkey_tbl_len = 1;
@@ -199,14 +199,18 @@ pub unsafe extern "C" fn ibv_query_port(
     unsafe { query_port_op(context, port_num, port_attr, COMPAT_PORT_ATTR_SIZE) }
 }
 
-/// GID-table entry `index` of port `port`, or the errno rdma-core gives.
+/// GID-table entry `index` of port `port`, or the errno rdma-core gives: ENODATA for
+/// an empty entry (below `gid_tbl_len`, past the populated ones), EINVAL beyond.
 fn gid_entry(
     ctx: &crate::device::SoftnicContext,
     port: u32,
     index: u32,
 ) -> Result<ibv_gid_entry, c_int> {
-    if port != u32::from(PORT) {
+    if port != u32::from(PORT) || index >= GID_TABLE_CAPACITY {
         return Err(libc::EINVAL);
+    }
+    if index >= GID_TABLE_LEN {
+        return Err(libc::ENODATA);
     }
     let gid = verbs_api::device::gid_at(&ctx.attr, index).map_err(|_| libc::EINVAL)?;
     Ok(ibv_gid_entry {
@@ -218,7 +222,9 @@ fn gid_entry(
     })
 }
 
-/// `ibv_query_gid`: 0, or -1 for a bad port or index (as rdma-core).
+/// `ibv_query_gid`: 0, or -1 for a bad port or index (as rdma-core). An empty entry is
+/// 0 with an all-zero GID, as rdma-core's `ibv_query_gid` turns ENODATA into
+/// ("preserve API behavior for empty GID").
 ///
 /// # Safety
 /// `gid` is writable for 16 bytes.
@@ -239,6 +245,11 @@ pub unsafe extern "C" fn ibv_query_gid(
         Ok(e) => {
             // SAFETY: gid writable (caller contract).
             unsafe { gid.write(e.gid.raw) };
+            0
+        }
+        Err(libc::ENODATA) => {
+            // SAFETY: gid writable (caller contract).
+            unsafe { gid.write([0; 16]) };
             0
         }
         Err(e) => {
@@ -280,8 +291,9 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     }
 }
 
-/// `_ibv_query_gid_table` (behind the inline `ibv_query_gid_table`): every GID of
-/// every port, the count, or a negative errno (EINVAL when `max_entries` is too small).
+/// `_ibv_query_gid_table` (behind the inline `ibv_query_gid_table`): every populated
+/// GID of every port, the count, or a negative errno (EINVAL when `max_entries` is too
+/// small for the populated entries, as the kernel's `rdma_query_gid_table`).
 ///
 /// # Safety
 /// `entries` is writable for `max_entries * entry_size` bytes.
@@ -342,6 +354,12 @@ pub unsafe extern "C" fn ibv_query_gid_type(
         Ok(_) => {
             // SAFETY: caller contract.
             unsafe { gid_type.write(IBV_GID_TYPE_SYSFS_ROCE_V2) };
+            0
+        }
+        // rdma-core answers an empty entry with RoCE v1 (`IBV_GID_TYPE_SYSFS_IB_ROCE_V1`, 0).
+        Err(libc::ENODATA) => {
+            // SAFETY: caller contract.
+            unsafe { gid_type.write(0) };
             0
         }
         Err(e) => {
