@@ -184,9 +184,7 @@ impl QpEntry {
                 break;
             }
         }
-        if taken > 0 {
-            self.sq.release();
-        }
+        self.release_slots();
         taken
     }
 
@@ -220,9 +218,7 @@ impl QpEntry {
                 break;
             }
         }
-        if taken > 0 {
-            self.rq.release();
-        }
+        self.release_slots();
         taken
     }
 
@@ -233,7 +229,18 @@ impl QpEntry {
             self.pending.push_back((c, 0));
             k += 1;
         }
+        self.release_slots();
         k
+    }
+
+    /// Returns to the client the ring slots of work requests that are done. A WQE the
+    /// NIC has copied into the QP's own queue keeps its slot until it completes (or is
+    /// flushed), so the client never has more than the ring's capacity outstanding and
+    /// the post after that is ENOMEM, as on rxe (pyverbs' `test_full_rq_bad_flow`).
+    /// Runs before the completions are written, so a client that polled one can post.
+    fn release_slots(&mut self) {
+        self.sq.release_except(self.qp.send_queue_len() as u32);
+        self.rq.release_except(self.qp.recv_queue_len() as u32);
     }
 
     /// Writes pending completions to their CQs (found by handle in `cqs`). Returns how

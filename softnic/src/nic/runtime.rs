@@ -525,6 +525,9 @@ impl Runtime {
 
     fn complete(&mut self, now: Instant) -> usize {
         let mut n = 0;
+        for s in self.nic.srqs.values_mut() {
+            s.release_slots();
+        }
         for e in self.nic.qps.values_mut() {
             e.take_completions();
             if e.pending() > 0 {

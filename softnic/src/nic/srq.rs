@@ -78,10 +78,16 @@ impl SrqEntry {
                 break;
             }
         }
-        if taken > 0 {
-            self.ring.release();
-        }
+        self.release_slots();
         taken
+    }
+
+    /// Returns to the client the ring slots of WQEs no longer in the pool (taken by a
+    /// QP, or failed), so the client never has more than the ring's capacity posted and
+    /// not yet taken (see `QpEntry::release_slots`). Also called before completions
+    /// are written (`Runtime::complete`).
+    pub fn release_slots(&mut self) {
+        self.ring.release_except(self.srq.len() as u32);
     }
 
     /// Before a packet for one of its QPs is handled: if the pool is empty, takes what

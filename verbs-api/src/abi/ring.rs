@@ -267,6 +267,7 @@ impl<T: Slot> Ring<T> {
         Consumer {
             ring: self,
             head,
+            released: head,
             cached_producer: head,
             corrupt: None,
         }
@@ -375,6 +376,9 @@ pub struct Consumer<T: Slot> {
     ring: Ring<T>,
     /// Our index: next slot to read.
     head: u32,
+    /// The consumer index we last published (never read back from shared memory,
+    /// which the producer could overwrite).
+    released: u32,
     cached_producer: u32,
     corrupt: Option<RingError>,
 }
@@ -426,11 +430,23 @@ impl<T: Slot> Consumer<T> {
 
     /// Returns consumed slots to the producer (`consumer.store(Release)`).
     pub fn release(&mut self) {
-        self.ring
-            .header()
-            .consumer
-            .0
-            .store(self.head, Ordering::Release);
+        self.release_except(0);
+    }
+
+    /// Returns consumed slots to the producer except the last `held` popped, which
+    /// still count against the ring's capacity. A work queue uses this so that a slot
+    /// frees only when its work request has completed, as in rxe's queues: the
+    /// producer then never has more outstanding than the capacity it was granted
+    /// (the post after that is ENOMEM). The published index only moves forward: a
+    /// `held` larger than what is unreleased publishes nothing.
+    pub fn release_except(&mut self, held: u32) {
+        let to = self.head.wrapping_sub(held);
+        let unreleased = self.head.wrapping_sub(self.released);
+        if held > unreleased || to == self.released {
+            return;
+        }
+        self.released = to;
+        self.ring.header().consumer.0.store(to, Ordering::Release);
     }
 
     /// Sets `bits` (e.g. [`super::CQ_ARMED`]), `fence(SeqCst)`, then re-checks the

@@ -266,3 +266,29 @@ fn cq_armed_wakes_once_per_arm() {
     );
     assert_eq!(c.arm(CQ_ARMED), Ok(false), "entries waiting: don't sleep");
 }
+
+#[test]
+fn release_except_frees_only_completed_slots_and_never_moves_back() {
+    let (mut p, mut c) = pair(4);
+    for v in 0..4 {
+        p.push(&v).unwrap();
+    }
+    p.publish();
+    for _ in 0..4 {
+        c.pop().unwrap().unwrap();
+    }
+    // All four popped, three still outstanding (e.g. receive WQEs not yet completed).
+    c.release_except(3);
+    assert_eq!(p.free(4).unwrap(), 1);
+    p.push(&4).unwrap();
+    assert_eq!(p.push(&5), Err(RingError::Full));
+    // More held than unreleased (or a stale, larger count): nothing moves back.
+    c.release_except(4);
+    c.release_except(9);
+    assert_eq!(header_of(c.ring()).consumer.0.load(Ordering::Relaxed), 1);
+    assert_eq!(p.free(4).unwrap(), 0);
+    c.release_except(1);
+    assert_eq!(p.free(4).unwrap(), 2);
+    c.release();
+    assert_eq!(p.free(4).unwrap(), 3);
+}
