@@ -108,8 +108,10 @@ impl SendFlags {
     /// IBV_SEND_SOLICITED.
     pub const SOLICITED: SendFlags = SendFlags(send_flags::SOLICITED);
     /// IBV_SEND_INLINE: the payload is copied into the work request at post time, so the
-    /// buffer may be reused at once. SGEs must still lie in regions of this PD (softnic
-    /// reads them from the region's mapping, never from an arbitrary address).
+    /// buffer may be reused at once. The payload is either [`SendWr::inline_data`] (bytes
+    /// from anywhere, as every provider's `ibv_post_send` memcpy's from the raw address
+    /// and ignores the lkey) or, when that is empty, the SGEs, which must then lie in
+    /// regions of this PD (a safe API cannot read an arbitrary address).
     pub const INLINE: SendFlags = SendFlags(send_flags::INLINE);
 
     /// True when every flag in `other` is set.
@@ -177,6 +179,10 @@ pub struct SendWr<'a> {
     pub send_flags: SendFlags,
     /// UD QPs: the destination.
     pub ud: Option<UdAddress>,
+    /// With [`SendFlags::INLINE`]: the payload, gathered from these pieces in order,
+    /// from any memory (registered or not); `sg_list` must then be empty. Empty: the
+    /// payload of an inline send comes from `sg_list`. Set by [`SendWr::inline_bytes`].
+    pub inline_data: &'a [&'a [u8]],
 }
 
 impl<'a> SendWr<'a> {
@@ -188,7 +194,16 @@ impl<'a> SendWr<'a> {
             sg_list,
             send_flags: SendFlags::NONE,
             ud: None,
+            inline_data: &[],
         }
+    }
+
+    /// IBV_SEND_INLINE with the payload `pieces` (gathered in order; any memory, no
+    /// lkey): the bytes are copied into the ring slot at post time. Clears `sg_list`.
+    pub fn inline_bytes(mut self, pieces: &'a [&'a [u8]]) -> Self {
+        self.sg_list = &[];
+        self.inline_data = pieces;
+        self.inline()
     }
 
     /// Adds IBV_SEND_SIGNALED.
@@ -333,7 +348,12 @@ pub(crate) unsafe fn build_send_wqe(
             op.name()
         )));
     }
-    let mut total: u64 = 0;
+    if !wr.inline_data.is_empty() && (!inline || n != 0) {
+        return Err(PostError::Unsupported(
+            "inline_data needs IBV_SEND_INLINE and an empty sg_list (SendWr::inline_bytes)".into(),
+        ));
+    }
+    let mut total: u64 = wr.inline_data.iter().map(|p| p.len() as u64).sum();
     let mut wqe = SendWqe::default();
     for (i, sge) in wr.sg_list.iter().enumerate() {
         check_sge(i, sge, mrs, need_write)?;
@@ -419,6 +439,10 @@ pub(crate) unsafe fn build_send_wqe(
             });
         }
         let mut at = 0usize;
+        for piece in wr.inline_data {
+            wqe.inline_data[at..at + piece.len()].copy_from_slice(piece);
+            at += piece.len();
+        }
         for sge in wr.sg_list {
             let len = sge.length as usize;
             // SAFETY: check_sge proved [addr, addr+len) lies inside a table entry, which
@@ -706,6 +730,62 @@ mod tests {
             post(&SendWr::new(1, WrOpcode::Send, &sgl).inline(), &q, &mrs),
             Err(PostError::InlineTooLarge { len: 11, max: 10 })
         );
+    }
+
+    #[test]
+    fn inline_bytes_come_from_any_memory_and_ignore_the_region_table() {
+        // No region at all: the pieces are plain (unregistered) Rust memory.
+        let head = *b"hello ";
+        let tail = vec![b'w', b'o', b'r', b'l', b'd'];
+        let pieces: [&[u8]; 2] = [&head, &tail];
+        let q = limits(QpState::Rts);
+        let w = post(
+            &SendWr::new(4, WrOpcode::Send, &[]).inline_bytes(&pieces),
+            &q,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(&w.inline_data[..w.inline_len as usize], b"hello world");
+        assert_eq!((w.num_sge, w.flags), (0, send_flags::INLINE));
+        let mut small = q;
+        small.max_inline = 10;
+        assert_eq!(
+            post(
+                &SendWr::new(4, WrOpcode::Send, &[]).inline_bytes(&pieces),
+                &small,
+                &[]
+            ),
+            Err(PostError::InlineTooLarge { len: 11, max: 10 })
+        );
+        // A read cannot be inline, whatever carries its payload.
+        let read = WrOpcode::RdmaRead {
+            remote_addr: 0,
+            rkey: 1,
+        };
+        assert!(matches!(
+            post(&SendWr::new(1, read, &[]).inline_bytes(&pieces), &q, &[]),
+            Err(PostError::Unsupported(_))
+        ));
+        // Pieces without the flag, or beside SGEs, are refused rather than guessed at.
+        let mut no_flag = SendWr::new(1, WrOpcode::Send, &[]);
+        no_flag.inline_data = &pieces;
+        assert!(matches!(
+            post(&no_flag, &q, &[]),
+            Err(PostError::Unsupported(_))
+        ));
+        let buf = [0u8; 8];
+        let mrs = table(&[(1, &buf, AccessFlags::NONE)]);
+        let sgl = [Sge {
+            addr: buf.as_ptr() as u64,
+            length: 8,
+            lkey: 1,
+        }];
+        let mut both = SendWr::new(1, WrOpcode::Send, &sgl).inline();
+        both.inline_data = &pieces;
+        assert!(matches!(
+            post(&both, &q, &mrs),
+            Err(PostError::Unsupported(_))
+        ));
     }
 
     #[test]

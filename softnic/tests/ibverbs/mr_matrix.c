@@ -51,6 +51,28 @@ static void check(int ok, const char *name, const char *what)
 	}
 }
 
+static int all(const unsigned char *p, size_t n, int v)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != v)
+			return 0;
+	return 1;
+}
+
+/* Waits for one completion on x's CQ and one (wr_id seq) on y's, both successful. */
+static void both_complete(const char *name)
+{
+	int got = 0;
+	struct ibv_wc wc;
+	for (long spins = 0; got < 2 && spins < 2000000000L; spins++) {
+		if (ibv_poll_cq(x.cq, 1, &wc) == 1)
+			check(wc.status == IBV_WC_SUCCESS, name, "send status"), got++;
+		if (ibv_poll_cq(y.cq, 1, &wc) == 1)
+			check(wc.status == IBV_WC_SUCCESS && wc.wr_id == seq, name, "recv"), got++;
+	}
+	check(got == 2, name, "completions");
+}
+
 /* SEND 64 bytes of `fill` from x into y's [buf, buf + 64) under `mr`. */
 static void send_into(const char *name, unsigned char *buf, struct ibv_mr *mr, int fill)
 {
@@ -62,17 +84,32 @@ static void send_into(const char *name, unsigned char *buf, struct ibv_mr *mr, i
 				 .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED },
 			   *bw;
 	check(!ibv_post_recv(y.qp, &r, &br) && !ibv_post_send(x.qp, &w, &bw), name, "post");
-	int got = 0;
-	struct ibv_wc wc;
-	for (long spins = 0; got < 2 && spins < 2000000000L; spins++) {
-		if (ibv_poll_cq(x.cq, 1, &wc) == 1)
-			check(wc.status == IBV_WC_SUCCESS, name, "send status"), got++;
-		if (ibv_poll_cq(y.cq, 1, &wc) == 1)
-			check(wc.status == IBV_WC_SUCCESS && wc.wr_id == seq, name, "recv"), got++;
-	}
-	check(got == 2, name, "completions");
+	both_complete(name);
 	for (int i = 0; i < MSG; i++)
 		check(buf[i] == fill, name, "the SEND did not land in the program's buffer");
+}
+
+/* An inline SEND from x's stack — memory no MR covers, lkey 0, as rdma_client sends —
+ * into y's registered buffer; the stack bytes are overwritten as soon as ibv_post_send
+ * returns (inline data is copied at post time, as by every provider). */
+static void inline_from_stack(void)
+{
+	const char *name = "inline SEND from the stack (no MR, lkey 0)";
+	unsigned char msg[MSG];
+	memset(msg, 0x6C, MSG);
+	memset(y.buf, 0, MSG);
+	struct ibv_sge rs = { (uintptr_t)y.buf, MSG, y.mr->lkey };
+	struct ibv_recv_wr r = { .wr_id = ++seq, .sg_list = &rs, .num_sge = 1 }, *br;
+	struct ibv_sge ss = { (uintptr_t)msg, MSG, 0 };
+	struct ibv_send_wr w = { .wr_id = seq, .sg_list = &ss, .num_sge = 1,
+				 .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE },
+			   *bw;
+	check(!ibv_post_recv(y.qp, &r, &br) && !ibv_post_send(x.qp, &w, &bw), name, "post");
+	memset(msg, 0x00, MSG);
+	both_complete(name);
+	check(all(y.buf, MSG, 0x6C), name, "the inline bytes did not arrive");
+	printf("case %s: sent\n", name);
 }
 
 /* RDMA WRITE `len` bytes of `fill` from x to y's `buf` under `mr`'s rkey; the
@@ -93,14 +130,6 @@ static int write_into(unsigned char *buf, struct ibv_mr *mr, size_t len, int fil
 		if (ibv_poll_cq(x.cq, 1, &wc) == 1)
 			return wc.status;
 	return -1;
-}
-
-static int all(const unsigned char *p, size_t n, int v)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i] != v)
-			return 0;
-	return 1;
 }
 
 /* Registers [buf, buf + len) with `before` canary bytes before it and `after` after it
@@ -211,6 +240,8 @@ int main(int argc, char **argv)
 	side_finish(&y, 0);
 	rc_connect(x.qp, y.qp, y.gid);
 	rc_connect(y.qp, x.qp, x.gid);
+
+	inline_from_stack();
 
 	/* Page-aligned heap (memalign), sub-page and multi-page; the rest of the last page
 	 * is heap the program may use. */

@@ -15,7 +15,8 @@ static inline void die(const char *what)
 	exit(2);
 }
 
-/* One end of an RC pair: a device, PD, CQ, a 4 KiB registered buffer and an RC QP. */
+/* One end of an RC pair: a device, PD, CQ, a 4 KiB registered buffer and an RC QP (64
+ * inline bytes). */
 struct side {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
@@ -38,7 +39,8 @@ static inline void side_finish(struct side *s, int fill)
 	s->mr = ibv_reg_mr(s->pd, s->buf, 4096, IBV_ACCESS_LOCAL_WRITE);
 	struct ibv_qp_init_attr ia = {
 		.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1,
+			 .max_inline_data = 64 },
 	};
 	s->qp = ibv_create_qp(s->pd, &ia);
 	if (!s->mr || !s->qp || ibv_query_gid(s->ctx, 1, 1, &s->gid))

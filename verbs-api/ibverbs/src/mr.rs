@@ -64,11 +64,9 @@ const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 const ACCESS_MW_BIND: u32 = 0x10;
 
 /// A live registration: the converted page range `[start, end)` it is a window onto
-/// (one memfd; every live MR on it names the same range), its exact bytes, its keys.
+/// (one memfd; every live MR on it names the same range), its lkey.
 struct Live {
     range: (usize, usize),
-    addr: u64,
-    len: usize,
     lkey: u32,
     /// The NIC's handle, named when a later registration shares the memfd.
     handle: u32,
@@ -76,15 +74,6 @@ struct Live {
 
 /// Live registrations of this process, hence its converted page ranges.
 static LIVE: Mutex<Vec<Live>> = Mutex::new(Vec::new());
-
-/// The lkey of a live registration holding `[addr, addr + len)`.
-pub(crate) fn lkey_covering(addr: u64, len: usize) -> Option<u32> {
-    let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-    let end = addr.checked_add(len as u64)?;
-    live.iter()
-        .find(|m| m.addr <= addr && end <= m.addr + m.len as u64)
-        .map(|m| m.lkey)
-}
 
 /// An MR: `ibv_mr`, then the verbs-api registration.
 #[repr(C)]
@@ -360,8 +349,6 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) ->
     };
     live.push(Live {
         range,
-        addr: first as u64,
-        len: length,
         lkey: reg.lkey(),
         handle: reg.handle(),
     });

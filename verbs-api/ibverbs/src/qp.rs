@@ -40,6 +40,11 @@ const IBV_QPT_RC: c_int = 2;
 const IBV_QPT_UC: c_int = 3;
 const IBV_QPT_UD: c_int = 4;
 
+/// `IBV_SEND_INLINE` (enum ibv_send_flags).
+pub(crate) const IBV_SEND_INLINE: u32 = 8;
+/// Most SGEs per WR (verbs-api's slot).
+const MAX_SGE: usize = verbs_api::abi::MAX_SGE;
+
 // enum ibv_qp_attr_mask
 const QP_STATE: c_int = 1 << 0;
 const QP_CUR_STATE: c_int = 1 << 1;
@@ -629,14 +634,53 @@ unsafe fn sges<'a>(sg: *const Sge, n: c_int) -> Option<&'a [Sge]> {
     }
 }
 
-/// One `ibv_send_wr` as a verbs-api WR, or the errno refusing it.
+/// Empty inline pieces, one set per WR of a chunk (see [`send_wr`]).
+pub(crate) type InlinePieces<'a> = [&'a [u8]; MAX_SGE];
+
+/// The SGEs of an IBV_SEND_INLINE WR as byte slices of the caller's memory, in
+/// `store`: like every provider, the payload is read from the raw addresses and the
+/// lkeys are ignored (rdma_client sends from an unregistered static buffer).
+///
+/// # Safety
+/// Each SGE's `addr .. addr + length` is readable for the duration of the post (the C
+/// program vouches for it, as it does to a provider's memcpy).
+unsafe fn inline_pieces<'a>(
+    sg: &[Sge],
+    store: &'a mut InlinePieces<'a>,
+) -> Result<&'a [&'a [u8]], c_int> {
+    if sg.len() > MAX_SGE {
+        return Err(libc::EINVAL);
+    }
+    for (piece, sge) in store.iter_mut().zip(sg) {
+        *piece = match sge.length {
+            0 => &[],
+            _ if sge.addr == 0 => return Err(libc::EFAULT),
+            // SAFETY: caller contract (a non-null address, `length` readable bytes).
+            len => unsafe { std::slice::from_raw_parts(sge.addr as *const u8, len as usize) },
+        };
+    }
+    Ok(&store[..sg.len()])
+}
+
+/// One `ibv_send_wr` as a verbs-api WR, or the errno refusing it; an inline WR's
+/// payload pieces go to `store`.
 ///
 /// # Safety
 /// `w` is a valid `ibv_send_wr` (its SGE array readable; for `ud`, its AH from
-/// `ibv_create_ah`).
-unsafe fn send_wr<'a>(w: &'a ibv_send_wr, ud: bool) -> Result<SendWr<'a>, c_int> {
+/// `ibv_create_ah`; with IBV_SEND_INLINE, its SGEs' bytes readable).
+unsafe fn send_wr<'a>(
+    w: &'a ibv_send_wr,
+    ud: bool,
+    store: &'a mut InlinePieces<'a>,
+) -> Result<SendWr<'a>, c_int> {
     // SAFETY: caller contract.
-    let sg = unsafe { sges(w.sg_list, w.num_sge) }.ok_or(libc::EINVAL)?;
+    let mut sg = unsafe { sges(w.sg_list, w.num_sge) }.ok_or(libc::EINVAL)?;
+    let mut inline_data: &[&[u8]] = &[];
+    if w.send_flags & IBV_SEND_INLINE != 0 && !sg.is_empty() {
+        // SAFETY: caller contract.
+        inline_data = unsafe { inline_pieces(sg, store) }?;
+        sg = &[];
+    }
     // SAFETY: the union member read is the one the opcode selects.
     let opcode = unsafe {
         match w.opcode {
@@ -696,6 +740,7 @@ unsafe fn send_wr<'a>(w: &'a ibv_send_wr, ud: bool) -> Result<SendWr<'a>, c_int>
         sg_list: sg,
         send_flags: SendFlags(w.send_flags as u8),
         ud,
+        inline_data,
     })
 }
 
@@ -743,12 +788,15 @@ pub unsafe extern "C" fn post_send(
     let filler = SendWr::new(0, WrOpcode::Send, &[]);
     while !cur.is_null() {
         let mut ptrs = [std::ptr::null_mut::<ibv_send_wr>(); CHUNK];
+        let mut pieces: [InlinePieces<'_>; CHUNK] = [[&[]; MAX_SGE]; CHUNK];
+        let mut stores = pieces.iter_mut();
         let mut wrs = [filler; CHUNK];
         let mut n = 0;
         let mut refused = None;
         while n < CHUNK && !cur.is_null() {
+            let store = stores.next().expect("one store per WR of the chunk");
             // SAFETY: a valid WR list (caller contract), alive during this call.
-            match unsafe { send_wr(&*cur, q.qpx.qp_base.qp_type == IBV_QPT_UD) } {
+            match unsafe { send_wr(&*cur, q.qpx.qp_base.qp_type == IBV_QPT_UD, store) } {
                 Ok(w) => {
                     ptrs[n] = cur;
                     wrs[n] = w;

@@ -10,8 +10,9 @@
 //! XRC, ATOMIC WRITE, FLUSH), or a setter misuse, marks the batch failed and
 //! `ibv_wr_complete` returns the errno without posting anything of it.
 //!
-//! Inline data (`ibv_wr_set_inline_data`) must lie in a memory region of the QP's PD:
-//! verbs-api copies inline payloads from registered memory only.
+//! Inline data (`ibv_wr_set_inline_data`, `ibv_wr_set_inline_data_list`) is copied
+//! out of the caller's memory when the setter is called — registered or not, as every
+//! provider does — so the buffer may be reused as soon as the setter returns.
 
 use std::ffi::{c_int, c_void};
 
@@ -25,6 +26,7 @@ use crate::qp::SoftnicQp;
 pub const SUPPORTED_SEND_OPS: u64 = 0x7f;
 
 const MAX_SGE: usize = verbs_api::abi::MAX_SGE;
+const MAX_INLINE: usize = verbs_api::abi::MAX_INLINE;
 
 /// One WR being built.
 #[derive(Clone, Copy)]
@@ -35,6 +37,9 @@ struct Pending {
     sge: [Sge; MAX_SGE],
     nsge: usize,
     ud: Option<UdAddress>,
+    /// Inline payload copied by the inline setters (`inline_len` bytes).
+    inline: [u8; MAX_INLINE],
+    inline_len: usize,
 }
 
 /// The batch between `ibv_wr_start` and `ibv_wr_complete`.
@@ -97,6 +102,8 @@ unsafe fn begin(qpx: *mut ibv_qp_ex, opcode: WrOpcode) {
                 sge: [Sge::default(); MAX_SGE],
                 nsge: 0,
                 ud: None,
+                inline: [0; MAX_INLINE],
+                inline_len: 0,
             })
         })
     }
@@ -164,14 +171,22 @@ unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
         let filler = SendWr::new(0, WrOpcode::Send, &[]);
         let mut rc = 0;
         for chunk in b.wrs.chunks(crate::qp::CHUNK) {
+            let mut pieces: [&[u8]; crate::qp::CHUNK] = [&[]; crate::qp::CHUNK];
+            for (piece, p) in pieces.iter_mut().zip(chunk) {
+                *piece = &p.inline[..p.inline_len];
+            }
             let mut wrs = [filler; crate::qp::CHUNK];
-            for (dst, p) in wrs.iter_mut().zip(chunk) {
+            for ((dst, p), piece) in wrs.iter_mut().zip(chunk).zip(&pieces) {
                 *dst = SendWr {
                     wr_id: p.wr_id,
                     opcode: p.opcode,
                     sg_list: &p.sge[..p.nsge],
                     send_flags: SendFlags(p.flags as u8),
                     ud: p.ud,
+                    inline_data: match p.inline_len {
+                        0 => &[],
+                        _ => std::slice::from_ref(piece),
+                    },
                 };
             }
             if let Err(e) = api.post_send(&wrs[..chunk.len()]) {
@@ -238,6 +253,7 @@ unsafe extern "C" fn wr_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, lengt
         last(qpx, |w| {
             w.sge[0] = Sge { addr, length, lkey };
             w.nsge = 1;
+            w.inline_len = 0;
             Ok(())
         })
     }
@@ -254,6 +270,7 @@ unsafe extern "C" fn wr_set_sge_list(qpx: *mut ibv_qp_ex, num_sge: usize, sg_lis
                 w.sge[i] = *sg_list.add(i);
             }
             w.nsge = num_sge;
+            w.inline_len = 0;
             Ok(())
         })
     }
@@ -282,24 +299,38 @@ unsafe extern "C" fn wr_set_ud_addr(
     }
 }
 
-/// Inline data as SGEs of registered memory (see the module doc), with IBV_SEND_INLINE.
-fn set_inline(w: &mut Pending, bufs: &[(u64, usize)]) -> Result<(), c_int> {
-    if bufs.len() > MAX_SGE {
-        return Err(libc::EINVAL);
+/// Copies the inline payload `bufs` (address, length) into the WR (see the module doc)
+/// and sets IBV_SEND_INLINE. More than the slot holds fails with ENOMEM, as mlx5's
+/// setter does beyond `max_inline_data`.
+///
+/// # Safety
+/// Each `addr .. addr + length` is readable (the C program vouches for it).
+unsafe fn set_inline(
+    w: &mut Pending,
+    bufs: impl IntoIterator<Item = (u64, usize)>,
+) -> Result<(), c_int> {
+    let mut at = 0usize;
+    for (addr, len) in bufs {
+        if len == 0 {
+            continue;
+        }
+        if addr == 0 {
+            return Err(libc::EFAULT);
+        }
+        let dst = w.inline.get_mut(at..at + len).ok_or(libc::ENOMEM)?;
+        // SAFETY: caller contract; `dst` is `len` bytes of the WR's own buffer.
+        dst.copy_from_slice(unsafe { std::slice::from_raw_parts(addr as *const u8, len) });
+        at += len;
     }
-    for (i, &(addr, len)) in bufs.iter().enumerate() {
-        let lkey = crate::mr::lkey_covering(addr, len).ok_or(libc::EINVAL)?;
-        let length = u32::try_from(len).map_err(|_| libc::EINVAL)?;
-        w.sge[i] = Sge { addr, length, lkey };
-    }
-    w.nsge = bufs.len();
-    w.flags |= 8; // IBV_SEND_INLINE
+    w.inline_len = at;
+    w.nsge = 0;
+    w.flags |= crate::qp::IBV_SEND_INLINE;
     Ok(())
 }
 
 unsafe extern "C" fn wr_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
-    // SAFETY: as wr_start.
-    unsafe { last(qpx, |w| set_inline(w, &[(addr as u64, length)])) }
+    // SAFETY: as wr_start; `addr` holds `length` readable bytes (caller contract).
+    unsafe { last(qpx, |w| set_inline(w, [(addr as u64, length)])) }
 }
 
 /// `struct ibv_data_buf { void *addr; size_t length; }`.
@@ -317,16 +348,17 @@ unsafe extern "C" fn wr_set_inline_data_list(
     // SAFETY: as wr_start; `list` holds `num_buf` ibv_data_buf entries (caller contract).
     unsafe {
         last(qpx, |w| {
-            if num_buf > MAX_SGE || (num_buf > 0 && list.is_null()) {
+            if num_buf > 0 && list.is_null() {
                 return Err(libc::EINVAL);
             }
             let l = list as *const DataBuf;
-            let mut bufs = [(0u64, 0usize); MAX_SGE];
-            for (i, b) in bufs.iter_mut().enumerate().take(num_buf) {
-                let d = &*l.add(i);
-                *b = (d.addr as u64, d.length);
-            }
-            set_inline(w, &bufs[..num_buf])
+            set_inline(
+                w,
+                (0..num_buf).map(|i| {
+                    let d = &*l.add(i);
+                    (d.addr as u64, d.length)
+                }),
+            )
         })
     }
 }
