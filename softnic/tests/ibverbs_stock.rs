@@ -317,7 +317,7 @@ fn stock_srq_programs_between_two_nics() {
 
 /// Runs a C test program `EXE A B [MODE]` on the two NICs through `softnic exec`; it
 /// must exit 0 with `ok` as its last line.
-fn run_c_pair(exe: &Path, a: &NicProc, b: &NicProc, mode: Option<&str>) {
+fn run_c_pair(exe: &Path, a: &NicProc, b: &NicProc, mode: Option<&str>) -> String {
     let mut args = vec!["-d", &a.name, "-d", &b.name, "--", exe.to_str().unwrap()];
     args.extend([a.name.as_str(), b.name.as_str()]);
     args.extend(mode);
@@ -327,6 +327,7 @@ fn run_c_pair(exe: &Path, a: &NicProc, b: &NicProc, mode: Option<&str>) {
         "{mode:?}: {}",
         text(&o)
     );
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// `tests/ibverbs/srq.c` through the C ABI between two NICs: SRQ create / query /
@@ -366,7 +367,8 @@ fn a_forked_child_cannot_touch_the_parents_rings_or_mrs() {
 fn memory_registration_matrix_with_canaries() {
     let (a, b) = nic_pair("ibvstock-mrm", 18);
     let exe = compile_c("mr_matrix", &["-pthread"]);
-    run_c_pair(&exe, &a, &b, None);
+    // Its per-case costs and throughputs (`--nocapture`), for docs/ibverbs.md.
+    println!("{}", run_c_pair(&exe, &a, &b, None));
 }
 
 /// Stock perftest between two softnic NICs, half the cases each way: every RC test,

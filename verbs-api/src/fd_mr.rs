@@ -9,7 +9,10 @@
 //! len` onto it. With [`ProtectionDomain::reg_fd_window`] the NIC assembles the mapping
 //! from page ranges of a memfd and of live registrations' mappings, and `iova` is the
 //! byte at `offset` in it: a buffer that does not start on a page, and several
-//! registrations on the same pages.
+//! registrations on the same pages. Memory that cannot become a memfd goes by
+//! [`ProtectionDomain::reg_sysv`] (a SysV segment the NIC attaches itself) or
+//! [`ProtectionDomain::reg_copy`] (the NIC copies through the caller's
+//! `/proc/self/mem`).
 
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
@@ -50,14 +53,12 @@ impl ProtectionDomain {
         len: usize,
         access: AccessFlags,
     ) -> Result<FdMemoryRegion> {
-        self.check_fd_region(iova, len, access)?;
-        let req = Request::RegMr {
-            pd: self.inner.handle,
-            len: len as u64,
-            access: access.0,
+        self.register(iova, len, access, &[fd], |pd, len, access| Request::RegMr {
+            pd,
+            len,
+            access,
             iova,
-        };
-        self.finish_fd_region(&req, &[fd], iova, len, access)
+        })
     }
 
     /// Registers `len` bytes from byte `offset` of a mapping the NIC assembles from
@@ -75,17 +76,77 @@ impl ProtectionDomain {
         len: usize,
         access: AccessFlags,
     ) -> Result<FdMemoryRegion> {
-        self.check_fd_region(iova, len, access)?;
-        let req = Request::RegMrWindow {
-            pd: self.inner.handle,
-            len: len as u64,
-            access: access.0,
-            iova,
-            offset,
-            segments,
-        };
         let fds: Vec<BorrowedFd<'_>> = fd.into_iter().collect();
-        self.finish_fd_region(&req, &fds, iova, len, access)
+        self.register(iova, len, access, &fds, |pd, len, access| {
+            Request::RegMrWindow {
+                pd,
+                len,
+                access,
+                iova,
+                offset,
+                segments,
+            }
+        })
+    }
+
+    /// Registers `len` bytes from byte `offset` of the SysV segment `shmid`, which the
+    /// caller has attached read-write with that byte at `iova` (see
+    /// `Request::RegMrSysv`: the NIC attaches the segment too; zero-copy). Refused for
+    /// hugetlb segments and segments the caller's uid does not own.
+    pub fn reg_sysv(
+        &self,
+        shmid: i32,
+        offset: u64,
+        iova: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<FdMemoryRegion> {
+        self.register(iova, len, access, &[], |pd, len, access| {
+            Request::RegMrSysv {
+                pd,
+                len,
+                access,
+                iova,
+                shmid,
+                offset,
+            }
+        })
+    }
+
+    /// Registers `[iova, iova + len)` of this process's memory, whatever backs it: the
+    /// NIC copies through `proc_mem` (this process's `/proc/self/mem`, opened
+    /// read-write) on every access (see `Request::RegMrCopy`). The caller keeps the
+    /// range mapped while the registration lives; atomics on it are refused.
+    pub fn reg_copy(
+        &self,
+        proc_mem: BorrowedFd<'_>,
+        iova: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<FdMemoryRegion> {
+        self.register(iova, len, access, &[proc_mem], |pd, len, access| {
+            Request::RegMrCopy {
+                pd,
+                len,
+                access,
+                iova,
+            }
+        })
+    }
+
+    /// Checks the region, then sends the request `make(pd, len, access bits)` with
+    /// `fds` and records the registration.
+    fn register(
+        &self,
+        iova: u64,
+        len: usize,
+        access: AccessFlags,
+        fds: &[BorrowedFd<'_>],
+        make: impl FnOnce(Handle, u64, u32) -> Request,
+    ) -> Result<FdMemoryRegion> {
+        self.check_fd_region(iova, len, access)?;
+        let req = make(self.inner.handle, len as u64, access.0);
+        self.finish_fd_region(&req, fds, iova, len, access)
     }
 
     fn check_fd_region(&self, iova: u64, len: usize, access: AccessFlags) -> Result<()> {

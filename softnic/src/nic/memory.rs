@@ -32,7 +32,14 @@
 //! use, so a FETCH_ADD from the network and a `fetch_add` by the client serialize.
 //! Files are checked, mapped and sealed by `verbs_api::os::map_peer_shm` (plain tmpfs
 //! memfds only, every page allocated, no shrinking, no hole punching), so no access can
-//! fault with SIGBUS.
+//! fault with SIGBUS. SysV segments are attached only when they are plain tmpfs pages
+//! ([`super::sysv_mr`]).
+//!
+//! # Copy-backed regions
+//! Memory with no backing the NIC can map safely (the stack, hugetlb, shared files) is
+//! a [`Backing::Copy`] region: the same checks, then `pread`/`pwrite` on the client's
+//! `/proc/<pid>/mem` ([`super::copy_mr`]); atomics on it are [`MemError::AccessDenied`]
+//! (a copy cannot be atomic against the client's CPU).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -41,8 +48,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use softnic_transport::memory::{Access, AtomicOp, MemError, Memory};
-use verbs_api::abi::control::MrSegment;
+use verbs_api::abi::control::{Handle, MrSegment, Request};
 
+use super::copy_mr::ProcMem;
 use super::handles::HandleAlloc;
 use super::mr_view::View;
 use super::secret::{self, DrawError};
@@ -78,11 +86,8 @@ pub struct Region {
     pub client: u32,
     /// Protection domain.
     pub pd: u32,
-    /// The NIC's mapping of the client's memfd (at least `base + len` bytes), shared
-    /// by every region registered as a window onto it.
-    map: Arc<View>,
-    /// Offset of byte 0 of the region in `map`.
-    base: usize,
+    /// How the NIC reaches the bytes.
+    backing: Backing,
     /// Client virtual address of byte 0.
     pub iova: u64,
     /// Length in bytes.
@@ -107,7 +112,30 @@ impl std::fmt::Debug for Region {
     }
 }
 
+/// How the NIC reaches a region's bytes.
+enum Backing {
+    /// Mapped: the NIC's mapping of the client's memfd or SysV segment (at least
+    /// `base + len` bytes), shared by every region registered as a window onto it, and
+    /// the offset of byte 0 of the region in it.
+    Map { map: Arc<View>, base: usize },
+    /// Copied through the client's `/proc/<pid>/mem` at the client's addresses.
+    Copy(ProcMem),
+}
+
 impl Region {
+    /// The mapping, for a mapped region.
+    fn view(&self) -> Option<&View> {
+        match &self.backing {
+            Backing::Map { map, .. } => Some(map),
+            Backing::Copy(_) => None,
+        }
+    }
+
+    /// Bytes the NIC holds mapped for the region (its length, for a copied one).
+    fn map_len(&self) -> u64 {
+        self.view().map_or(self.len, |v| v.len() as u64)
+    }
+
     /// The offset of `[va, va + len)` in the region, if it lies inside.
     fn offset(&self, va: u64, len: u64) -> Result<usize, MemError> {
         let off = va.checked_sub(self.iova).ok_or(MemError::OutOfRange)?;
@@ -118,12 +146,17 @@ impl Region {
         usize::try_from(off).map_err(|_| MemError::OutOfRange)
     }
 
-    /// Pointer to byte `off` of the region. `off + n <= len` must hold for any `n`
-    /// bytes accessed through it (callers got `off` from [`Region::offset`]).
-    fn ptr(&self, off: usize) -> *mut u8 {
-        // SAFETY: `off <= self.len` and `base + len <= map.len()` (register_window()
-        // checks it), so the result is inside or one past the mapping.
-        unsafe { self.map.as_mut_ptr().add(self.base + off) }
+    /// Pointer to byte `off` of a mapped region (`None`: copied). `off + n <= len` must
+    /// hold for any `n` bytes accessed through it (callers got `off` from
+    /// [`Region::offset`]).
+    fn ptr(&self, off: usize) -> Option<*mut u8> {
+        match &self.backing {
+            // SAFETY: `off <= self.len` and `base + len <= map.len()`
+            // (register_window() checks it), so the result is inside or one past the
+            // mapping.
+            Backing::Map { map, base } => Some(unsafe { map.as_mut_ptr().add(base + off) }),
+            Backing::Copy(_) => None,
+        }
     }
 }
 
@@ -178,6 +211,70 @@ pub enum Source<'a> {
     /// Pieces of the request's memfd (if sent) and of the client's live regions'
     /// mappings ([`View::assemble`]): MRs on the same pages share them.
     Pieces(Option<BorrowedFd<'a>>, &'a [MrSegment]),
+    /// A SysV segment of the client's uid, attached here ([`super::sysv_mr`]); the
+    /// window's `offset + len` must lie in it.
+    Sysv {
+        /// Segment id.
+        shmid: i32,
+        /// The client's uid (the owner the segment must have).
+        uid: u32,
+    },
+    /// The client's `/proc/<pid>/mem` ([`super::copy_mr`]); the region is addressed
+    /// by client address (`offset` must be 0).
+    Copy(BorrowedFd<'a>),
+}
+
+/// What a registration request names (the control request's kind, with what is not
+/// a descriptor).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegKind {
+    /// `RegMr`: the frame's memfd from offset 0.
+    Memfd,
+    /// `RegMrWindow`: these pieces.
+    Window(Vec<MrSegment>),
+    /// `RegMrSysv`: this segment id.
+    Sysv(i32),
+    /// `RegMrCopy`: the frame's `/proc/<pid>/mem`.
+    Copy,
+}
+
+impl RegKind {
+    /// A registration request as `(pd, len, access, (iova, offset, kind))`; `None` for
+    /// any other request.
+    #[allow(clippy::type_complexity)]
+    pub fn split(req: Request) -> Option<(Handle, u64, u32, (u64, u64, RegKind))> {
+        Some(match req {
+            Request::RegMr {
+                pd,
+                len,
+                access,
+                iova,
+            } => (pd, len, access, (iova, 0, RegKind::Memfd)),
+            Request::RegMrWindow {
+                pd,
+                len,
+                access,
+                iova,
+                offset,
+                segments,
+            } => (pd, len, access, (iova, offset, RegKind::Window(segments))),
+            Request::RegMrSysv {
+                pd,
+                len,
+                access,
+                iova,
+                shmid,
+                offset,
+            } => (pd, len, access, (iova, offset, RegKind::Sysv(shmid))),
+            Request::RegMrCopy {
+                pd,
+                len,
+                access,
+                iova,
+            } => (pd, len, access, (iova, 0, RegKind::Copy)),
+            _ => return None,
+        })
+    }
 }
 
 /// The memory-region table.
@@ -284,7 +381,27 @@ impl MrTable {
                 .map(View::from_mmap)
                 .map_err(|e| RegError::BadRange(format!("cannot map the region's memfd: {e}")))?,
             Source::Pieces(fd, segments) => {
-                View::assemble(fd, segments, |h| self.get(client, h).map(|r| &*r.map))?
+                View::assemble(fd, segments, |h| self.get(client, h).and_then(Region::view))?
+            }
+            Source::Sysv { shmid, uid } => {
+                let need = offset.checked_add(len).ok_or_else(|| {
+                    RegError::BadRange(format!("offset {offset} + length {len} overflows"))
+                })?;
+                super::sysv_mr::attach(shmid, uid, need)?
+            }
+            Source::Copy(fd) => {
+                if offset != 0 {
+                    return Err(RegError::BadRange(
+                        "a copied region is addressed from its iova (offset 0)".into(),
+                    ));
+                }
+                let mem = ProcMem::new(fd)?;
+                return self.insert(
+                    client,
+                    pd,
+                    Backing::Copy(mem),
+                    (iova, len, access, lkey, rkey),
+                );
             }
         };
         let base = usize::try_from(offset).ok();
@@ -299,7 +416,22 @@ impl MrTable {
             }
         }
         let base = base.unwrap_or(0);
-        let map = Arc::new(map);
+        let backing = Backing::Map {
+            map: Arc::new(map),
+            base,
+        };
+        self.insert(client, pd, backing, (iova, len, access, lkey, rkey))
+    }
+
+    /// Enters a region whose bytes `backing` reaches: `(iova, len, access, lkey,
+    /// rkey)`, checked by the caller.
+    fn insert(
+        &mut self,
+        client: u32,
+        pd: u32,
+        backing: Backing,
+        (iova, len, access, lkey, rkey): (u64, u64, Access, u32, u32),
+    ) -> Result<(u32, u32, u32), RegError> {
         let regions = &self.regions;
         let handle = self
             .handles
@@ -312,8 +444,7 @@ impl MrTable {
             Region {
                 client,
                 pd,
-                map,
-                base,
+                backing,
                 iova,
                 len,
                 access,
@@ -337,7 +468,7 @@ impl MrTable {
         self.by_rkey.remove(&r.rkey);
         Some(Removed {
             pd: r.pd,
-            map_len: r.map.len() as u64,
+            map_len: r.map_len(),
         })
     }
 
@@ -377,10 +508,14 @@ impl MrTable {
         if dst.is_empty() {
             return Ok(());
         }
+        if let Backing::Copy(m) = &r.backing {
+            return m.read(va, dst);
+        }
+        let p = r.ptr(off).ok_or(MemError::AccessDenied)?;
         // SAFETY: [off, off + dst.len()) lies inside the mapping (Region::offset), and
         // `dst` is the NIC's own buffer, which cannot overlap a shared mapping. No
         // reference to the shared bytes is formed (see the module docs).
-        unsafe { std::ptr::copy_nonoverlapping(r.ptr(off), dst.as_mut_ptr(), dst.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 
@@ -389,8 +524,12 @@ impl MrTable {
         if src.is_empty() {
             return Ok(());
         }
+        if let Backing::Copy(m) = &r.backing {
+            return m.write(va, src);
+        }
+        let p = r.ptr(off).ok_or(MemError::AccessDenied)?;
         // SAFETY: as in copy_out, with the direction reversed.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), r.ptr(off), src.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
         Ok(())
     }
 }
@@ -437,7 +576,8 @@ impl Memory for MrTable {
             return Err(MemError::Misaligned);
         }
         let off = r.offset(va, 8)?;
-        let p = r.ptr(off);
+        // A copy through the mem file cannot be atomic against the client's CPU.
+        let p = r.ptr(off).ok_or(MemError::AccessDenied)?;
         if !(p as usize).is_multiple_of(8) {
             // The iova and the mapping disagree on alignment (an iova that is not
             // page-aligned); the hardware atomic would not be atomic.
@@ -643,6 +783,64 @@ mod tests {
         assert_eq!(read(&view, 8188, 4), b"1234");
         assert_eq!(read(&view2, 0, 4), b"5678");
         assert_eq!(read(&view, 100, 5), b"first");
+    }
+
+    /// A copy-backed region (the client's `/proc/self/mem`; here the test's own):
+    /// the same key, bounds and access checks, bytes copied at the client's
+    /// addresses, atomics refused.
+    #[test]
+    fn copied_regions_reach_unmapped_kinds_of_memory_with_the_same_checks() {
+        let mem: std::os::fd::OwnedFd = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/proc/self/mem")
+            .unwrap()
+            .into();
+        let buf = vec![0u8; 256];
+        let iova = buf.as_ptr() as u64 + 64;
+        let mut t = MrTable::new();
+        let (h, lkey, rkey) = t
+            .register_window(1, 10, Source::Copy(mem.as_fd()), 0, 128, 0xF, iova)
+            .unwrap();
+        t.write_remote(10, rkey, iova + 120, b"8 bytes!").unwrap();
+        assert_eq!(
+            t.write_remote(10, rkey, iova + 121, b"8 bytes!"),
+            Err(MemError::OutOfRange)
+        );
+        // SAFETY: the kernel wrote these bytes of the test's own buffer; read them
+        // volatilely.
+        let seen: Vec<u8> = (0..8)
+            .map(|i| unsafe { std::ptr::read_volatile(buf.as_ptr().add(184 + i)) })
+            .collect();
+        assert_eq!(&seen, b"8 bytes!");
+        let mut back = [0u8; 8];
+        t.read_local(10, lkey, iova + 120, &mut back).unwrap();
+        assert_eq!(&back, b"8 bytes!");
+        assert_eq!(
+            t.read_local(11, lkey, iova, &mut back),
+            Err(MemError::InvalidKey)
+        );
+        assert_eq!(
+            t.atomic(10, rkey, iova + 8, AtomicOp::FetchAdd { add: 1 }),
+            Err(MemError::AccessDenied)
+        );
+        assert!(
+            t.register_window(1, 10, Source::Copy(mem.as_fd()), 8, 8, 0xF, iova)
+                .is_err(),
+            "a copied region has no offset"
+        );
+        let fd = verbs_api::os::memfd("not-proc", 4096).unwrap();
+        assert!(t
+            .register_window(1, 10, Source::Copy(fd.as_fd()), 0, 8, 0xF, iova)
+            .is_err());
+        assert_eq!(
+            t.deregister(1, h),
+            Some(Removed {
+                pd: 10,
+                map_len: 128
+            })
+        );
+        drop(buf);
     }
 
     #[test]

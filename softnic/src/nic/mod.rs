@@ -24,6 +24,7 @@ pub mod clock;
 pub mod cm;
 pub mod config;
 pub mod control;
+pub mod copy_mr;
 pub mod counters;
 pub mod cq;
 pub mod fault;
@@ -42,6 +43,7 @@ pub mod signals;
 pub mod source;
 pub mod srq;
 pub mod state;
+pub mod sysv_mr;
 pub mod udp;
 pub mod wqe;
 

@@ -22,12 +22,14 @@ use super::memory::{RegError, MAX_MR_SIZE};
 
 const PAGE: u64 = 4096;
 
-/// A mapping the NIC owns: `len` bytes at `ptr`, unmapped on drop; `pieces` are the
-/// `(offset, len)` runs that each come from one mapping of one file.
+/// A mapping the NIC owns: `len` bytes at `ptr`, unmapped on drop (detached, for a
+/// SysV segment); `pieces` are the `(offset, len)` runs that each come from one
+/// mapping of one file.
 pub struct View {
     ptr: *mut u8,
     len: usize,
     pieces: Vec<(usize, usize)>,
+    sysv: bool,
 }
 
 // SAFETY: a plain shared-memory mapping; every access goes through raw pointers with
@@ -53,9 +55,25 @@ impl View {
             ptr: m.as_mut_ptr(),
             len: m.len(),
             pieces: vec![(0, m.len())],
+            sysv: false,
         };
         std::mem::forget(m); // the View unmaps it
         v
+    }
+
+    /// Takes over a SysV segment attached at `ptr` (`shmat`), `len` bytes (one piece:
+    /// its pages can be shared with windows like a memfd's).
+    ///
+    /// # Safety
+    /// `ptr` is a segment this process attached, at least `len` bytes long, attached
+    /// nowhere else in the NIC's bookkeeping (the View detaches it on drop).
+    pub unsafe fn from_sysv(ptr: *mut u8, len: usize) -> View {
+        View {
+            ptr,
+            len,
+            pieces: vec![(0, len)],
+            sysv: true,
+        }
     }
 
     /// Length in bytes.
@@ -131,6 +149,7 @@ impl View {
             ptr: reserve as *mut u8,
             len: total,
             pieces: Vec::new(),
+            sysv: false,
         };
         let mut pos = 0usize;
         for s in segments {
@@ -178,7 +197,12 @@ impl View {
 
 impl Drop for View {
     fn drop(&mut self) {
-        // SAFETY: the View owns exactly this range (from_mmap or assemble).
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+        if self.sysv {
+            // SAFETY: the View owns this attachment (from_sysv).
+            unsafe { libc::shmdt(self.ptr as *const libc::c_void) };
+        } else {
+            // SAFETY: the View owns exactly this range (from_mmap or assemble).
+            unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+        }
     }
 }

@@ -22,8 +22,7 @@ use softnic_transport::memory::Access;
 use softnic_transport::qp::{self as tqp, Qp, QpCounters};
 use softnic_transport::time::Instant;
 use verbs_api::abi::control::{
-    DeviceAttr, ErrorCode, Handle, MrSegment, QpAttr, QpCaps, QpState, QpType, Reply, Request,
-    Response,
+    DeviceAttr, ErrorCode, Handle, QpAttr, QpCaps, QpState, QpType, Reply, Request, Response,
 };
 use verbs_api::abi::{
     layout, QpLayout, RecvWqe, Ring, SendWqe, ABI_VERSION, MAX_INLINE, MAX_RING_ENTRIES, MAX_SGE,
@@ -33,7 +32,7 @@ use super::counters::NicCounters;
 use super::cq::CompletionQueue;
 use super::gid;
 use super::handles::HandleAlloc;
-use super::memory::{KeyMap, MrTable, RegError, Source, MAX_MR_SIZE};
+use super::memory::{KeyMap, MrTable, RegError, RegKind, Source, MAX_MR_SIZE};
 use super::quota::{Kind, Limits, QuotaError, Quotas};
 use super::rings::QpEntry;
 use super::secret;
@@ -337,6 +336,7 @@ impl Nic {
         let want_fds = matches!(
             req,
             Request::RegMr { .. }
+                | Request::RegMrCopy { .. }
                 | Request::CreateCq { .. }
                 | Request::CreateQp { .. }
                 | Request::CreateSrq { .. }
@@ -378,28 +378,15 @@ impl Nic {
             ),
             Request::AllocPd => self.alloc_pd(client, counters),
             Request::DeallocPd { pd } => self.dealloc_pd(client, pd),
-            Request::RegMr {
-                pd,
-                len,
-                access,
-                iova,
-            } => self.reg_mr(client, pd, len, access, (iova, 0, None), fds, counters),
-            Request::RegMrWindow {
-                pd,
-                len,
-                access,
-                iova,
-                offset,
-                segments,
-            } => self.reg_mr(
-                client,
-                pd,
-                len,
-                access,
-                (iova, offset, Some(segments)),
-                fds,
-                counters,
-            ),
+            Request::RegMr { .. }
+            | Request::RegMrWindow { .. }
+            | Request::RegMrSysv { .. }
+            | Request::RegMrCopy { .. } => match RegKind::split(req) {
+                Some((pd, len, access, at)) => {
+                    self.reg_mr(client, pd, len, access, at, fds, counters)
+                }
+                None => err(ErrorCode::Internal, "not a registration"),
+            },
             Request::DeregMr { mr } => {
                 if self.dereg_mr(client, mr) {
                     ok(Reply::Done)
@@ -562,8 +549,8 @@ impl Nic {
         }
     }
 
-    /// `RegMr` and `RegMrWindow`: `at` is (iova, offset in the mapping, the
-    /// window's segments — `None` for `RegMr`: the memfd in `fds` from offset 0).
+    /// `RegMr`, `RegMrWindow`, `RegMrSysv` and `RegMrCopy`: `at` is (iova, offset in
+    /// the mapping, what the request names besides `fds`).
     #[allow(clippy::too_many_arguments)]
     fn reg_mr(
         &mut self,
@@ -571,23 +558,23 @@ impl Nic {
         pd: Handle,
         len: u64,
         access: u32,
-        at: (u64, u64, Option<Vec<MrSegment>>),
+        at: (u64, u64, RegKind),
         fds: Vec<OwnedFd>,
         counters: &mut NicCounters,
     ) -> Answer {
-        let (iova, offset, segments) = at;
+        let (iova, offset, kind) = at;
         if let Err(a) = self.pd_of(client, pd) {
             return *a;
         }
         let fd = fds.first();
         // A window is charged for the pages it maps (shared ones too, as if it mapped
         // them itself); a plain region for its memfd's pages from offset 0.
-        let pages = match &segments {
-            Some(segs) => segs
+        let pages = match &kind {
+            RegKind::Window(segs) => segs
                 .iter()
                 .try_fold(0u64, |a, s| a.checked_add(s.len))
                 .and_then(|l| usize::try_from(l).ok()),
-            None => offset
+            RegKind::Memfd | RegKind::Sysv(_) | RegKind::Copy => offset
                 .checked_add(len)
                 .and_then(|l| usize::try_from(l).ok()),
         };
@@ -614,12 +601,16 @@ impl Nic {
         if let Err(e) = self.quotas.take(uid, Kind::Mr, bytes) {
             return refuse(e, counters);
         }
-        let source = match (&segments, fd) {
-            (Some(segs), fd) => Ok(Source::Pieces(fd.map(|f| f.as_fd()), segs)),
-            (None, Some(fd)) => verbs_api::os::check_shm(fd.as_fd(), map_len)
+        let source = match (&kind, fd) {
+            (RegKind::Window(segs), fd) => Ok(Source::Pieces(fd.map(|f| f.as_fd()), segs)),
+            (RegKind::Memfd, Some(fd)) => verbs_api::os::check_shm(fd.as_fd(), map_len)
                 .map(|()| Source::Memfd(fd.as_fd(), map_len))
                 .map_err(|e| RegError::BadRange(format!("region memfd: {e}"))),
-            (None, None) => Err(RegError::BadRange("RegMr needs the region's memfd".into())),
+            (RegKind::Sysv(shmid), _) => Ok(Source::Sysv { shmid: *shmid, uid }),
+            (RegKind::Copy, Some(fd)) => Ok(Source::Copy(fd.as_fd())),
+            (RegKind::Memfd | RegKind::Copy, None) => Err(RegError::BadRange(
+                "the registration needs its descriptor".into(),
+            )),
         };
         let registered = source
             .and_then(|src| {
@@ -1029,6 +1020,8 @@ pub fn request_name(r: &Request) -> &'static str {
         Request::DeallocPd { .. } => "DeallocPd",
         Request::RegMr { .. } => "RegMr",
         Request::RegMrWindow { .. } => "RegMrWindow",
+        Request::RegMrSysv { .. } => "RegMrSysv",
+        Request::RegMrCopy { .. } => "RegMrCopy",
         Request::DeregMr { .. } => "DeregMr",
         Request::CreateCq { .. } => "CreateCq",
         Request::DestroyCq { .. } => "DestroyCq",

@@ -13,6 +13,7 @@
  * Prints "ok" at the end; any mismatch prints FAIL and exits 2. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -165,6 +166,78 @@ static void one(const char *name, unsigned char *buf, size_t len, size_t before,
 	      "a neighbour changed");
 }
 
+/* Registers `buf` (private memory the NIC reaches by copying: the stack, MAP_HUGETLB),
+ * forks, lets the child scribble over its copy and exit, then SENDs into the parent's
+ * buffer: the NIC writes the parent's memory and the child's writes stay the child's. */
+static void fork_while_registered(const char *name, unsigned char *buf)
+{
+	memset(buf, 0x5A, 2 * MSG);
+	struct ibv_mr *mr = ibv_reg_mr(y.pd, buf, 2 * MSG, ACCESS);
+	check(mr != NULL, name, "registration failed");
+	pid_t pid = fork();
+	if (pid == 0) {
+		memset(buf, 0x99, 2 * MSG);
+		_exit(0);
+	}
+	int st;
+	check(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && !WEXITSTATUS(st), name, "child");
+	check(all(buf, 2 * MSG, 0x5A), name, "the child's writes reached the parent");
+	send_into(name, buf, mr, 0x78);
+	check(all(buf + MSG, MSG, 0x5A), name, "bytes past the SEND");
+	check(ibv_dereg_mr(mr) == 0, name, "dereg");
+	printf("case %s: the NIC wrote the parent's buffer, the child's copy stayed its own\n",
+	       name);
+}
+
+/* Throughput of the NIC into and out of `buf` (`len` bytes, registered here): RDMA
+ * WRITEs by x into it (y's NIC writes the region), then RDMA WRITEs by y out of it
+ * into x's buffer (y's NIC reads the region), `rounds` each, one outstanding at a
+ * time; printed as GB/s, to compare the mechanisms within one run. */
+static struct ibv_mr *big_mr;
+static unsigned char *big;
+
+/* `rounds` signaled RDMA WRITEs of `len` bytes on `from` from `src`/`lkey` to
+ * `dst`/`rkey`, one at a time; GB/s. */
+static double write_gbps(struct side *from, void *src, uint32_t lkey, void *dst, uint32_t rkey,
+			 size_t len, int rounds)
+{
+	double t0 = now_us();
+	for (int i = 0; i < rounds; i++) {
+		struct ibv_sge ss = { (uintptr_t)src, (uint32_t)len, lkey };
+		struct ibv_send_wr w = { .wr_id = ++seq, .sg_list = &ss, .num_sge = 1,
+					 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED },
+				   *bw;
+		w.wr.rdma.remote_addr = (uintptr_t)dst;
+		w.wr.rdma.rkey = rkey;
+		check(!ibv_post_send(from->qp, &w, &bw), "throughput", "post");
+		struct ibv_wc wc;
+		long spins = 0;
+		while (ibv_poll_cq(from->cq, 1, &wc) != 1 && ++spins < 4000000000L)
+			;
+		if (spins >= 4000000000L || wc.status != IBV_WC_SUCCESS) {
+			fprintf(stderr, "FAIL throughput: completion %s\n",
+				spins >= 4000000000L ? "missing" : ibv_wc_status_str(wc.status));
+			exit(2);
+		}
+	}
+	return (double)len * rounds / ((now_us() - t0) * 1e3);
+}
+
+static void throughput(const char *name, unsigned char *buf, size_t len)
+{
+	struct ibv_mr *mr = ibv_reg_mr(y.pd, buf, len, ACCESS);
+	check(mr != NULL, name, "registration for the throughput run");
+	memset(big, 0x3C, len);
+	double in = write_gbps(&x, big, big_mr->lkey, buf, mr->rkey, len, 20);
+	check(all(buf, len, 0x3C), name, "WRITE bytes");
+	memset(buf, 0x3D, len);
+	double out = write_gbps(&y, buf, mr->lkey, big, big_mr->rkey, len, 20);
+	check(all(big, len, 0x3D), name, "bytes written out of the region");
+	check(ibv_dereg_mr(mr) == 0, name, "dereg");
+	printf("throughput %s: %zu KiB, NIC writes it %.2f GB/s, NIC reads it %.2f GB/s\n", name,
+	       len >> 10, in, out);
+}
+
 /* Neighbours on the registered buffer's last page, written by another thread while
  * the buffer is registered and deregistered over and over: no write may be lost. The
  * writer sweeps the slots, writing generation g into each; before writing slot k it
@@ -261,24 +334,64 @@ int main(int argc, char **argv)
 	unsigned char *sub = memalign(PAGE, 2 * PAGE);
 	one("sub-page in the middle of a page", sub + 1000, 100, 1000, PAGE - 1100, 1);
 	one("unaligned across a page boundary", sub + PAGE - 50, 100, PAGE - 50, PAGE - 50, 1);
-	/* The stack. */
+	/* The stack (the main thread's [stack]: copied by the NIC through /proc/self/mem),
+	 * unaligned, with neighbours on both sides. */
 	unsigned char stack[3 * PAGE];
-	unsigned char *sp = (unsigned char *)(((uintptr_t)stack + PAGE - 1) & ~(uintptr_t)(PAGE - 1));
-	one("stack", sp, PAGE, 0, 0, 0);
-	/* SysV shared memory (perftest --use_hugepages uses shmget). */
+	one("stack (copied)", stack + 100, PAGE, 100, 2 * PAGE - 100, 1);
+	fork_while_registered("stack, fork() while registered", stack + 200);
+	/* SysV shared memory (perftest --use_hugepages uses shmget): the NIC attaches the
+	 * segment itself. */
 	int id = shmget(IPC_PRIVATE, 4 * PAGE, IPC_CREAT | 0600);
 	check(id >= 0, "shm", "shmget");
 	unsigned char *sh = shmat(id, NULL, 0);
 	shmctl(id, IPC_RMID, NULL);
 	check(sh != (void *)-1, "shm", "shmat");
-	one("SysV shm", sh, 2 * PAGE, 0, 2 * PAGE, 0);
-	/* Hugepages, where the machine has them. */
+	one("SysV shm (NIC attaches it)", sh + 100, 2 * PAGE, 100, 2 * PAGE - 100, 1);
+	/* Shared memory other processes may map: MAP_SHARED anonymous, /dev/shm, a shared
+	 * file mapping — copied, never remapped (that would un-share them). */
+	unsigned char *sa = mmap(NULL, 4 * PAGE, PROT_READ | PROT_WRITE,
+				 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	check(sa != MAP_FAILED, "shared anonymous", "mmap");
+	one("mmap MAP_SHARED anonymous (copied)", sa + PAGE, PAGE + 10, PAGE, PAGE - 10, 1);
+	char shm_name[64];
+	snprintf(shm_name, sizeof shm_name, "/softnic-mr-matrix-%d", (int)getpid());
+	int sfd = shm_open(shm_name, O_CREAT | O_RDWR | O_EXCL, 0600);
+	check(sfd >= 0 && ftruncate(sfd, 4 * PAGE) == 0, "/dev/shm", "shm_open");
+	unsigned char *ds = mmap(NULL, 4 * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+	shm_unlink(shm_name);
+	check(ds != MAP_FAILED, "/dev/shm", "mmap");
+	one("/dev/shm mapping (copied)", ds + 50, 2 * PAGE, 50, 2 * PAGE - 50, 1);
+	char file_name[] = "/tmp/softnic-mr-matrix-XXXXXX";
+	int ffd = mkstemp(file_name);
+	check(ffd >= 0 && ftruncate(ffd, 4 * PAGE) == 0, "shared file", "mkstemp");
+	unsigned char *fm = mmap(NULL, 4 * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, ffd, 0);
+	unlink(file_name);
+	check(fm != MAP_FAILED, "shared file", "mmap");
+	one("shared file mapping (copied)", fm + PAGE, PAGE, PAGE, 2 * PAGE, 1);
+	/* Read-only memory may be registered without LOCAL_WRITE only (as ib_umem_get). */
+	unsigned char *ro = mmap(NULL, PAGE, PROT_READ, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	errno = 0;
+	check(!ibv_reg_mr(y.pd, ro, 64, ACCESS) && errno == EFAULT, "read-only", "LOCAL_WRITE");
+	struct ibv_mr *rom = ibv_reg_mr(y.pd, ro, 64, 0);
+	check(rom && ibv_dereg_mr(rom) == 0, "read-only", "without LOCAL_WRITE");
+	printf("case read-only mapping: EFAULT with LOCAL_WRITE, registered without\n");
+	/* Hugepages (MAP_HUGETLB, SysV SHM_HUGETLB): copied. Under SOFTNIC_CI=1 the
+	 * machine must have them (.ci/run reserves some). */
+	int need_huge = getenv("SOFTNIC_CI") && !strcmp(getenv("SOFTNIC_CI"), "1");
 	unsigned char *hp = mmap(NULL, 2 << 20, PROT_READ | PROT_WRITE,
 				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
-	if (hp == MAP_FAILED)
+	int hid = shmget(IPC_PRIVATE, 2 << 20, IPC_CREAT | SHM_HUGETLB | 0600);
+	unsigned char *hs = hid >= 0 ? shmat(hid, NULL, 0) : (void *)-1;
+	if (hid >= 0)
+		shmctl(hid, IPC_RMID, NULL);
+	if (hp == MAP_FAILED || hs == (void *)-1) {
 		printf("case hugepages: not available on this machine (%s)\n", strerror(errno));
-	else
-		one("hugepages (MAP_HUGETLB)", hp, PAGE, 0, PAGE, 0);
+		check(!need_huge, "hugepages", "SOFTNIC_CI=1 but no hugepages (vm.nr_hugepages)");
+	} else {
+		one("hugepages MAP_HUGETLB (copied)", hp + 100, PAGE, 100, PAGE, 1);
+		fork_while_registered("MAP_HUGETLB, fork() while registered", hp + 3 * PAGE);
+		one("SysV SHM_HUGETLB (copied)", hs + 100, PAGE, 100, PAGE, 1);
+	}
 
 	/* fork() before registration: the child's copy is its own; the parent registers. */
 	unsigned char *f = memalign(PAGE, PAGE);
@@ -364,6 +477,25 @@ int main(int argc, char **argv)
 	printf("case madvise(MADV_DONTNEED) on a registered buffer: bytes kept, NIC still writes it\n");
 
 	neighbour_thread();
+
+	/* Throughput per mechanism, 1 MiB regions, in this run. */
+	const size_t MIB = 1 << 20;
+	big = memalign(PAGE, MIB);
+	memset(big, 0x3C, MIB);
+	big_mr = ibv_reg_mr(x.pd, big, MIB, ACCESS);
+	check(big_mr != NULL, "throughput", "source MR");
+	throughput("memalign (memfd remap, zero-copy)", memalign(PAGE, MIB), MIB);
+	int bid = shmget(IPC_PRIVATE, MIB, IPC_CREAT | 0600);
+	unsigned char *bs = shmat(bid, NULL, 0);
+	shmctl(bid, IPC_RMID, NULL);
+	check(bs != (void *)-1, "throughput", "shmat");
+	throughput("SysV shm (NIC attaches, zero-copy)", bs, MIB);
+	unsigned char *bc = mmap(NULL, MIB, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+				 -1, 0);
+	check(bc != MAP_FAILED, "throughput", "mmap");
+	throughput("MAP_SHARED anonymous (copied via /proc/self/mem)", bc, MIB);
+	if (hp != MAP_FAILED)
+		throughput("MAP_HUGETLB (copied via /proc/self/mem)", hp, MIB);
 
 	/* Exact bounds: a WRITE one byte past a sub-page MR is refused by the NIC (remote
 	 * access error; the QP goes to error, so this is the last case) and the neighbour

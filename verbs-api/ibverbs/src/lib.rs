@@ -45,6 +45,7 @@ pub mod device;
 pub mod errno;
 pub mod internal;
 pub mod mr;
+mod mr_backing;
 pub mod objects;
 pub mod qp;
 pub mod query;

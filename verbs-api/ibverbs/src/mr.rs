@@ -316,7 +316,12 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) ->
         }
     }
     if segments.len() > MAX_MR_SEGMENTS || !gaps.iter().all(|&(a, b)| private_memory(a, b)) {
-        return errno::null(libc::EOPNOTSUPP);
+        // Not remappable: SysV shm, shared files, hugetlb, the stack (mr_backing).
+        return match crate::mr_backing::register(&p.api, first, length, access) {
+            // SAFETY: pd is live (caller contract).
+            Ok(reg) => unsafe { boxed(pd, addr, length, reg) },
+            Err(e) => errno::null(e),
+        };
     }
     let fd = if gaps.is_empty() {
         None
@@ -352,7 +357,25 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) ->
         lkey: reg.lkey(),
         handle: reg.handle(),
     });
-    p.users.fetch_add(1, Ordering::AcqRel);
+    // SAFETY: pd is live (caller contract).
+    unsafe { boxed(pd, addr, length, reg) }
+}
+
+/// The `ibv_mr` of registration `reg` of `[addr, addr + length)` on `pd` (counted
+/// as a user of the PD).
+///
+/// # Safety
+/// `pd` came from `ibv_alloc_pd` and is live.
+unsafe fn boxed(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    reg: FdMemoryRegion,
+) -> *mut ibv_mr {
+    // SAFETY: caller contract.
+    unsafe { softnic_pd(pd) }
+        .users
+        .fetch_add(1, Ordering::AcqRel);
     let b = Box::new(SoftnicMr {
         mr: ibv_mr {
             // SAFETY: pd is live.

@@ -20,6 +20,8 @@
 //! | `OpenDevice`       | –                      | wake eventfd (1)       |
 //! | `RegMr`            | region memfd (1)       | –                      |
 //! | `RegMrWindow`      | memfd (1) if a segment has no `share`, else – | – |
+//! | `RegMrSysv`        | –                      | –                      |
+//! | `RegMrCopy`        | `/proc/self/mem` (1)   | –                      |
 //! | `CreateCq`         | CQ segment memfd (1)   | CQ eventfd (1)         |
 //! | `CreateQp`         | QP segment memfd (1)   | –                      |
 //! | `CreateSrq`        | SRQ segment memfd (1)  | –                      |
@@ -350,6 +352,43 @@ pub enum Request {
     GetAsyncEvents,
     /// The connection manager ([`cm`]).
     Cm(cm::CmRequest),
+    /// Registers `len` bytes from byte `offset` of the SysV shared-memory segment
+    /// `shmid` (which the client has attached; `shmget` memory, e.g. perftest
+    /// `--use_hugepages`), addressed by the client as `iova`. The NIC attaches the
+    /// segment itself (zero-copy) if the client's uid owns it with read-write
+    /// permission, and refuses hugetlb segments (their pages can vanish under a
+    /// mapping: register those with [`Request::RegMrCopy`]). Reply: [`Reply::Mr`].
+    RegMrSysv {
+        /// PD handle.
+        pd: Handle,
+        /// Region length in bytes.
+        len: u64,
+        /// `ibv_access_flags` bits.
+        access: u32,
+        /// Client virtual address of the region's first byte.
+        iova: u64,
+        /// The segment (`shmget`'s id; the inode of its `/SYSV…` line in
+        /// `/proc/<pid>/maps`).
+        shmid: i32,
+        /// Byte offset of the region's first byte in the segment.
+        offset: u64,
+    },
+    /// Registers `[iova, iova + len)` of the client's memory, whatever backs it (the
+    /// stack, `MAP_HUGETLB`, `/dev/shm` and other shared files): the frame carries the
+    /// client's `/proc/self/mem` opened read-write, and the NIC copies through it
+    /// (`pread`/`pwrite` at the client's addresses) — no mapping, so nothing the
+    /// client does to that memory can fault in the NIC. Atomics on such a region are
+    /// refused (a copy is not atomic against the client's CPU). Reply: [`Reply::Mr`].
+    RegMrCopy {
+        /// PD handle.
+        pd: Handle,
+        /// Region length in bytes.
+        len: u64,
+        /// `ibv_access_flags` bits.
+        access: u32,
+        /// Client virtual address of the region's first byte.
+        iova: u64,
+    },
 }
 
 /// SRQ attributes (`struct ibv_srq_attr`).
