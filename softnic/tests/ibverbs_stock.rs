@@ -6,6 +6,7 @@
 //! `libibverbs-dev`.
 
 mod nic_support;
+mod prereq;
 mod stock_support;
 
 use std::path::{Path, PathBuf};
@@ -631,6 +632,61 @@ fn c_abi_probe() {
         assert!(
             out.lines().any(|l| l == want),
             "missing line `{want}`:\n{out}"
+        );
+    }
+}
+
+/// Free 2 MiB hugepages on this machine (`HugePages_Free` of /proc/meminfo).
+fn free_hugepages() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("HugePages_Free:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The BW average (MB/s) of perftest's result line for `size`.
+fn bw_average(out: &str, size: &str) -> Option<f64> {
+    out.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() >= 4 && f[0] == size)
+        .and_then(|f| f[3].parse().ok())
+}
+
+/// Stock `ib_write_bw --use_hugepages`, both ways: perftest's buffers are a SysV
+/// `SHM_HUGETLB` segment (`shmget` + `shmat`), which softnic's `ibv_reg_mr` registers
+/// through the NIC's copy path (docs/ibverbs.md). Each run is followed by the same
+/// run without `--use_hugepages` (zero-copy memfd buffers), and the ratio of their
+/// averages is printed (`--nocapture`). Needs free hugepages (`vm.nr_hugepages`:
+/// `.ci/run` reserves 64); fails without them in CI.
+#[test]
+fn stock_perftest_with_hugepages() {
+    if free_hugepages() < 8 {
+        prereq::missing("free 2 MiB hugepages (vm.nr_hugepages; .ci/run reserves 64)");
+        return;
+    }
+    let (a, b) = nic_pair("ibvstock-huge", 20);
+    for (i, (srv, cli)) in [(&a, &b), (&b, &a)].into_iter().enumerate() {
+        let mut bw = [0.0; 2];
+        for (j, huge) in [true, false].into_iter().enumerate() {
+            let mut args = vec!["-x", "1", "-F", "-s", "65536", "-n", "200"];
+            if huge {
+                args.push("--use_hugepages");
+            }
+            let port = tcp_port(50 + 2 * i as u16 + j as u16);
+            let (s, c) = pair_run("ib_write_bw", srv, cli, port, &args);
+            bw[j] = bw_average(&c, "65536")
+                .unwrap_or_else(|| panic!("no result line\n{c}\nserver:\n{s}"));
+        }
+        println!(
+            "ib_write_bw -s 65536, {} -> {}: --use_hugepages (copied) {:.0} MB/s, memfd \
+             buffers (zero-copy) {:.0} MB/s, ratio {:.2}",
+            cli.name,
+            srv.name,
+            bw[0],
+            bw[1],
+            bw[0] / bw[1]
         );
     }
 }

@@ -16,7 +16,8 @@
 //!   would detach the earlier MR from the program's memory): a registration that lies
 //!   inside them — the same buffer twice, two buffers on one page, nested or
 //!   overlapping buffers within those pages — is another window onto the same memfd,
-//!   which the NIC maps once and shares between the MRs ([`verbs_api::FdSource`]). The
+//!   which the NIC maps once and shares between the MRs
+//!   ([`verbs_api::ProtectionDomain::reg_fd_window`]). The
 //!   table [`LIVE`] is the process's record of which page ranges are converted; a
 //!   range stays there while any MR on it lives.
 //! * A registration that *extends* a live converted range (starts inside it and ends
@@ -28,9 +29,11 @@
 //!   `mmap(MAP_ANONYMOUS|MAP_PRIVATE)`) and private file mappings (a program's
 //!   `.data`/`.bss`, copy-on-write, so no one else sees them). Remapping shared memory
 //!   would silently un-share it from its other users, so SysV shm, `/dev/shm`, shared
-//!   file mappings, hugetlbfs and the stack (it grows down; never remapped) are refused
-//!   with EOPNOTSUPP. Pages of a registration since deregistered can be registered
-//!   again (they move to a fresh memfd).
+//!   file mappings, hugetlbfs and the stack (it grows down; never remapped) — and a
+//!   range of more than [`MAX_MR_SEGMENTS`] pieces — are registered without remapping
+//!   ([`crate::mr_backing`]: the NIC attaches SysV segments, and copies through
+//!   `/proc/self/mem` for the rest). Pages of a registration since deregistered can be
+//!   registered again (they move to a fresh memfd).
 //! * Another thread writing those pages *during* `ibv_reg_mr` (a heap neighbour on an
 //!   edge page) waits until the remap is done and its write lands in the shared page
 //!   ([`crate::write_fence`]: Linux has no atomic "make this range shared").
@@ -38,9 +41,9 @@
 //!   there (it faults if it touches them) instead of sharing the parent's pages — what
 //!   rdma-core does after `ibv_fork_init()`, hence `ibv_is_fork_initialized()` =
 //!   ENABLED. With unaligned buffers this includes the heap neighbours on the edge
-//!   pages. The pages stay memfd-backed after `ibv_dereg_mr` (contents unchanged;
-//!   `MADV_DONTNEED` on them no longer zero-fills); `free` and `malloc` reuse them as
-//!   before.
+//!   pages. Pages no live MR holds any more are made private anonymous again at
+//!   `ibv_dereg_mr` (same bytes; [`privatise`]), so `fork()`, `MADV_DONTNEED`, `free`
+//!   and `malloc` behave as before registration.
 
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
