@@ -5,6 +5,13 @@
 //! F_SEAL_SEAL (the NIC could not forbid hole punching), as a region and as a CQ ring.
 //! Each is refused; a region that is accepted cannot have a hole punched in it any more;
 //! and throughout, the NIC keeps running and another client's RDMA traffic is intact.
+//!
+//! The same for the registration kinds of memory that is not a memfd (`RegMrSysv`,
+//! `RegMrCopy`; docs/ibverbs.md "Memory that is not remapped"): no descriptor, a memfd,
+//! another proc file, a read-only `/proc/self/mem`, a SysV id that does not exist, a
+//! segment shorter than the region, a hugetlb segment — each refused; a copied region
+//! carries an RDMA WRITE into plain heap memory, and once that memory is unmapped under
+//! it the next WRITE is an error completion, not a NIC crash.
 
 mod nic_support;
 mod prereq;
@@ -17,7 +24,7 @@ use nic_support::*;
 use verbs_api::abi::control::{call, Reply, Request, Response};
 use verbs_api::abi::layout::mr_segment_len;
 use verbs_api::abi::{CqLayout, ABI_VERSION};
-use verbs_api::{Mtu, SendWr, WcStatus, WrOpcode};
+use verbs_api::{AccessFlags, Mtu, SendWr, WcStatus, WrOpcode};
 
 /// A memfd as a hostile client makes it: `flags` for memfd_create, `len` bytes,
 /// allocated or not, then `seals`.
@@ -81,6 +88,30 @@ impl Raw {
             iova: 0x7f00_0000_0000,
         };
         call(&self.sock, &req, &[fd]).expect("control call").0
+    }
+
+    /// `RegMrCopy` of 4096 bytes with descriptors `fds`; the NIC's answer.
+    fn copy(&self, fds: &[BorrowedFd<'_>]) -> Response {
+        let req = Request::RegMrCopy {
+            pd: self.pd,
+            len: 4096,
+            access: 0xF,
+            iova: 0x7f00_0000_0000,
+        };
+        call(&self.sock, &req, fds).expect("control call").0
+    }
+
+    /// `RegMrSysv` of `len` bytes from `offset` of segment `shmid`; the NIC's answer.
+    fn sysv(&self, shmid: i32, offset: u64, len: u64) -> Response {
+        let req = Request::RegMrSysv {
+            pd: self.pd,
+            len,
+            access: 0xF,
+            iova: 0x7f00_0000_0000,
+            shmid,
+            offset,
+        };
+        call(&self.sock, &req, &[]).expect("control call").0
     }
 }
 
@@ -176,4 +207,128 @@ fn memfds_that_could_fault_are_refused_and_sealed_ones_keep_their_pages() {
     assert!(nic_a.is_running(), "{}", nic_a.log_text());
     assert!(nic_a.stop().success(), "{}", nic_a.log_text());
     drop(b);
+}
+
+/// A private SysV segment of `len` bytes with `flags`, marked for removal (it lives
+/// while attached); None if the machine cannot make one.
+fn segment(len: usize, flags: i32) -> Option<i32> {
+    // SAFETY: creates a private segment.
+    let id = unsafe { libc::shmget(libc::IPC_PRIVATE, len, libc::IPC_CREAT | flags | 0o600) };
+    (id >= 0).then_some(id)
+}
+
+fn remove(id: i32) {
+    // SAFETY: marks the test's own segment for removal.
+    unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
+}
+
+fn open(path: &str, write: bool) -> OwnedFd {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(write)
+        .open(path)
+        .expect("open")
+        .into()
+}
+
+#[test]
+fn sysv_and_copy_registrations_refuse_what_they_must_and_never_fault_the_nic() {
+    let a = NicProc::start("mrkinds-a", "127.0.0.23", 0, &[]);
+    let b = NicProc::start("mrkinds-b", "127.0.0.24", 0, &[]);
+    let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu1024, 8192, 8);
+    let raw = Raw::open(&b);
+
+    refused(
+        &raw.copy(&[]),
+        "RegMrCopy without a descriptor",
+        "descriptors",
+    );
+    let memfd = verbs_api::os::memfd("not-proc-mem", 4096).unwrap();
+    refused(&raw.copy(&[memfd.as_fd()]), "a memfd", "/proc/<pid>/mem");
+    let maps = open("/proc/self/maps", false);
+    refused(
+        &raw.copy(&[maps.as_fd()]),
+        "/proc/self/maps",
+        "/proc/<pid>/mem",
+    );
+    let ro = open("/proc/self/mem", false);
+    refused(
+        &raw.copy(&[ro.as_fd()]),
+        "a read-only mem file",
+        "read-write",
+    );
+
+    refused(&raw.sysv(-1, 0, 4096), "shmid -1", "SysV segment");
+    let id = segment(3 * 4096, 0).expect("shmget");
+    refused(
+        &raw.sysv(id, 4096, 2 * 4096 + 1),
+        "a region past the segment's end",
+        "bytes",
+    );
+    assert!(matches!(
+        raw.sysv(id, 4096, 2 * 4096),
+        Response::Ok(Reply::Mr { .. })
+    ));
+    remove(id);
+    match segment(2 << 20, libc::SHM_HUGETLB) {
+        Some(h) => {
+            refused(&raw.sysv(h, 0, 4096), "a hugetlb segment", "hugetlb");
+            remove(h);
+        }
+        None => prereq::missing("a SysV SHM_HUGETLB segment (vm.nr_hugepages)"),
+    }
+
+    // A copied region over plain memory of this process (an anonymous mapping, so
+    // the test can unmap it under the registration).
+    let len = 3 * 4096;
+    // SAFETY: a fresh private anonymous mapping.
+    let m = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(m, libc::MAP_FAILED);
+    let mem = open("/proc/self/mem", true);
+    let copied =
+        y.pd.reg_copy(mem.as_fd(), m as u64, len, AccessFlags::ALL)
+            .expect("reg_copy");
+    let data = pattern(5000, 3);
+    x.mr.write(0, &data);
+    let write = |x: &mut Side, wr_id| {
+        let sge = [x.mr.sge(0, 5000)];
+        let op = WrOpcode::RdmaWrite {
+            remote_addr: m as u64 + 100,
+            rkey: copied.rkey(),
+        };
+        x.qp.post_send(&[SendWr::new(wr_id, op, &sge).signaled()])
+            .expect("post");
+        poll_one(&mut x.cq).status
+    };
+    assert_eq!(write(&mut x, 1), WcStatus::Success);
+    // SAFETY: reads the test's own mapping, which the NIC wrote through the kernel.
+    let landed: Vec<u8> = (0..5000)
+        .map(|i| unsafe { std::ptr::read_volatile((m as *const u8).add(100 + i)) })
+        .collect();
+    assert!(
+        landed == data,
+        "the WRITE did not land in the copied region"
+    );
+    // SAFETY: unmaps the test's own mapping (the registration stays).
+    assert_eq!(unsafe { libc::munmap(m, len) }, 0);
+    let status = write(&mut x, 2);
+    assert_ne!(status, WcStatus::Success, "a WRITE into unmapped memory");
+
+    let (mut nic_a, mut nic_b) = (a, b);
+    for nic in [&mut nic_a, &mut nic_b] {
+        assert!(nic.is_running(), "{}", nic.log_text());
+    }
+    drop((copied, raw, x, y));
+    for nic in [&mut nic_a, &mut nic_b] {
+        assert!(nic.stop().success(), "{}", nic.log_text());
+    }
 }
