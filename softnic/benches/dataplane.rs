@@ -1,12 +1,16 @@
 //! softnic's own cost per message, without sockets: two RC QPs in one process, each
-//! packet going transport → ICRC fill (the NIC's prepared per-peer path) → ICRC check
-//! (`rx_icrc::verify`, as on receive) → parse → transport, the ACKs the same way back,
-//! then the completion. No kernel, no threads, no sleeping.
+//! message going client SQ ring → WQE check and conversion (`nic::wqe`) → transport →
+//! ICRC fill (the NIC's prepared per-peer path) → ICRC check (`rx_icrc::verify`, as on
+//! receive) → parse → transport, the ACKs the same way back, then the completion as a
+//! CQE through the CQ ring to the client. No kernel, no threads, no sleeping.
 //!
-//! What this does **not** include yet: the client rings (WQE copy from the SQ ring,
-//! CQE publication) and the runtime's per-iteration bookkeeping; memory is the
-//! transport's `MemVec`, not a mapped memfd. So it is the transport + wire + ICRC part
-//! of the data path, a lower bound of the NIC's code cost per message.
+//! The rings are the real shared-memory rings (`verbs_api::abi::ring`, in an anonymous
+//! mapping), used as the client library and the NIC use them: the client pushes a batch
+//! of WQEs and publishes once; the NIC pops and releases them, publishes the CQEs of a
+//! batch at once; the client polls the CQ. What this does **not** include: the
+//! runtime's per-iteration bookkeeping (its loop over QPs, timers, wake-ups) and the
+//! sockets; memory is the transport's `MemVec`, not a mapped memfd. So it is the NIC's
+//! code cost per message on its data path, a lower bound of the whole NIC's.
 //!
 //! ```text
 //! cargo bench -p softnic --bench dataplane            # ns per 8 B WRITE, GB/s at 64 KiB
@@ -16,26 +20,95 @@
 //! processes on a shared machine).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant as WallClock;
 
+use memmap2::{MmapMut, MmapRaw};
+use softnic::nic::cq::cqe_of;
 use softnic::nic::runtime::tx_params;
 use softnic::nic::rx_icrc::{self, IdSolver};
+use softnic::nic::wqe;
 use softnic_transport::memory::Access;
-use softnic_transport::qp::{Qp, QpType};
+use softnic_transport::qp::{Qp, QpCaps, QpType};
 use softnic_transport::testing::{connect_qp, MemVec, PairConfig};
 use softnic_transport::time::Instant;
-use softnic_transport::wr::{SendOp, SendWr, Sge, WcStatus, MAX_SGE};
+use verbs_api::abi::layout::ring_bytes;
+use verbs_api::abi::slots::{send_flags, wc_status, wr_opcode};
+use verbs_api::abi::{Consumer, Cqe, Producer, Ring, SendWqe, Sge, Slot};
 use wire::PacketRepr;
 
 const REGION: u64 = 0x10_0000;
 
+/// Send queue and CQ depth.
+const DEPTH: u32 = 1024;
+
 /// One side: a QP, its memory, its address and its ICRC state.
 struct Side {
     qp: Qp,
+    caps: QpCaps,
     mem: MemVec,
     addr: SocketAddr,
     solver: IdSolver,
     key: u32,
+}
+
+/// The two ends of one ring in one anonymous mapping: (client's end, NIC's end) or
+/// (NIC's, client's), as `T` flows.
+fn ring<T: Slot>(cap: u32) -> (Producer<T>, Consumer<T>) {
+    let len = ring_bytes::<T>(cap).expect("ring size");
+    let map = Arc::new(MmapRaw::from(MmapMut::map_anon(len).expect("mmap")));
+    let p = Ring::<T>::new(map.clone(), 0, cap).expect("ring");
+    p.init();
+    let c = Ring::<T>::new(map, 0, cap).expect("ring");
+    c.check_header().expect("header");
+    (p.into_producer(), c.into_consumer())
+}
+
+/// The client's SQ and CQ rings of the sending QP, both ends of each.
+struct Rings {
+    sq_client: Producer<SendWqe>,
+    sq_nic: Consumer<SendWqe>,
+    cq_nic: Producer<Cqe>,
+    cq_client: Consumer<Cqe>,
+}
+
+impl Rings {
+    fn new() -> Rings {
+        let (sq_client, sq_nic) = ring::<SendWqe>(DEPTH);
+        let (cq_nic, cq_client) = ring::<Cqe>(DEPTH);
+        Rings {
+            sq_client,
+            sq_nic,
+            cq_nic,
+            cq_client,
+        }
+    }
+
+    /// The NIC's side: takes every WQE from the SQ ring into the QP, as
+    /// `rings.rs` does.
+    fn drain(&mut self, s: &mut Side) {
+        let mut taken = 0;
+        while let Some(w) = self.sq_nic.pop().expect("ring") {
+            let wr = wqe::send_wr(&w, QpType::Rc, &s.caps, s.addr).expect("valid WQE");
+            s.qp.post_send(wr).expect("post");
+            taken += 1;
+        }
+        if taken > 0 {
+            self.sq_nic.release();
+        }
+    }
+
+    /// The NIC's side: the QP's completions into the CQ ring, published once.
+    fn complete(&mut self, s: &mut Side) {
+        let mut any = false;
+        while let Some(c) = s.qp.poll_completion() {
+            self.cq_nic.push(&cqe_of(&c, 0)).expect("CQ room");
+            any = true;
+        }
+        if any {
+            self.cq_nic.publish();
+        }
+    }
 }
 
 /// Moves every packet `from` wants to send now into `to`, the way the two NICs'
@@ -57,8 +130,8 @@ fn hop(from: &mut Side, to: &mut Side, now: Instant, buf: &mut [u8]) -> usize {
 fn pair(msg: usize, depth: usize) -> (Side, Side) {
     let cfg = PairConfig {
         mtu: 4096,
-        caps: softnic_transport::qp::QpCaps {
-            max_send_wr: 1024,
+        caps: QpCaps {
+            max_send_wr: DEPTH,
             max_recv_wr: 16,
             max_sge: 1,
             max_inline: 0,
@@ -78,6 +151,7 @@ fn pair(msg: usize, depth: usize) -> (Side, Side) {
         let key = mem.register(1, REGION, msg * depth, Access::ALL);
         Side {
             qp,
+            caps: cfg.caps,
             mem,
             addr,
             solver: IdSolver::new(),
@@ -90,43 +164,56 @@ fn pair(msg: usize, depth: usize) -> (Side, Side) {
 }
 
 /// Runs `rounds` × `depth` WRITEs of `msg` bytes from A to B (the last of each batch
-/// signaled); returns the best seconds per message over 7 tries.
+/// signaled, as perftest's `write_bw` does with its CQ moderation); returns the best
+/// seconds per message over 7 tries.
 fn run(msg: usize, depth: usize, rounds: usize) -> f64 {
     let (mut a, mut b) = pair(msg, depth);
+    let mut rings = Rings::new();
     let mut buf = vec![0u8; 4096 + 256];
     let now = Instant::ZERO;
     let mut best = f64::INFINITY;
     for _ in 0..7 {
         let t = WallClock::now();
         for _ in 0..rounds {
+            // The client: a batch of WQEs, published once.
             for i in 0..depth {
-                let mut sges = [Sge::default(); MAX_SGE];
-                sges[0] = Sge {
+                let mut w = SendWqe {
+                    wr_id: i as u64,
+                    opcode: wr_opcode::RDMA_WRITE,
+                    flags: if i + 1 == depth {
+                        send_flags::SIGNALED
+                    } else {
+                        0
+                    },
+                    num_sge: 1,
+                    remote_addr: REGION + (i * msg) as u64,
+                    rkey: b.key,
+                    ..SendWqe::default()
+                };
+                w.sges[0] = Sge {
                     addr: REGION + (i * msg) as u64,
                     length: msg as u32,
                     lkey: a.key,
                 };
-                a.qp.post_send(SendWr {
-                    wr_id: i as u64,
-                    op: SendOp::Write,
-                    sges,
-                    num_sge: 1,
-                    inline: None,
-                    remote_addr: REGION + (i * msg) as u64,
-                    rkey: b.key,
-                    signaled: i + 1 == depth,
-                    solicited: false,
-                    ud: None,
-                })
-                .expect("post");
+                rings.sq_client.push(&w).expect("SQ room");
             }
+            rings.sq_client.publish();
+            // The NICs.
+            rings.drain(&mut a);
             let mut done = false;
             for _ in 0..100_000 {
                 hop(&mut a, &mut b, now, &mut buf);
                 hop(&mut b, &mut a, now, &mut buf);
-                while let Some(c) = a.qp.poll_completion() {
-                    assert_eq!(c.status, WcStatus::Success, "{c:?}");
+                rings.complete(&mut a);
+                // The client polls its CQ.
+                let mut polled = false;
+                while let Some(c) = rings.cq_client.pop().expect("CQ ring") {
+                    assert_eq!(c.status, wc_status::SUCCESS, "{c:?}");
                     done = true;
+                    polled = true;
+                }
+                if polled {
+                    rings.cq_client.release();
                 }
                 if done {
                     break;
@@ -143,7 +230,6 @@ fn run(msg: usize, depth: usize, rounds: usize) -> f64 {
     );
     best
 }
-
 fn main() {
     // `cargo bench` appends `--bench`; `small` or `big` picks one figure (to profile it).
     let only: Vec<String> = std::env::args()

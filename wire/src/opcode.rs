@@ -103,6 +103,33 @@ pub enum Header {
 }
 
 impl Header {
+    /// This header's bit in a set of headers (`1 << discriminant`).
+    pub const fn bit(self) -> u16 {
+        1 << self as u16
+    }
+
+    /// The set of `headers` as [`Header::bit`]s.
+    pub const fn mask_of(headers: &[Header]) -> u16 {
+        let mut m = 0;
+        let mut i = 0;
+        while i < headers.len() {
+            m |= headers[i].bit();
+            i += 1;
+        }
+        m
+    }
+
+    /// Total length of `headers`.
+    const fn len_of(headers: &[Header]) -> usize {
+        let mut n = 0;
+        let mut i = 0;
+        while i < headers.len() {
+            n += headers[i].size();
+            i += 1;
+        }
+        n
+    }
+
     /// Length of the header in bytes.
     pub const fn size(self) -> usize {
         match self {
@@ -132,18 +159,21 @@ pub struct OpcodeInfo {
     pub headers: &'static [Header],
     /// Whether the packet may carry payload bytes.
     pub payload: bool,
+    /// `headers`, precomputed: their total length and one bit per [`Header`]
+    /// ([`Header::bit`]), so the per-packet paths do not walk the list.
+    ext_len: u8,
+    mask: u16,
 }
 
 impl OpcodeInfo {
     /// Total length of the extension headers.
     pub const fn ext_len(&self) -> usize {
-        let mut n = 0;
-        let mut i = 0;
-        while i < self.headers.len() {
-            n += self.headers[i].size();
-            i += 1;
-        }
-        n
+        self.ext_len as usize
+    }
+
+    /// The extension headers as a set of [`Header::bit`]s.
+    pub const fn header_mask(&self) -> u16 {
+        self.mask
     }
 
     /// Offset of `h` from the start of the BTH, if this opcode carries it.
@@ -159,8 +189,8 @@ impl OpcodeInfo {
     }
 
     /// Whether this opcode carries header `h`.
-    pub fn has(&self, h: Header) -> bool {
-        self.headers.contains(&h)
+    pub const fn has(&self, h: Header) -> bool {
+        self.mask & h.bit() != 0
     }
 
     /// True for packets sent by a requester (as opposed to responses: ACKs, read
@@ -196,6 +226,8 @@ macro_rules! row {
             position: $pos,
             headers: &[$($h),*],
             payload: $payload,
+            ext_len: Header::len_of(&[$($h),*]) as u8,
+            mask: Header::mask_of(&[$($h),*]),
         }
     };
 }
@@ -451,6 +483,39 @@ const fn build_index() -> [u8; 256] {
     idx
 }
 
+/// Variants of [`Transport`], [`Operation`] and [`Position`], for [`find_key`].
+const TRANSPORTS: usize = 4;
+const OPERATIONS: usize = 11;
+const POSITIONS: usize = 4;
+
+/// Index into [`FIND`]: `w` is 0 (no ImmDt or IETH), 1 (ImmDt) or 2 (IETH).
+const fn find_key(t: Transport, op: Operation, pos: Position, w: usize) -> usize {
+    ((t as usize * OPERATIONS + op as usize) * POSITIONS + pos as usize) * 3 + w
+}
+
+/// `FIND[find_key(..)]` is 1 + the first row of [`OPCODES`] that [`Opcode::find`]'s
+/// linear search would return, or 0 when none matches.
+static FIND: [u8; TRANSPORTS * OPERATIONS * POSITIONS * 3] = build_find();
+
+const fn build_find() -> [u8; TRANSPORTS * OPERATIONS * POSITIONS * 3] {
+    let mut t = [0u8; TRANSPORTS * OPERATIONS * POSITIONS * 3];
+    let mut i = ROWS;
+    // Backwards, so that the first matching row is the one left.
+    while i > 0 {
+        i -= 1;
+        let r = &OPCODES[i];
+        let w = if r.has(ImmDt) {
+            1
+        } else if r.has(Ieth) {
+            2
+        } else {
+            0
+        };
+        t[find_key(r.transport, r.operation, r.position, w)] = (i + 1) as u8;
+    }
+    t
+}
+
 impl Opcode {
     /// RC SEND Only.
     pub const RC_SEND_ONLY: Opcode = Opcode(0x04);
@@ -489,6 +554,19 @@ impl Opcode {
         position: Position,
         with: Option<Header>,
     ) -> Option<Opcode> {
+        // The common questions (no header, ImmDt or IETH) are answered by one load.
+        let w = match with {
+            None => Some(0),
+            Some(ImmDt) => Some(1),
+            Some(Ieth) => Some(2),
+            Some(_) => None,
+        };
+        if let Some(w) = w {
+            return match FIND[find_key(transport, operation, position, w)] {
+                0 => None,
+                i => OPCODES.get(i as usize - 1).map(|r| r.opcode),
+            };
+        }
         OPCODES
             .iter()
             .find(|r| {
@@ -548,6 +626,70 @@ mod tests {
             assert!(w[0].opcode < w[1].opcode, "{:?} before {:?}", w[0], w[1]);
         }
         assert_eq!(Opcode::all().count(), 40);
+    }
+
+    /// The lookup table answers exactly as the linear search over the rows.
+    #[test]
+    fn find_table_agrees_with_the_rows() {
+        use Operation::*;
+        let ts = [Transport::Rc, Transport::Uc, Transport::Ud, Transport::Cnp];
+        let ops = [
+            Send,
+            Write,
+            ReadRequest,
+            ReadResponse,
+            Acknowledge,
+            AtomicAcknowledge,
+            CompareSwap,
+            FetchAdd,
+            Flush,
+            AtomicWrite,
+            Cnp,
+        ];
+        let mut found = 0;
+        for t in ts {
+            for op in ops {
+                for pos in [First, Middle, Last, Only] {
+                    for with in [None, Some(ImmDt), Some(Ieth)] {
+                        let slow = OPCODES
+                            .iter()
+                            .find(|r| {
+                                r.transport == t
+                                    && r.operation == op
+                                    && r.position == pos
+                                    && match with {
+                                        Some(h) => r.headers.contains(&h),
+                                        None => {
+                                            !r.headers.contains(&ImmDt)
+                                                && !r.headers.contains(&Ieth)
+                                        }
+                                    }
+                            })
+                            .map(|r| r.opcode);
+                        assert_eq!(Opcode::find(t, op, pos, with), slow, "{t:?} {op:?} {pos:?}");
+                        found += usize::from(slow.is_some());
+                    }
+                }
+            }
+        }
+        assert_eq!(found, OPCODES.len(), "every row is found");
+        for r in OPCODES.iter() {
+            let len: usize = r.headers.iter().map(|h| h.size()).sum();
+            assert_eq!(r.ext_len(), len, "{r:?}");
+            for h in [
+                Reth,
+                Aeth,
+                Deth,
+                ImmDt,
+                Ieth,
+                AtomicEth,
+                AtomicAckEth,
+                Feth,
+                CnpPad,
+            ] {
+                assert_eq!(r.has(h), r.headers.contains(&h), "{r:?} {h:?}");
+            }
+        }
     }
 
     #[test]

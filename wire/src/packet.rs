@@ -263,15 +263,17 @@ impl PacketRepr {
             (Header::AtomicEth, self.atomic_eth.is_some()),
             (Header::AtomicAckEth, self.atomic_ack_eth.is_some()),
             (Header::Feth, self.feth.is_some()),
-        ];
-        for (h, is) in present {
-            if info.has(h) != is {
-                return Err(Error::Inconsistent(if is {
-                    "extension header the opcode does not carry"
-                } else {
-                    "missing extension header the opcode requires"
-                }));
-            }
+        ]
+        .iter()
+        .fold(0, |m, &(h, is)| if is { m | h.bit() } else { m });
+        // The CNP's reserved body is written, never held: not a field here.
+        let want = info.header_mask() & !Header::CnpPad.bit();
+        if present != want {
+            return Err(Error::Inconsistent(if present & !want != 0 {
+                "extension header the opcode does not carry"
+            } else {
+                "missing extension header the opcode requires"
+            }));
         }
         if !info.payload && self.payload_len != 0 {
             return Err(Error::Inconsistent("payload on an opcode without payload"));

@@ -281,6 +281,53 @@ impl<T: Slot> Ring<T> {
     }
 }
 
+/// Whether slots of `T` are copied a machine word at a time: true for every slot type
+/// of the ABI (they hold `u64`s, so their size and alignment are multiples of 8).
+const fn by_words<T>() -> bool {
+    core::mem::size_of::<T>().is_multiple_of(8) && core::mem::align_of::<T>().is_multiple_of(8)
+}
+
+/// Volatile copy of one slot out of shared memory. A volatile read of the whole struct
+/// would be exact too, but compiles to one load per byte of its byte arrays (a
+/// `SendWqe`'s 256 inline bytes): copying 8-byte words costs ~8x less (docs/perf.md,
+/// "Per-message cost").
+///
+/// # Safety
+/// `p` must be valid for reads of a `T` and aligned.
+unsafe fn read_slot<T: Slot>(p: *const T) -> T {
+    if !by_words::<T>() {
+        // SAFETY: the caller's contract.
+        return unsafe { core::ptr::read_volatile(p) };
+    }
+    let mut out = core::mem::MaybeUninit::<T>::uninit();
+    let (src, dst) = (p.cast::<u64>(), out.as_mut_ptr().cast::<u64>());
+    for i in 0..core::mem::size_of::<T>() / 8 {
+        // SAFETY: i * 8 < size_of::<T>(), so both words are inside their `T`, and they
+        // are 8-byte aligned (by_words). Every word is written, and `T: Slot` has no
+        // padding and accepts every bit pattern, so `out` is then a valid `T`.
+        unsafe { dst.add(i).write(src.add(i).read_volatile()) };
+    }
+    // SAFETY: every byte was written above.
+    unsafe { out.assume_init() }
+}
+
+/// Volatile copy of one slot into shared memory, a word at a time (see [`read_slot`]).
+///
+/// # Safety
+/// `p` must be valid for writes of a `T` and aligned.
+unsafe fn write_slot<T: Slot>(p: *mut T, value: &T) {
+    if !by_words::<T>() {
+        // SAFETY: the caller's contract.
+        return unsafe { core::ptr::write_volatile(p, *value) };
+    }
+    let (src, dst) = ((value as *const T).cast::<u64>(), p.cast::<u64>());
+    for i in 0..core::mem::size_of::<T>() / 8 {
+        // SAFETY: both words lie inside their `T` and are 8-byte aligned (by_words);
+        // `T: Slot` has no padding, so every word of `value` is initialised.
+        unsafe { dst.add(i).write_volatile(src.add(i).read()) };
+    }
+}
+
 /// The producer side of a ring: writes slots and publishes them.
 #[derive(Debug)]
 pub struct Producer<T: Slot> {
@@ -333,7 +380,7 @@ impl<T: Slot> Producer<T> {
         // SAFETY: `p` is an in-bounds, aligned slot (slot_ptr); the consumer does not
         // read it until we publish (it is past the published producer index). A hostile
         // consumer reading it early only races on plain data, hence the volatile write.
-        unsafe { core::ptr::write_volatile(p, *value) };
+        unsafe { write_slot(p, value) };
         self.tail = self.tail.wrapping_add(1);
         Ok(())
     }
@@ -423,7 +470,7 @@ impl<T: Slot> Consumer<T> {
         // SAFETY: `p` is an in-bounds, aligned slot (slot_ptr). `T: Slot` makes every bit
         // pattern valid, so a peer's garbage (even a concurrent write by a misbehaving
         // producer) yields some valid `T`; the volatile read copies it out exactly once.
-        let v = unsafe { core::ptr::read_volatile(p) };
+        let v = unsafe { read_slot(p) };
         self.head = self.head.wrapping_add(1);
         Ok(Some(v))
     }

@@ -292,3 +292,34 @@ fn release_except_frees_only_completed_slots_and_never_moves_back() {
     c.release();
     assert_eq!(p.free(4).unwrap(), 3);
 }
+
+/// Slots are copied in and out a word at a time (`read_slot`, `write_slot`): every
+/// byte of a full-size slot, the last inline byte included, survives the trip.
+#[test]
+fn word_copies_keep_every_byte_of_a_send_wqe() {
+    use crate::abi::SendWqe;
+    let cap = 4;
+    let map = anon(crate::abi::layout::ring_bytes::<SendWqe>(cap).unwrap());
+    let r = Ring::<SendWqe>::new(map.clone(), 0, cap).unwrap();
+    r.init();
+    let (mut p, mut c) = (
+        r.into_producer(),
+        Ring::<SendWqe>::new(map, 0, cap).unwrap().into_consumer(),
+    );
+    for k in 0..6u8 {
+        let mut w = SendWqe {
+            wr_id: 0x0102_0304_0506_0708 ^ u64::from(k),
+            remote_addr: u64::MAX - u64::from(k),
+            inline_len: 256,
+            ..SendWqe::default()
+        };
+        for (i, b) in w.inline_data.iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(31) ^ k;
+        }
+        w.sges[3].lkey = 0xDEAD_BEEF;
+        p.push(&w).unwrap();
+        p.publish();
+        assert_eq!(c.pop().unwrap(), Some(w));
+        c.release();
+    }
+}
