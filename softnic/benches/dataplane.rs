@@ -87,18 +87,14 @@ impl Rings {
     /// The NIC's side: takes every WQE from the SQ ring into the QP, as
     /// `rings.rs` does.
     fn drain(&mut self, s: &mut Side) {
-        let mut taken = 0;
         while let Some(w) = self.sq_nic.pop().expect("ring") {
             let wr = wqe::send_wr(&w, QpType::Rc, &s.caps, s.addr).expect("valid WQE");
             s.qp.post_send(wr).expect("post");
-            taken += 1;
-        }
-        if taken > 0 {
-            self.sq_nic.release();
         }
     }
 
-    /// The NIC's side: the QP's completions into the CQ ring, published once.
+    /// The NIC's side: the QP's completions into the CQ ring, published once; the
+    /// SQ slots of completed WQEs go back to the client, as `rings.rs` does.
     fn complete(&mut self, s: &mut Side) {
         let mut any = false;
         while let Some(c) = s.qp.poll_completion() {
@@ -106,6 +102,7 @@ impl Rings {
             any = true;
         }
         if any {
+            self.sq_nic.release_except(s.qp.send_queue_len() as u32);
             self.cq_nic.publish();
         }
     }
