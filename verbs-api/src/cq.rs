@@ -18,6 +18,20 @@ use crate::device::Context;
 use crate::error::{io, Error, Result};
 use crate::os;
 
+/// Empty polls in a row after which a program polling a CQ in a loop should yield the
+/// core once (`sched_yield`), when the NIC is softnic rather than hardware.
+///
+/// Why: the NIC is a process on the same cores. On a host with fewer cores than busy
+/// threads (two NICs and two ping-pong clients on two cores) a poller that spins on
+/// keeps the NIC, or the peer, off the core until the scheduler preempts it, and every
+/// hand-off of a round trip waits for a time slice. Measured on a 2-vCPU VM
+/// (docs/perf.md, "Latency"): `softnic perf send_lat -s 8` round trip 78–83 µs when
+/// its loops yielded after 256 empty polls, 51–53 µs after 64, 41–42 µs after 4 or 1;
+/// stock `ib_send_lat` likewise. A poll that finds a completion never yields, so a busy
+/// data path makes no system call. `softnic perf`'s loops and the C library's
+/// `ibv_poll_cq` (`SOFTNIC_IBV_POLL_YIELD`) use this value.
+pub const POLL_YIELD_EVERY: u32 = 4;
+
 /// Completion status (`enum ibv_wc_status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum WcStatus {

@@ -133,6 +133,11 @@ pub struct RunArgs {
     /// a latency-bound user who can spare a core wants (io_uring SQPOLL without idle).
     #[arg(long)]
     pub busy_poll: bool,
+    /// Record CLOCK_MONOTONIC stamps of every packet sent and received and of each
+    /// completion pass, and write them to this file when the NIC stops (nic/trace.rs;
+    /// tests/perf/run's round-trip breakdown). Off by default.
+    #[arg(long, value_name = "FILE")]
+    pub trace_lat: Option<PathBuf>,
     /// Write every packet sent and received to this pcap file (Ethernet/IP/UDP framing).
     #[arg(long)]
     pub pcap: Option<PathBuf>,
@@ -225,6 +230,8 @@ pub struct Config {
     pub strict_ack_timeout: bool,
     /// Never sleep (no NEED_WAKEUP, no poll(2)).
     pub busy_poll: bool,
+    /// Latency trace file.
+    pub trace_lat: Option<PathBuf>,
     /// Capture file.
     pub pcap: Option<PathBuf>,
     /// Fault injection.
@@ -332,6 +339,7 @@ impl Config {
             retry_cnt_7_infinite: a.retry_cnt_7_infinite,
             strict_ack_timeout: a.strict_ack_timeout,
             busy_poll: a.busy_poll,
+            trace_lat: a.trace_lat.clone(),
             pcap: a.pcap.clone(),
             fault,
             dir,
@@ -371,6 +379,7 @@ impl Default for RunArgs {
             retry_cnt_7_infinite: false,
             strict_ack_timeout: false,
             busy_poll: false,
+            trace_lat: None,
             pcap: None,
             loss: 0.0,
             reorder: 0.0,

@@ -15,7 +15,7 @@
 //! (the object tables and control requests), [`quota`] (per-user quotas), [`handles`]
 //! (handle numbers that never alias), [`control`] (the control socket server),
 //! [`runtime`] (the loop), [`counters`] (what `softnic stats` prints), [`gid`],
-//! [`clock`], [`rng`] (seeded, for fault injection), [`secret`] (keys and QPNs from the
+//! [`clock`], [`trace`] (latency stamps, off by default), [`rng`] (seeded, for fault injection), [`secret`] (keys and QPNs from the
 //! OS generator), [`signals`].
 
 use std::process::ExitCode;
@@ -44,6 +44,7 @@ pub mod source;
 pub mod srq;
 pub mod state;
 pub mod sysv_mr;
+pub mod trace;
 pub mod udp;
 pub mod wqe;
 

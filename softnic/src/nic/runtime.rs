@@ -47,6 +47,7 @@ use super::rx_icrc::{self, IcrcPath};
 use super::signals;
 use super::source;
 use super::state::{Nic, NicInfo};
+use super::trace::Trace;
 use super::udp::{Offloads, PacketIo, RecvBatch, SendOutcome, UdpIo};
 
 /// How long the loop spins without work before it sleeps.
@@ -100,6 +101,7 @@ struct PacketPath {
     pcap: Option<PcapWriter>,
     counters: NicCounters,
     solver: rx_icrc::IdSolver,
+    trace: Trace,
 }
 
 impl PacketPath {
@@ -145,11 +147,12 @@ impl PacketPath {
         self.fault.submit(now, pkt, dest, &mut |b, d| {
             Self::send_now(io, pcap, counters, local, b, d)
         });
+        self.trace.tx(now, pkt, pkt.len());
     }
 
     /// Fills the ICRC of each `seg`-byte segment of `run` (segment k with IPv4 ID k),
     /// records them, and sends them with one GSO call.
-    fn transmit_run(&mut self, _now: Instant, run: &mut [u8], seg: usize, dest: SocketAddr) {
+    fn transmit_run(&mut self, now: Instant, run: &mut [u8], seg: usize, dest: SocketAddr) {
         for (k, pkt) in run.chunks_mut(seg.max(1)).enumerate() {
             let Some(params) = tx_params(self.local, dest, self.io.ipv4_id(k)) else {
                 self.counters.tx_drop_bad_dest += 1;
@@ -178,6 +181,7 @@ impl PacketPath {
             SendOutcome::DroppedFull => self.counters.tx_drop_socket_full += n,
             SendOutcome::Failed => self.counters.tx_drop_send_error += n,
         }
+        self.trace.tx(now, run, seg);
     }
 
     /// Sends held packets that are due.
@@ -241,6 +245,7 @@ impl Runtime {
         if !cfg.fault.is_none() {
             tracing::info!(fault = ?cfg.fault, "fault injection on every sent packet");
         }
+        let clock = Clock::new();
         Ok(Runtime {
             nic: Nic::new(
                 NicInfo {
@@ -265,8 +270,9 @@ impl Runtime {
                 pcap,
                 counters: NicCounters::default(),
                 solver: rx_icrc::IdSolver::new(),
+                trace: Trace::new(cfg.trace_lat.clone(), &clock),
             },
-            clock: Clock::new(),
+            clock,
             ctl_rx,
             ctl_wake,
             conn_counters,
@@ -300,6 +306,7 @@ impl Runtime {
             last_work = self.clock.now();
         }
         tracing::info!("stopping");
+        self.path.trace.finish();
         if let Some(p) = self.path.pcap.as_mut() {
             p.flush()?;
         }
@@ -425,6 +432,7 @@ impl Runtime {
                 };
                 // With GRO one entry holds several datagrams of `seg` bytes.
                 for d in bytes.chunks(seg.max(1)) {
+                    self.path.trace.rx(d);
                     rx_one(&mut self.nic, &mut self.path, now, d, peer, truncated);
                 }
             }
@@ -539,6 +547,7 @@ impl Runtime {
                 cq.flush();
             }
         }
+        self.path.trace.cqe(n);
         n
     }
 

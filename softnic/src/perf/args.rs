@@ -151,6 +151,11 @@ pub struct PerfArgs {
     /// softnic: longest wait, in seconds, for the peer or a completion.
     #[arg(long = "timeout", default_value_t = 60)]
     pub timeout: u64,
+    /// softnic, send_lat only: write each iteration's CLOCK_MONOTONIC stamps (`post N
+    /// ns` before each post, `seen N ns` when each peer SEND's completion is polled) to
+    /// this file, for the round-trip breakdown of tests/perf/run (nic/trace.rs).
+    #[arg(long, value_name = "FILE")]
+    pub breakdown: Option<std::path::PathBuf>,
 }
 
 /// perftest's `DEF_SIZE_BW`, `DEF_SIZE_LAT`, `DEF_SIZE_ATOMIC`.
@@ -224,6 +229,8 @@ pub struct Params {
     pub timeout: Duration,
     /// `-a`.
     pub all: bool,
+    /// `--breakdown`: stamp file of send_lat.
+    pub breakdown: Option<std::path::PathBuf>,
 }
 
 impl Params {
@@ -365,6 +372,9 @@ impl Params {
         if a.timeout == 0 {
             return Err("--timeout must be at least 1 second".into());
         }
+        if a.breakdown.is_some() && a.test != SendLat {
+            return Err("--breakdown is for send_lat only".into());
+        }
         Ok(Params {
             test: a.test,
             verb,
@@ -390,6 +400,7 @@ impl Params {
             use_srq: a.use_srq,
             timeout: Duration::from_secs(a.timeout),
             all: a.all,
+            breakdown: a.breakdown.clone(),
         })
     }
 }
@@ -460,5 +471,8 @@ mod tests {
         assert!(parse(&["write_bw", "-x", "1"]).is_ok());
         assert!(parse(&["write_bw", "-c", "UD"]).is_err());
         assert!(parse(&["write_bw", "-b"]).is_err());
+        assert!(parse(&["write_lat", "--breakdown", "f"]).is_err());
+        let p = parse(&["send_lat", "--breakdown", "f"]).unwrap();
+        assert_eq!(p.breakdown.as_deref(), Some(std::path::Path::new("f")));
     }
 }

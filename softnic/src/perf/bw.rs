@@ -80,7 +80,7 @@ pub fn run_requester(
     let (mut totscnt, mut totccnt) = (0u64, 0u64);
     let mut wc = [WorkCompletion::default(); POLL_BATCH];
     let mut last_progress = Instant::now();
-    let mut idle = 0u32;
+    let mut idle = 0u64;
     // Bounded: every pass posts, completes, or counts towards the timeout below.
     while totscnt < tot || totccnt < tot {
         for q in 0..qn {
@@ -134,7 +134,7 @@ pub fn run_requester(
                 .map_err(|e| format!("poll CQ: {e}"))?;
             if ne == 0 {
                 idle += 1;
-                if idle.is_multiple_of(256) {
+                if idle.is_multiple_of(super::resources::YIELD_EVERY) {
                     if last_progress.elapsed() > p.timeout {
                         return Err(format!(
                             "no completion within {:?}: posted {totscnt}, completed {totccnt} of {tot}",

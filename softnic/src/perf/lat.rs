@@ -16,10 +16,10 @@ use super::resources::{check_wc, poll_some, Resources};
 fn spin_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Result<(), String> {
     let mut start: Option<Instant> = None;
     let mut spins = 0u64;
-    // Bounded by `timeout` (checked every 256 spins).
+    // Bounded by `timeout` (checked at each yield).
     while !cond() {
         spins += 1;
-        if spins.is_multiple_of(256) {
+        if spins.is_multiple_of(super::resources::YIELD_EVERY) {
             let t0 = *start.get_or_insert_with(Instant::now);
             if t0.elapsed() > timeout {
                 return Err(format!("nothing arrived within {timeout:?} while {what}"));
@@ -119,6 +119,7 @@ pub fn run_send_lat(
     let sq = u64::from(r.sq_depth);
     let mut posted = Vec::with_capacity(iters as usize);
     let mut wc = [WorkCompletion::default(); 16];
+    let mut stamps = Stamps::new(p.breakdown.is_some(), iters);
     while scnt < iters || rcnt < iters {
         // The client sends first.
         if rcnt < iters && (p.is_server || scnt >= 1) {
@@ -129,6 +130,7 @@ pub fn run_send_lat(
                 "waiting for the peer's SEND",
             )?;
             check_wc(&wc[0], &format!("recv: rcnt={rcnt}"))?;
+            stamps.note("seen", rcnt + 1);
             if u64::from(wc[0].byte_len) != size {
                 return Err(format!(
                     "received {} bytes, expected {size}",
@@ -157,6 +159,7 @@ pub fn run_send_lat(
             }
             posted.push(clock.now());
             scnt += 1;
+            stamps.note("post", scnt);
             let sge = [r.sge(r.geo.local(0), size)];
             let mut wr = SendWr::new(scnt, WrOpcode::Send, &sge).signaled();
             if inline {
@@ -187,7 +190,39 @@ pub fn run_send_lat(
         }
         scomp += n as u64;
     }
+    if let Some(path) = &p.breakdown {
+        stamps
+            .write(path)
+            .map_err(|e| format!("--breakdown {}: {e}", path.display()))?;
+    }
     Ok(posted)
+}
+
+/// `--breakdown`: each iteration's post and receive-completion instants on
+/// CLOCK_MONOTONIC, the clock of the NICs' latency traces (nic/trace.rs).
+struct Stamps(Option<Vec<(&'static str, u64, u64)>>);
+
+impl Stamps {
+    fn new(on: bool, iters: u64) -> Self {
+        Stamps(on.then(|| Vec::with_capacity(2 * iters as usize)))
+    }
+
+    #[inline]
+    fn note(&mut self, what: &'static str, n: u64) {
+        if let Some(v) = self.0.as_mut() {
+            v.push((what, n, crate::nic::trace::mono_ns()));
+        }
+    }
+
+    /// `what n ns` lines.
+    fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+        for (what, n, t) in self.0.iter().flatten() {
+            writeln!(w, "{what} {n} {t}")?;
+        }
+        w.flush()
+    }
 }
 
 /// READ latency (client only): one READ at a time from the peer's slot.

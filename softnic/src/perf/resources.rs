@@ -350,9 +350,13 @@ impl Resources {
     }
 }
 
+/// Empty polls (or spins) in a row after which the loops yield the core once
+/// ([`verbs_api::cq::POLL_YIELD_EVERY`]: the NIC shares the cores).
+pub const YIELD_EVERY: u64 = verbs_api::cq::POLL_YIELD_EVERY as u64;
+
 /// Busy-polls `cq` for up to `out.len()` completions; fails after `timeout` without
-/// any. Yields the CPU between empty polls now and then (2-core machines run the NICs
-/// too).
+/// any. Yields the CPU after every [`YIELD_EVERY`] empty polls (2-core machines run the
+/// NICs too).
 pub fn poll_some(
     cq: &mut CompletionQueue,
     out: &mut [WorkCompletion],
@@ -360,13 +364,13 @@ pub fn poll_some(
     what: &str,
 ) -> Result<usize, String> {
     let mut start: Option<Instant> = None;
-    // Bounded by `timeout` (checked every 256 empty polls).
+    // Bounded by `timeout` (checked at each yield).
     for spin in 0u64.. {
         let n = cq.poll(out).map_err(|e| format!("poll CQ: {e}"))?;
         if n > 0 {
             return Ok(n);
         }
-        if spin % 256 == 255 {
+        if spin % YIELD_EVERY == YIELD_EVERY - 1 {
             let t0 = *start.get_or_insert_with(Instant::now);
             if t0.elapsed() > timeout {
                 return Err(format!("no completion within {timeout:?} while {what}"));

@@ -114,7 +114,7 @@ impl SoftnicCq {
     /// process that needs the same cores: with the program spinning, the NIC (and the
     /// peer) ran only when the scheduler preempted it, and a stock `ib_send_lat -s 8`
     /// round trip took milliseconds instead of tens of microseconds (docs/ibverbs.md,
-    /// "Speed"). `softnic perf` yields likewise (after 256). A poll that finds
+    /// "Speed"). `softnic perf` yields likewise (after as many). A poll that finds
     /// completions never yields, so a busy data path still makes no system call.
     pub(crate) fn note_poll(&self, found: bool) {
         if found {
@@ -404,13 +404,15 @@ pub unsafe extern "C" fn poll_cq(cq: *mut c_void, num_entries: c_int, wc: *mut c
 }
 
 /// The environment variable that sets how many empty polls in a row make a CQ poll
-/// yield the core once: default 64 (measured: see docs/ibverbs.md, "Speed"); 0 = never
+/// yield the core once: default 4 (measured: see docs/ibverbs.md, "Speed"); 0 = never
 /// yield, spin as on hardware (for a program that owns a core).
 pub const POLL_YIELD_ENV: &str = "SOFTNIC_IBV_POLL_YIELD";
 
-/// Default of [`POLL_YIELD_ENV`]: on the 2-vCPU VM, stock `ib_write_bw` and `ib_send_lat`
-/// did better with 32 or 64 than with `softnic perf`'s 256.
-const DEFAULT_POLL_YIELD: u32 = 64;
+/// Default of [`POLL_YIELD_ENV`]: the streak `softnic perf` uses too, so the two are
+/// compared like for like (docs/ibverbs.md, "Speed"; why 4: [`POLL_YIELD_EVERY`]).
+///
+/// [`POLL_YIELD_EVERY`]: verbs_api::cq::POLL_YIELD_EVERY
+const DEFAULT_POLL_YIELD: u32 = verbs_api::cq::POLL_YIELD_EVERY;
 
 /// [`POLL_YIELD_ENV`], read once per process.
 fn yield_every() -> u32 {
