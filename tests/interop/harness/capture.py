@@ -52,6 +52,30 @@ class Capture:
                          if ln.strip().split(" ", 1)[0].isdigit())
 
 
+def check_cm_names(pcap, decoded, details):
+    """Every packet to QP1 is a CM MAD (the harness's own reading, roce.cm_mads) and
+    `softnic decode` names it the same: its line for that frame holds `cm(NAME `.
+    Returns the first problem, or None; appends a summary to details."""
+    lines = {}
+    for ln in decoded.splitlines():
+        head = ln.split(" ", 1)[0]
+        if head.isdigit():
+            lines[int(head)] = ln
+    mads = roce.cm_mads(pcap)
+    if not mads:
+        return None
+    count = {}
+    for n, name, why in mads:
+        if name is None:
+            return "frame %d: a packet to QP1 that is not a CM MAD (%s)" % (n, why)
+        if "cm(%s " % name not in lines.get(n, ""):
+            return "frame %d: softnic decode does not name the CM MAD %s" % (n, name)
+        count[name] = count.get(name, 0) + 1
+    details.append("CM MADs on QP1: %d, each named by softnic decode (%s)" % (
+        len(mads), ", ".join("%s %d" % kv for kv in sorted(count.items()))))
+    return None
+
+
 def check(pcap, softnic_bin, decoder_ready):
     """Returns (ok, reason, details) for one capture."""
     if not os.path.exists(pcap):
@@ -70,6 +94,9 @@ def check(pcap, softnic_bin, decoder_ready):
         if r.returncode != 0:
             return False, "softnic decode rc=%d: %s" % (r.returncode, util.tail(r.stderr or r.stdout)), \
                 "\n".join(details)
+        bad = check_cm_names(pcap, r.stdout, details)
+        if bad:
+            return False, bad, "\n".join(details)
     else:
         r = subprocess.run(["tshark", "-n", "-r", pcap, "-Y", "udp.dstport==4791 && infiniband",
                             "-T", "fields", "-e", "frame.number"], stdout=subprocess.PIPE,

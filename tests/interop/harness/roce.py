@@ -156,6 +156,39 @@ def check_capture(path):
     return total, ok, first_bad
 
 
+# CM attribute IDs (IBTA 16.7.3 / table 93 of chapter 12) and the names `softnic decode`
+# prints; the management class of the CM is 0x07 (IBTA 13.4.4, table 86).
+UD_SEND_ONLY = 0x64
+CM_CLASS = 0x07
+CM_ATTRS = {0x0010: "ConnectRequest", 0x0011: "MsgRcptAck", 0x0012: "ConnectReject",
+            0x0013: "ConnectReply", 0x0014: "ReadyToUse", 0x0015: "DisconnectRequest",
+            0x0016: "DisconnectReply", 0x0017: "ServiceIDResReq", 0x0018: "ServiceIDResReqResp",
+            0x0019: "LoadAlternatePath", 0x001A: "AlternatePathResponse"}
+
+
+def cm_mads(path):
+    """(frame number, CM message name or a description of what is wrong) for every RoCEv2
+    packet to QP1 in a pcap: a UD SEND Only with a DETH, then a 256-byte MAD of the CM
+    class (IBTA 13.4.3: base version 1, class version 2) whose attribute ID is known."""
+    out = []
+    for n, _ip, _udp, p, _calc in roce_packets(path):
+        b = parse_bth(p)
+        if b is None or b["dest_qpn"] != 1:
+            continue
+        mad = p[12 + 8:-4]  # after BTH and DETH, before the ICRC
+        if b["opcode"] != UD_SEND_ONLY or len(mad) != 256:
+            out.append((n, None, "opcode %#x, MAD %d bytes" % (b["opcode"], len(mad))))
+            continue
+        base, mclass, cver = mad[0], mad[1], mad[2]
+        attr = struct.unpack(">H", mad[16:18])[0]
+        if (base, mclass, cver) != (1, CM_CLASS, 2) or attr not in CM_ATTRS:
+            out.append((n, None, "MAD base %d class %#x version %d attribute %#x"
+                        % (base, mclass, cver, attr)))
+            continue
+        out.append((n, CM_ATTRS[attr], ""))
+    return out
+
+
 def corrupt_one_roce_byte(path):
     """The bytes of a classic pcap with one bit flipped inside the first RoCEv2 packet's
     BTH (its destination QP), which the ICRC covers: a decoder that verifies ICRCs must

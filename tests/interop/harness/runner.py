@@ -14,11 +14,29 @@ FAKEPEER = [sys.executable, "-B", os.path.join(os.path.dirname(os.path.abspath(_
                                                "fakepeer.py")]
 CAPTURE_FAIL = "capture: "  # marks a failed capture check appended to another reason
 SERVER_READY_TIMEOUT = 30  # seconds for a server to listen on its TCP port
+MAX_RERUNS = 3  # starts over of a scenario that lost a known race (Scenario.rerun_if)
 
 
 class Result:
     def __init__(self, status, seconds, reason=""):
         self.status, self.seconds, self.reason = status, seconds, reason
+        self.rerun = False  # failed by the scenario's known race: worth starting over
+
+
+def run_with_reruns(ctx, sc, direction):
+    """run(), started over while it fails by the scenario's known race (at most
+    MAX_RERUNS times); the result says how many runs were lost."""
+    r = run(ctx, sc, direction)
+    lost = 0
+    while r.rerun and lost < MAX_RERUNS:
+        lost += 1
+        util.note("%s: lost the race /%s/, starting over" % (scenarios.ident(sc, direction),
+                                                             sc.rerun_if))
+        r = run(ctx, sc, direction)
+    if lost:
+        r.reason = "%s(%d earlier run(s) lost the race /%s/)" % (r.reason + " " if r.reason else "",
+                                                      lost, sc.rerun_if)
+    return r
 
 
 def guest_script(cmd, server, sc, tool_timeout):
@@ -33,6 +51,9 @@ def guest_script(cmd, server, sc, tool_timeout):
              "timeout -s INT %d %s &" % (tool_timeout, cmd), "p=$!"]
     if server:
         listening = "grep -qE ':%s [0-9A-F]+:0000 0A ' /proc/net/tcp /proc/net/tcp6 2>/dev/null" % port
+        if sc.cm:  # the kernel CM's listening ids (a wildcard listen has one per device)
+            listening = ("/usr/bin/rdma res show cm_id 2>/dev/null | grep -E 'state LISTEN' "
+                         "| grep -qE 'src-addr [^ ]*:%d( |$)'" % sc.port)
         lines += ["i=0",
                   "while ! %s; do" % listening,
                   "  i=$((i + 1)); [ $i -gt 400 ] && break; running $p || break; sleep 0.05",
@@ -52,12 +73,24 @@ def host_listening(pid, port):
     return False
 
 
-def softnic_argv(sc, ctx, nic_name):
+def cm_listening(the_nic):
+    """Whether the softnic NIC has a CM listener (its `cm_listening` gauge)."""
+    m = re.search(r"^cm_listening (\d+)$", the_nic.stats() if the_nic else "", re.M)
+    return bool(m and int(m.group(1)) > 0)
+
+
+def server_listening(sc, side, the_nic):
+    """The softnic-side server is ready: its TCP port listens, or (CM rows) the NIC has
+    a CM listener."""
+    return cm_listening(the_nic) if sc.cm else host_listening(side.pid, sc.port)
+
+
+def softnic_argv(sc, ctx, nic_name, client=False):
     subst = {"softnic": ctx.softnic.bin or "softnic",
-             "dev": nic_name or "", "addr": net.softnic_addr(sc)}
+             "dev": nic_name or "", "addr": net.softnic_addr(sc), "peer": net.GUEST_IP}
     subst.update((k, v or k) for k, v in ctx.softnic.examples.items())
     argv = []
-    for tok in shlex.split(sc.softnic):
+    for tok in shlex.split(sc.softnic_client if client and sc.softnic_client else sc.softnic):
         if tok == "{fakepeer}":
             argv += FAKEPEER
         else:
@@ -105,19 +138,23 @@ def run(ctx, sc, direction):
             if not job.ready():
                 verdict = "rxe server never listened: " + util.tail(job.output(), 1)
             else:
-                argv.append(net.GUEST_IP)
+                if sc.softnic_client:
+                    argv = softnic_argv(sc, ctx, the_nic.name if the_nic else None, client=True)
+                else:
+                    argv.append(net.GUEST_IP)
                 log.append(("softnic side (client)", " ".join(argv)))
                 side = ctx.procs.start(ctx.netns.cmd(argv), stdout=open(side_log, "wb"), env=env)
         else:
             log.append(("softnic side (server)", " ".join(argv)))
             side = ctx.procs.start(ctx.netns.cmd(argv), stdout=open(side_log, "wb"), env=env)
-            util.wait_for(lambda: host_listening(side.pid, sc.port) or side.poll() is not None,
-                          SERVER_READY_TIMEOUT)
-            if not host_listening(side.pid, sc.port):
+            util.wait_for(lambda: server_listening(sc, side, the_nic) or side.poll() is not None,
+                          SERVER_READY_TIMEOUT, step=0.1)
+            if not server_listening(sc, side, the_nic):
                 verdict = "softnic side never listened (rc=%s): %s" % (
                     side.poll(), util.tail(util.read(side_log)))
             else:
-                cmd = "%s %s" % (sc.rxe, net.SOFTNIC_IP)
+                cmd = sc.rxe_client.replace("{peer}", net.SOFTNIC_IP) if sc.rxe_client \
+                    else "%s %s" % (sc.rxe, net.SOFTNIC_IP)
                 log.append(("rxe (client)", cmd))
                 job = ctx.guest.submit(guest_script(cmd, False, sc, sc.timeout), sc.timeout + 10)
         # Both sides run now (unless a verdict is already in): wait for both, bounded.
@@ -183,7 +220,10 @@ def run(ctx, sc, direction):
         log.append(("scenario check", "\n".join(out.notes)))
     write_log(os.path.join(ctx.out, sid + ".log"), log, logs, verdict)
     secs = time.monotonic() - t0
-    return Result("PASS" if verdict is None else "FAIL", secs, verdict or "")
+    r = Result("PASS" if verdict is None else "FAIL", secs, verdict or "")
+    r.rerun = bool(verdict and sc.rerun_if and CAPTURE_FAIL not in verdict and re.search(
+        sc.rerun_if, logs.get("rxe output", "") + logs.get("softnic side output", "")))
+    return r
 
 
 class Outcome:

@@ -42,6 +42,16 @@ class Scenario:
     # captures are checked, as judge(Outcome); returns the failure reason or None.
     judge: object = field(default=None, repr=False)
     ipv6: bool = False           # softnic and rxe on their IPv6 addresses (net.*_IP6)
+    # RDMA CM rows: the server listens through the CM (no TCP port to look for; the
+    # runner waits for the listen in `rdma res` / `softnic stats`), and the client's
+    # command, if given, is its own line with {peer} for the server's address.
+    cm: bool = False
+    rxe_client: str = None
+    softnic_client: str = None
+    # A failure whose tools' output matches this regex is a known race of the stock
+    # tools, not a fault: the runner starts the scenario over (runner.MAX_RERUNS times)
+    # and says so in the result.
+    rerun_if: str = ""
     link_local: bool = False     # ... their link-local ones (net.*_LL6), with ipv6
 
     @property
@@ -202,6 +212,51 @@ SCENARIOS += _uc_ud_srq() + [
              directions=("softnic-server",), judge=ucloss.judge, timeout=45),
 ]
 
+
+# Issue 11: the RDMA CM against the kernel CM on rxe. The guest runs the stock rdmacm-utils
+# and perftest `-R` binaries; softnic runs the same binaries over `softnic exec` (the
+# drop-in librdmacm.so.1 and libibverbs.so.1: the CM on QP1 runs in the NIC). The servers
+# listen through the CM, so the runner waits for the listen itself (Scenario.cm).
+def _cm(name, server, client, port, expect="", **kw):
+    """A CM row: `server` / `client` are the stock command lines (client with {peer});
+    the guest runs them on rxe0, softnic through `softnic exec`."""
+    return Scenario(name=name, group=kw.pop("group", "rdma-cm"), cm=True, port=port,
+                    rxe=server.format(addr=net.GUEST_IP, dev="rxe0"),
+                    rxe_client=client.format(dev="rxe0", peer="{peer}"),
+                    softnic=_stock(server.format(addr="{addr}", dev="{dev}")),
+                    softnic_client=_stock(client.format(dev="{dev}", peer="{peer}")),
+                    needs=("run", "exec"), expect_rxe=expect, **kw)
+
+
+def _rping(size, count, verbose):
+    """rping: SEND of the buffer address, RDMA READ of the client's buffer, RDMA WRITE back,
+    `count` times, every ping validated (-V) on both sides; -v prints each one."""
+    flags = "-C %d -S %d -V%s" % (count, size, " -v" if verbose else "")
+    return _cm("rping_s%d" % size, "rping -s -a {addr} -p 7174 " + flags,
+               "rping -c -a {peer} -p 7174 " + flags, 7174,
+               expect=r"rdma-ping-%d: " % (count - 1) if verbose else "")
+
+
+# perftest 4.5's listen race (docs/rdmacm.md): the server destroys its listener after the
+# first connection and listens again later; a quick client's second REQ can come in
+# between and is refused (REJ reason 8) by the server's CM, Linux's or softnic's alike,
+# and perftest's client cannot retry (fixed upstream after 4.5).
+LISTEN_RACE = r"RDMA_CM_EVENT_REJECTED; error: 8"
+CM_BW = "-R -F -s 65536 -n 50"
+CM_LAT = "-R -F -s 64 -n 200"
+SCENARIOS += [
+    _rping(64, 10, True),
+    _rping(4096, 10, False),
+    _rping(65535, 10, False),
+    # four RC connections at once, 10 SENDs each way on each
+    _cm("ucmatose_c4", "ucmatose -b {addr} -c 4 -C 10", "ucmatose -s {peer} -c 4 -C 10", 7471,
+        expect=r"test complete"),
+    _cm("write_bw_cm", "ib_write_bw -d {dev} " + CM_BW, "ib_write_bw -d {dev} %s {peer}" % CM_BW,
+        18515, expect=PERF_OK, rerun_if=LISTEN_RACE),
+    # perftest's read_lat server prints no result table, only its address lines
+    _cm("read_lat_cm", "ib_read_lat -d {dev} " + CM_LAT, "ib_read_lat -d {dev} %s {peer}" % CM_LAT,
+        18515, expect=r"remote address", rerun_if=LISTEN_RACE),
+]
 
 # IPv6 (issue 10): the guest gets net.GUEST_IP6 and the GID index rxe lists it at (it
 # appends GIDs as addresses appear, so the index is looked up, into $G); softnic's

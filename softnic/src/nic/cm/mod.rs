@@ -153,6 +153,12 @@ impl NicCm {
             ("cm_rx_drop_bad_mad", n.rx_drop_bad_mad),
             ("cm_events_dropped", n.events_dropped),
             ("cm_qp_action_failures", n.qp_action_failures),
+            // A gauge, not a counter: the interop harness waits for a softnic-side
+            // server's listen with it (a CM listen opens no TCP port to look for).
+            (
+                "cm_listening",
+                self.ids.values().filter(|o| o.listening.is_some()).count() as u64,
+            ),
         ]
     }
 }

@@ -155,14 +155,16 @@ impl Cm {
         let qpn = c.ours.qpn;
         let rtr = QpStep::Rtr {
             dest_qpn: rep.local_qpn,
-            rq_psn: rep.starting_psn,
+            // Starting PSNs name what the *sender of the MAD* expects to receive
+            // (Linux ib_cm: `rq_psn` = our REQ's, `sq_psn` = the REP's); see ConnParams::psn.
+            rq_psn: c.ours.psn,
             path_mtu: self.cfg.path_mtu,
             dest,
             max_dest_rd_atomic: c.ours.responder_resources,
             min_rnr_timer: MIN_RNR_TIMER,
         };
         let rts = QpStep::Rts {
-            sq_psn: c.ours.psn,
+            sq_psn: rep.starting_psn,
             timeout: REQ_LOCAL_ACK_TIMEOUT,
             retry_cnt: c.ours.retry_count,
             rnr_retry: rep.rnr_retry_count,

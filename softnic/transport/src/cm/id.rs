@@ -37,7 +37,12 @@ pub enum CmState {
 pub struct ConnParams {
     /// The RC QP to bind.
     pub qpn: u32,
-    /// Its first send PSN (24 bits).
+    /// The starting PSN this side puts in its REQ or REP (24 bits): the first PSN its QP
+    /// *expects to receive*, which the peer's QP starts sending with. That is how the
+    /// Linux CM reads the field (`ib_send_cm_req` keeps the REQ's as its `rq_psn`,
+    /// `cm_req_handler` takes it as the passive side's `sq_psn`; the REP's likewise), and
+    /// so rxe and every RNIC driven by it: a CM that used its own send PSN here would
+    /// have each side send with a PSN the other does not expect.
     pub psn: u32,
     /// READ/atomics it serves at once.
     pub responder_resources: u8,
@@ -60,7 +65,7 @@ pub struct ConnParams {
 pub struct PeerParams {
     /// The peer's QPN.
     pub qpn: u32,
-    /// The peer's first PSN.
+    /// The starting PSN of the peer's REQ or REP: the first PSN our QP sends with.
     pub psn: u32,
     /// The peer's responder resources.
     pub responder_resources: u8,

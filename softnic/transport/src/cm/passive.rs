@@ -122,14 +122,16 @@ impl Cm {
         let t = &c.theirs;
         let rtr = QpStep::Rtr {
             dest_qpn: t.qpn,
-            rq_psn: t.psn,
+            // The REQ's starting PSN is what the active side expects from us, ours in
+            // the REP what we expect from it (Linux ib_cm; see ConnParams::psn).
+            rq_psn: params.psn,
             path_mtu: t.path_mtu.clamp(1, self.cfg.path_mtu.max(1)),
             dest,
             max_dest_rd_atomic: params.responder_resources,
             min_rnr_timer: MIN_RNR_TIMER,
         };
         let rts = QpStep::Rts {
-            sq_psn: params.psn,
+            sq_psn: t.psn,
             timeout: t.local_ack_timeout,
             retry_cnt: t.retry_count,
             rnr_retry: t.rnr_retry_count,

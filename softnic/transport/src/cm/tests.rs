@@ -141,7 +141,10 @@ fn connect_accept_rtu_then_disconnect_drep_timewait() {
     let mut p = Pair::new();
     let (a, _, b) = request(&mut p);
     p.b.accept(p.now, b, params(0x22, 0x2000)).unwrap();
-    // The passive QP goes to RTR and RTS before the REP leaves.
+    // The passive QP goes to RTR and RTS before the REP leaves. Each starting PSN is
+    // the one its sender expects to receive (Linux ib_cm, hence rxe): the passive QP
+    // sends from the REQ's 0x1000 and expects the REP's 0x2000 — the other way round,
+    // softnic's QPs sent PSNs rxe took as duplicates and no RC packet got through.
     let acts = actions(&mut p.b);
     assert_eq!(
         acts,
@@ -151,7 +154,7 @@ fn connect_accept_rtu_then_disconnect_drep_timewait() {
                 qpn: 0x22,
                 step: QpStep::Rtr {
                     dest_qpn: 0x11,
-                    rq_psn: 0x1000,
+                    rq_psn: 0x2000,
                     path_mtu: 3,
                     dest: p.a.cfg.local,
                     max_dest_rd_atomic: 4,
@@ -162,7 +165,7 @@ fn connect_accept_rtu_then_disconnect_drep_timewait() {
                 id: b,
                 qpn: 0x22,
                 step: QpStep::Rts {
-                    sq_psn: 0x2000,
+                    sq_psn: 0x1000,
                     timeout: 14,
                     retry_cnt: 7,
                     rnr_retry: 6,
@@ -178,14 +181,14 @@ fn connect_accept_rtu_then_disconnect_drep_timewait() {
         acts[0].step,
         QpStep::Rtr {
             dest_qpn: 0x22,
-            rq_psn: 0x2000,
+            rq_psn: 0x1000,
             ..
         }
     ));
     assert!(matches!(
         acts[1].step,
         QpStep::Rts {
-            sq_psn: 0x1000,
+            sq_psn: 0x2000,
             max_rd_atomic: 2,
             rnr_retry: 6,
             ..
