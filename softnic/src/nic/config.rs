@@ -161,6 +161,10 @@ pub struct RunArgs {
     /// Seed of the fault injector's random generator (same seed, same decisions).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Fault injection: drop the Nth CM MAD of type MSG this NIC sends (MSG: REQ, MRA,
+    /// REJ, REP, RTU, DREQ, DREP; N from 1), e.g. `REP:1`, to see the peer's CM retry.
+    #[arg(long, value_name = "MSG:N")]
+    pub drop_cm: Option<String>,
     /// Most control connections open at once (each holds a thread); more are refused.
     #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: u32,
@@ -200,6 +204,44 @@ pub struct FaultConfig {
     pub delay: Duration,
     /// PRNG seed.
     pub seed: u64,
+    /// `--drop-cm`: the one CM MAD to drop.
+    pub drop_cm: Option<DropCm>,
+}
+
+/// `--drop-cm MSG:N`: drop the `nth` sent CM MAD whose attribute ID is `attr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DropCm {
+    /// CM attribute ID (IBTA 12.6, table 98), e.g. 0x0010 for REQ.
+    pub attr: u16,
+    /// Which one of them, from 1.
+    pub nth: u32,
+}
+
+impl std::str::FromStr for DropCm {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<DropCm, ConfigError> {
+        use wire::cm::attr;
+        let bad = || {
+            ConfigError(format!(
+                "--drop-cm {s}: expected MSG:N, MSG one of REQ MRA REJ REP RTU DREQ DREP, N ≥ 1"
+            ))
+        };
+        let (msg, n) = s.split_once(':').ok_or_else(bad)?;
+        let attr = match msg.to_ascii_uppercase().as_str() {
+            "REQ" => attr::REQ,
+            "MRA" => attr::MRA,
+            "REJ" => attr::REJ,
+            "REP" => attr::REP,
+            "RTU" => attr::RTU,
+            "DREQ" => attr::DREQ,
+            "DREP" => attr::DREP,
+            _ => return Err(bad()),
+        };
+        match n.parse::<u32>() {
+            Ok(nth) if nth >= 1 => Ok(DropCm { attr, nth }),
+            _ => Err(bad()),
+        }
+    }
 }
 
 impl FaultConfig {
@@ -210,6 +252,7 @@ impl FaultConfig {
             && self.duplicate == 0.0
             && self.corrupt == 0.0
             && self.delay.is_zero()
+            && self.drop_cm.is_none()
     }
 }
 
@@ -327,6 +370,7 @@ impl Config {
             corrupt: check_probability("corrupt", a.corrupt)?,
             delay: Duration::from_micros(a.delay_us),
             seed: a.seed,
+            drop_cm: a.drop_cm.as_deref().map(str::parse).transpose()?,
         };
         Ok(Config {
             name: a.name.clone(),
@@ -387,6 +431,7 @@ impl Default for RunArgs {
             corrupt: 0.0,
             delay_us: 0,
             seed: 1,
+            drop_cm: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_user: DEFAULT_MAX_CONNECTIONS_PER_USER,
             max_pds_per_user: DEFAULT_OBJECTS,

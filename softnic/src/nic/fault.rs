@@ -12,6 +12,11 @@
 //! 4. **delay / reorder** — each copy is released `--delay-us` later, and a reordered
 //!    copy a further 50–500 µs later, so packets sent after it overtake it.
 //!
+//!
+//! Before all of these, `--drop-cm MSG:N` drops the Nth CM MAD of one type (a UD SEND
+//! Only to QP1 whose MAD has that attribute ID), so a lost REQ, REP or RTU can be
+//! staged exactly once against any peer (IBTA 12.9: the peer's CM must resend).
+//!
 //! Held packets wait in a bounded queue ordered by release time; when it is full a packet
 //! goes out at once (and is counted) rather than being dropped, so the configured loss
 //! rate stays the only source of loss. The same seed and the same sequence of
@@ -84,6 +89,20 @@ pub struct FaultInjector {
     pool: Vec<Vec<u8>>,
     seq: u64,
     counters: FaultCounters,
+    /// CM MADs of `--drop-cm`'s type sent so far.
+    cm_seen: u32,
+}
+
+/// The CM attribute ID of a RoCEv2 UDP payload (BTH … ICRC) that is a UD SEND Only to
+/// QP1 carrying a CM-class MAD (BTH 12, DETH 8, then the MAD header: class at byte 1,
+/// attribute ID at bytes 16–17; IBTA 13.4.3), or None.
+fn cm_attribute(pkt: &[u8]) -> Option<u16> {
+    const UD_SEND_ONLY: u8 = 0x64;
+    const CM_CLASS: u8 = 0x07;
+    let mad = pkt.get(20..pkt.len().checked_sub(4)?)?;
+    let to_qp1 = pkt.get(5..8)? == [0, 0, 1];
+    (pkt[0] == UD_SEND_ONLY && to_qp1 && mad.len() >= 24 && mad[1] == CM_CLASS)
+        .then(|| u16::from_be_bytes([mad[16], mad[17]]))
 }
 
 impl FaultInjector {
@@ -96,6 +115,7 @@ impl FaultInjector {
             pool: Vec::new(),
             seq: 0,
             counters: FaultCounters::default(),
+            cm_seen: 0,
         }
     }
 
@@ -123,6 +143,15 @@ impl FaultInjector {
         if self.is_passthrough() {
             send(pkt, dest);
             return;
+        }
+        if let Some(d) = self.cfg.drop_cm {
+            if cm_attribute(pkt) == Some(d.attr) {
+                self.cm_seen += 1;
+                if self.cm_seen == d.nth {
+                    self.counters.dropped += 1;
+                    return;
+                }
+            }
         }
         if self.rng.chance(self.cfg.loss) {
             self.counters.dropped += 1;
@@ -274,6 +303,54 @@ mod tests {
         seen.sort_unstable();
         seen.dedup();
         assert_eq!(seen, (0..1000).collect::<Vec<u32>>());
+    }
+
+    /// A 256-byte CM MAD of attribute `attr` in a UD SEND Only to QP1 (+ ICRC).
+    fn cm_packet(attr: u16) -> Vec<u8> {
+        let mut p = vec![0u8; 12 + 8 + 256 + 4];
+        p[0] = 0x64;
+        p[7] = 1;
+        p[20] = 1; // base version
+        p[21] = 0x07; // CM class
+        p[22] = 2;
+        p[36..38].copy_from_slice(&attr.to_be_bytes());
+        p
+    }
+
+    #[test]
+    fn drop_cm_drops_exactly_the_nth_mad_of_its_type() {
+        let mut f = FaultInjector::new(FaultConfig {
+            drop_cm: Some("REP:2".parse().unwrap()),
+            ..FaultConfig::default()
+        });
+        assert!(!f.is_passthrough());
+        let mut sent = Vec::new();
+        // REP, REQ, REP (dropped), an RC packet to QP 1 with the same bytes but
+        // another opcode, REP, a REP to QP 2.
+        let mut rc = cm_packet(wire::cm::attr::REP);
+        rc[0] = 0x04;
+        let mut not_qp1 = cm_packet(wire::cm::attr::REP);
+        not_qp1[7] = 2;
+        let pkts = [
+            cm_packet(wire::cm::attr::REP),
+            cm_packet(wire::cm::attr::REQ),
+            cm_packet(wire::cm::attr::REP),
+            rc,
+            cm_packet(wire::cm::attr::REP),
+            not_qp1,
+        ];
+        for (i, p) in pkts.iter().enumerate() {
+            let mut b = p.clone();
+            f.submit(Instant::ZERO, &mut b, dest(), &mut |_, _| sent.push(i));
+        }
+        assert_eq!(sent, [0, 1, 3, 4, 5]);
+        assert_eq!(f.counters().dropped, 1);
+        for bad in ["REP", "REP:0", "FOO:1", "REQ:x", ""] {
+            assert!(
+                bad.parse::<super::super::config::DropCm>().is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

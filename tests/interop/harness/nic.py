@@ -60,7 +60,7 @@ class Softnic:
     it is not, e.g. {"run": "softnic run has no --addr (not built yet)"}."""
 
     CAPS = ("run", "rc_pingpong", "perf", "loss", "pcap", "decode", "stats") + EXAMPLES[1:] \
-        + ("exec",)
+        + ("exec", "drop_cm")
 
     def __init__(self, softnic=None, rc_pingpong=None):
         self.bin = find_binary(softnic, ["softnic"])
@@ -96,6 +96,7 @@ class Softnic:
         c["loss"] = None if has("--loss") else \
             "softnic run has no --loss (fault injection not built yet)"
         c["pcap"] = None if has("--pcap") else "softnic run has no --pcap"
+        c["drop_cm"] = None if has("--drop-cm") else "softnic run has no --drop-cm"
         rc_p, _ = self._help("perf")
         c["perf"] = None if rc_p == 0 else "softnic perf not built yet"
         rc_s, out_s = self._help("stats")

@@ -119,6 +119,8 @@ def run(ctx, sc, direction):
         cap.start()
         if sc.ipv6:
             ctx.netns.enable_ipv6()
+        for c in sc.netns_setup:
+            util.run(ctx.netns.cmd(list(c)), timeout=10)
         if "run" in sc.needs:
             the_nic = nic.Nic(ctx.procs, ctx.netns, ctx.softnic, addr, sc.nic_mtu,
                               list(sc.nic_args), ctx.rundir, os.path.join(ctx.rundir, "softnic-run.log"),
@@ -222,7 +224,8 @@ def run(ctx, sc, direction):
     secs = time.monotonic() - t0
     r = Result("PASS" if verdict is None else "FAIL", secs, verdict or "")
     r.rerun = bool(verdict and sc.rerun_if and CAPTURE_FAIL not in verdict and re.search(
-        sc.rerun_if, logs.get("rxe output", "") + logs.get("softnic side output", "")))
+        sc.rerun_if, "\n".join((verdict, logs.get("rxe output", ""),
+                                logs.get("softnic side output", "")))))
     return r
 
 

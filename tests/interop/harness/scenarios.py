@@ -16,7 +16,7 @@ is reported SKIP with the reason.
 import ipaddress
 from dataclasses import dataclass, field, replace
 
-from . import net, ucloss
+from . import cmcheck, net, ucloss
 
 DIRECTIONS = ("rxe-server", "softnic-server")
 
@@ -52,6 +52,7 @@ class Scenario:
     # tools, not a fault: the runner starts the scenario over (runner.MAX_RERUNS times)
     # and says so in the result.
     rerun_if: str = ""
+    netns_setup: tuple = ()      # commands (argv tuples) run in the namespace first
     link_local: bool = False     # ... their link-local ones (net.*_LL6), with ipv6
 
     @property
@@ -225,7 +226,8 @@ def _cm(name, server, client, port, expect="", **kw):
                     rxe_client=client.format(dev="rxe0", peer="{peer}"),
                     softnic=_stock(server.format(addr="{addr}", dev="{dev}")),
                     softnic_client=_stock(client.format(dev="{dev}", peer="{peer}")),
-                    needs=("run", "exec"), expect_rxe=expect, **kw)
+                    needs=("run", "exec") + tuple(kw.pop("extra_needs", ())), expect_rxe=expect,
+                    **kw)
 
 
 def _rping(size, count, verbose):
@@ -256,6 +258,52 @@ SCENARIOS += [
     # perftest's read_lat server prints no result table, only its address lines
     _cm("read_lat_cm", "ib_read_lat -d {dev} " + CM_LAT, "ib_read_lat -d {dev} %s {peer}" % CM_LAT,
         18515, expect=r"remote address", rerun_if=LISTEN_RACE),
+]
+
+# A lost REQ, REP or RTU (IBTA 12.9): softnic drops exactly one of its own MADs
+# (`softnic run --drop-cm MSG:1`) and the connection must still come up, the MAD resent
+# by whichever side the spec makes responsible (harness/cmcheck.py). REQ and RTU come
+# from the active side (softnic connects: rxe-server), the REP from the passive one.
+PING = "-C 10 -S 64 -V"
+SCENARIOS += [
+    _cm("cm_lost_%s" % msg.lower(), "rping -s -a {addr} -p 7174 " + PING,
+        "rping -c -a {peer} -p 7174 " + PING, 7174, group="cm-loss",
+        nic_args=("--drop-cm", msg + ":1"), directions=(direction,), extra_needs=("drop_cm",),
+        judge=cmcheck.dropped_and_resent(msg), timeout=30)
+    for msg, direction in (("REQ", "rxe-server"), ("REP", "softnic-server"),
+                           ("RTU", "rxe-server"))
+] + [
+    # 20 % loss on the guest's egress (its REPs and DREPs to softnic's REQs and DREQs,
+    # and its RC packets): softnic resends after its CM response timeout, Linux answers a
+    # resent REQ with its REP again. A run in which no CM MAD was lost tests nothing
+    # here: it is started over.
+    _cm("cm_loss_guest_ucmatose", "ucmatose -b {addr} -c 4 -C 10",
+        "ucmatose -s {peer} -c 4 -C 10", 7471, group="cm-loss",
+        guest_setup=NETEM.replace("5%", "20%"), guest_post=NETEM_SHOW,
+        directions=("rxe-server",), judge=cmcheck.lost_on_the_guest,
+        rerun_if=cmcheck.NO_CM_LOSS, timeout=60),
+]
+
+# Refused and unanswered connections end in an event, not a hang. A listener on port
+# 7175 gives the runner a server to wait for; the client connects to 7176, where nobody
+# listens: the peer's CM answers REJ reason 8 (invalid service ID) — Linux's to
+# softnic, softnic's to Linux. And softnic's REQ to an address nobody has (a static
+# neighbour entry makes its frames reach the bridge) is resent MAX_CM_RETRIES times
+# and then reported UNREACHABLE, status -ETIMEDOUT.
+DEAD_IP = "198.18.0.99"
+SCENARIOS += [
+    _cm("cm_refused", "rping -s -a {addr} -p 7175 -C 1", "rping -c -a {peer} -p 7176 -C 1",
+        7175, group="cm-refused",
+        judge=cmcheck.refused("RDMA_CM_EVENT_REJECTED", 8, rej_reason=8, req_count=1, bound=5),
+        timeout=20),
+    _cm("cm_unreachable", "rping -s -a {addr} -p 7175 -C 1",
+        "rping -c -a %s -p 7175 -C 1" % DEAD_IP, 7175, group="cm-refused",
+        netns_setup=(("ip", "neigh", "replace", DEAD_IP, "lladdr", "02:00:00:00:00:99",
+                      "dev", "sn0"),),
+        directions=("rxe-server",),
+        judge=cmcheck.refused("RDMA_CM_EVENT_UNREACHABLE", -110,
+                              req_count=1 + cmcheck.SOFTNIC_MAX_CM_RETRIES),
+        timeout=20),
 ]
 
 # IPv6 (issue 10): the guest gets net.GUEST_IP6 and the GID index rxe lists it at (it
