@@ -15,7 +15,8 @@ EXAMPLES = ("rc_pingpong", "uc_pingpong", "ud_pingpong", "srq_pingpong")
 # Stock rdma-core/perftest binaries run on softnic through `softnic exec` (the drop-in
 # libibverbs.so.1); HOST_PACKAGES in image.py installs them.
 STOCK = ("ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong", "ibv_rc_pingpong",
-         "ib_send_bw", "ib_write_bw", "ib_send_lat", "ib_read_lat", "rping", "ucmatose")
+         "ib_send_bw", "ib_write_bw", "ib_send_lat", "ib_read_lat", "rping", "ucmatose",
+         "udaddy")
 GOOD_CAPTURE = os.path.join(REPO, "tests", "data", "captures", "rxe-lab", "rc_send.pcap")
 
 

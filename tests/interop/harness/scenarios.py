@@ -253,6 +253,9 @@ SCENARIOS += [
     # four RC connections at once, 10 SENDs each way on each
     _cm("ucmatose_c4", "ucmatose -b {addr} -c 4 -C 10", "ucmatose -s {peer} -c 4 -C 10", 7471,
         expect=r"test complete"),
+    # RDMA_PS_UDP: SIDR REQ/REP (IBTA 12.11) resolves the UD QP; two ids, 10 SENDs each
+    _cm("udaddy_c2", "udaddy -b {addr} -c 2 -C 10", "udaddy -s {peer} -c 2 -C 10", 7174,
+        expect=r"test complete"),
     _cm("write_bw_cm", "ib_write_bw -d {dev} " + CM_BW, "ib_write_bw -d {dev} %s {peer}" % CM_BW,
         18515, expect=PERF_OK, rerun_if=LISTEN_RACE),
     # perftest's read_lat server prints no result table, only its address lines
