@@ -11,7 +11,8 @@
 //! (receive-side ICRC without the IP header), [`source`] (connected QPs take packets
 //! from their peer only), [`pcap`] (capture), [`fault`] (fault
 //! injection), [`memory`] (memory regions: the DMA), [`wqe`] (ring entries → work
-//! requests), [`rings`] (one QP with its rings), [`cq`] (completion queues), [`state`]
+//! requests), [`rings`] (one QP with its rings), [`ready`] (which QPs the loop visits:
+//! the active set and the deadline heap), [`cq`] (completion queues), [`state`]
 //! (the object tables and control requests), [`quota`] (per-user quotas), [`handles`]
 //! (handle numbers that never alias), [`control`] (the control socket server),
 //! [`runtime`] (the loop), [`counters`] (what `softnic stats` prints), [`gid`],
@@ -34,6 +35,7 @@ pub mod memory;
 pub mod mr_view;
 pub mod pcap;
 pub mod quota;
+pub mod ready;
 pub mod rings;
 pub mod rng;
 pub mod runtime;

@@ -32,6 +32,7 @@ use verbs_api::abi::{RecvWqe, SendWqe, NEED_WAKEUP};
 use super::counters::NicCounters;
 use super::cq::{cqe_of, grh_flag, CompletionQueue, PushError};
 use super::memory::KeyMap;
+use super::ready::Ticket;
 use super::wqe;
 
 /// Most entries taken from one ring per iteration (fairness between QPs).
@@ -60,6 +61,11 @@ pub struct QpEntry {
     pending: VecDeque<(Completion, u32)>,
     ring_broken: bool,
     overrun: bool,
+    /// Membership of the runtime's active set (`ready.rs`); the owner gives each QP a
+    /// unique serial.
+    pub ticket: Ticket,
+    /// The last transmit visit ended on its budget, not on an empty QP.
+    pub tx_more: bool,
 }
 
 impl QpEntry {
@@ -84,6 +90,8 @@ impl QpEntry {
             pending: VecDeque::new(),
             ring_broken: false,
             overrun: false,
+            ticket: Ticket::new(0),
+            tx_more: false,
         }
     }
 
@@ -167,6 +175,7 @@ impl QpEntry {
                 Ok(None) => break,
                 Err(_) => {
                     self.corrupt(now, n);
+                    taken += 1; // work: the QP has flush completions now
                     break;
                 }
             };
@@ -201,6 +210,7 @@ impl QpEntry {
                 Ok(None) => break,
                 Err(_) => {
                     self.corrupt(now, n);
+                    taken += 1; // work: the QP has flush completions now
                     break;
                 }
             };

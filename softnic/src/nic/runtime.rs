@@ -5,11 +5,17 @@
 //!    control requests (channel) ─► object tables            (state.rs)
 //!    SQ/RQ rings ─► copy, check ─► Qp::post_send/post_recv  (rings.rs, wqe.rs)
 //!    UDP batch ─► ICRC ─► parse ─► demux by QPN ─► source check ─► Qp::handle_packet
-//!    timers: Qp::handle_timeout when Qp::poll_timeout ≤ now
-//!    Qp::poll_transmit ─► ICRC (DF; ID 0, or k in a GSO run) ─► fault injector ─► pcap ─► UDP send
-//!    Qp::poll_completion ─► CQ rings (publish once; wake armed CQs)
+//!    due timers (deadline heap, ready.rs) ─► Qp::handle_timeout
+//!    active QPs: Qp::poll_transmit ─► ICRC (DF; ID 0, or k in a GSO run) ─► fault ─► pcap ─► UDP
+//!    active QPs: Qp::poll_completion ─► CQ rings (publish each written CQ once; wake armed CQs)
 //!    idle ≥ SPIN: NEED_WAKEUP on every SQ/RQ, re-check, poll(2) until the next timer
 //! ```
+//!
+//! Transmit and completion visit only the *active set* (`ready.rs`): QPs that took work
+//! from their rings, received a packet, had a timer fire or were modified, and QPs
+//! that kept work from the last iteration (a full transmit budget, completions waiting
+//! for CQ room). Timers live in a deadline heap re-armed from `Qp::poll_timeout` after
+//! each visit, so due timers and the next wake-up cost O(due), not O(QPs).
 //!
 //! Everything runs on this one thread: the transport, the memory-region table and the
 //! rings are never shared, so there are no locks. Time is sampled once per iteration
@@ -43,6 +49,7 @@ use super::control::{ConnCounters, ControlMsg, ControlServer};
 use super::counters::{self, NicCounters};
 use super::fault::FaultInjector;
 use super::pcap::PcapWriter;
+use super::ready::ActiveSet;
 use super::rx_icrc::{self, IcrcPath};
 use super::signals;
 use super::source;
@@ -204,6 +211,8 @@ pub struct Runtime {
     conn_counters: Arc<ConnCounters>,
     batch: RecvBatch,
     tx_buf: Vec<u8>,
+    /// CQs written this iteration (to publish once each).
+    dirty_cqs: Vec<u32>,
     /// `--busy-poll`: never sleep.
     busy_poll: bool,
     _server: ControlServer,
@@ -278,6 +287,7 @@ impl Runtime {
             conn_counters,
             batch: RecvBatch::with_slot(recv_slot),
             tx_buf: vec![0u8; TX_SLOT * super::udp::GSO_MAX_SEGMENTS],
+            dirty_cqs: Vec::new(),
             busy_poll: cfg.busy_poll,
             _server: server,
         })
@@ -313,31 +323,52 @@ impl Runtime {
         Ok(())
     }
 
-    /// One pass over everything. Returns a measure of the work done (0 = idle).
+    /// One pass: control, rings, packets, due timers, then the active QPs. Returns a
+    /// measure of the work done (0 = idle).
     fn iterate(&mut self, now: Instant) -> io::Result<usize> {
         let mut work = self.control(now);
         let local = self.path.local;
         for s in self.nic.srqs.values_mut() {
             work += s.drain_ring(&mut self.path.counters);
         }
-        for e in self.nic.qps.values_mut() {
-            work += e.drain_rings(now, local, &mut self.path.counters);
+        for (&qpn, e) in self.nic.qps.iter_mut() {
+            let taken = e.drain_rings(now, local, &mut self.path.counters);
+            if taken > 0 {
+                self.nic.active.mark(qpn, &mut e.ticket);
+                work += taken;
+            }
         }
         work += self.receive(now)?;
         let path = &mut self.path;
         work += self
             .nic
             .cm_poll(now, &mut |pkt, dest| path.transmit(now, pkt, dest));
-        for e in self.nic.qps.values_mut() {
-            if e.qp.poll_timeout().is_some_and(|t| t <= now) {
-                e.qp.handle_timeout(now);
-                work += 1;
-            }
-        }
+        work += self.timeouts(now);
         work += self.transmit(now);
         self.path.release(now);
         work += self.complete(now);
         Ok(work)
+    }
+
+    /// Runs the QP timers that are due (O(due), `ready::Deadlines`); a QP whose timer
+    /// ran joins the active set. An entry that fired early (its QP re-armed later, or
+    /// stopped the timer) is re-armed from the QP's real deadline.
+    fn timeouts(&mut self, now: Instant) -> usize {
+        let mut n = 0;
+        while let Some(qpn) = self.nic.deadlines.pop_due(now) {
+            let Some(e) = self.nic.qps.get_mut(&qpn) else {
+                continue;
+            };
+            match e.qp.poll_timeout() {
+                Some(t) if t <= now => {
+                    e.qp.handle_timeout(now);
+                    self.nic.active.mark(qpn, &mut e.ticket);
+                    n += 1;
+                }
+                later => self.nic.deadlines.arm(qpn, later),
+            }
+        }
+        n
     }
 
     fn control(&mut self, now: Instant) -> usize {
@@ -444,15 +475,22 @@ impl Runtime {
         Ok(total)
     }
 
+    /// Sends what the active QPs have, up to [`TX_BUDGET`] packets each; a QP that
+    /// used its whole budget is marked `tx_more` and stays active.
     fn transmit(&mut self, now: Instant) -> usize {
         if self.path.io.max_segments() > 1 && self.path.fault.is_passthrough() {
             return self.transmit_segments(now);
         }
         let mut sent = 0;
         let mrs = &self.nic.mrs;
-        for e in self.nic.qps.values_mut() {
+        for &it in self.nic.active.items() {
+            let Some(e) = self.nic.qps.get_mut(&it.qpn).filter(|e| e.ticket.owns(it)) else {
+                continue;
+            };
+            e.tx_more = true;
             for _ in 0..TX_BUDGET {
                 let Some(t) = e.qp.poll_transmit(now, &mut self.tx_buf[..TX_SLOT], mrs) else {
+                    e.tx_more = false;
                     break;
                 };
                 let Some(pkt) = self.tx_buf.get_mut(..t.len) else {
@@ -474,8 +512,12 @@ impl Runtime {
         let mut sent = 0;
         let mrs = &self.nic.mrs;
         let max = self.path.io.max_segments();
-        for e in self.nic.qps.values_mut() {
+        for &it in self.nic.active.items() {
+            let Some(e) = self.nic.qps.get_mut(&it.qpn).filter(|e| e.ticket.owns(it)) else {
+                continue;
+            };
             let mut budget = TX_BUDGET;
+            e.tx_more = false;
             while budget > 0 {
                 let mut k = 0usize;
                 let mut seg = 0usize;
@@ -527,23 +569,44 @@ impl Runtime {
                     break; // the QP had at most one packet: nothing more to batch
                 }
             }
+            e.tx_more = budget == 0;
         }
         sent
     }
 
+    /// Delivers the active QPs' completions, re-arms their timers, and keeps in the
+    /// active set only those with more to send or completions waiting for CQ room.
+    /// Publishes (and wakes) only the CQs written.
     fn complete(&mut self, now: Instant) -> usize {
         let mut n = 0;
         for s in self.nic.srqs.values_mut() {
             s.release_slots();
         }
-        for e in self.nic.qps.values_mut() {
+        let items = self.nic.active.take();
+        for &it in &items {
+            let Some(e) = self.nic.qps.get_mut(&it.qpn) else {
+                continue;
+            };
+            if !ActiveSet::claim(it, &mut e.ticket) {
+                continue;
+            }
             e.take_completions();
             if e.pending() > 0 {
-                n += e.deliver(now, &mut self.path.counters, &mut self.nic.cqs);
+                let k = e.deliver(now, &mut self.path.counters, &mut self.nic.cqs);
+                if k > 0 {
+                    n += k;
+                    self.dirty_cqs.push(e.send_cq);
+                    self.dirty_cqs.push(e.recv_cq);
+                }
+            }
+            self.nic.deadlines.arm(it.qpn, e.qp.poll_timeout());
+            if e.pending() > 0 || e.tx_more {
+                self.nic.active.mark(it.qpn, &mut e.ticket);
             }
         }
-        if n > 0 {
-            for cq in self.nic.cqs.values_mut() {
+        self.nic.active.recycle(items);
+        for h in self.dirty_cqs.drain(..) {
+            if let Some(cq) = self.nic.cqs.get_mut(&h) {
                 cq.flush();
             }
         }
@@ -552,12 +615,14 @@ impl Runtime {
     }
 
     /// Earliest instant something is due without external input.
-    fn next_deadline(&self) -> Option<Instant> {
+    /// (The QP part may be early: see `ready::Deadlines`; waking early costs one
+    /// iteration that re-arms.)
+    fn next_deadline(&mut self) -> Option<Instant> {
         let qp = self
             .nic
-            .qps
-            .values()
-            .filter_map(|e| e.qp.poll_timeout())
+            .deadlines
+            .earliest()
+            .into_iter()
             .chain(self.nic.cm.cm.poll_timeout())
             .min();
         match (qp, self.path.fault.next_release()) {
@@ -577,7 +642,12 @@ impl Runtime {
         if !busy {
             // Completions waiting for CQ room: the client frees room by polling, which
             // makes no syscall, so check back soon rather than at the next timer.
-            let cq_wait = self.nic.qps.values().any(|e| e.pending() > 0);
+            // Such QPs stay in the active set, so this looks at the active QPs only.
+            let (qps, active) = (&self.nic.qps, &self.nic.active);
+            let cq_wait = active.items().iter().any(|&it| {
+                qps.get(&it.qpn)
+                    .is_some_and(|e| e.ticket.owns(it) && e.pending() > 0)
+            });
             let cap = if cq_wait { CQ_FULL_RECHECK } else { MAX_SLEEP };
             let timeout = self
                 .next_deadline()
@@ -703,16 +773,20 @@ fn rx_one(
         return;
     };
     match source::check(e.qp.qp_type(), e.qp.attrs().remote, peer) {
-        Ok(()) => match e.qp.srq().and_then(|h| nic.srqs.get_mut(&h)) {
-            Some(s) => {
-                s.refill(c);
-                e.qp.handle_packet_srq(now, peer, &pkt, &mut nic.mrs, &mut s.srq)
+        Ok(()) => {
+            match e.qp.srq().and_then(|h| nic.srqs.get_mut(&h)) {
+                Some(s) => {
+                    s.refill(c);
+                    e.qp.handle_packet_srq(now, peer, &pkt, &mut nic.mrs, &mut s.srq)
+                }
+                None => {
+                    e.refill_recv(now, c);
+                    e.qp.handle_packet(now, peer, &pkt, &mut nic.mrs)
+                }
             }
-            None => {
-                e.refill_recv(now, c);
-                e.qp.handle_packet(now, peer, &pkt, &mut nic.mrs)
-            }
-        },
+            // It may have a response, an ACK or a completion now: visit it.
+            nic.active.mark(qpn, &mut e.ticket);
+        }
         Err(source::Mismatch::Address) => c.rx_drop_source_address += 1,
         Err(source::Mismatch::Port) => c.rx_drop_source_port += 1,
     }

@@ -34,6 +34,7 @@ use super::gid;
 use super::handles::HandleAlloc;
 use super::memory::{KeyMap, MrTable, RegError, RegKind, Source, MAX_MR_SIZE};
 use super::quota::{Kind, Limits, QuotaError, Quotas};
+use super::ready::{ActiveSet, Deadlines, Ticket};
 use super::rings::QpEntry;
 use super::secret;
 use super::srq::SrqEntry;
@@ -119,6 +120,12 @@ pub struct Nic {
     pub retired: QpCounters,
     /// The connection manager on QP1 (`cm/`).
     pub cm: super::cm::NicCm,
+    /// QPs the loop visits this iteration (`ready.rs`).
+    pub active: ActiveSet,
+    /// QP timers (`ready.rs`).
+    pub deadlines: Deadlines,
+    /// Serial of the next QP (its active-set ticket).
+    next_serial: u64,
 }
 
 pub(super) type Answer = (Response, Vec<OwnedFd>);
@@ -244,6 +251,9 @@ impl Nic {
             handles: HandleAlloc::new(),
             quotas: Quotas::new(limits),
             retired: QpCounters::default(),
+            active: ActiveSet::default(),
+            deadlines: Deadlines::default(),
+            next_serial: 0,
         }
     }
 
@@ -869,7 +879,8 @@ impl Nic {
         qp.set_local_addr(self.info.local);
         qp.set_rxe_compat(self.info.compat);
         qp.set_ack_timer(self.info.ack_timer);
-        let entry = QpEntry::new(
+        self.next_serial += 1;
+        let mut entry = QpEntry::new(
             qp,
             client,
             send_cq,
@@ -878,6 +889,7 @@ impl Nic {
             sq.into_consumer(),
             rq.into_consumer(),
         );
+        entry.ticket = Ticket::new(self.next_serial);
         self.qps.insert(qpn, entry);
         Ok((qpn, granted))
     }
@@ -891,6 +903,8 @@ impl Nic {
             return false;
         };
         self.retired.add(e.qp.counters());
+        // Its active-set item (if any) is stale from now on; its timer goes.
+        self.deadlines.remove(qpn);
         self.pd_use(e.qp.pd(), false);
         self.cq_use(e.send_cq, false);
         self.cq_use(e.recv_cq, false);
@@ -939,6 +953,8 @@ impl Nic {
                 );
             }
         }
+        // A state change can give the QP work (flushes, a first send): visit it.
+        self.active.mark(qpn, &mut e.ticket);
         match e.qp.modify(now, &to_transport_attr(attr)) {
             Ok(()) => ok(Reply::Done),
             Err(me @ tqp::ModifyError::Transition(_)) => {
