@@ -56,7 +56,8 @@ fn open(name: &str) -> Result<UnixStream, (ErrorCode, String)> {
         pid: std::process::id(),
         program: "flood".into(),
     };
-    match call(&sock, &req, &[]).expect("a refusal is an answer, not an I/O error") {
+    let db = verbs_api::os::memfd("flood-doorbell", verbs_api::abi::DOORBELL_SEGMENT_LEN).unwrap();
+    match call(&sock, &req, &[db.as_fd()]).expect("a refusal is an answer, not an I/O error") {
         (Response::Ok(Reply::Opened { .. }), _) => Ok(sock),
         (Response::Err { code, message }, _) => Err((code, message)),
         other => panic!("OpenDevice: {other:?}"),

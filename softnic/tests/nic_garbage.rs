@@ -15,7 +15,9 @@ use nic_support::*;
 use verbs_api::abi::control::{call, QpAttr, QpCaps, QpState, QpType, Reply, Request, Response};
 use verbs_api::abi::ring::{Consumer, Producer};
 use verbs_api::abi::slots::{send_flags, wc_status, wr_opcode};
-use verbs_api::abi::{CqLayout, Cqe, QpLayout, RecvWqe, Ring, SendWqe, ABI_VERSION, NEED_WAKEUP};
+use verbs_api::abi::{
+    CqLayout, Cqe, Doorbell, QpLayout, RecvWqe, Ring, SendWqe, ABI_VERSION, DOORBELL_SEGMENT_LEN,
+};
 use verbs_api::{Mtu, SendWr, WcStatus, WrOpcode};
 
 fn ok(
@@ -32,15 +34,21 @@ fn ok(
 struct RawQp {
     _sock: UnixStream,
     wake: std::os::fd::OwnedFd,
+    doorbell: Doorbell,
+    slot: u32,
     sq: Producer<SendWqe>,
     sq_map: Arc<memmap2::MmapRaw>,
     cq: Consumer<Cqe>,
     qpn: u32,
 }
 
-fn raw_qp(nic: &NicProc, peer: &NicProc, peer_qpn: u32) -> RawQp {
+/// Opens a raw connection: the socket, the wake eventfd and the doorbell page.
+fn raw_open(nic: &NicProc) -> (UnixStream, std::os::fd::OwnedFd, Doorbell) {
     let sock =
         UnixStream::connect(softnic_dir().join(format!("{}.sock", nic.name))).expect("connect");
+    let dfd = verbs_api::os::memfd("raw-doorbell", DOORBELL_SEGMENT_LEN).unwrap();
+    let dmap = verbs_api::os::map_shared(dfd.as_fd(), DOORBELL_SEGMENT_LEN).unwrap();
+    let doorbell = Doorbell::new(Arc::new(dmap)).unwrap();
     let (_, mut fds) = ok(
         &sock,
         Request::OpenDevice {
@@ -48,9 +56,14 @@ fn raw_qp(nic: &NicProc, peer: &NicProc, peer_qpn: u32) -> RawQp {
             pid: std::process::id(),
             program: "raw".into(),
         },
-        &[],
+        &[dfd.as_fd()],
     );
     let wake = fds.pop().expect("wake fd");
+    (sock, wake, doorbell)
+}
+
+fn raw_qp(nic: &NicProc, peer: &NicProc, peer_qpn: u32) -> RawQp {
+    let (sock, wake, doorbell) = raw_open(nic);
     let Reply::Pd { pd } = ok(&sock, Request::AllocPd, &[]).0 else {
         panic!()
     };
@@ -83,7 +96,12 @@ fn raw_qp(nic: &NicProc, peer: &NicProc, peer_qpn: u32) -> RawQp {
         caps,
         srq: None,
     };
-    let Reply::Qp { qpn, .. } = ok(&sock, req, &[qfd.as_fd()]).0 else {
+    let Reply::Qp {
+        qpn,
+        doorbell: slot,
+        ..
+    } = ok(&sock, req, &[qfd.as_fd()]).0
+    else {
         panic!()
     };
     for attr in [
@@ -119,6 +137,8 @@ fn raw_qp(nic: &NicProc, peer: &NicProc, peer_qpn: u32) -> RawQp {
     RawQp {
         _sock: sock,
         wake,
+        doorbell,
+        slot,
         sq: sq.into_producer(),
         sq_map: qmap,
         cq: cring.into_consumer(),
@@ -129,7 +149,13 @@ fn raw_qp(nic: &NicProc, peer: &NicProc, peer_qpn: u32) -> RawQp {
 impl RawQp {
     fn post(&mut self, w: SendWqe) {
         self.sq.push(&w).expect("push");
-        if self.sq.publish_and_check(NEED_WAKEUP) {
+        self.sq.publish();
+        self.ring();
+    }
+
+    /// Rings the QP's doorbell, waking the NIC if it sleeps.
+    fn ring(&self) {
+        if self.doorbell.ring(self.slot) {
             verbs_api::os::eventfd_signal(self.wake.as_fd()).unwrap();
         }
     }
@@ -187,6 +213,7 @@ fn garbage_in_a_clients_rings_harms_only_that_client() {
         producer.load(Ordering::Relaxed).wrapping_add(100_000),
         Ordering::Release,
     );
+    raw.ring();
     verbs_api::os::eventfd_signal(raw.wake.as_fd()).unwrap();
     let deadline = Instant::now() + WAIT;
     while a.stat("ring_corrupt") < 1 {
@@ -203,4 +230,54 @@ fn garbage_in_a_clients_rings_harms_only_that_client() {
     x.qp.post_send(&[SendWr::new(1, op, &sge).signaled()])
         .expect("post");
     assert_eq!(poll_one(&mut x.cq).status, WcStatus::Success);
+}
+
+/// The doorbell page is the client's memory: bits for slots that are none of its rings
+/// are ignored and counted, and a client that sets every bit of its page without end
+/// does not keep another client's WRITEs from completing.
+#[test]
+fn a_doorbell_page_full_of_garbage_is_counted_and_harms_no_one() {
+    let a = NicProc::start("junk-c", "127.0.0.15", 0, &[]);
+    let b = NicProc::start("junk-d", "127.0.0.16", 0, &[]);
+    let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
+    let (_sock, wake, doorbell) = raw_open(&a);
+    // No rings at all: every bit names nothing.
+    for slot in [0, 1, 63, 64, 5000, verbs_api::abi::DOORBELL_SLOTS - 1] {
+        doorbell.ring(slot);
+    }
+    verbs_api::os::eventfd_signal(wake.as_fd()).unwrap();
+    let deadline = Instant::now() + WAIT;
+    while a.stat("doorbell_unknown_slot") < 6 {
+        assert!(Instant::now() < deadline, "stray doorbells not counted");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // Now every bit, over and over, while the other client writes.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut rounds = 0u64;
+            while !stop.load(Ordering::Relaxed) && rounds < 1_000_000 {
+                for slot in (0..verbs_api::abi::DOORBELL_SLOTS).step_by(61) {
+                    doorbell.ring(slot);
+                }
+                rounds += 1;
+                std::thread::yield_now();
+            }
+            drop(wake);
+        })
+    };
+    let sge = [x.mr.sge(0, 100)];
+    let op = WrOpcode::RdmaWrite {
+        remote_addr: y.mr.addr(),
+        rkey: y.mr.rkey(),
+    };
+    for i in 0..200 {
+        x.qp.post_send(&[SendWr::new(i, op, &sge).signaled()])
+            .expect("post");
+        assert_eq!(poll_one(&mut x.cq).status, WcStatus::Success);
+    }
+    stop.store(true, Ordering::Relaxed);
+    flood.join().unwrap();
+    assert!(a.stat("doorbell_unknown_slot") > 6);
 }

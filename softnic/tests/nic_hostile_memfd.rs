@@ -72,7 +72,9 @@ impl Raw {
             pid: std::process::id(),
             program: "hostile-memfd".into(),
         };
-        assert!(matches!(call(&sock, &open, &[]), Ok((Response::Ok(_), _))));
+        let db = verbs_api::os::memfd("doorbell", verbs_api::abi::DOORBELL_SEGMENT_LEN).unwrap();
+        let opened = call(&sock, &open, &[db.as_fd()]);
+        assert!(matches!(opened, Ok((Response::Ok(_), _))));
         let Ok((Response::Ok(Reply::Pd { pd }), _)) = call(&sock, &Request::AllocPd, &[]) else {
             panic!("AllocPd")
         };

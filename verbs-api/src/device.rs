@@ -2,8 +2,10 @@
 //!
 //! A softnic device is a running `softnic run --name NAME` process; its control socket
 //! is `$SOFTNIC_DIR/NAME.sock`. Opening it connects to that socket and sends
-//! OpenDevice; the NIC answers with its attributes and the *wake eventfd*, which a
-//! client writes only when a ring says NEED_WAKEUP (see [`crate::abi`]).
+//! OpenDevice with the connection's *doorbell page* (a memfd; posts set a bit there so
+//! the NIC reads only the rings that were posted to); the NIC answers with its
+//! attributes and the *wake eventfd*, which a client writes only when the doorbell
+//! page says NEED_WAKEUP (see [`crate::abi`]).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -11,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use crate::abi::control::{self, DeviceAttr, Reply, Request, Response};
-use crate::abi::ABI_VERSION;
+use crate::abi::{Doorbell, ABI_VERSION, DOORBELL_SEGMENT_LEN};
 use crate::error::{io, Error, Result};
 use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
@@ -137,6 +139,8 @@ pub fn gid_at(attr: &DeviceAttributes, index: u32) -> Result<Gid> {
 pub(crate) struct ContextInner {
     sock: Mutex<UnixStream>,
     wake: OwnedFd,
+    /// This connection's doorbell page (`abi::doorbell`), shared by all its QPs/SRQs.
+    doorbell: Doorbell,
     attr: DeviceAttr,
 }
 
@@ -162,8 +166,13 @@ impl ContextInner {
         }
     }
 
-    pub(crate) fn wake_fd(&self) -> BorrowedFd<'_> {
-        self.wake.as_fd()
+    /// Rings doorbell `slot` after a ring was published, and writes the wake eventfd
+    /// only if the NIC sleeps (NEED_WAKEUP): the usual post makes no syscall.
+    pub(crate) fn ring_doorbell(&self, slot: u32) -> Result<()> {
+        if self.doorbell.ring(slot) {
+            crate::os::eventfd_signal(self.wake.as_fd()).map_err(io("waking the NIC"))?;
+        }
+        Ok(())
     }
 
     pub(crate) fn attr(&self) -> &DeviceAttr {
@@ -210,7 +219,12 @@ impl Context {
             pid: std::process::id(),
             program,
         };
-        let (resp, mut fds) = control::call(&sock, &req, &[])?;
+        let db_fd = crate::os::memfd("softnic-doorbell", DOORBELL_SEGMENT_LEN)
+            .map_err(io("creating the doorbell memfd"))?;
+        let db_map = crate::os::map_shared(db_fd.as_fd(), DOORBELL_SEGMENT_LEN)
+            .map_err(io("mapping the doorbell page"))?;
+        let doorbell = Doorbell::new(Arc::new(db_map))?;
+        let (resp, mut fds) = control::call(&sock, &req, &[db_fd.as_fd()])?;
         let device_attr = match resp {
             Response::Ok(Reply::Opened { device }) => device,
             Response::Ok(other) => {
@@ -237,6 +251,7 @@ impl Context {
             inner: Arc::new(ContextInner {
                 sock: Mutex::new(sock),
                 wake,
+                doorbell,
                 attr: device_attr,
             }),
         })

@@ -3,7 +3,7 @@
 //! ```text
 //!   application ── verbs-api ──(control: Unix socket, slow path)──► softnic run
 //!                      │                                                │
-//!                      └──(SQ/RQ/CQ rings + MRs: shared memfds)─────────┘
+//!                      └──(doorbell page, SQ/RQ/CQ rings, MRs: memfds)──┘
 //!                          post/poll = loads and stores, no syscalls
 //! ```
 //!

@@ -2,8 +2,9 @@
 //!
 //! A QP's send and receive queues are two rings in one client-created memfd (layout
 //! [`crate::abi::QpLayout`]). Posting validates each work request, writes its slot,
-//! publishes the ring, and — only if the NIC has set NEED_WAKEUP because it is about
-//! to sleep — writes the context's wake eventfd. The usual post makes no syscall.
+//! publishes the ring, rings the QP's doorbell ([`crate::abi::doorbell`]: the NIC reads
+//! only rings that were rung), and — only if the NIC has set NEED_WAKEUP because it is
+//! about to sleep — writes the context's wake eventfd. The usual post makes no syscall.
 //!
 //! Ownership: a `QueuePair` is the single producer of both rings, so `post_send` and
 //! `post_recv` take `&mut self` (no lock on the data path). Move it to the thread that
@@ -16,7 +17,7 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use crate::abi::control::{self, Reply, Request};
-use crate::abi::{Producer, QpLayout, RecvWqe, Ring, SendWqe, MAX_INLINE, MAX_SGE, NEED_WAKEUP};
+use crate::abi::{Producer, QpLayout, RecvWqe, Ring, SendWqe, MAX_INLINE, MAX_SGE};
 use crate::cq::{CompletionQueue, CqShared};
 use crate::error::{io, Error, PostError, Result};
 use crate::gid::{Gid, ROCE_V2_PORT};
@@ -431,6 +432,8 @@ pub fn check_modify(
 /// A queue pair (`struct ibv_qp`). `Send`; single producer (`&mut self` to post).
 pub struct QueuePair {
     qpn: u32,
+    /// Its slot on the context's doorbell page.
+    doorbell: u32,
     qp_type: QpType,
     state: QpState,
     cap: QpCap,
@@ -532,12 +535,13 @@ impl QueuePair {
             srq: srq.map(|s| s.handle()),
         };
         let (reply, _) = ctx.inner.call("ibv_create_qp", &req, &[fd.as_fd()])?;
-        let qpn = match reply {
-            Reply::Qp { qpn, .. } => qpn,
+        let (qpn, doorbell) = match reply {
+            Reply::Qp { qpn, doorbell, .. } => (qpn, doorbell),
             other => return Err(Error::Protocol(format!("CreateQp answered with {other:?}"))),
         };
         Ok(QueuePair {
             qpn,
+            doorbell,
             qp_type: attr.qp_type,
             state: QpState::Reset,
             cap,
@@ -680,7 +684,7 @@ impl QueuePair {
 
     /// Posts send work requests (`ibv_post_send`). On error, the requests before the
     /// refused one are posted ([`Error::Post`] says which, like `bad_wr`). No syscall
-    /// unless the NIC is asleep (NEED_WAKEUP).
+    /// unless the NIC is asleep (NEED_WAKEUP on the doorbell page).
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
         let q = self.limits();
         let mut result = Ok(());
@@ -707,8 +711,9 @@ impl QueuePair {
                 pushed += 1;
             }
         }
-        if pushed > 0 && self.sq.publish_and_check(NEED_WAKEUP) {
-            self.wake()?;
+        if pushed > 0 {
+            self.sq.publish();
+            self.pd.ctx.inner.ring_doorbell(self.doorbell)?;
         }
         result
     }
@@ -744,14 +749,11 @@ impl QueuePair {
                 pushed += 1;
             }
         }
-        if pushed > 0 && self.rq.publish_and_check(NEED_WAKEUP) {
-            self.wake()?;
+        if pushed > 0 {
+            self.rq.publish();
+            self.pd.ctx.inner.ring_doorbell(self.doorbell)?;
         }
         result
-    }
-
-    fn wake(&self) -> Result<()> {
-        os::eventfd_signal(self.pd.ctx.inner.wake_fd()).map_err(io("waking the NIC"))
     }
 }
 

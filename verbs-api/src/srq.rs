@@ -3,8 +3,8 @@
 //!
 //! An SRQ is one receive ring in a client-created memfd (layout
 //! [`crate::abi::SrqLayout`]), shared with the NIC exactly like a QP's RQ: posting
-//! validates each work request, writes its slot and publishes, with no syscall unless
-//! the NIC has set NEED_WAKEUP. QPs created with
+//! validates each work request, writes its slot, publishes and rings the SRQ's doorbell,
+//! with no syscall unless the NIC has set NEED_WAKEUP. QPs created with
 //! [`ProtectionDomain::create_qp_with_srq`] take their receive WQEs from it, in posting
 //! order; their receive completions carry their own QP number (`qp_num`).
 //!
@@ -19,7 +19,7 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use crate::abi::control::{AsyncEvent, Reply, Request, SrqAttr};
-use crate::abi::{Producer, RecvWqe, Ring, SrqLayout, NEED_WAKEUP};
+use crate::abi::{Producer, RecvWqe, Ring, SrqLayout};
 use crate::device::Context;
 use crate::error::{io, Error, PostError, Result};
 use crate::os;
@@ -60,6 +60,8 @@ impl Drop for SrqShared {
 /// post).
 pub struct SharedReceiveQueue {
     handle: u32,
+    /// Its slot on the context's doorbell page.
+    doorbell: u32,
     attr: SrqAttr,
     ring: Producer<RecvWqe>,
     pd: Arc<PdShared>,
@@ -103,8 +105,12 @@ impl SharedReceiveQueue {
             .ctx
             .inner
             .call("ibv_create_srq", &req, &[fd.as_fd()])?;
-        let (handle, attr) = match reply {
-            Reply::Srq { srq, attr } => (srq, attr),
+        let (handle, attr, doorbell) = match reply {
+            Reply::Srq {
+                srq,
+                attr,
+                doorbell,
+            } => (srq, attr, doorbell),
             other => {
                 return Err(Error::Protocol(format!(
                     "CreateSrq answered with {other:?}"
@@ -113,6 +119,7 @@ impl SharedReceiveQueue {
         };
         Ok(SharedReceiveQueue {
             handle,
+            doorbell,
             attr,
             ring: ring.into_producer(),
             pd: pd.inner.clone(),
@@ -172,8 +179,9 @@ impl SharedReceiveQueue {
                 pushed += 1;
             }
         }
-        if pushed > 0 && self.ring.publish_and_check(NEED_WAKEUP) {
-            os::eventfd_signal(self.pd.ctx.inner.wake_fd()).map_err(io("waking the NIC"))?;
+        if pushed > 0 {
+            self.ring.publish();
+            self.pd.ctx.inner.ring_doorbell(self.doorbell)?;
         }
         result
     }

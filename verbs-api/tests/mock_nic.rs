@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 
 use mock::start;
 use verbs_api::abi::slots::{send_flags, wc_flags, wc_opcode, wc_status, wr_opcode};
-use verbs_api::abi::{Cqe, CQ_ARMED, NEED_WAKEUP};
+use verbs_api::abi::{Cqe, CQ_ARMED};
 use verbs_api::*;
 
 const CAP: QpCap = QpCap {
@@ -167,8 +167,11 @@ fn qp_lifecycle_posts_and_completions() {
             (r.wr_id, r.num_sge, r.sges[0].addr),
             (77, 1, mr.addr() + 1024)
         );
+        // Both posts rang QP 0's doorbell (slot 0), once announced in the summary.
+        let db = n.doorbell.as_ref().unwrap();
+        assert_eq!((db.take_summary(0), db.take_word(0)), (1, 1));
         // The NIC goes to sleep.
-        sq.ring().set_flags(NEED_WAKEUP);
+        db.set_need_wakeup();
     }
     qp.post_send(&[SendWr::new(6, WrOpcode::Send, &[])])
         .unwrap();

@@ -118,7 +118,7 @@ fn child(mode: &str) {
     if mode == "wakeup" {
         // The NIC "sleeps": the first post must write the wake eventfd (a syscall).
         let n = nic.lock().unwrap();
-        n.qps[0].1.ring().set_flags(verbs_api::abi::NEED_WAKEUP);
+        n.doorbell.as_ref().unwrap().set_need_wakeup();
     }
     let sge = [mr.sge(0, 64)];
     let poster = std::thread::spawn(move || {

@@ -78,6 +78,8 @@ counters! {
         tx_drop_bad_dest,
         /// Work requests refused when taken from a ring (completed with LOC_QP_OP_ERR).
         wqe_invalid,
+        /// Doorbell bits a client set for a slot that is none of its rings (ignored).
+        doorbell_unknown_slot,
         /// Rings found corrupt (impossible indices); their QP was moved to ERR.
         ring_corrupt,
         /// Completions that found their CQ full; the QP was moved to ERR.

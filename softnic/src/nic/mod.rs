@@ -12,7 +12,8 @@
 //! from their peer only), [`pcap`] (capture), [`fault`] (fault
 //! injection), [`memory`] (memory regions: the DMA), [`wqe`] (ring entries → work
 //! requests), [`rings`] (one QP with its rings), [`ready`] (which QPs the loop visits:
-//! the active set and the deadline heap), [`cq`] (completion queues), [`state`]
+//! the active set and the deadline heap), [`doorbells`] (a client's doorbell page: which
+//! rings to drain), [`cq`] (completion queues), [`state`]
 //! (the object tables and control requests), [`quota`] (per-user quotas), [`handles`]
 //! (handle numbers that never alias), [`control`] (the control socket server),
 //! [`runtime`] (the loop), [`counters`] (what `softnic stats` prints), [`gid`],
@@ -28,6 +29,7 @@ pub mod control;
 pub mod copy_mr;
 pub mod counters;
 pub mod cq;
+pub mod doorbells;
 pub mod fault;
 pub mod gid;
 pub mod handles;

@@ -1,8 +1,10 @@
 //! One QP as the NIC runtime holds it: the transport's [`Qp`], the consumer side of the
 //! client's SQ and RQ rings, and the completions waiting for room in a CQ.
 //!
-//! Per runtime iteration, for each QP:
-//! * [`QpEntry::drain_rings`] copies work requests out of the SQ and RQ rings, checks
+//! What the runtime does with it:
+//! * [`QpEntry::drain_rings`], when the client rang the QP's doorbell (or entries were
+//!   left behind, [`QpEntry::needs_drain`]), copies work requests out of the SQ and RQ
+//!   rings, checks
 //!   and converts each (`wqe.rs`) and posts it to the [`Qp`]. A ring is consumed only
 //!   while the QP can take the entry (state accepts posts, queue not full), so a QP that
 //!   is not yet in RTS, or is busy, leaves entries in the ring (back-pressure: the
@@ -27,7 +29,7 @@ use softnic_transport::qp::{PostError, Qp, QpAttr, QpCaps, QpState};
 use softnic_transport::time::Instant;
 use softnic_transport::wr::{Completion, Queue, WcOpcode, WcStatus};
 use verbs_api::abi::ring::Consumer;
-use verbs_api::abi::{RecvWqe, SendWqe, NEED_WAKEUP};
+use verbs_api::abi::{RecvWqe, SendWqe};
 
 use super::counters::NicCounters;
 use super::cq::{cqe_of, grh_flag, CompletionQueue, PushError};
@@ -61,11 +63,18 @@ pub struct QpEntry {
     pending: VecDeque<(Completion, u32)>,
     ring_broken: bool,
     overrun: bool,
+    /// The last drain of the SQ / RQ left entries in the ring (the QP could not take
+    /// them, or the budget ran out): the doorbell was taken, so the runtime drains again
+    /// when the QP can take more ([`QpEntry::needs_drain`]).
+    sq_more: bool,
+    rq_more: bool,
     /// Membership of the runtime's active set (`ready.rs`); the owner gives each QP a
     /// unique serial.
     pub ticket: Ticket,
     /// The last transmit visit ended on its budget, not on an empty QP.
     pub tx_more: bool,
+    /// Its slot on the client's doorbell page (set by the owner).
+    pub doorbell: u32,
 }
 
 impl QpEntry {
@@ -90,8 +99,11 @@ impl QpEntry {
             pending: VecDeque::new(),
             ring_broken: false,
             overrun: false,
+            sq_more: false,
+            rq_more: false,
             ticket: Ticket::new(0),
             tx_more: false,
+            doorbell: 0,
         }
     }
 
@@ -143,10 +155,22 @@ impl QpEntry {
 
     /// Takes entries from the SQ and RQ rings into the QP. Returns how many.
     pub fn drain_rings(&mut self, now: Instant, local: SocketAddr, n: &mut NicCounters) -> usize {
-        if self.ring_broken || !self.pending.is_empty() {
+        if self.ring_broken {
+            return 0;
+        }
+        if !self.pending.is_empty() {
+            // Rung, but not read now: read when the completions are out.
+            (self.sq_more, self.rq_more) = (true, true);
             return 0;
         }
         self.drain_recv(now, n) + self.drain_send(now, local, n)
+    }
+
+    /// Whether entries were left in a ring that the QP could take now (the runtime
+    /// keeps such a QP in its active set and drains it again).
+    pub fn needs_drain(&self) -> bool {
+        !self.ring_broken
+            && ((self.sq_more && self.can_take_send()) || (self.rq_more && self.can_take_recv()))
     }
 
     /// Before a packet is handled: if the QP holds no receive WQE, takes what the
@@ -162,6 +186,7 @@ impl QpEntry {
 
     fn drain_send(&mut self, now: Instant, local: SocketAddr, n: &mut NicCounters) -> usize {
         let mut taken = 0;
+        self.sq_more = true;
         while taken < DRAIN_BUDGET && !self.ring_broken {
             let accepts = matches!(
                 self.qp.state(),
@@ -172,7 +197,10 @@ impl QpEntry {
             }
             let w = match self.sq.pop() {
                 Ok(Some(w)) => w,
-                Ok(None) => break,
+                Ok(None) => {
+                    self.sq_more = false;
+                    break;
+                }
                 Err(_) => {
                     self.corrupt(now, n);
                     taken += 1; // work: the QP has flush completions now
@@ -199,6 +227,7 @@ impl QpEntry {
 
     fn drain_recv(&mut self, now: Instant, n: &mut NicCounters) -> usize {
         let mut taken = 0;
+        self.rq_more = true;
         while taken < DRAIN_BUDGET && !self.ring_broken {
             if self.qp.state() == QpState::Reset
                 || self.qp.recv_queue_len() >= self.caps.max_recv_wr as usize
@@ -207,7 +236,10 @@ impl QpEntry {
             }
             let w = match self.rq.pop() {
                 Ok(Some(w)) => w,
-                Ok(None) => break,
+                Ok(None) => {
+                    self.rq_more = false;
+                    break;
+                }
                 Err(_) => {
                     self.corrupt(now, n);
                     taken += 1; // work: the QP has flush completions now
@@ -303,26 +335,6 @@ impl QpEntry {
     /// Completions waiting for CQ room.
     pub fn pending(&self) -> usize {
         self.pending.len()
-    }
-
-    /// Sets NEED_WAKEUP on both rings before the NIC sleeps, then re-checks them.
-    /// Returns true when a ring has entries the QP could take now (do not sleep).
-    pub fn arm_wakeup(&mut self) -> bool {
-        if self.ring_broken {
-            return false;
-        }
-        self.sq.ring().set_flags(NEED_WAKEUP);
-        self.rq.ring().set_flags(NEED_WAKEUP);
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        let sq = self.sq.available().map(|k| k > 0).unwrap_or(true);
-        let rq = self.rq.available().map(|k| k > 0).unwrap_or(true);
-        (sq && self.can_take_send()) || (rq && self.can_take_recv())
-    }
-
-    /// Clears NEED_WAKEUP on both rings (the NIC is polling again).
-    pub fn disarm_wakeup(&mut self) {
-        self.sq.ring().clear_flags(NEED_WAKEUP);
-        self.rq.ring().clear_flags(NEED_WAKEUP);
     }
 
     fn can_take_send(&self) -> bool {

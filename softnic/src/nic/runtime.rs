@@ -3,32 +3,45 @@
 //! ```text
 //!  loop:
 //!    control requests (channel) ─► object tables            (state.rs)
-//!    SQ/RQ rings ─► copy, check ─► Qp::post_send/post_recv  (rings.rs, wqe.rs)
+//!    doorbells (one page per client) ─► rung SQ/RQ/SRQ rings ─► copy, check
+//!        ─► Qp::post_send/post_recv                        (doorbells.rs, rings.rs, wqe.rs)
 //!    UDP batch ─► ICRC ─► parse ─► demux by QPN ─► source check ─► Qp::handle_packet
 //!    due timers (deadline heap, ready.rs) ─► Qp::handle_timeout
 //!    active QPs: Qp::poll_transmit ─► ICRC (DF; ID 0, or k in a GSO run) ─► fault ─► pcap ─► UDP
 //!    active QPs: Qp::poll_completion ─► CQ rings (publish each written CQ once; wake armed CQs)
-//!    idle ≥ SPIN: NEED_WAKEUP on every SQ/RQ, re-check, poll(2) until the next timer
+//!    idle ≥ SPIN: NEED_WAKEUP on every client's doorbell page, re-check, poll(2)
 //! ```
 //!
-//! Transmit and completion visit only the *active set* (`ready.rs`): QPs that took work
-//! from their rings, received a packet, had a timer fire or were modified, and QPs
-//! that kept work from the last iteration (a full transmit budget, completions waiting
-//! for CQ room). Timers live in a deadline heap re-armed from `Qp::poll_timeout` after
-//! each visit, so due timers and the next wake-up cost O(due), not O(QPs).
+//! Readiness decides what is visited; an idle QP costs nothing per iteration (issue 12).
+//! * Rings are read only when rung: each client sets a bit for a QP or SRQ on its
+//!   doorbell page after posting (`verbs_api::abi::doorbell`), and the loop takes the
+//!   rung bits (a bounded number per client per iteration) and drains those rings. A
+//!   QP that could not take all its entries (queue full, completions waiting) is drained
+//!   again once it can, while it is active; an SRQ whose pool was full, after a packet
+//!   took a WQE from it.
+//! * Transmit and completion visit only the *active set* (`ready.rs`): QPs that took
+//!   work from their rings, received a packet, had a timer fire or were modified, and
+//!   QPs that kept work from the last iteration (a full transmit budget, completions
+//!   waiting for CQ room, ring entries they can take now).
+//! * Timers live in a deadline heap re-armed from `Qp::poll_timeout` after each visit,
+//!   so due timers and the next wake-up cost O(due), not O(QPs).
+//!
+//! What is still per object per iteration: one read of each client's doorbell summary
+//! (8 words), and the Stats request, which sums every QP's counters (once per
+//! iteration at most).
 //!
 //! Everything runs on this one thread: the transport, the memory-region table and the
 //! rings are never shared, so there are no locks. Time is sampled once per iteration
 //! (vDSO `clock_gettime`, ~20 ns) and passed to the sans-IO transport.
 //!
 //! Sleeping follows io_uring's SQPOLL: after [`SPIN`] without work the runtime sets
-//! NEED_WAKEUP on every SQ and RQ ring, fences, re-checks the rings (a post that raced
-//! with the flag is seen here), and only then blocks in `poll(2)` on the UDP socket,
-//! the control wake eventfd and every client's wake eventfd, with the earliest QP timer
-//! (or held fault-injection packet) as timeout. A client post that sees NEED_WAKEUP
-//! writes its wake eventfd; one that does not see it needs no syscall because the NIC
-//! is polling. With `--busy-poll` the loop never sleeps (it yields the core when idle),
-//! so NEED_WAKEUP is never set and no client post ever makes a syscall.
+//! NEED_WAKEUP on every client's doorbell page, fences, re-checks the doorbells (a post
+//! that raced with the flag is seen here), and only then blocks in `poll(2)` on the UDP
+//! socket, the control wake eventfd and every client's wake eventfd, with the earliest
+//! QP timer (or held fault-injection packet) as timeout. A client post that sees
+//! NEED_WAKEUP writes its wake eventfd; one that does not see it needs no syscall
+//! because the NIC is polling. With `--busy-poll` the loop never sleeps (it yields the
+//! core when idle), so NEED_WAKEUP is never set and no client post ever makes a syscall.
 
 use std::io;
 use std::net::SocketAddr;
@@ -47,9 +60,11 @@ use super::clock::Clock;
 use super::config::Config;
 use super::control::{ConnCounters, ControlMsg, ControlServer};
 use super::counters::{self, NicCounters};
+use super::doorbells::Target;
 use super::fault::FaultInjector;
 use super::pcap::PcapWriter;
 use super::ready::ActiveSet;
+use super::rings::DRAIN_BUDGET;
 use super::rx_icrc::{self, IcrcPath};
 use super::signals;
 use super::source;
@@ -213,6 +228,10 @@ pub struct Runtime {
     tx_buf: Vec<u8>,
     /// CQs written this iteration (to publish once each).
     dirty_cqs: Vec<u32>,
+    /// Rings whose doorbell was rung (reused buffer).
+    rung: Vec<Target>,
+    /// SRQs whose last drain stopped on its budget with room in the pool.
+    srq_carry: Vec<u32>,
     /// `--busy-poll`: never sleep.
     busy_poll: bool,
     _server: ControlServer,
@@ -288,6 +307,8 @@ impl Runtime {
             batch: RecvBatch::with_slot(recv_slot),
             tx_buf: vec![0u8; TX_SLOT * super::udp::GSO_MAX_SEGMENTS],
             dirty_cqs: Vec::new(),
+            rung: Vec::new(),
+            srq_carry: Vec::new(),
             busy_poll: cfg.busy_poll,
             _server: server,
         })
@@ -327,17 +348,7 @@ impl Runtime {
     /// measure of the work done (0 = idle).
     fn iterate(&mut self, now: Instant) -> io::Result<usize> {
         let mut work = self.control(now);
-        let local = self.path.local;
-        for s in self.nic.srqs.values_mut() {
-            work += s.drain_ring(&mut self.path.counters);
-        }
-        for (&qpn, e) in self.nic.qps.iter_mut() {
-            let taken = e.drain_rings(now, local, &mut self.path.counters);
-            if taken > 0 {
-                self.nic.active.mark(qpn, &mut e.ticket);
-                work += taken;
-            }
-        }
+        work += self.drain(now);
         work += self.receive(now)?;
         let path = &mut self.path;
         work += self
@@ -348,6 +359,54 @@ impl Runtime {
         self.path.release(now);
         work += self.complete(now);
         Ok(work)
+    }
+
+    /// Takes work requests from the rings that were rung (each client's doorbell
+    /// page, `doorbells.rs`), from SRQs whose last drain ran out of budget, and from
+    /// active QPs that left entries behind and can take them now. A QP that took
+    /// something joins the active set. Idle rings are never read.
+    fn drain(&mut self, now: Instant) -> usize {
+        let local = self.path.local;
+        let c = &mut self.path.counters;
+        let mut work = 0;
+        let mut rung = std::mem::take(&mut self.rung);
+        for cl in self.nic.clients.values_mut() {
+            c.doorbell_unknown_slot += cl.doorbells.poll(&mut rung);
+        }
+        rung.extend(self.srq_carry.drain(..).map(Target::Srq));
+        for t in rung.drain(..) {
+            match t {
+                Target::Qp(qpn) => {
+                    let Some(e) = self.nic.qps.get_mut(&qpn) else {
+                        continue;
+                    };
+                    let taken = e.drain_rings(now, local, c);
+                    if taken > 0 {
+                        self.nic.active.mark(qpn, &mut e.ticket);
+                        work += taken;
+                    }
+                }
+                Target::Srq(h) => {
+                    let Some(s) = self.nic.srqs.get_mut(&h) else {
+                        continue;
+                    };
+                    let taken = s.drain_ring(c);
+                    work += taken;
+                    if taken == DRAIN_BUDGET && s.backlog() && !self.srq_carry.contains(&h) {
+                        self.srq_carry.push(h);
+                    }
+                }
+            }
+        }
+        self.rung = rung;
+        for &it in self.nic.active.items() {
+            if let Some(e) = self.nic.qps.get_mut(&it.qpn) {
+                if e.ticket.owns(it) && e.needs_drain() {
+                    work += e.drain_rings(now, local, c);
+                }
+            }
+        }
+        work
     }
 
     /// Runs the QP timers that are due (O(due), `ready::Deadlines`); a QP whose timer
@@ -600,7 +659,7 @@ impl Runtime {
                 }
             }
             self.nic.deadlines.arm(it.qpn, e.qp.poll_timeout());
-            if e.pending() > 0 || e.tx_more {
+            if e.pending() > 0 || e.tx_more || e.needs_drain() {
                 self.nic.active.mark(it.qpn, &mut e.ticket);
             }
         }
@@ -632,12 +691,10 @@ impl Runtime {
     }
 
     fn sleep(&mut self, now: Instant) -> io::Result<()> {
-        let mut busy = !self.ctl_rx.is_empty();
-        for e in self.nic.qps.values_mut() {
-            busy |= e.arm_wakeup();
-        }
-        for s in self.nic.srqs.values_mut() {
-            busy |= s.arm_wakeup();
+        let mut busy = !self.ctl_rx.is_empty() || !self.srq_carry.is_empty();
+        // NEED_WAKEUP on each client's doorbell page, fence, re-check its doorbells.
+        for c in self.nic.clients.values() {
+            busy |= c.doorbells.arm();
         }
         if !busy {
             // Completions waiting for CQ room: the client frees room by polling, which
@@ -679,11 +736,8 @@ impl Runtime {
                 let _ = p.flush();
             }
         }
-        for e in self.nic.qps.values_mut() {
-            e.disarm_wakeup();
-        }
-        for s in self.nic.srqs.values_mut() {
-            s.disarm_wakeup();
+        for c in self.nic.clients.values() {
+            c.doorbells.disarm();
         }
         Ok(())
     }
@@ -777,7 +831,12 @@ fn rx_one(
             match e.qp.srq().and_then(|h| nic.srqs.get_mut(&h)) {
                 Some(s) => {
                     s.refill(c);
-                    e.qp.handle_packet_srq(now, peer, &pkt, &mut nic.mrs, &mut s.srq)
+                    e.qp.handle_packet_srq(now, peer, &pkt, &mut nic.mrs, &mut s.srq);
+                    if s.backlog() {
+                        // The pool was full with entries left in the ring; this packet
+                        // may have taken a WQE: top it up (the doorbell is spent).
+                        s.drain_ring(c);
+                    }
                 }
                 None => {
                     e.refill_recv(now, c);

@@ -3,10 +3,11 @@
 //! and destroy them and hand out their asynchronous events.
 //!
 //! The SRQ segment is one receive ring ([`SrqLayout`]) in a client-created memfd, like
-//! a QP's RQ: `ibv_post_srq_recv` writes a slot and publishes, with no syscall unless
-//! the NIC has set NEED_WAKEUP. Each runtime iteration [`SrqEntry::drain_ring`] copies
-//! entries into the pool while it has room (back-pressure: a full pool leaves entries
-//! in the ring). A malformed entry (too many SGEs) cannot be completed in error — a
+//! a QP's RQ: `ibv_post_srq_recv` writes a slot, publishes and rings the SRQ's
+//! doorbell, with no syscall unless the NIC has set NEED_WAKEUP. When the doorbell was
+//! rung [`SrqEntry::drain_ring`] copies entries into the pool while it has room
+//! (back-pressure: a full pool leaves entries in the ring, taken after a packet uses a
+//! WQE, [`SrqEntry::backlog`]). A malformed entry (too many SGEs) cannot be completed in error — a
 //! pooled WQE belongs to no QP and so to no CQ — so it puts the SRQ in error
 //! (IBV_EVENT_SRQ_ERR): its pool is discarded, counted in `wqe_invalid`, and QPs on it
 //! find no WQEs from then on. A corrupt ring does the same.
@@ -25,9 +26,10 @@ use softnic_transport::qp::{QpCaps, QpEvent};
 use softnic_transport::srq::{Srq, SrqAttr as TSrqAttr, SrqCaps, SrqEvent};
 use verbs_api::abi::control::{AsyncEvent, ErrorCode, Handle, Reply, SrqAttr};
 use verbs_api::abi::ring::Consumer;
-use verbs_api::abi::{RecvWqe, Ring, SrqLayout, MAX_SGE, NEED_WAKEUP};
+use verbs_api::abi::{RecvWqe, Ring, SrqLayout, DOORBELL_SLOTS, MAX_SGE};
 
 use super::counters::NicCounters;
+use super::doorbells::Target;
 use super::rings::DRAIN_BUDGET;
 use super::state::{err, map_checked, ok, Answer, Nic};
 use super::wqe;
@@ -48,19 +50,28 @@ pub struct SrqEntry {
     /// `max_sge` as the WQE checks want it.
     caps: QpCaps,
     ring_broken: bool,
+    /// Its slot on the client's doorbell page.
+    doorbell: u32,
+    /// The last drain left entries in the ring (pool full or budget spent).
+    backlog: bool,
 }
 
 impl SrqEntry {
     /// Copies entries from the ring into the pool while it has room. Returns how many.
+    /// [`SrqEntry::backlog`] says whether entries were left behind.
     pub fn drain_ring(&mut self, n: &mut NicCounters) -> usize {
         let mut taken = 0;
+        self.backlog = true;
         while taken < DRAIN_BUDGET && !self.ring_broken && !self.srq.in_error() {
             if self.srq.len() >= self.srq.query().max_wr as usize {
                 break;
             }
             let w = match self.ring.pop() {
                 Ok(Some(w)) => w,
-                Ok(None) => break,
+                Ok(None) => {
+                    self.backlog = false;
+                    break;
+                }
                 Err(_) => {
                     n.ring_corrupt += 1;
                     self.ring_broken = true;
@@ -108,21 +119,11 @@ impl SrqEntry {
         );
     }
 
-    /// Sets NEED_WAKEUP before the NIC sleeps; true when the ring has entries the pool
-    /// could take now (do not sleep).
-    pub fn arm_wakeup(&mut self) -> bool {
-        if self.ring_broken || self.srq.in_error() {
-            return false;
-        }
-        self.ring.ring().set_flags(NEED_WAKEUP);
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        let waiting = self.ring.available().map(|k| k > 0).unwrap_or(true);
-        waiting && self.srq.len() < self.srq.query().max_wr as usize
-    }
-
-    /// Clears NEED_WAKEUP (the NIC is polling again).
-    pub fn disarm_wakeup(&mut self) {
-        self.ring.ring().clear_flags(NEED_WAKEUP);
+    /// Whether the last drain left entries in a ring that can still be read: the
+    /// runtime drains again after a packet took a WQE from the pool (the pool-full
+    /// case) or next iteration (the budget case); a doorbell is not rung twice.
+    pub fn backlog(&self) -> bool {
+        self.backlog && !self.ring_broken && !self.srq.in_error()
     }
 }
 
@@ -192,6 +193,19 @@ impl Nic {
                 return *a;
             }
         };
+        let Some(doorbell) = self
+            .clients
+            .get_mut(&client)
+            .and_then(|c| c.doorbells.assign(Target::Srq(h)))
+        else {
+            self.give_srq_quota(uid, bytes);
+            return err(
+                ErrorCode::NoResources,
+                format!(
+                    "every one of the {DOORBELL_SLOTS} doorbell slots of this connection is in use"
+                ),
+            );
+        };
         let caps = SrqCaps {
             max_wr: l.capacity,
             max_sge: attr.max_sge,
@@ -222,6 +236,8 @@ impl Nic {
                     max_inline: 0,
                 },
                 ring_broken: false,
+                doorbell,
+                backlog: false,
             },
         );
         self.pd_use(pd, true);
@@ -233,6 +249,7 @@ impl Nic {
             verbs_api::abi::control::Response::Ok(Reply::Srq {
                 srq: h,
                 attr: granted,
+                doorbell,
             }),
             Vec::new(),
         )
@@ -295,6 +312,9 @@ impl Nic {
             self.retired_srqs.add(e.srq.counters());
             self.pd_use(e.srq.pd(), false);
             self.give_srq_quota(e.uid, e.bytes);
+            if let Some(c) = self.clients.get_mut(&e.client) {
+                c.doorbells.release(e.doorbell);
+            }
             if let Some(o) = self.owned(e.client) {
                 o.srqs.remove(&h);
             }
@@ -450,7 +470,8 @@ mod tests {
             pid: 1,
             program: "t".into(),
         };
-        call(nic, c, client, req, vec![]).unwrap();
+        let db = super::super::state::tests::doorbell_fd();
+        call(nic, c, client, req, vec![db]).unwrap();
         let Ok(Reply::Pd { pd }) = call(nic, c, client, Request::AllocPd, vec![]) else {
             panic!()
         };
@@ -507,7 +528,8 @@ mod tests {
     fn create_query_modify_and_the_checks() {
         let (mut nic, mut c) = nic(Limits::default());
         let (pd, _) = open(&mut nic, &mut c, 1);
-        let Ok(Reply::Srq { srq, attr: got }) = create_srq(&mut nic, &mut c, 1, pd, attr(100, 7))
+        let Ok(Reply::Srq { srq, attr: got, .. }) =
+            create_srq(&mut nic, &mut c, 1, pd, attr(100, 7))
         else {
             panic!()
         };
@@ -658,7 +680,7 @@ mod tests {
         assert_eq!(e.drain_ring(&mut c), 0);
         assert!(e.srq.in_error());
         assert_eq!(c.ring_corrupt, 1);
-        assert!(!e.arm_wakeup(), "a broken ring is never polled again");
+        assert!(!e.backlog(), "a broken ring is never drained again");
         assert_eq!(
             call(&mut nic, &mut c, 1, Request::GetAsyncEvents, vec![]),
             Ok(Reply::AsyncEvents(vec![AsyncEvent::SrqErr { srq }]))

@@ -25,11 +25,13 @@ use verbs_api::abi::control::{
     DeviceAttr, ErrorCode, Handle, QpAttr, QpCaps, QpState, QpType, Reply, Request, Response,
 };
 use verbs_api::abi::{
-    layout, QpLayout, RecvWqe, Ring, SendWqe, ABI_VERSION, MAX_INLINE, MAX_RING_ENTRIES, MAX_SGE,
+    layout, Doorbell, QpLayout, RecvWqe, Ring, SendWqe, ABI_VERSION, DOORBELL_SEGMENT_LEN,
+    DOORBELL_SLOTS, MAX_INLINE, MAX_RING_ENTRIES, MAX_SGE,
 };
 
 use super::counters::NicCounters;
 use super::cq::CompletionQueue;
+use super::doorbells::{Doorbells, Target};
 use super::gid;
 use super::handles::HandleAlloc;
 use super::memory::{KeyMap, MrTable, RegError, RegKind, Source, MAX_MR_SIZE};
@@ -53,6 +55,8 @@ pub struct Client {
     pub program: String,
     /// The eventfd it writes when it posts while the NIC sleeps (NEED_WAKEUP).
     pub wake: OwnedFd,
+    /// Its doorbell page and the slot of each of its rings (`doorbells.rs`).
+    pub doorbells: Doorbells,
     /// What it created.
     owned: Owned,
 }
@@ -345,7 +349,8 @@ impl Nic {
         counters.control_requests += 1;
         let want_fds = matches!(
             req,
-            Request::RegMr { .. }
+            Request::OpenDevice { .. }
+                | Request::RegMr { .. }
                 | Request::RegMrCopy { .. }
                 | Request::CreateCq { .. }
                 | Request::CreateQp { .. }
@@ -376,7 +381,7 @@ impl Nic {
                 abi_version,
                 pid,
                 program,
-            } => self.open(client, uid, abi_version, pid, program, counters),
+            } => self.open(client, uid, abi_version, (pid, program), &fds, counters),
             Request::QueryDevice => ok(Reply::Device(self.device_attr())),
             Request::Stats => err(
                 ErrorCode::Internal,
@@ -458,8 +463,8 @@ impl Nic {
         client: u32,
         uid: u32,
         abi_version: u32,
-        pid: u32,
-        program: String,
+        (pid, program): (u32, String),
+        fds: &[OwnedFd],
         counters: &mut NicCounters,
     ) -> Answer {
         if abi_version != ABI_VERSION {
@@ -474,6 +479,17 @@ impl Nic {
                 "device already opened on this connection",
             );
         }
+        let Some(fd) = fds.first() else {
+            return err(ErrorCode::Protocol, "OpenDevice needs the doorbell memfd");
+        };
+        let page = match map_checked(fd, DOORBELL_SEGMENT_LEN) {
+            Ok(map) => Doorbell::new(map),
+            Err(a) => return *a,
+        };
+        let doorbells = match page {
+            Ok(p) => Doorbells::new(p),
+            Err(e) => return err(ErrorCode::InvalidArgument, format!("doorbell page: {e}")),
+        };
         let wake = match verbs_api::os::eventfd() {
             Ok(w) => w,
             Err(e) => return err(ErrorCode::Internal, format!("eventfd: {e}")),
@@ -491,6 +507,7 @@ impl Nic {
                 uid,
                 program,
                 wake,
+                doorbells,
                 owned: Owned::default(),
             },
         );
@@ -818,7 +835,12 @@ impl Nic {
                     o.qps.insert(qpn, bytes);
                 }
                 tracing::debug!(client, qpn, ?qp_type, "QP created");
-                ok(Reply::Qp { qpn, caps: granted })
+                let doorbell = self.qps.get(&qpn).map_or(0, |e| e.doorbell);
+                ok(Reply::Qp {
+                    qpn,
+                    caps: granted,
+                    doorbell,
+                })
             }
             Err(a) => {
                 self.quotas.give_back(uid, Kind::Qp, bytes);
@@ -871,6 +893,16 @@ impl Nic {
             max_sge: granted.max_sge,
             max_inline: granted.max_inline,
         };
+        let doorbell = self
+            .clients
+            .get_mut(&client)
+            .and_then(|c| c.doorbells.assign(Target::Qp(qpn)))
+            .ok_or_else(|| {
+                Box::new(err(
+                    ErrorCode::NoResources,
+                    format!("every one of the {DOORBELL_SLOTS} doorbell slots of this connection is in use"),
+                ))
+            })?;
         let mut qp = match srq {
             Some(h) => Qp::new_with_srq(qpn, to_transport_type(qp_type), pd, tcaps, h),
             None => Qp::new(qpn, to_transport_type(qp_type), pd, tcaps),
@@ -890,6 +922,7 @@ impl Nic {
             rq.into_consumer(),
         );
         entry.ticket = Ticket::new(self.next_serial);
+        entry.doorbell = doorbell;
         self.qps.insert(qpn, entry);
         Ok((qpn, granted))
     }
@@ -903,8 +936,11 @@ impl Nic {
             return false;
         };
         self.retired.add(e.qp.counters());
-        // Its active-set item (if any) is stale from now on; its timer goes.
+        // Its active-set item (if any) is stale from now on; its timer and slot go.
         self.deadlines.remove(qpn);
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.doorbells.release(e.doorbell);
+        }
         self.pd_use(e.qp.pd(), false);
         self.cq_use(e.send_cq, false);
         self.cq_use(e.recv_cq, false);
@@ -1056,7 +1092,7 @@ pub fn request_name(r: &Request) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::quota;
     use super::*;
     use std::sync::Arc;
@@ -1088,6 +1124,10 @@ mod tests {
         }
     }
 
+    pub(in super::super) fn doorbell_fd() -> OwnedFd {
+        verbs_api::os::memfd("db", DOORBELL_SEGMENT_LEN).unwrap()
+    }
+
     fn cq_fd() -> OwnedFd {
         let l = CqLayout::new(8).unwrap();
         let fd = verbs_api::os::memfd("cq", l.len).unwrap();
@@ -1116,7 +1156,7 @@ mod tests {
             pid: 1,
             program: "t".into(),
         };
-        call(nic, c, client, open, vec![]).unwrap();
+        call(nic, c, client, open, vec![doorbell_fd()]).unwrap();
         let Ok(Reply::Pd { pd }) = call(nic, c, client, Request::AllocPd, vec![]) else {
             panic!()
         };

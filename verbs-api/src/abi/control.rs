@@ -210,7 +210,9 @@ pub struct MrSegment {
 /// Client → NIC.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
-    /// First message on a connection. Reply: [`Reply::Opened`] + wake eventfd.
+    /// First message on a connection; carries the client's doorbell memfd
+    /// ([`super::doorbell::DOORBELL_SEGMENT_LEN`] bytes, zeroed). Reply:
+    /// [`Reply::Opened`] + wake eventfd.
     OpenDevice {
         /// Must equal [`super::ABI_VERSION`].
         abi_version: u32,
@@ -461,6 +463,8 @@ pub enum Reply {
         qpn: u32,
         /// Capabilities granted (≥ requested).
         caps: QpCaps,
+        /// Its slot on the client's doorbell page ([`super::doorbell`]).
+        doorbell: u32,
     },
     /// To CreateSrq.
     Srq {
@@ -468,6 +472,8 @@ pub enum Reply {
         srq: Handle,
         /// Granted attributes (`max_wr` is the ring capacity).
         attr: SrqAttr,
+        /// Its slot on the client's doorbell page ([`super::doorbell`]).
+        doorbell: u32,
     },
     /// To QuerySrq.
     SrqInfo(SrqAttr),

@@ -11,36 +11,41 @@
 //!    [RQ ring: RingHeader | RecvWqe × cap]          client produces, NIC consumes
 //!  SRQ segment (memfd, created by the client) ────► mapped by the NIC too
 //!    [SRQ ring: RingHeader | RecvWqe × cap]         client produces, NIC consumes
+//!  doorbell page (memfd, one per client)    ─────► mapped by the NIC too
+//!    [flags | summary | bitmap: a bit per ring]     client sets bits, NIC takes them
 //!  CQ segment (memfd, created by the client) ─────► mapped by the NIC too
 //!    [CQ ring: RingHeader | Cqe × cap]              NIC produces, client consumes
 //!  MR segment (memfd per region)             ─────► the NIC's "DMA" target
 //! ```
 //!
+//! * [`doorbell`]: the per-client doorbell page (which rings have new entries).
 //! * [`ring`]: the single-producer single-consumer ring (io_uring / AF_XDP cursors) and the
 //!   wake-up flag protocol.
 //! * [`slots`]: the fixed-size entries ([`SendWqe`], [`RecvWqe`], [`Cqe`]).
 //! * [`layout`]: where each ring sits in a segment and how big segments are.
 //! * [`control`]: the control-socket messages and their framing (slow path).
 //!
-//! # Wake-ups: NEED_WAKEUP and CQ_ARMED (io_uring SQPOLL model)
+//! # Wake-ups: doorbells, NEED_WAKEUP and CQ_ARMED (io_uring SQPOLL model)
 //!
-//! Bit 0 of a ring's `flags`, [`NEED_WAKEUP`], lives on SQ and RQ rings; bit 1,
-//! [`CQ_ARMED`], on CQ rings. Both are a Dekker-style handshake: each side *stores* its
+//! A client tells the NIC which of its rings it posted to through its *doorbell page*
+//! ([`doorbell`]): one bit per QP or SRQ, so the NIC reads only rings that were rung.
+//! [`NEED_WAKEUP`] lives in that page's `flags` (one per client); [`CQ_ARMED`] is bit 1
+//! of a CQ ring's `flags`. Both are a Dekker-style handshake: each side *stores* its
 //! own variable, issues `fence(SeqCst)`, then *loads* the other side's variable, so at
 //! least one of the two sides sees the other's store and no wake-up is lost.
 //!
-//! NIC going to sleep (consumer of SQ/RQ):
-//! 1. `flags.fetch_or(NEED_WAKEUP, SeqCst)` on every SQ/RQ ring it serves;
+//! NIC going to sleep:
+//! 1. `flags.fetch_or(NEED_WAKEUP, SeqCst)` on every client's doorbell page;
 //! 2. `fence(SeqCst)`;
-//! 3. re-read every ring's `producer` (Acquire). If any ring has work, clear the flags
-//!    and keep polling; otherwise block in poll(2) on the wake eventfds;
+//! 3. re-read every page's summary words. If any is non-zero, clear the flags and keep
+//!    polling; otherwise block in poll(2) on the wake eventfds;
 //! 4. after waking, clear NEED_WAKEUP (`fetch_and(!NEED_WAKEUP)`) while it polls.
 //!
-//! Client posting (producer of SQ/RQ), [`ring::Producer::publish_and_check`]:
+//! Client posting (producer of SQ/RQ/SRQ), [`doorbell::Doorbell::ring`]:
 //! 1. write the entries, then `producer.store(tail, Release)`;
-//! 2. `fence(SeqCst)`;
-//! 3. `flags.load(Relaxed)`; only if NEED_WAKEUP is set, write(2) 1 to the wake eventfd
-//!    that the NIC passed at OpenDevice. Otherwise no syscall at all.
+//! 2. set the ring's doorbell bit (and its summary bit), `fetch_or(Release)`;
+//! 3. `fence(SeqCst)`; `flags.load(Relaxed)`; only if NEED_WAKEUP is set, write(2) 1 to
+//!    the wake eventfd that the NIC passed at OpenDevice. Otherwise no syscall at all.
 //!
 //! Client waiting on a CQ (consumer), [`ring::Consumer::arm`]:
 //! 1. `flags.fetch_or(CQ_ARMED, SeqCst)`; 2. `fence(SeqCst)`; 3. re-check the ring
@@ -62,16 +67,18 @@
 //! client cannot make the NIC's mapping fault with SIGBUS.
 
 pub mod control;
+pub mod doorbell;
 pub mod layout;
 pub mod ring;
 pub mod slots;
 
+pub use doorbell::{Doorbell, DOORBELL_SEGMENT_LEN, DOORBELL_SLOTS};
 pub use layout::{CqLayout, LayoutError, QpLayout, SrqLayout};
 pub use ring::{CachePadded, Consumer, Producer, Ring, RingError, RingHeader};
 pub use slots::{Cqe, RecvWqe, SendWqe, Sge, Slot, UdDest};
 
-/// Ring flag bit 0 (SQ/RQ rings): the NIC is asleep or about to be; a producer that
-/// publishes entries must write the wake eventfd. Set and cleared by the NIC only.
+/// Doorbell page flag bit 0 ([`doorbell`]): the NIC is asleep or about to be; a client
+/// that rings a doorbell must write the wake eventfd. Set and cleared by the NIC only.
 pub const NEED_WAKEUP: u32 = 1 << 0;
 
 /// Ring flag bit 1 (CQ rings): the client waits for a completion on this CQ; the NIC
@@ -80,7 +87,8 @@ pub const NEED_WAKEUP: u32 = 1 << 0;
 pub const CQ_ARMED: u32 = 1 << 1;
 
 /// Version of this ABI; sent in OpenDevice so that mismatched builds refuse each other.
-pub const ABI_VERSION: u32 = 1;
+/// 2: the doorbell page (OpenDevice carries it; CreateQp/CreateSrq return a slot).
+pub const ABI_VERSION: u32 = 2;
 
 /// Most scatter/gather entries in one work request (the same as the transport's limit).
 pub const MAX_SGE: usize = 4;

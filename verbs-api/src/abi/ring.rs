@@ -48,7 +48,8 @@ pub struct RingHeader {
     pub producer: CachePadded<AtomicU32>,
     /// Free-running consumer index (written by the consumer only).
     pub consumer: CachePadded<AtomicU32>,
-    /// [`super::NEED_WAKEUP`] / [`super::CQ_ARMED`] bits.
+    /// [`super::CQ_ARMED`] on CQ rings; unused (0) on SQ/RQ/SRQ rings, whose wake-up
+    /// flag is per client on the doorbell page since ABI 2 ([`super::doorbell`]).
     pub flags: AtomicU32,
     /// Number of slots (a power of two).
     pub capacity: AtomicU32,
@@ -395,8 +396,8 @@ impl<T: Slot> Producer<T> {
     }
 
     /// Publishes, then `fence(SeqCst)`, then returns whether any of `bits` is set in
-    /// `flags`. The client's post path: `publish_and_check(NEED_WAKEUP)` says whether
-    /// to write the wake eventfd (see the module docs of [`crate::abi`]).
+    /// `flags` (the producer half of a flag handshake; the client's post path uses the
+    /// doorbell page's flag instead, [`super::doorbell::Doorbell::ring`]).
     pub fn publish_and_check(&mut self, bits: u32) -> bool {
         self.publish();
         fence(Ordering::SeqCst);

@@ -19,6 +19,8 @@ use verbs_api::Gid;
 #[derive(Default)]
 pub struct Nic {
     pub wake: Option<OwnedFd>,
+    /// The client's doorbell page (mapped as the NIC maps it).
+    pub doorbell: Option<verbs_api::abi::Doorbell>,
     pub mrs: Vec<(u32, Arc<MmapRaw>)>,
     pub cqs: Vec<(u32, Producer<Cqe>, OwnedFd)>,
     pub qps: Vec<(u32, Consumer<SendWqe>, Consumer<RecvWqe>)>,
@@ -63,6 +65,10 @@ fn handle(
     match req {
         Request::OpenDevice { abi_version, .. } => {
             assert_eq!(abi_version, verbs_api::abi::ABI_VERSION);
+            let fd = fds.pop().expect("doorbell memfd");
+            let len = verbs_api::abi::DOORBELL_SEGMENT_LEN;
+            let map = Arc::new(verbs_api::os::map_peer_shm(fd.as_fd(), len).unwrap());
+            n.doorbell = Some(verbs_api::abi::Doorbell::new(map).unwrap());
             let e = verbs_api::os::eventfd().unwrap();
             let client_copy = e.try_clone().unwrap();
             n.wake = Some(e);
@@ -121,7 +127,16 @@ fn handle(
             rq.check_header().unwrap();
             let qpn = 0x11 + n.qps.len() as u32;
             n.qps.push((qpn, sq.into_consumer(), rq.into_consumer()));
-            (Response::Ok(Reply::Qp { qpn, caps }), vec![])
+            // Slot k for the k-th QP.
+            let doorbell = n.qps.len() as u32 - 1;
+            (
+                Response::Ok(Reply::Qp {
+                    qpn,
+                    caps,
+                    doorbell,
+                }),
+                vec![],
+            )
         }
         Request::ModifyQp { qpn, attr } => {
             n.modifies.push((qpn, attr));
