@@ -99,8 +99,8 @@ impl ActiveSet {
         self.list.is_empty()
     }
 
-    /// Empties the set for a visit: returns the items; the caller [`ActiveSet::leave`]s
-    /// or re-[`ActiveSet::mark`]s each QP it finds, then gives the vector back with
+    /// Empties the set for a visit: returns the items; the caller [`ActiveSet::claim`]s
+    /// each, re-[`ActiveSet::mark`]s the QPs with work left, then gives the vector back with
     /// [`ActiveSet::recycle`] (no allocation per iteration).
     pub fn take(&mut self) -> Vec<Item> {
         let next = std::mem::take(&mut self.spare);
