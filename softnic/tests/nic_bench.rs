@@ -5,7 +5,9 @@
 //!   with 64 KiB writes measured in the same run;
 //! * client-side cost of `post_send` (ns per call) and the round trip of a small WRITE;
 //! * the 8 B WRITE rate of one QP pair while each NIC also holds 0, 1,000 and 10,000
-//!   idle QPs (what an idle QP costs the loop).
+//!   idle QPs (what an idle QP costs the loop);
+//! * the aggregate 8 B WRITE rate over 1, 1,000 and 10,000 *connected* RC QP pairs
+//!   (round robin), and the memory each QP costs the NIC and the client (RSS deltas).
 
 mod nic_support;
 
@@ -14,7 +16,10 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use nic_support::*;
-use verbs_api::{Mtu, QpCap, QpInitAttr, QpType, SendWr, WcStatus, WrOpcode};
+use verbs_api::{
+    AccessFlags, Device, Error, Mtu, PostError, QpAttr, QpCap, QpInitAttr, QpState, QpType,
+    QueuePair, SendWr, WcStatus, WrOpcode,
+};
 
 const RUN: Duration = Duration::from_secs(3);
 
@@ -220,5 +225,191 @@ fn small_write_rate_with_idle_qps() {
             mpps / b0
         );
         drop(parked);
+    }
+}
+
+/// `field` (kB) of /proc/`pid`/status, in bytes.
+fn proc_status_bytes(pid: &str, field: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| {
+            l.strip_prefix(field)?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .map_or(0, |kb: u64| kb * 1024)
+}
+
+/// (RssAnon, RssShmem) of process `pid` ("self" for this one).
+fn rss(pid: &str) -> (u64, u64) {
+    (
+        proc_status_bytes(pid, "RssAnon:"),
+        proc_status_bytes(pid, "RssShmem:"),
+    )
+}
+
+fn nic_rss(nic: &NicProc) -> (u64, u64) {
+    rss(&nic.pid().expect("NIC pid").to_string())
+}
+
+/// `n` RC QPs on each of two NICs, pairwise connected, with one PD, MR and CQ per side.
+struct ManyQps {
+    xs: Vec<QueuePair>,
+    ys: Vec<QueuePair>,
+    cq: [verbs_api::CompletionQueue; 2],
+    mr: [verbs_api::MemoryRegion; 2],
+    _pd: [verbs_api::ProtectionDomain; 2],
+}
+
+/// `n` RC QPs with `sq` send slots on each of `a` and `b`, pairwise connected.
+fn connected_qps(a: &NicProc, b: &NicProc, n: u32, sq: u32) -> ManyQps {
+    let ctx = [
+        Device::open(&a.name).expect("open a"),
+        Device::open(&b.name).expect("open b"),
+    ];
+    let pd = [
+        ctx[0].alloc_pd().expect("pd"),
+        ctx[1].alloc_pd().expect("pd"),
+    ];
+    let mr = [
+        pd[0].alloc_mr(4096, AccessFlags::ALL).expect("mr"),
+        pd[1].alloc_mr(4096, AccessFlags::ALL).expect("mr"),
+    ];
+    let cq = [
+        ctx[0].create_cq(512).expect("cq"),
+        ctx[1].create_cq(16).expect("cq"),
+    ];
+    let make = |side: usize| -> Vec<QueuePair> {
+        (0..n)
+            .map(|_| {
+                let attr = QpInitAttr {
+                    qp_type: QpType::Rc,
+                    send_cq: &cq[side],
+                    recv_cq: &cq[side],
+                    cap: QpCap {
+                        max_send_wr: sq,
+                        max_recv_wr: 1,
+                        max_send_sge: 1,
+                        max_recv_sge: 1,
+                        max_inline_data: 0,
+                    },
+                    sq_sig_all: false,
+                };
+                pd[side].create_qp(&attr).expect("qp")
+            })
+            .collect()
+    };
+    let (mut xs, mut ys) = (make(0), make(1));
+    for (x, y) in xs.iter_mut().zip(ys.iter_mut()) {
+        x.to_init(AccessFlags::ALL).expect("init");
+        y.to_init(AccessFlags::ALL).expect("init");
+        x.to_rtr(&b.endpoint(y.qp_num(), 0), Mtu::Mtu4096)
+            .expect("rtr");
+        y.to_rtr(&a.endpoint(x.qp_num(), 0), Mtu::Mtu4096)
+            .expect("rtr");
+        for q in [&mut *x, &mut *y] {
+            q.modify(&QpAttr {
+                qp_state: Some(QpState::Rts),
+                sq_psn: Some(0),
+                timeout: Some(14),
+                retry_cnt: Some(7),
+                rnr_retry: Some(7),
+                max_rd_atomic: Some(1),
+                ..QpAttr::default()
+            })
+            .expect("rts");
+        }
+    }
+    ManyQps {
+        xs,
+        ys,
+        cq,
+        mr,
+        _pd: pd,
+    }
+}
+
+#[test]
+#[ignore = "measurement; run with --ignored --nocapture in release"]
+fn small_write_rate_over_many_connected_qps() {
+    const DEPTH: u64 = 128;
+    let mut base = None;
+    for n in [1u32, 1_000, 10_000] {
+        let limit = ["--max-qps-per-user", "20000", "--max-cqs-per-user", "20000"];
+        let a = NicProc::start("many-a", "127.0.0.26", 0, &limit);
+        let b = NicProc::start("many-b", "127.0.0.27", 0, &limit);
+        let before = (nic_rss(&a), rss("self"));
+        let sq = if n == 1 { DEPTH as u32 } else { 4 };
+        let ManyQps {
+            mut xs,
+            ys,
+            mut cq,
+            mr,
+            _pd,
+        } = connected_qps(&a, &b, n, sq);
+        let after = (nic_rss(&a), rss("self"));
+        let op = WrOpcode::RdmaWrite {
+            remote_addr: mr[1].addr(),
+            rkey: mr[1].rkey(),
+        };
+        let sge = [mr[0].sge(0, 8)];
+        let (mut posted, mut done) = (0u64, 0u64);
+        let mut next = 0usize;
+        let t = Instant::now();
+        while t.elapsed() < RUN || done < posted {
+            while posted - done < DEPTH && t.elapsed() < RUN {
+                // Round robin, every WR signaled (the same in every run).
+                let wr = SendWr::new(posted, op, &sge).signaled();
+                match xs[next].post_send(&[wr]) {
+                    Ok(()) => posted += 1,
+                    Err(Error::Post {
+                        reason: PostError::QueueFull { .. },
+                        ..
+                    }) => break, // that QP is still busy: reap first
+                    Err(e) => panic!("post: {e}"),
+                }
+                next = (next + 1) % xs.len();
+            }
+            if done < posted {
+                assert_eq!(poll_one(&mut cq[0]).status, WcStatus::Success);
+                done += 1;
+            }
+        }
+        let mpps = done as f64 / t.elapsed().as_secs_f64() / 1e6;
+        let b0 = *base.get_or_insert(mpps);
+        println!(
+            "8 B WRITE over {n} connected RC QP pairs (round robin, {DEPTH} outstanding): {mpps:.3} Mpps ({:.2}x the 1-QP rate)",
+            mpps / b0
+        );
+        for (name, nic) in [("A", &a), ("B", &b)] {
+            let st = nic.stats();
+            let pick = |k: &str| st.iter().find(|(n, _)| n == k).map_or(0, |(_, v)| *v);
+            println!(
+                "  NIC {name}: tx_datagrams {} tx_gso_sends {} rx_datagrams {} sleeps {} retransmitted {} tx_drop_socket_full {}",
+                pick("tx_datagrams"),
+                pick("tx_gso_sends"),
+                pick("rx_datagrams"),
+                pick("sleeps"),
+                pick("qp_retransmitted_packets"),
+                pick("tx_drop_socket_full")
+            );
+        }
+        if n > 1 {
+            let per = |x: u64, y: u64, k: u32| x.saturating_sub(y) as f64 / f64::from(k);
+            let ((na, ns), (ca, cs)) = (after.0, after.1);
+            let ((na0, ns0), (ca0, cs0)) = (before.0, before.1);
+            println!(
+                "  memory per QP: NIC A private {:.0} B + shared segment {:.0} B; \
+                 client (both sides' QPs) private {:.0} B + shared {:.0} B",
+                per(na, na0, n),
+                per(ns, ns0, n),
+                per(ca, ca0, 2 * n),
+                per(cs, cs0, 2 * n),
+            );
+        }
+        drop((xs, ys));
     }
 }

@@ -562,75 +562,58 @@ impl Runtime {
         sent
     }
 
-    /// The GSO send path: consecutive packets of one QP to one destination, all of the
+    /// The GSO send path: consecutive packets to one destination — from one QP or from
+    /// several active QPs, since each datagram is independent on the wire — all of the
     /// first packet's length except possibly a shorter last one, are laid out at a
     /// stride of that length and sent with one `sendmsg`; segment k's ICRC is computed
     /// with IPv4 ID k. A packet that does not fit the run (another destination, or
-    /// longer) ends it and is sent on its own.
+    /// longer) ends it: the run is sent and the packet starts the next one. A QP's own
+    /// packets keep their order (runs are sent in the order they were built). So many
+    /// QPs with one small message each (ACKs too) cost a few `sendmsg`s, not one each.
     fn transmit_segments(&mut self, now: Instant) -> usize {
         let mut sent = 0;
         let mrs = &self.nic.mrs;
         let max = self.path.io.max_segments();
+        let mut run = Run::default();
         for &it in self.nic.active.items() {
             let Some(e) = self.nic.qps.get_mut(&it.qpn).filter(|e| e.ticket.owns(it)) else {
                 continue;
             };
             let mut budget = TX_BUDGET;
-            e.tx_more = false;
             while budget > 0 {
-                let mut k = 0usize;
-                let mut seg = 0usize;
-                let mut dest = None;
-                let mut lone: Option<(usize, usize, std::net::SocketAddr)> = None;
-                let mut last_len = 0usize;
-                while k < max && budget > 0 {
-                    let off = k * seg;
-                    if off + TX_SLOT > self.tx_buf.len() || off + seg > super::udp::GSO_MAX_BYTES {
-                        break;
-                    }
-                    let Some(t) =
-                        e.qp.poll_transmit(now, &mut self.tx_buf[off..off + TX_SLOT], mrs)
-                    else {
-                        break;
-                    };
-                    budget -= 1;
-                    if k == 0 {
-                        seg = t.len;
-                        dest = Some(t.dest);
-                        last_len = t.len;
-                        k = 1;
-                        continue;
-                    }
-                    if Some(t.dest) != dest || t.len > seg {
-                        lone = Some((off, t.len, t.dest));
-                        break;
-                    }
-                    k += 1;
-                    last_len = t.len;
-                    if t.len < seg {
-                        break; // a shorter segment must be the last
-                    }
+                let off = run.k * run.seg;
+                if run.k > 0
+                    && (run.closed
+                        || run.k >= max
+                        || off + TX_SLOT > self.tx_buf.len()
+                        || off + run.seg > super::udp::GSO_MAX_BYTES)
+                {
+                    sent += run.send(&mut self.path, now, &mut self.tx_buf);
+                    continue;
                 }
-                let Some(d) = dest else {
+                let Some(t) =
+                    e.qp.poll_transmit(now, &mut self.tx_buf[off..off + TX_SLOT], mrs)
+                else {
                     break;
                 };
-                let total = (k - 1) * seg + last_len;
-                self.path
-                    .transmit_run(now, &mut self.tx_buf[..total], seg, d);
-                sent += k;
-                if let Some((off, len, d)) = lone {
-                    if let Some(pkt) = self.tx_buf.get_mut(off..off + len) {
-                        self.path.transmit(now, pkt, d);
-                        sent += 1;
-                    }
-                }
-                if k < 2 && lone.is_none() {
-                    break; // the QP had at most one packet: nothing more to batch
+                budget -= 1;
+                if run.k == 0 {
+                    run = Run::start(t.len, t.dest);
+                } else if Some(t.dest) != run.dest || t.len > run.seg {
+                    // Does not fit: send the run, then this packet starts the next one.
+                    sent += run.send(&mut self.path, now, &mut self.tx_buf);
+                    self.tx_buf.copy_within(off..off + t.len, 0);
+                    run = Run::start(t.len, t.dest);
+                } else {
+                    run.k += 1;
+                    run.last_len = t.len;
+                    // A shorter segment must be the last.
+                    run.closed = t.len < run.seg;
                 }
             }
             e.tx_more = budget == 0;
         }
-        sent
+        sent + run.send(&mut self.path, now, &mut self.tx_buf)
     }
 
     /// Delivers the active QPs' completions, re-arms their timers, and keeps in the
@@ -740,6 +723,43 @@ impl Runtime {
             c.doorbells.disarm();
         }
         Ok(())
+    }
+}
+
+/// A GSO run being built in the transmit buffer: `k` packets at a stride of `seg`
+/// bytes (the last `last_len`), all to `dest`.
+#[derive(Debug, Default)]
+struct Run {
+    k: usize,
+    seg: usize,
+    last_len: usize,
+    dest: Option<SocketAddr>,
+    /// Ended by a shorter packet: nothing more may join.
+    closed: bool,
+}
+
+impl Run {
+    fn start(len: usize, dest: SocketAddr) -> Run {
+        Run {
+            k: 1,
+            seg: len,
+            last_len: len,
+            dest: Some(dest),
+            closed: false,
+        }
+    }
+
+    /// Sends the run (one `sendmsg`) and empties it; returns its packet count.
+    fn send(&mut self, path: &mut PacketPath, now: Instant, buf: &mut [u8]) -> usize {
+        let k = std::mem::take(&mut self.k);
+        let Some(d) = self.dest.take().filter(|_| k > 0) else {
+            return 0;
+        };
+        let total = (k - 1) * self.seg + self.last_len;
+        if let Some(run) = buf.get_mut(..total) {
+            path.transmit_run(now, run, self.seg, d);
+        }
+        k
     }
 }
 
