@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use nic_support::*;
 use verbs_api::{
-    AccessFlags, Device, Error, Mtu, PostError, QpAttr, QpCap, QpInitAttr, QpState, QpType,
-    QueuePair, SendWr, WcStatus, WrOpcode,
+    AccessFlags, Device, Error, Mtu, PostError, QpCap, QpInitAttr, QpType, QueuePair, SendWr,
+    WcStatus, WrOpcode,
 };
 
 const RUN: Duration = Duration::from_secs(3);
@@ -100,19 +100,8 @@ fn write_64k(args: &[&str], timeout: u8) {
     println!(
         "WRITE 64 KiB {args:?}, {DEPTH} outstanding, MTU 4096: {done} messages in {secs:.2} s = {gbps:.2} Gbit/s"
     );
-    for (n, nic) in [("a", &a), ("b", &b)] {
-        let s = nic.stats();
-        let pick = |k: &str| s.iter().find(|(n, _)| n == k).map(|(_, v)| *v).unwrap_or(0);
-        println!(
-            "NIC {n}: tx_datagrams {} tx_gso_sends {} rx_datagrams {} sleeps {} retransmitted {} tx_drop_socket_full {}",
-            pick("tx_datagrams"),
-            pick("tx_gso_sends"),
-            pick("rx_datagrams"),
-            pick("sleeps"),
-            pick("qp_retransmitted_packets"),
-            pick("tx_drop_socket_full")
-        );
-    }
+    print_traffic_stats("a", &a);
+    print_traffic_stats("b", &b);
 }
 
 #[test]
@@ -304,24 +293,7 @@ fn connected_qps(a: &NicProc, b: &NicProc, n: u32, sq: u32) -> ManyQps {
     };
     let (mut xs, mut ys) = (make(0), make(1));
     for (x, y) in xs.iter_mut().zip(ys.iter_mut()) {
-        x.to_init(AccessFlags::ALL).expect("init");
-        y.to_init(AccessFlags::ALL).expect("init");
-        x.to_rtr(&b.endpoint(y.qp_num(), 0), Mtu::Mtu4096)
-            .expect("rtr");
-        y.to_rtr(&a.endpoint(x.qp_num(), 0), Mtu::Mtu4096)
-            .expect("rtr");
-        for q in [&mut *x, &mut *y] {
-            q.modify(&QpAttr {
-                qp_state: Some(QpState::Rts),
-                sq_psn: Some(0),
-                timeout: Some(14),
-                retry_cnt: Some(7),
-                rnr_retry: Some(7),
-                max_rd_atomic: Some(1),
-                ..QpAttr::default()
-            })
-            .expect("rts");
-        }
+        connect_rc((x, a), (y, b), Mtu::Mtu4096, (0, 0), 14);
     }
     ManyQps {
         xs,
@@ -384,19 +356,8 @@ fn small_write_rate_over_many_connected_qps() {
             "8 B WRITE over {n} connected RC QP pairs (round robin, {DEPTH} outstanding): {mpps:.3} Mpps ({:.2}x the 1-QP rate)",
             mpps / b0
         );
-        for (name, nic) in [("A", &a), ("B", &b)] {
-            let st = nic.stats();
-            let pick = |k: &str| st.iter().find(|(n, _)| n == k).map_or(0, |(_, v)| *v);
-            println!(
-                "  NIC {name}: tx_datagrams {} tx_gso_sends {} rx_datagrams {} sleeps {} retransmitted {} tx_drop_socket_full {}",
-                pick("tx_datagrams"),
-                pick("tx_gso_sends"),
-                pick("rx_datagrams"),
-                pick("sleeps"),
-                pick("qp_retransmitted_packets"),
-                pick("tx_drop_socket_full")
-            );
-        }
+        print_traffic_stats("A", &a);
+        print_traffic_stats("B", &b);
         if n > 1 {
             let per = |x: u64, y: u64, k: u32| x.saturating_sub(y) as f64 / f64::from(k);
             let ((na, ns), (ca, cs)) = (after.0, after.1);

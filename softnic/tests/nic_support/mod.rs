@@ -335,15 +335,28 @@ pub fn rc_pair_with_timeout(
 ) -> (Side, Side) {
     let mut x = side(a, mr_len, depth);
     let mut y = side(b, mr_len, depth);
-    let (psn_x, psn_y) = (0x10_0000, 0xFF_FFF0); // y wraps its PSN around 2^24
-    x.qp.to_init(AccessFlags::ALL).expect("x init");
-    y.qp.to_init(AccessFlags::ALL).expect("y init");
-    x.qp.to_rtr(&b.endpoint(y.qp.qp_num(), psn_y), mtu)
+    let psns = (0x10_0000, 0xFF_FFF0); // y wraps its PSN around 2^24
+    connect_rc((&mut x.qp, a), (&mut y.qp, b), mtu, psns, timeout);
+    (x, y)
+}
+
+/// Connects RC QP `x` on NIC `a` with RC QP `y` on NIC `b` (INIT, RTR, RTS), sending
+/// from PSNs `psns`, with local ACK timeout exponent `timeout`.
+pub fn connect_rc(
+    (x, a): (&mut QueuePair, &NicProc),
+    (y, b): (&mut QueuePair, &NicProc),
+    mtu: Mtu,
+    (psn_x, psn_y): (u32, u32),
+    timeout: u8,
+) {
+    x.to_init(AccessFlags::ALL).expect("x init");
+    y.to_init(AccessFlags::ALL).expect("y init");
+    x.to_rtr(&b.endpoint(y.qp_num(), psn_y), mtu)
         .expect("x rtr");
-    y.qp.to_rtr(&a.endpoint(x.qp.qp_num(), psn_x), mtu)
+    y.to_rtr(&a.endpoint(x.qp_num(), psn_x), mtu)
         .expect("y rtr");
-    for (s, psn) in [(&mut x, psn_x), (&mut y, psn_y)] {
-        s.qp.modify(&QpAttr {
+    for (q, psn) in [(x, psn_x), (y, psn_y)] {
+        q.modify(&QpAttr {
             qp_state: Some(QpState::Rts),
             sq_psn: Some(psn),
             timeout: Some(timeout),
@@ -354,7 +367,21 @@ pub fn rc_pair_with_timeout(
         })
         .expect("rts");
     }
-    (x, y)
+}
+
+/// Prints the counters that explain a throughput figure, for NIC `label`.
+pub fn print_traffic_stats(label: &str, nic: &NicProc) {
+    let s = nic.stats();
+    let pick = |k: &str| s.iter().find(|(n, _)| n == k).map_or(0, |(_, v)| *v);
+    println!(
+        "NIC {label}: tx_datagrams {} tx_gso_sends {} rx_datagrams {} sleeps {} retransmitted {} tx_drop_socket_full {}",
+        pick("tx_datagrams"),
+        pick("tx_gso_sends"),
+        pick("rx_datagrams"),
+        pick("sleeps"),
+        pick("qp_retransmitted_packets"),
+        pick("tx_drop_socket_full")
+    );
 }
 
 /// Polls `cq` until one completion arrives (bounded by [`WAIT`]).
