@@ -355,15 +355,19 @@ fn a_forked_child_cannot_touch_the_parents_rings_or_mrs() {
     }
 }
 
-/// `tests/ibverbs/mr_matrix.c`: `ibv_reg_mr` on memalign, mmap, unaligned malloc, a
-/// struct field, a static buffer, sub-page and page-straddling buffers, the stack,
-/// SysV shm, hugepages (where available), after `fork()`, after free + re-malloc,
-/// several live MRs on the same pages (same buffer twice, nested, overlapping, running
-/// on past them, the first deregistered) and `madvise`, with canaries around every
-/// buffer and a SEND or WRITE into each registered one; a WRITE one byte past a
-/// sub-page MR refused; and heap neighbours on a registered buffer's last page written
-/// by another thread during a thousand registrations, none lost. Prints its per-case
-/// lines on failure.
+/// `tests/ibverbs/mr_matrix.c`: inline SENDs from unregistered stack memory
+/// (`ibv_post_send` and `ibv_wr_set_inline_data`); `ibv_reg_mr` on memalign, mmap,
+/// unaligned malloc, a struct field, a static buffer, sub-page and page-straddling
+/// buffers, the stack (also with `fork()` while registered), SysV shm, `MAP_SHARED`
+/// anonymous, `/dev/shm`, a shared file, read-only memory, hugepages (`MAP_HUGETLB`
+/// and SysV `SHM_HUGETLB`; required under SOFTNIC_CI), after `fork()`, after free +
+/// re-malloc, several live MRs on the same pages (same buffer twice, nested,
+/// overlapping, running on past them, the first deregistered) and `madvise`, with
+/// canaries around every buffer and a SEND or WRITE into each registered one; a WRITE
+/// one byte past a sub-page MR refused; heap neighbours on a registered buffer's last
+/// page written by another thread during a thousand registrations, none lost; and
+/// the NIC's throughput into and out of a 1 MiB region per mechanism. Prints its
+/// per-case lines (costs, throughputs) with `--nocapture`, and on failure.
 #[test]
 fn memory_registration_matrix_with_canaries() {
     let (a, b) = nic_pair("ibvstock-mrm", 18);

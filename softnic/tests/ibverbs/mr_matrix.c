@@ -74,6 +74,45 @@ static void both_complete(const char *name)
 	check(got == 2, name, "completions");
 }
 
+/* The ibv_wr_* API on a new QP pair: ibv_wr_set_inline_data copies the bytes at once
+ * — the stack buffer (no MR) is overwritten before ibv_wr_complete — and they arrive. */
+static void inline_through_wr_api(void)
+{
+	const char *name = "ibv_wr_set_inline_data from the stack, reused before complete";
+	struct ibv_qp_cap cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+				  .max_recv_sge = 1, .max_inline_data = MSG };
+	struct ibv_qp_init_attr_ex ia = {
+		.send_cq = x.cq, .recv_cq = x.cq, .qp_type = IBV_QPT_RC, .cap = cap,
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.pd = x.pd, .send_ops_flags = IBV_QP_EX_WITH_SEND,
+	};
+	struct ibv_qp *xq = ibv_create_qp_ex(x.ctx, &ia);
+	struct ibv_qp_init_attr ya = { .send_cq = y.cq, .recv_cq = y.cq, .qp_type = IBV_QPT_RC,
+				       .cap = cap };
+	struct ibv_qp *yq = ibv_create_qp(y.pd, &ya);
+	check(xq && yq && ibv_qp_to_qp_ex(xq), name, "create");
+	rc_connect(xq, yq, y.gid);
+	rc_connect(yq, xq, x.gid);
+	memset(y.buf, 0, MSG);
+	struct ibv_sge rs = { (uintptr_t)y.buf, MSG, y.mr->lkey };
+	struct ibv_recv_wr r = { .wr_id = ++seq, .sg_list = &rs, .num_sge = 1 }, *br;
+	check(!ibv_post_recv(yq, &r, &br), name, "post_recv");
+	struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(xq);
+	unsigned char msg[MSG];
+	memset(msg, 0x6D, MSG);
+	ibv_wr_start(qx);
+	qx->wr_id = seq;
+	qx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(qx);
+	ibv_wr_set_inline_data(qx, msg, MSG);
+	memset(msg, 0, MSG);
+	check(ibv_wr_complete(qx) == 0, name, "ibv_wr_complete");
+	both_complete(name);
+	check(all(y.buf, MSG, 0x6D), name, "the inline bytes did not arrive");
+	check(!ibv_destroy_qp(xq) && !ibv_destroy_qp(yq), name, "destroy");
+	printf("case %s: sent\n", name);
+}
+
 /* SEND 64 bytes of `fill` from x into y's [buf, buf + 64) under `mr`. */
 static void send_into(const char *name, unsigned char *buf, struct ibv_mr *mr, int fill)
 {
@@ -315,6 +354,7 @@ int main(int argc, char **argv)
 	rc_connect(y.qp, x.qp, x.gid);
 
 	inline_from_stack();
+	inline_through_wr_api();
 
 	/* Page-aligned heap (memalign), sub-page and multi-page; the rest of the last page
 	 * is heap the program may use. */
