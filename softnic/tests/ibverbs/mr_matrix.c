@@ -387,6 +387,16 @@ int main(int argc, char **argv)
 	shmctl(id, IPC_RMID, NULL);
 	check(sh != (void *)-1, "shm", "shmat");
 	one("SysV shm (NIC attaches it)", sh + 100, 2 * PAGE, 100, 2 * PAGE - 100, 1);
+	/* After dereg: detach, attach a new segment at the same address, register again —
+	 * the SEND must land in the new segment (the NIC attaches by id, afresh). */
+	check(shmdt(sh) == 0, "shm", "shmdt");
+	int id2 = shmget(IPC_PRIVATE, 4 * PAGE, IPC_CREAT | 0600);
+	unsigned char *sh2 = id2 >= 0 ? shmat(id2, sh, 0) : (void *)-1;
+	if (id2 >= 0)
+		shmctl(id2, IPC_RMID, NULL);
+	check(sh2 == sh, "shm", "a new segment at the same address");
+	one("SysV shm, a new segment at the same address after dereg", sh2 + 100, 2 * PAGE, 100,
+	    2 * PAGE - 100, 1);
 	/* Shared memory other processes may map: MAP_SHARED anonymous, /dev/shm, a shared
 	 * file mapping — copied, never remapped (that would un-share them). */
 	unsigned char *sa = mmap(NULL, 4 * PAGE, PROT_READ | PROT_WRITE,
