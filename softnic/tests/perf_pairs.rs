@@ -97,8 +97,22 @@ fn run_pair_stats(
     stat: &str,
 ) -> (String, String, u64) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let a = NicProc::start(&format!("perf-{tag}-a"), "127.0.0.2", 0, &[]);
-    let b = NicProc::start(&format!("perf-{tag}-b"), "127.0.0.3", 0, &[]);
+    let (sout, cout, a, _b) = run_pair_on([&[], &[]], test, tag, server, client);
+    let v = if stat.is_empty() { 0 } else { a.stat(stat) };
+    (sout, cout, v)
+}
+
+/// [`run_pair`] between two NICs started with `nic_extra` flags (server's, client's);
+/// returns both outputs and both NICs, still running. The caller holds [`SERIAL`].
+fn run_pair_on(
+    nic_extra: [&[&str]; 2],
+    test: &str,
+    tag: &str,
+    server: &[&str],
+    client: &[&str],
+) -> (String, String, NicProc, NicProc) {
+    let a = NicProc::start(&format!("perf-{tag}-a"), "127.0.0.2", 0, nic_extra[0]);
+    let b = NicProc::start(&format!("perf-{tag}-b"), "127.0.0.3", 0, nic_extra[1]);
     let port = free_port().to_string();
     let common = |nic: &NicProc, peer: &NicProc| -> Vec<String> {
         vec![
@@ -129,8 +143,7 @@ fn run_pair_stats(
         a.log_text(),
         b.log_text()
     );
-    let v = if stat.is_empty() { 0 } else { a.stat(stat) };
-    (sout, cout, v)
+    (sout, cout, a, b)
 }
 
 /// The rows under the table header `header_start`, split into numbers.
@@ -413,4 +426,162 @@ fn send_tests_with_an_srq() {
     let p = PerfProc::spawn(&["write_bw".into(), "--use-srq".into()]);
     let (ok, _, err) = p.finish();
     assert!(!ok && err.contains("--use-srq"), "{err}");
+}
+
+/// `softnic run --trace-lat` and `softnic perf send_lat --breakdown` (the round-trip
+/// breakdown of tests/perf/run): every SEND appears in both NICs' traces and both perf
+/// sides' stamps, and the stamps of one message are in causal order across the four
+/// processes (post ≤ sendmsg returned ≤ peer's receive ≤ completion pass ≤ polled ≤
+/// reply posted ≤ …), and the loop iteration that sends the reply starts after the one
+/// that received the request. That holds only if all four share one clock (the NICs'
+/// loop instants converted too) and each hook sits where its stamp says.
+#[test]
+fn send_lat_breakdown_stamps_are_causal() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!("softnic-breakdown-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let f = |n: &str| dir.join(n).to_string_lossy().into_owned();
+    let (ts, tc, ss, sc) = (f("nic_s"), f("nic_c"), f("srv"), f("cli"));
+    let iters = 300u64;
+    let n = iters.to_string();
+    let (_, _, mut a, mut b) = run_pair_on(
+        [&["--trace-lat", &ts], &["--trace-lat", &tc]],
+        "send_lat",
+        "brk",
+        &["-s", "8", "-n", &n, "--breakdown", &ss],
+        &["-s", "8", "-n", &n, "--breakdown", &sc],
+    );
+    assert!(a.stop().success() && b.stop().success());
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let (nic_s, nic_c) = (Trace::parse(&read(&ts)), Trace::parse(&read(&tc)));
+    let (srv, cli) = (Stamps::parse(&read(&ss)), Stamps::parse(&read(&sc)));
+    std::fs::remove_dir_all(&dir).expect("rm");
+    for t in [&nic_s.tx, &nic_s.rx, &nic_c.tx, &nic_c.rx] {
+        assert_eq!(
+            t.len() as u64,
+            iters,
+            "one SEND per iteration and direction"
+        );
+    }
+    for k in 0..iters as usize {
+        let (c_tx, s_rx) = (nic_c.tx[k], nic_s.rx[k]);
+        let (s_tx, c_rx) = (nic_s.tx[k], nic_c.rx[k]);
+        assert_eq!((c_tx.0, s_tx.0), (s_rx.0, c_rx.0), "PSNs of message {k}");
+        // The reply's WQE was posted after the request's completion was published, so
+        // a later loop iteration picked it up; likewise the client's next request.
+        let later = [(s_rx.1, nic_s.tx_start[k])]
+            .into_iter()
+            .chain((k > 0).then(|| (nic_c.rx[k - 1].1, nic_c.tx_start[k])));
+        for (received, start) in later {
+            assert!(
+                received <= start && start <= received + 10_000_000_000,
+                "message {k}: loop start {start} ns vs the receive before it {received} ns"
+            );
+        }
+        let s_cqe = nic_s.cqe_after(s_rx.1);
+        let c_cqe = nic_c.cqe_after(c_rx.1);
+        let chain = [
+            ("client post", cli.post[k]),
+            ("NIC C sendmsg", c_tx.1),
+            ("NIC S recv", s_rx.1),
+            ("NIC S completion", s_cqe),
+            ("server polled", srv.seen[k]),
+            ("server post", srv.post[k]),
+            ("NIC S sendmsg", s_tx.1),
+            ("NIC C recv", c_rx.1),
+            ("NIC C completion", c_cqe),
+            ("client polled", cli.seen[k]),
+        ];
+        for w in chain.windows(2) {
+            assert!(
+                w[0].1 <= w[1].1,
+                "message {k}: {} at {} ns after {} at {} ns",
+                w[0].0,
+                w[0].1,
+                w[1].0,
+                w[1].1
+            );
+        }
+    }
+}
+
+/// The space-separated fields of each line of `text`, `n` per line.
+fn lines_of(text: &str, n: usize) -> impl Iterator<Item = Vec<&str>> {
+    text.lines().map(move |line| {
+        let f: Vec<&str> = line.split(' ').collect();
+        assert_eq!(f.len(), n, "line {line:?}");
+        f
+    })
+}
+
+/// A NIC's `--trace-lat` file: (PSN, sendmsg/recv ns) of each distinct RC SEND, and the
+/// completion passes.
+#[derive(Default)]
+struct Trace {
+    tx: Vec<(u32, u64)>,
+    /// The loop iteration start of each `tx`.
+    tx_start: Vec<u64>,
+    rx: Vec<(u32, u64)>,
+    cqe: Vec<u64>,
+}
+
+impl Trace {
+    fn parse(text: &str) -> Trace {
+        let mut t = Trace::default();
+        for f in lines_of(text, 6) {
+            let num = |i: usize| f[i].parse::<u64>().expect("number");
+            let (op, psn, at) = (num(1), num(3) as u32, num(5));
+            let list = match f[0] {
+                "cqe" => {
+                    t.cqe.push(at);
+                    continue;
+                }
+                "tx" => &mut t.tx,
+                "rx" => &mut t.rx,
+                k => panic!("kind {k}"),
+            };
+            // RC SEND_ONLY; a retransmission repeats a PSN.
+            if op == 0x04 && !list.iter().any(|&(p, _)| p == psn) {
+                list.push((psn, at));
+                if f[0] == "tx" {
+                    t.tx_start.push(num(4));
+                }
+            }
+        }
+        t.cqe.sort_unstable();
+        t
+    }
+
+    /// The first completion pass at or after `t`.
+    fn cqe_after(&self, t: u64) -> u64 {
+        let i = self.cqe.partition_point(|&c| c < t);
+        *self
+            .cqe
+            .get(i)
+            .expect("a completion pass after the receive")
+    }
+}
+
+/// A perf side's `--breakdown` file, by iteration (1-based in the file).
+#[derive(Default)]
+struct Stamps {
+    post: Vec<u64>,
+    seen: Vec<u64>,
+}
+
+impl Stamps {
+    fn parse(text: &str) -> Stamps {
+        let mut s = Stamps::default();
+        for f in lines_of(text, 3) {
+            let (n, t): (usize, u64) = (f[1].parse().expect("n"), f[2].parse().expect("ns"));
+            let list = if f[0] == "post" {
+                &mut s.post
+            } else {
+                &mut s.seen
+            };
+            assert_eq!(n, list.len() + 1, "iterations in order");
+            list.push(t);
+        }
+        s
+    }
 }

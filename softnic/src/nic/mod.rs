@@ -17,8 +17,8 @@
 //! (the object tables and control requests), [`quota`] (per-user quotas), [`handles`]
 //! (handle numbers that never alias), [`control`] (the control socket server),
 //! [`runtime`] (the loop), [`counters`] (what `softnic stats` prints), [`gid`],
-//! [`clock`], [`trace`] (latency stamps, off by default), [`rng`] (seeded, for fault injection), [`secret`] (keys and QPNs from the
-//! OS generator), [`signals`].
+//! [`clock`], [`trace`] (latency stamps, off by default), [`rng`] (seeded, for fault
+//! injection), [`secret`] (keys and QPNs from the OS generator), [`signals`].
 
 use std::process::ExitCode;
 
