@@ -87,7 +87,8 @@ def server_listening(sc, side, the_nic):
 
 def softnic_argv(sc, ctx, nic_name, client=False):
     subst = {"softnic": ctx.softnic.bin or "softnic",
-             "dev": nic_name or "", "addr": net.softnic_addr(sc), "peer": net.GUEST_IP}
+             "dev": nic_name or "", "addr": net.softnic_addr(sc),
+             "peer": net.GUEST_IP6 if sc.ipv6 else net.GUEST_IP}
     subst.update((k, v or k) for k, v in ctx.softnic.examples.items())
     argv = []
     for tok in shlex.split(sc.softnic_client if client and sc.softnic_client else sc.softnic):
@@ -155,7 +156,8 @@ def run(ctx, sc, direction):
                 verdict = "softnic side never listened (rc=%s): %s" % (
                     side.poll(), util.tail(util.read(side_log)))
             else:
-                cmd = sc.rxe_client.replace("{peer}", net.SOFTNIC_IP) if sc.rxe_client \
+                peer = net.SOFTNIC_IP6 if sc.ipv6 else net.SOFTNIC_IP
+                cmd = sc.rxe_client.replace("{peer}", peer) if sc.rxe_client \
                     else "%s %s" % (sc.rxe, net.SOFTNIC_IP)
                 log.append(("rxe (client)", cmd))
                 job = ctx.guest.submit(guest_script(cmd, False, sc, sc.timeout), sc.timeout + 10)
