@@ -150,6 +150,10 @@ pub enum WcOpcode {
     CompSwap,
     /// IBV_WC_FETCH_ADD.
     FetchAdd,
+    /// IBV_WC_BIND_MW.
+    BindMw,
+    /// IBV_WC_LOCAL_INV.
+    LocalInv,
     /// IBV_WC_RECV.
     Recv,
     /// IBV_WC_RECV_RDMA_WITH_IMM.
@@ -167,6 +171,8 @@ impl WcOpcode {
             wc_opcode::RDMA_READ => WcOpcode::RdmaRead,
             wc_opcode::COMP_SWAP => WcOpcode::CompSwap,
             wc_opcode::FETCH_ADD => WcOpcode::FetchAdd,
+            wc_opcode::BIND_MW => WcOpcode::BindMw,
+            wc_opcode::LOCAL_INV => WcOpcode::LocalInv,
             wc_opcode::RECV => WcOpcode::Recv,
             wc_opcode::RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
             other => WcOpcode::Other(other),

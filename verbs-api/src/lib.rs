@@ -54,6 +54,7 @@ pub mod error;
 pub mod fd_mr;
 pub mod gid;
 pub mod mr;
+pub mod mw;
 pub mod oob;
 pub mod os;
 pub mod pd;
@@ -68,6 +69,7 @@ pub use error::{Error, PostError, Result};
 pub use fd_mr::FdMemoryRegion;
 pub use gid::{Gid, ROCE_V2_PORT};
 pub use mr::{AccessFlags, MemoryRegion};
+pub use mw::{MemoryWindow, MwBindInfo};
 pub use pd::ProtectionDomain;
 pub use qp::{
     AhAttr, Mtu, QpAttr, QpCap, QpEndpoint, QpInitAttr, QpState, QpType, QueuePair, DEFAULT_QKEY,

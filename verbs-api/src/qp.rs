@@ -755,6 +755,43 @@ impl QueuePair {
         }
         result
     }
+
+    /// Runs `request` (a memory-window bind or invalidation, [`crate::mw`]) once the
+    /// send queue has room, then posts the WQE (`opcode`, no data) that the NIC
+    /// completes in order with the send queue's other work requests.
+    pub(crate) fn post_local(
+        &mut self,
+        verb: &'static str,
+        request: &Request,
+        wr_id: u64,
+        opcode: u8,
+        signaled: bool,
+    ) -> Result<()> {
+        let capacity = self.sq.ring().capacity();
+        let full = |reason| Error::Post {
+            index: 0,
+            wr_id,
+            reason,
+        };
+        if self.sq.free(1).map_err(|e| full(push_error(e, capacity)))? == 0 {
+            return Err(full(PostError::QueueFull { capacity }));
+        }
+        self.pd.ctx.inner.call(verb, request, &[])?;
+        let mut wqe = SendWqe {
+            wr_id,
+            opcode,
+            ..SendWqe::default()
+        };
+        if signaled || self.sq_sig_all {
+            wqe.flags = crate::abi::slots::send_flags::SIGNALED;
+        }
+        self.sq
+            .push(&wqe)
+            .map_err(|e| full(push_error(e, capacity)))?;
+        self.sq.publish();
+        self.pd.ctx.inner.ring_doorbell(self.doorbell)?;
+        Ok(())
+    }
 }
 
 impl Drop for QueuePair {

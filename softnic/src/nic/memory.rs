@@ -285,6 +285,8 @@ pub struct MrTable {
     /// lkey → handle.
     by_lkey: KeyMap<u32>,
     handles: HandleAlloc,
+    /// Memory windows onto these regions ([`super::mw`]).
+    pub windows: super::mw::MwTable,
 }
 
 /// What [`MrTable::deregister`] removed.
@@ -318,6 +320,7 @@ impl MrTable {
             by_rkey: KeyMap::default(),
             by_lkey: KeyMap::default(),
             handles: HandleAlloc::new(),
+            windows: super::mw::MwTable::default(),
         }
     }
 
@@ -327,7 +330,11 @@ impl MrTable {
     /// or two.
     fn fresh_key(&self, taken: u32) -> Result<u32, RegError> {
         secret::draw_where(u32::MAX, |k| {
-            k != 0 && k != taken && !self.by_rkey.contains_key(&k) && !self.by_lkey.contains_key(&k)
+            k != 0
+                && k != taken
+                && !self.by_rkey.contains_key(&k)
+                && !self.by_lkey.contains_key(&k)
+                && !self.windows.uses_index_of(k)
         })
         .map_err(RegError::NoKey)
     }
@@ -464,12 +471,18 @@ impl MrTable {
     pub fn deregister(&mut self, client: u32, handle: u32) -> Option<Removed> {
         self.get(client, handle)?;
         let r = self.regions.remove(&handle)?;
+        self.windows.unbind_region(handle);
         self.by_lkey.remove(&r.lkey);
         self.by_rkey.remove(&r.rkey);
         Some(Removed {
             pd: r.pd,
             map_len: r.map_len(),
         })
+    }
+
+    /// Every live L_Key and R_Key of a region.
+    pub fn keys(&self) -> impl Iterator<Item = u32> + '_ {
+        self.by_rkey.keys().chain(self.by_lkey.keys()).copied()
     }
 
     /// Number of regions.
@@ -495,7 +508,20 @@ impl MrTable {
         self.by_key(&self.by_lkey, pd, lkey)
     }
 
-    fn remote(&self, pd: u32, rkey: u32, access: Access) -> Result<&Region, MemError> {
+    /// The region an R_Key reaches for `access` to `[va, va + len)`: a region's own
+    /// R_Key, or a memory window's ([`super::mw::MwTable::check`] checks the window's
+    /// range and rights; the window's bind checked the region's).
+    fn remote(
+        &self,
+        pd: u32,
+        rkey: u32,
+        (va, len): (u64, u64),
+        access: Access,
+    ) -> Result<&Region, MemError> {
+        if !self.by_rkey.contains_key(&rkey) {
+            let h = self.windows.check(pd, rkey, va, len, access)?;
+            return self.regions.get(&h).ok_or(MemError::InvalidKey);
+        }
         let r = self.by_key(&self.by_rkey, pd, rkey)?;
         if !r.access.contains(access) {
             return Err(MemError::AccessDenied);
@@ -556,22 +582,22 @@ impl Memory for MrTable {
         len: u64,
         access: Access,
     ) -> Result<(), MemError> {
-        let r = self.remote(pd, rkey, access)?;
+        let r = self.remote(pd, rkey, (va, len), access)?;
         r.offset(va, len).map(|_| ())
     }
 
     fn read_remote(&self, pd: u32, rkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
-        let r = self.remote(pd, rkey, Access::REMOTE_READ)?;
+        let r = self.remote(pd, rkey, (va, dst.len() as u64), Access::REMOTE_READ)?;
         Self::copy_out(r, va, dst)
     }
 
     fn write_remote(&mut self, pd: u32, rkey: u32, va: u64, src: &[u8]) -> Result<(), MemError> {
-        let r = self.remote(pd, rkey, Access::REMOTE_WRITE)?;
+        let r = self.remote(pd, rkey, (va, src.len() as u64), Access::REMOTE_WRITE)?;
         Self::copy_in(r, va, src)
     }
 
     fn atomic(&mut self, pd: u32, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
-        let r = self.remote(pd, rkey, Access::REMOTE_ATOMIC)?;
+        let r = self.remote(pd, rkey, (va, 8), Access::REMOTE_ATOMIC)?;
         if !va.is_multiple_of(8) {
             return Err(MemError::Misaligned);
         }

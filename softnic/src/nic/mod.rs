@@ -35,6 +35,8 @@ pub mod gid;
 pub mod handles;
 pub mod memory;
 pub mod mr_view;
+pub mod mw;
+mod mw_control;
 pub mod pcap;
 pub mod quota;
 pub mod ready;

@@ -37,6 +37,8 @@ use super::memory::KeyMap;
 use super::ready::Ticket;
 use super::wqe;
 
+mod local_op;
+
 /// Most entries taken from one ring per iteration (fairness between QPs).
 pub const DRAIN_BUDGET: usize = 64;
 
@@ -194,6 +196,14 @@ impl QpEntry {
             );
             if !accepts || self.qp.send_queue_len() >= self.caps.max_send_wr as usize {
                 break;
+            }
+            match self.take_local_op() {
+                local_op::Head::Transport => {}
+                local_op::Head::Waiting => break,
+                local_op::Head::Done => {
+                    taken += 1;
+                    continue;
+                }
             }
             let w = match self.sq.pop() {
                 Ok(Some(w)) => w,

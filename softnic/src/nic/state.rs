@@ -455,6 +455,27 @@ impl Nic {
                     err(ErrorCode::NotFound, format!("no QP {qpn:#x}"))
                 }
             }
+            Request::AllocMw { pd, mw_type } => self.alloc_mw(client, pd, mw_type),
+            Request::DeallocMw { mw } => self.dealloc_mw(client, mw),
+            Request::BindMw {
+                qpn,
+                mw,
+                mr,
+                rkey,
+                addr,
+                len,
+                access,
+            } => {
+                let b = super::mw::Bind {
+                    mw,
+                    rkey,
+                    addr,
+                    len,
+                    access,
+                };
+                self.bind_mw(client, qpn, mr, &b)
+            }
+            Request::InvalidateMw { qpn, rkey } => self.invalidate_mw(client, qpn, rkey),
         }
     }
 
@@ -1027,6 +1048,7 @@ impl Nic {
         for &h in &cqs {
             self.destroy_cq(client, h);
         }
+        self.mrs.windows.remove_client(client);
         for &h in &mrs {
             self.dereg_mr(client, h);
         }
@@ -1088,6 +1110,10 @@ pub fn request_name(r: &Request) -> &'static str {
         Request::DestroySrq { .. } => "DestroySrq",
         Request::GetAsyncEvents => "GetAsyncEvents",
         Request::Cm(_) => "Cm",
+        Request::AllocMw { .. } => "AllocMw",
+        Request::DeallocMw { .. } => "DeallocMw",
+        Request::BindMw { .. } => "BindMw",
+        Request::InvalidateMw { .. } => "InvalidateMw",
     }
 }
 

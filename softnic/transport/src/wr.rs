@@ -152,6 +152,10 @@ pub enum WcOpcode {
     CompSwap = 3,
     /// IBV_WC_FETCH_ADD.
     FetchAdd = 4,
+    /// IBV_WC_BIND_MW (a memory-window bind the NIC completes in order).
+    BindMw = 5,
+    /// IBV_WC_LOCAL_INV (a memory-window invalidation, likewise).
+    LocalInv = 6,
     /// IBV_WC_RECV.
     Recv = 128,
     /// IBV_WC_RECV_RDMA_WITH_IMM.

@@ -54,12 +54,12 @@ pub struct ibv_context_ops {
     pub _compat_query_port: OpaqueOp,
     /// `_compat_alloc_pd` … `_compat_dereg_mr`.
     pub _compat_pd_mr: [OpaqueOp; 5],
-    /// `alloc_mw` (the inline `ibv_alloc_mw` answers EOPNOTSUPP when NULL).
-    pub alloc_mw: OpaqueOp,
-    /// `bind_mw`.
-    pub bind_mw: OpaqueOp,
-    /// `dealloc_mw`.
-    pub dealloc_mw: OpaqueOp,
+    /// `alloc_mw` (inline `ibv_alloc_mw`).
+    pub alloc_mw: Option<unsafe extern "C" fn(*mut ibv_pd, c_int) -> *mut ibv_mw>,
+    /// `bind_mw` (inline `ibv_bind_mw`).
+    pub bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int>,
+    /// `dealloc_mw` (inline `ibv_dealloc_mw`).
+    pub dealloc_mw: Option<unsafe extern "C" fn(*mut ibv_mw) -> c_int>,
     /// `_compat_create_cq`.
     pub _compat_create_cq: OpaqueOp,
     /// `poll_cq` (inline `ibv_poll_cq`).
@@ -400,6 +400,58 @@ pub struct ibv_pd {
     pub context: *mut ibv_context,
     /// Handle.
     pub handle: u32,
+}
+
+/// `struct ibv_mw` (32 bytes).
+#[repr(C)]
+pub struct ibv_mw {
+    /// Owning context.
+    pub context: *mut ibv_context,
+    /// Its PD.
+    pub pd: *mut ibv_pd,
+    /// Current R_Key (updated by `ibv_bind_mw`).
+    pub rkey: u32,
+    /// Handle.
+    pub handle: u32,
+    /// `enum ibv_mw_type` (1 or 2).
+    pub mw_type: c_int,
+}
+
+/// `struct ibv_mw_bind_info` (32 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_mw_bind_info {
+    /// The region the window goes onto.
+    pub mr: *mut ibv_mr,
+    /// First byte.
+    pub addr: u64,
+    /// Length (0 unbinds a type 1 window).
+    pub length: u64,
+    /// `ibv_access_flags`.
+    pub mw_access_flags: c_uint,
+}
+
+/// `struct ibv_mw_bind` (`ibv_bind_mw`'s argument, 40 bytes).
+#[repr(C)]
+pub struct ibv_mw_bind {
+    /// Cookie of the bind's completion.
+    pub wr_id: u64,
+    /// `IBV_SEND_SIGNALED` etc.
+    pub send_flags: c_uint,
+    /// What to bind.
+    pub bind_info: ibv_mw_bind_info,
+}
+
+/// The `bind_mw` member of `struct ibv_send_wr`'s last union (48 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct send_wr_bind_mw {
+    /// The window.
+    pub mw: *mut ibv_mw,
+    /// The R_Key it answers to after the bind.
+    pub rkey: u32,
+    /// What to bind.
+    pub bind_info: ibv_mw_bind_info,
 }
 
 /// `struct ibv_mr` (48 bytes); programs read `addr`, `length`, `lkey`, `rkey`.
@@ -926,8 +978,8 @@ pub struct ibv_send_wr {
     pub wr: wr_union,
     /// `qp_type.xrc.remote_srqn`.
     pub qp_type: u32,
-    /// `bind_mw` / `tso` (unused here).
-    pub bind_mw: [u64; 6],
+    /// `bind_mw` (`IBV_WR_BIND_MW`; the union's `tso` member is unused here).
+    pub bind_mw: send_wr_bind_mw,
 }
 
 /// `struct ibv_recv_wr` (32 bytes).
@@ -1227,6 +1279,36 @@ pub fn layout_table() -> Vec<FieldLayout> {
         }
     );
     fields!(v, Offset, ibv_pd { context, handle });
+    fields!(
+        v,
+        Offset,
+        ibv_mw {
+            context,
+            pd,
+            rkey,
+            handle,
+            mw_type as "type"
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_mw_bind_info {
+            mr,
+            addr,
+            length,
+            mw_access_flags
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_mw_bind {
+            wr_id,
+            send_flags,
+            bind_info
+        }
+    );
     fields!(
         v,
         Offset,
@@ -1594,6 +1676,21 @@ pub fn size_table() -> Vec<StructSize> {
         StructSize {
             strukt: "ibv_device",
             size: size_of::<ibv_device>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_mw",
+            size: size_of::<ibv_mw>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_mw_bind",
+            size: size_of::<ibv_mw_bind>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_mw_bind_info",
+            size: size_of::<ibv_mw_bind_info>(),
             rule: SizeRule::Exact,
         },
         StructSize {

@@ -46,6 +46,7 @@ pub mod errno;
 pub mod internal;
 pub mod mr;
 mod mr_backing;
+pub mod mw;
 pub mod objects;
 pub mod qp;
 pub mod query;

@@ -62,8 +62,8 @@ use crate::objects::{last_errno, softnic_pd, SoftnicPd};
 const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 
 /// `IBV_ACCESS_MW_BIND`: lets memory windows be bound to the MR. Accepted (as rxe
-/// does) and ignored: `ibv_alloc_mw` is EOPNOTSUPP, so no window can ever use it.
-/// pyverbs' memory-window tests register with it before they find that out.
+/// does) and not passed to the NIC, which binds windows to any region of the PD
+/// (`softnic/src/nic/mw.rs` says so).
 const ACCESS_MW_BIND: u32 = 0x10;
 
 /// A live registration: the converted page range `[start, end)` it is a window onto

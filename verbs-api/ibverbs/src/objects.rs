@@ -344,6 +344,8 @@ pub(crate) fn wc_opcode(o: WcOpcode) -> c_int {
         WcOpcode::RdmaRead => 2,
         WcOpcode::CompSwap => 3,
         WcOpcode::FetchAdd => 4,
+        WcOpcode::BindMw => 5,
+        WcOpcode::LocalInv => 6,
         WcOpcode::Recv => 128,
         WcOpcode::RecvRdmaWithImm => 129,
         WcOpcode::Other(v) => v as c_int,

@@ -793,9 +793,16 @@ pub unsafe extern "C" fn post_send(
         let mut wrs = [filler; CHUNK];
         let mut n = 0;
         let mut refused = None;
+        let mut local = false;
         while n < CHUNK && !cur.is_null() {
             let store = stores.next().expect("one store per WR of the chunk");
             // SAFETY: a valid WR list (caller contract), alive during this call.
+            if crate::mw::is_local(unsafe { &*cur }) {
+                // A bind or invalidation: after the WRs before it are posted.
+                local = true;
+                break;
+            }
+            // SAFETY: as above.
             match unsafe { send_wr(&*cur, q.qpx.qp_base.qp_type == IBV_QPT_UD, store) } {
                 Ok(w) => {
                     ptrs[n] = cur;
@@ -810,10 +817,18 @@ pub unsafe extern "C" fn post_send(
             // SAFETY: as above.
             cur = unsafe { (*cur).next };
         }
-        let failed = match post_chunk(&mut *api, &wrs[..n], QueuePair::post_send) {
+        let mut failed = match post_chunk(&mut *api, &wrs[..n], QueuePair::post_send) {
             Err((i, e)) => Some((ptrs[i.min(n.saturating_sub(1))], e)),
             Ok(()) => refused.map(|e| (cur, e)),
         };
+        if failed.is_none() && local {
+            // SAFETY: a valid WR list (caller contract); its window and MR are live.
+            match unsafe { crate::mw::post_local(&mut api, &*cur) } {
+                // SAFETY: as above.
+                Ok(()) => cur = unsafe { (*cur).next },
+                Err(e) => failed = Some((cur, e)),
+            }
+        }
         if let Some((w, e)) = failed {
             if !bad.is_null() {
                 // SAFETY: the caller's out-pointer.

@@ -64,6 +64,7 @@ pub fn device_attr(ctx: &crate::device::SoftnicContext) -> ibv_device_attr {
     d.max_pd = clamp(a.max_qp);
     d.max_cqe = clamp(a.max_cqe);
     d.max_mr = clamp(a.max_mr);
+    d.max_mw = clamp(verbs_api::mw::MAX_MW);
     d.max_qp_rd_atom = clamp(a.max_qp_rd_atom);
     d.max_qp_init_rd_atom = clamp(a.max_qp_rd_atom);
     d.max_res_rd_atom = clamp(a.max_qp_rd_atom.saturating_mul(a.max_qp));

@@ -14,8 +14,9 @@ use crate::errno;
 
 const E: c_int = libc::EOPNOTSUPP;
 
-/// The data-path ops of every context, called by the inline `ibv_poll_cq`,
-/// `ibv_req_notify_cq`, `ibv_post_send`, `ibv_post_recv` through `ctx->ops`.
+/// The ops of every context, called by the inline `ibv_poll_cq`, `ibv_req_notify_cq`,
+/// `ibv_post_send`, `ibv_post_recv`, `ibv_post_srq_recv` and the memory-window verbs
+/// (`ibv_alloc_mw`, `ibv_bind_mw`, `ibv_dealloc_mw`) through `ctx->ops`.
 pub fn context_ops() -> ibv_context_ops {
     // SAFETY: all fields are Option<fn>: all-zero is all-None.
     let mut ops: ibv_context_ops = unsafe { std::mem::zeroed() };
@@ -24,6 +25,9 @@ pub fn context_ops() -> ibv_context_ops {
     ops.post_send = Some(crate::qp::post_send);
     ops.post_recv = Some(crate::qp::post_recv);
     ops.post_srq_recv = Some(crate::srq::post_srq_recv);
+    ops.alloc_mw = Some(crate::mw::alloc_mw);
+    ops.bind_mw = Some(crate::mw::bind_mw);
+    ops.dealloc_mw = Some(crate::mw::dealloc_mw);
     ops
 }
 

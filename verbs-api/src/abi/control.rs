@@ -391,6 +391,48 @@ pub enum Request {
         /// Client virtual address of the region's first byte.
         iova: u64,
     },
+    /// `ibv_alloc_mw`: a memory window of `mw_type` (1 or 2, IBTA 10.6.7) in `pd`,
+    /// unbound. Reply: [`Reply::Mw`].
+    AllocMw {
+        /// PD handle.
+        pd: Handle,
+        /// 1 (bound with `ibv_bind_mw`) or 2 (bound with an `IBV_WR_BIND_MW` WR).
+        mw_type: u8,
+    },
+    /// `ibv_dealloc_mw`: the window's R_Key stops working at once. Reply: [`Reply::Done`].
+    DeallocMw {
+        /// MW handle.
+        mw: Handle,
+    },
+    /// Binds window `mw` to `[addr, addr + len)` of region `mr` with `access`
+    /// (remote rights only) under the new R_Key `rkey` (same index as the window's,
+    /// new key byte), on behalf of QP `qpn` (IBTA 10.6.7.2). A type 1 window with
+    /// `len` 0 is unbound. The client then posts the bind's WQE for its completion.
+    /// Reply: [`Reply::Done`].
+    BindMw {
+        /// The QP the bind is posted on (same client and PD).
+        qpn: u32,
+        /// MW handle.
+        mw: Handle,
+        /// MR handle (ignored when `len` is 0).
+        mr: Handle,
+        /// The R_Key the window answers to after the bind.
+        rkey: u32,
+        /// First byte (client virtual address).
+        addr: u64,
+        /// Length in bytes.
+        len: u64,
+        /// `ibv_access_flags` bits.
+        access: u32,
+    },
+    /// Invalidates the type 2 window whose R_Key is `rkey` (`IBV_WR_LOCAL_INV`, IBTA
+    /// 10.6.7.2.4), on behalf of QP `qpn` (same PD). Reply: [`Reply::Done`].
+    InvalidateMw {
+        /// The QP the invalidation is posted on.
+        qpn: u32,
+        /// The window's current R_Key.
+        rkey: u32,
+    },
 }
 
 /// SRQ attributes (`struct ibv_srq_attr`).
@@ -495,6 +537,13 @@ pub enum Reply {
     },
     /// To a CM request.
     Cm(cm::CmReply),
+    /// To AllocMw.
+    Mw {
+        /// New MW handle.
+        mw: Handle,
+        /// Its initial R_Key (bits 8..32 name the window, bits 0..8 are the key).
+        rkey: u32,
+    },
 }
 
 /// Why a request failed (the class; the message says the details).

@@ -461,6 +461,18 @@ impl<T: Slot> Consumer<T> {
         Ok(n)
     }
 
+    /// Copies the next slot out without consuming it (the next [`Consumer::pop`]
+    /// returns it again; a misbehaving producer may have changed it meanwhile).
+    pub fn peek(&mut self) -> Result<Option<T>, RingError> {
+        if self.available()? == 0 {
+            return Ok(None);
+        }
+        let p = self.ring.slot_ptr(self.head);
+        // SAFETY: as in `pop`.
+        let v = unsafe { core::ptr::read_volatile(p) };
+        Ok(Some(v))
+    }
+
     /// Copies the next slot out, or `None` when the ring is empty. The slot is not
     /// returned to the producer until [`Consumer::release`].
     pub fn pop(&mut self) -> Result<Option<T>, RingError> {

@@ -39,6 +39,15 @@ pub mod wr_opcode {
     pub const ATOMIC_CMP_AND_SWP: u8 = 5;
     /// IBV_WR_ATOMIC_FETCH_AND_ADD.
     pub const ATOMIC_FETCH_AND_ADD: u8 = 6;
+    /// IBV_WR_LOCAL_INV: the NIC already invalidated the window (`InvalidateMw`); the
+    /// WQE only orders its completion.
+    pub const LOCAL_INV: u8 = 7;
+    /// IBV_WR_BIND_MW: the NIC already bound the window (`BindMw`); the WQE only orders
+    /// its completion.
+    pub const BIND_MW: u8 = 8;
+    /// IBV_WR_SEND_WITH_INV: a SEND whose IETH (`imm`) names an R_Key for the
+    /// responder to invalidate (IBTA 9.4.1.1).
+    pub const SEND_WITH_INV: u8 = 9;
 }
 
 /// `enum ibv_send_flags` bits (in [`SendWqe::flags`]).
@@ -65,6 +74,10 @@ pub mod wc_opcode {
     pub const COMP_SWAP: u32 = 3;
     /// IBV_WC_FETCH_ADD.
     pub const FETCH_ADD: u32 = 4;
+    /// IBV_WC_BIND_MW.
+    pub const BIND_MW: u32 = 5;
+    /// IBV_WC_LOCAL_INV.
+    pub const LOCAL_INV: u32 = 6;
     /// IBV_WC_RECV.
     pub const RECV: u32 = 128;
     /// IBV_WC_RECV_RDMA_WITH_IMM.

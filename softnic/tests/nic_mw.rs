@@ -1,0 +1,134 @@
+//! Memory windows between two NICs (IBTA 10.6.7): a peer reaches exactly the window's
+//! bytes with its R_Key and rights, and nothing once the window is rebound, unbound,
+//! invalidated or deallocated — each refused access is a Remote Access Error NAK,
+//! completed at the requester as `IBV_WC_REM_ACCESS_ERR`.
+
+mod nic_support;
+
+use nic_support::*;
+use verbs_api::{MemoryWindow, Mtu, MwBindInfo, SendWr, WcOpcode, WcStatus, WrOpcode};
+
+const REMOTE_WRITE: u32 = 2;
+const REMOTE_READ: u32 = 4;
+
+/// x's window over bytes [256, 512) of x's region.
+fn window_info(x: &Side, access: u32) -> MwBindInfo {
+    MwBindInfo {
+        mr: x.mr.handle(),
+        addr: x.mr.addr() + 256,
+        len: 256,
+        access,
+    }
+}
+
+/// y writes 8 bytes of `seed` at `addr` with `rkey`; returns the completion status.
+fn write(y: &mut Side, addr: u64, rkey: u32, seed: u8) -> WcStatus {
+    y.mr.write(0, &pattern(8, seed));
+    let sge = [y.mr.sge(0, 8)];
+    let op = WrOpcode::RdmaWrite {
+        remote_addr: addr,
+        rkey,
+    };
+    y.qp.post_send(&[SendWr::new(1, op, &sge).signaled()])
+        .expect("post write");
+    poll_one(&mut y.cq).status
+}
+
+fn bound_type1(a: &NicProc, b: &NicProc, access: u32) -> (Side, Side, MemoryWindow, u32) {
+    let (mut x, y) = rc_pair(a, b, Mtu::Mtu1024, 4096, 8);
+    let mut mw = x.pd.alloc_mw(1).expect("alloc_mw");
+    let info = window_info(&x, access);
+    let rkey = x.qp.bind_mw(7, true, &mut mw, &info).expect("bind");
+    let wc = poll_one(&mut x.cq);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (7, WcStatus::Success, WcOpcode::BindMw)
+    );
+    assert_eq!(mw.rkey(), rkey);
+    (x, y, mw, rkey)
+}
+
+#[test]
+fn type1_window_reaches_its_range_only() {
+    let a = NicProc::start("mw1-a", "127.0.0.1", 0, &[]);
+    let b = NicProc::start("mw1-b", "127.0.0.1", 0, &[]);
+    let (x, mut y, _mw, rkey) = bound_type1(&a, &b, REMOTE_WRITE);
+    let base = x.mr.addr() + 256;
+    assert_eq!(write(&mut y, base, rkey, 1), WcStatus::Success);
+    assert_eq!(write(&mut y, base + 248, rkey, 2), WcStatus::Success);
+    assert_eq!(x.mr.read_vec(256, 8), pattern(8, 1));
+    assert_eq!(x.mr.read_vec(504, 8), pattern(8, 2));
+    // One byte past the window (still inside the region): refused.
+    assert_eq!(write(&mut y, base + 249, rkey, 3), WcStatus::RemAccessErr);
+    assert_eq!(
+        x.mr.read_vec(505, 8)[7],
+        0,
+        "nothing written past the window"
+    );
+}
+
+#[test]
+fn type1_window_checks_rights_and_revocation() {
+    let a = NicProc::start("mw1r-a", "127.0.0.1", 0, &[]);
+    let b = NicProc::start("mw1r-b", "127.0.0.1", 0, &[]);
+    // Read-only window: a write is refused.
+    let (x, mut y, _mw, rkey) = bound_type1(&a, &b, REMOTE_READ);
+    assert_eq!(
+        write(&mut y, x.mr.addr() + 256, rkey, 1),
+        WcStatus::RemAccessErr
+    );
+    drop((x, y));
+    // Rebinding with length 0 (the next R_Key) unbinds: neither key works.
+    let (mut x, mut y, mut mw, rkey) = bound_type1(&a, &b, REMOTE_WRITE);
+    let unbind = MwBindInfo {
+        len: 0,
+        access: 0,
+        ..window_info(&x, 0)
+    };
+    let k2 = x.qp.bind_mw(8, true, &mut mw, &unbind).expect("unbind");
+    assert_ne!(k2, rkey);
+    assert_eq!(poll_one(&mut x.cq).status, WcStatus::Success);
+    assert_eq!(
+        write(&mut y, x.mr.addr() + 256, k2, 1),
+        WcStatus::RemAccessErr
+    );
+    drop((x, y, mw));
+    // Deallocation revokes.
+    let (x, mut y, mw, rkey) = bound_type1(&a, &b, REMOTE_WRITE);
+    drop(mw);
+    assert_eq!(
+        write(&mut y, x.mr.addr() + 256, rkey, 1),
+        WcStatus::RemAccessErr
+    );
+}
+
+#[test]
+fn type2_window_bound_by_wr_and_invalidated_locally() {
+    let a = NicProc::start("mw2-a", "127.0.0.1", 0, &[]);
+    let b = NicProc::start("mw2-b", "127.0.0.1", 0, &[]);
+    let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
+    let mw = x.pd.alloc_mw(2).expect("alloc_mw");
+    let rkey = verbs_api::mw::inc_rkey(mw.rkey());
+    let info = window_info(&x, REMOTE_WRITE);
+    x.qp.post_bind_mw(3, true, mw.handle(), rkey, &info)
+        .expect("bind");
+    assert_eq!(poll_one(&mut x.cq).opcode, WcOpcode::BindMw);
+    // A bound type 2 window cannot be bound again before it is invalidated.
+    assert!(x
+        .qp
+        .post_bind_mw(4, true, mw.handle(), rkey, &info)
+        .is_err());
+    assert_eq!(write(&mut y, x.mr.addr() + 300, rkey, 5), WcStatus::Success);
+    assert_eq!(x.mr.read_vec(300, 8), pattern(8, 5));
+    x.qp.post_local_inv(9, true, rkey).expect("local inv");
+    let wc = poll_one(&mut x.cq);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (9, WcStatus::Success, WcOpcode::LocalInv)
+    );
+    assert_eq!(
+        write(&mut y, x.mr.addr() + 300, rkey, 6),
+        WcStatus::RemAccessErr
+    );
+    assert_eq!(x.mr.read_vec(300, 8), pattern(8, 5));
+}
