@@ -144,28 +144,68 @@ pub(crate) const IBV_WR_LOCAL_INV: c_int = 7;
 /// `IBV_WR_BIND_MW`.
 pub(crate) const IBV_WR_BIND_MW: c_int = 8;
 
+/// A bind or invalidation, decoded from a WR or a builder call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LocalWr {
+    /// `IBV_WR_BIND_MW` / `ibv_wr_bind_mw`.
+    Bind {
+        /// The window's handle.
+        mw: u32,
+        /// Its R_Key after the bind.
+        rkey: u32,
+        /// What to bind.
+        info: MwBindInfo,
+    },
+    /// `IBV_WR_LOCAL_INV` / `ibv_wr_local_inv`.
+    Invalidate {
+        /// The R_Key to invalidate.
+        rkey: u32,
+    },
+}
+
+/// The [`LocalWr::Bind`] of window `mw` under `rkey` with `info`.
+///
+/// # Safety
+/// `mw` is NULL or from [`alloc_mw`]; `info` is NULL or a valid bind info whose MR is
+/// NULL or from `ibv_reg_mr`.
+pub(crate) unsafe fn bind_wr(
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
+) -> Result<LocalWr, c_int> {
+    if mw.is_null() || info.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: caller contract.
+    let (mw, info) = unsafe { ((*mw).handle, bind_info(&*info)?) };
+    Ok(LocalWr::Bind { mw, rkey, info })
+}
+
+/// Posts `l` (with the WR's `wr_id` and send flags) on `qp`; the errno on refusal.
+pub(crate) fn post_local_wr(
+    qp: &mut QueuePair,
+    (wr_id, flags, l): (u64, u32, LocalWr),
+) -> Result<(), c_int> {
+    let signaled = flags & SIGNALED != 0;
+    match l {
+        LocalWr::Bind { mw, rkey, info } => qp.post_bind_mw(wr_id, signaled, mw, rkey, &info),
+        LocalWr::Invalidate { rkey } => qp.post_local_inv(wr_id, signaled, rkey),
+    }
+    .map_err(|e| post_errno(&e))
+}
+
 /// Posts an `IBV_WR_BIND_MW` or `IBV_WR_LOCAL_INV` work request on `qp`.
 ///
 /// # Safety
 /// `w` is a valid WR; for a bind, `w.bind_mw.mw` came from [`alloc_mw`] and its MR
 /// from `ibv_reg_mr`.
 pub(crate) unsafe fn post_local(qp: &mut QueuePair, w: &ibv_send_wr) -> Result<(), c_int> {
-    let signaled = w.send_flags & SIGNALED != 0;
-    let done = match w.opcode {
-        IBV_WR_BIND_MW => {
-            let b = w.bind_mw;
-            if b.mw.is_null() {
-                return Err(libc::EINVAL);
-            }
-            // SAFETY: caller contract.
-            let info = unsafe { bind_info(&b.bind_info) }?;
-            // SAFETY: caller contract (a live window).
-            let handle = unsafe { (*b.mw).handle };
-            qp.post_bind_mw(w.wr_id, signaled, handle, b.rkey, &info)
-        }
+    let l = match w.opcode {
+        // SAFETY: caller contract.
+        IBV_WR_BIND_MW => unsafe { bind_wr(w.bind_mw.mw, w.bind_mw.rkey, &w.bind_mw.bind_info) }?,
         // `invalidate_rkey` shares the union with `imm_data`, in host order.
-        IBV_WR_LOCAL_INV => qp.post_local_inv(w.wr_id, signaled, w.imm_data),
+        IBV_WR_LOCAL_INV => LocalWr::Invalidate { rkey: w.imm_data },
         _ => return Err(libc::EINVAL),
     };
-    done.map_err(|e| post_errno(&e))
+    post_local_wr(qp, (w.wr_id, w.send_flags, l))
 }

@@ -6,9 +6,11 @@
 //!
 //! The batch lives in the QP (its vector keeps its capacity, so a steady stream of
 //! batches allocates nothing); each call takes the batch's lock briefly (uncontended:
-//! no syscall). An operation softnic lacks (memory windows, local/send invalidate, TSO,
-//! XRC, ATOMIC WRITE, FLUSH), or a setter misuse, marks the batch failed and
-//! `ibv_wr_complete` returns the errno without posting anything of it.
+//! no syscall). An operation softnic lacks (send with invalidate, TSO, XRC, ATOMIC
+//! WRITE, FLUSH), or a setter misuse, marks the batch failed and `ibv_wr_complete`
+//! returns the errno without posting anything of it. A memory-window bind or local
+//! invalidation (`ibv_wr_bind_mw`, `ibv_wr_local_inv`) is posted in its place in the
+//! batch, after the WRs before it ([`crate::mw`]).
 //!
 //! Inline data (`ibv_wr_set_inline_data`, `ibv_wr_set_inline_data_list`) is copied
 //! out of the caller's memory when the setter is called — registered or not, as every
@@ -22,8 +24,9 @@ use crate::abi::*;
 use crate::qp::SoftnicQp;
 
 /// `IBV_QP_EX_WITH_*` operations implemented: RDMA_WRITE, RDMA_WRITE_WITH_IMM, SEND,
-/// SEND_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD.
-pub const SUPPORTED_SEND_OPS: u64 = 0x7f;
+/// SEND_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD, LOCAL_INV,
+/// BIND_MW.
+pub const SUPPORTED_SEND_OPS: u64 = 0x1ff;
 
 const MAX_SGE: usize = verbs_api::abi::MAX_SGE;
 const MAX_INLINE: usize = verbs_api::abi::MAX_INLINE;
@@ -40,6 +43,8 @@ struct Pending {
     /// Inline payload copied by the inline setters (`inline_len` bytes).
     inline: [u8; MAX_INLINE],
     inline_len: usize,
+    /// A memory-window bind or invalidation instead of `opcode` ([`crate::mw`]).
+    local: Option<crate::mw::LocalWr>,
 }
 
 /// The batch between `ibv_wr_start` and `ibv_wr_complete`.
@@ -55,7 +60,7 @@ pub(crate) fn install(q: &mut ibv_qp_ex, _ops: u64) {
     q.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
     q.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
     q.wr_bind_mw = Some(wr_bind_mw);
-    q.wr_local_inv = Some(wr_u32_unsupported);
+    q.wr_local_inv = Some(wr_local_inv);
     q.wr_rdma_read = Some(wr_rdma_read);
     q.wr_rdma_write = Some(wr_rdma_write);
     q.wr_rdma_write_imm = Some(wr_rdma_write_imm);
@@ -104,6 +109,7 @@ unsafe fn begin(qpx: *mut ibv_qp_ex, opcode: WrOpcode) {
                 ud: None,
                 inline: [0; MAX_INLINE],
                 inline_len: 0,
+                local: None,
             })
         })
     }
@@ -170,28 +176,43 @@ unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
         let mut api = q.api.lock().unwrap_or_else(|e| e.into_inner());
         let filler = SendWr::new(0, WrOpcode::Send, &[]);
         let mut rc = 0;
-        for chunk in b.wrs.chunks(crate::qp::CHUNK) {
-            let mut pieces: [&[u8]; crate::qp::CHUNK] = [&[]; crate::qp::CHUNK];
-            for (piece, p) in pieces.iter_mut().zip(chunk) {
-                *piece = &p.inline[..p.inline_len];
+        // Runs of transport WRs, each ended by a bind or invalidation (or the batch's end).
+        'batch: for run in b.wrs.split_inclusive(|p| p.local.is_some()) {
+            let (run, local) = match run.split_last() {
+                Some((l, head)) if l.local.is_some() => {
+                    (head, l.local.map(|w| (l.wr_id, l.flags, w)))
+                }
+                _ => (run, None),
+            };
+            for chunk in run.chunks(crate::qp::CHUNK) {
+                let mut pieces: [&[u8]; crate::qp::CHUNK] = [&[]; crate::qp::CHUNK];
+                for (piece, p) in pieces.iter_mut().zip(chunk) {
+                    *piece = &p.inline[..p.inline_len];
+                }
+                let mut wrs = [filler; crate::qp::CHUNK];
+                for ((dst, p), piece) in wrs.iter_mut().zip(chunk).zip(&pieces) {
+                    *dst = SendWr {
+                        wr_id: p.wr_id,
+                        opcode: p.opcode,
+                        sg_list: &p.sge[..p.nsge],
+                        send_flags: SendFlags(p.flags as u8),
+                        ud: p.ud,
+                        inline_data: match p.inline_len {
+                            0 => &[],
+                            _ => std::slice::from_ref(piece),
+                        },
+                    };
+                }
+                if let Err(e) = api.post_send(&wrs[..chunk.len()]) {
+                    rc = crate::qp::post_errno(&e);
+                    break 'batch;
+                }
             }
-            let mut wrs = [filler; crate::qp::CHUNK];
-            for ((dst, p), piece) in wrs.iter_mut().zip(chunk).zip(&pieces) {
-                *dst = SendWr {
-                    wr_id: p.wr_id,
-                    opcode: p.opcode,
-                    sg_list: &p.sge[..p.nsge],
-                    send_flags: SendFlags(p.flags as u8),
-                    ud: p.ud,
-                    inline_data: match p.inline_len {
-                        0 => &[],
-                        _ => std::slice::from_ref(piece),
-                    },
-                };
-            }
-            if let Err(e) = api.post_send(&wrs[..chunk.len()]) {
-                rc = crate::qp::post_errno(&e);
-                break;
+            if let Some(l) = local {
+                if let Err(e) = crate::mw::post_local_wr(&mut api, l) {
+                    rc = e;
+                    break;
+                }
             }
         }
         rc
@@ -238,10 +259,51 @@ macro_rules! unsupported {
     )*};
 }
 
+/// Starts a WR that is a memory-window bind or invalidation.
+///
+/// # Safety
+/// As [`with_batch`].
+unsafe fn begin_local(qpx: *mut ibv_qp_ex, local: Result<crate::mw::LocalWr, c_int>) {
+    match local {
+        // SAFETY: forwarded.
+        Ok(l) => unsafe {
+            begin(qpx, WrOpcode::Send);
+            last(qpx, |w| {
+                w.local = Some(l);
+                Ok(())
+            })
+        },
+        // SAFETY: forwarded.
+        Err(e) => unsafe { fail(qpx, e) },
+    }
+}
+
+/// `ibv_wr_bind_mw`.
+unsafe extern "C" fn wr_bind_mw(
+    qpx: *mut ibv_qp_ex,
+    mw: *mut c_void,
+    rkey: u32,
+    info: *const c_void,
+) {
+    // SAFETY: a QP from this library; `mw` from ibv_alloc_mw and `info` a valid
+    // `ibv_mw_bind_info` (caller contract).
+    unsafe {
+        begin_local(
+            qpx,
+            crate::mw::bind_wr(mw as *mut ibv_mw, rkey, info as *const ibv_mw_bind_info),
+        )
+    }
+}
+
+/// `ibv_wr_local_inv`.
+unsafe extern "C" fn wr_local_inv(qpx: *mut ibv_qp_ex, rkey: u32) {
+    // SAFETY: a QP from this library.
+    unsafe { begin_local(qpx, Ok(crate::mw::LocalWr::Invalidate { rkey })) }
+}
+
 unsupported! {
-    /// `wr_local_inv`, `wr_send_inv`, `wr_set_xrc_srqn`.
+    /// `wr_send_inv`, `wr_set_xrc_srqn`.
     wr_u32_unsupported(u32);
-    wr_bind_mw(*mut c_void, u32, *const c_void);
     wr_send_tso(*mut c_void, u16, u16);
     wr_atomic_write(u32, u64, *const c_void);
     wr_flush(u32, u64, usize, u8, u8);
