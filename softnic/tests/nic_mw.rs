@@ -132,3 +132,57 @@ fn type2_window_bound_by_wr_and_invalidated_locally() {
     );
     assert_eq!(x.mr.read_vec(300, 8), pattern(8, 5));
 }
+
+#[test]
+fn type2_window_invalidated_by_the_peers_send_with_invalidate() {
+    let a = NicProc::start("mw2i-a", "127.0.0.1", 0, &[]);
+    let b = NicProc::start("mw2i-b", "127.0.0.1", 0, &[]);
+    let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
+    let mw = x.pd.alloc_mw(2).expect("alloc_mw");
+    let rkey = verbs_api::mw::inc_rkey(mw.rkey());
+    let info = window_info(&x, REMOTE_WRITE);
+    x.qp.post_bind_mw(3, true, mw.handle(), rkey, &info)
+        .expect("bind");
+    assert_eq!(poll_one(&mut x.cq).status, WcStatus::Success);
+    assert_eq!(write(&mut y, x.mr.addr() + 256, rkey, 1), WcStatus::Success);
+    // y sends 16 bytes with Invalidate(rkey): x's receive completes WITH_INV.
+    let rsge = [x.mr.sge(1024, 64)];
+    x.qp.post_recv(&[verbs_api::RecvWr::new(40, &rsge)])
+        .expect("recv");
+    y.mr.write(0, &pattern(16, 9));
+    let sge = [y.mr.sge(0, 16)];
+    y.qp.post_send(&[SendWr::new(41, WrOpcode::SendWithInv(rkey), &sge).signaled()])
+        .expect("send with inv");
+    assert_eq!(poll_one(&mut y.cq).status, WcStatus::Success);
+    let wc = poll_one(&mut x.cq);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode, wc.byte_len),
+        (40, WcStatus::Success, WcOpcode::Recv, 16)
+    );
+    assert_eq!(
+        wc.wc_flags & verbs_api::abi::slots::wc_flags::WITH_INV,
+        verbs_api::abi::slots::wc_flags::WITH_INV
+    );
+    assert_eq!(wc.imm_data, Some(rkey), "the invalidated R_Key");
+    assert_eq!(x.mr.read_vec(1024, 16), pattern(16, 9));
+    assert_eq!(
+        write(&mut y, x.mr.addr() + 256, rkey, 2),
+        WcStatus::RemAccessErr
+    );
+}
+
+#[test]
+fn send_with_invalidate_of_an_unknown_rkey_is_a_remote_access_error() {
+    let a = NicProc::start("mw2u-a", "127.0.0.1", 0, &[]);
+    let b = NicProc::start("mw2u-b", "127.0.0.1", 0, &[]);
+    let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
+    let rsge = [x.mr.sge(0, 64)];
+    x.qp.post_recv(&[verbs_api::RecvWr::new(1, &rsge)])
+        .expect("recv");
+    let sge = [y.mr.sge(0, 8)];
+    // x's region R_Key is not a window's: nothing to invalidate.
+    let op = WrOpcode::SendWithInv(x.mr.rkey());
+    y.qp.post_send(&[SendWr::new(2, op, &sge).signaled()])
+        .expect("post");
+    assert_eq!(poll_one(&mut y.cq).status, WcStatus::RemAccessErr);
+}

@@ -224,10 +224,10 @@ impl From<Cqe> for WorkCompletion {
             opcode: WcOpcode::from_raw(c.opcode),
             vendor_err: c.vendor_err,
             byte_len: c.byte_len,
-            imm_data: (c.flags & wc_flags::WITH_IMM != 0).then_some(c.imm),
+            imm_data: (c.flags & (wc_flags::WITH_IMM | wc_flags::WITH_INV) != 0).then_some(c.imm),
             qp_num: c.qp_num,
             src_qp: c.src_qp,
-            wc_flags: c.flags & (wc_flags::GRH | wc_flags::WITH_IMM),
+            wc_flags: c.flags & (wc_flags::GRH | wc_flags::WITH_IMM | wc_flags::WITH_INV),
         }
     }
 }

@@ -26,6 +26,9 @@ pub enum WrOpcode {
     Send,
     /// IBV_WR_SEND_WITH_IMM, with the immediate data (a number; it travels big-endian).
     SendWithImm(u32),
+    /// IBV_WR_SEND_WITH_INV (RC only), with the R_Key the peer invalidates on receipt
+    /// (its memory window's; IBTA 10.6.7.2.4).
+    SendWithInv(u32),
     /// IBV_WR_RDMA_WRITE to `remote_addr` in the peer's region `rkey`.
     RdmaWrite {
         /// Remote virtual address.
@@ -85,6 +88,7 @@ impl WrOpcode {
         match self {
             WrOpcode::Send => "SEND",
             WrOpcode::SendWithImm(_) => "SEND_WITH_IMM",
+            WrOpcode::SendWithInv(_) => "SEND_WITH_INV",
             WrOpcode::RdmaWrite { .. } => "RDMA_WRITE",
             WrOpcode::RdmaWriteWithImm { .. } => "RDMA_WRITE_WITH_IMM",
             WrOpcode::RdmaRead { .. } => "RDMA_READ",
@@ -332,7 +336,8 @@ pub(crate) unsafe fn build_send_wqe(
         }
         (QpType::Uc, WrOpcode::RdmaRead { .. })
         | (QpType::Uc, WrOpcode::AtomicCmpAndSwp { .. })
-        | (QpType::Uc, WrOpcode::AtomicFetchAndAdd { .. }) => {
+        | (QpType::Uc, WrOpcode::AtomicFetchAndAdd { .. })
+        | (QpType::Uc, WrOpcode::SendWithInv(_)) => {
             return Err(PostError::Unsupported(format!(
                 "{} is not supported on a UC QP (IBTA 9.8.1: no READ or atomics)",
                 op.name()
@@ -366,6 +371,7 @@ pub(crate) unsafe fn build_send_wqe(
     let (opcode, remote_addr, rkey, compare_add, swap, imm) = match op {
         WrOpcode::Send => (wr_opcode::SEND, 0, 0, 0, 0, 0),
         WrOpcode::SendWithImm(imm) => (wr_opcode::SEND_WITH_IMM, 0, 0, 0, 0, imm),
+        WrOpcode::SendWithInv(rkey) => (wr_opcode::SEND_WITH_INV, 0, 0, 0, 0, rkey),
         WrOpcode::RdmaWrite { remote_addr, rkey } => {
             (wr_opcode::RDMA_WRITE, remote_addr, rkey, 0, 0, 0)
         }

@@ -581,7 +581,9 @@ impl Victim {
                     .expect("a posted send WQE is live");
                 if c.status == WcStatus::Success {
                     let want = match wr.op {
-                        SendOp::Send | SendOp::SendWithImm(_) => WcOpcode::Send,
+                        SendOp::Send | SendOp::SendWithImm(_) | SendOp::SendWithInv(_) => {
+                            WcOpcode::Send
+                        }
                         SendOp::Write | SendOp::WriteWithImm(_) => WcOpcode::RdmaWrite,
                         SendOp::Read => WcOpcode::RdmaRead,
                         SendOp::CompareSwap { .. } => WcOpcode::CompSwap,

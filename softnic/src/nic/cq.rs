@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use memmap2::MmapRaw;
 use softnic_transport::qp::QpType;
-use softnic_transport::wr::{Completion, Queue, WcStatus};
+use softnic_transport::wr::{Completion, Queue, WcOpcode, WcStatus};
 use verbs_api::abi::ring::Producer;
-use verbs_api::abi::slots::wc_flags;
+use verbs_api::abi::slots::{wc_flags, wc_opcode};
 use verbs_api::abi::{CqLayout, Cqe, LayoutError, Ring, RingError, CQ_ARMED};
 
 /// Result of [`CompletionQueue::push`].
@@ -56,11 +56,14 @@ pub fn cqe_of(c: &Completion, vendor_err: u32) -> Cqe {
     Cqe {
         wr_id: c.wr_id,
         status: c.status as u32,
-        opcode: c.opcode as u32,
-        flags: if c.imm.is_some() {
-            wc_flags::WITH_IMM
-        } else {
-            0
+        opcode: match c.opcode {
+            WcOpcode::RecvWithInv => wc_opcode::RECV,
+            o => o as u32,
+        },
+        flags: match (c.opcode, c.imm) {
+            (WcOpcode::RecvWithInv, _) => wc_flags::WITH_INV,
+            (_, Some(_)) => wc_flags::WITH_IMM,
+            _ => 0,
         },
         byte_len: c.byte_len,
         imm: c.imm.unwrap_or(0),

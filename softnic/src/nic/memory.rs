@@ -596,6 +596,12 @@ impl Memory for MrTable {
         Self::copy_in(r, va, src)
     }
 
+    fn invalidate(&mut self, pd: u32, rkey: u32) -> Result<(), MemError> {
+        self.windows
+            .invalidate(None, pd, rkey)
+            .map_err(|_| MemError::InvalidKey)
+    }
+
     fn atomic(&mut self, pd: u32, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
         let r = self.remote(pd, rkey, (va, 8), Access::REMOTE_ATOMIC)?;
         if !va.is_multiple_of(8) {

@@ -92,6 +92,7 @@ pub fn send_wr(
         wr_opcode::RDMA_WRITE_WITH_IMM => SendOp::WriteWithImm(w.imm),
         wr_opcode::SEND => SendOp::Send,
         wr_opcode::SEND_WITH_IMM => SendOp::SendWithImm(w.imm),
+        wr_opcode::SEND_WITH_INV => SendOp::SendWithInv(w.imm),
         wr_opcode::RDMA_READ => SendOp::Read,
         wr_opcode::ATOMIC_CMP_AND_SWP => SendOp::CompareSwap {
             compare: w.compare_add,

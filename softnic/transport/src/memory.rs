@@ -122,4 +122,12 @@ pub trait Memory {
     /// requires REMOTE_ATOMIC and 8-byte alignment. Must be atomic with respect to every
     /// other access to that memory, including the client's own CPU atomics.
     fn atomic(&mut self, pd: u32, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError>;
+
+    /// Invalidates R_Key `rkey` for a SEND with Invalidate received by a QP of PD
+    /// `pd` (IBTA 10.6.7.2.4: a bound type 2 memory window of that PD). Memory without
+    /// windows has nothing to invalidate.
+    fn invalidate(&mut self, pd: u32, rkey: u32) -> Result<(), MemError> {
+        let _ = (pd, rkey);
+        Err(MemError::InvalidKey)
+    }
 }

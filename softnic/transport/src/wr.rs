@@ -26,6 +26,9 @@ pub enum SendOp {
     Send,
     /// IBV_WR_SEND_WITH_IMM, with the immediate value.
     SendWithImm(u32),
+    /// IBV_WR_SEND_WITH_INV (RC): a SEND whose IETH names the R_Key the responder
+    /// invalidates when the message completes (IBTA 9.4.1.1, 10.6.7.2.4).
+    SendWithInv(u32),
     /// IBV_WR_RDMA_WRITE.
     Write,
     /// IBV_WR_RDMA_WRITE_WITH_IMM.
@@ -160,6 +163,10 @@ pub enum WcOpcode {
     Recv = 128,
     /// IBV_WC_RECV_RDMA_WITH_IMM.
     RecvRdmaWithImm = 129,
+    /// IBV_WC_RECV of a SEND with Invalidate: `imm` holds the invalidated R_Key (as
+    /// `ibv_wc.invalidated_rkey` shares `imm_data`'s union). Not an `ibv_wc_opcode`
+    /// value: the NIC writes IBV_WC_RECV with IBV_WC_WITH_INV.
+    RecvWithInv = 130,
 }
 
 /// Which of a QP's queues a completion belongs to (each may feed a different CQ).

@@ -359,7 +359,11 @@ pub(crate) fn to_ibv_wc(w: &WorkCompletion) -> ibv_wc {
         opcode: wc_opcode(w.opcode),
         vendor_err: w.vendor_err,
         byte_len: w.byte_len,
-        imm_data: w.imm_data.map_or(0, u32::to_be),
+        // `invalidated_rkey` (IBV_WC_WITH_INV) shares the union, in host order.
+        imm_data: match w.wc_flags & verbs_api::abi::slots::wc_flags::WITH_INV {
+            0 => w.imm_data.map_or(0, u32::to_be),
+            _ => w.imm_data.unwrap_or(0),
+        },
         qp_num: w.qp_num,
         src_qp: w.src_qp,
         // verbs-api keeps `enum ibv_wc_flags` values (IBV_WC_GRH, IBV_WC_WITH_IMM).

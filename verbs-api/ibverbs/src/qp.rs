@@ -695,6 +695,8 @@ unsafe fn send_wr<'a>(
             },
             2 => WrOpcode::Send,
             3 => WrOpcode::SendWithImm(u32::from_be(w.imm_data)),
+            // `invalidate_rkey` shares the union with `imm_data`, in host order.
+            9 => WrOpcode::SendWithInv(w.imm_data),
             4 => WrOpcode::RdmaRead {
                 remote_addr: w.wr.rdma.remote_addr,
                 rkey: w.wr.rdma.rkey,
@@ -710,7 +712,7 @@ unsafe fn send_wr<'a>(
                 rkey: w.wr.atomic.rkey,
                 add: w.wr.atomic.compare_add,
             },
-            // LOCAL_INV, BIND_MW, SEND_WITH_INV, TSO, DRIVER1, ATOMIC_WRITE, FLUSH.
+            // TSO, DRIVER1, ATOMIC_WRITE, FLUSH (LOCAL_INV and BIND_MW: `crate::mw`).
             _ => return Err(libc::EOPNOTSUPP),
         }
     };

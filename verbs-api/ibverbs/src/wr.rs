@@ -6,8 +6,7 @@
 //!
 //! The batch lives in the QP (its vector keeps its capacity, so a steady stream of
 //! batches allocates nothing); each call takes the batch's lock briefly (uncontended:
-//! no syscall). An operation softnic lacks (send with invalidate, TSO, XRC, ATOMIC
-//! WRITE, FLUSH), or a setter misuse, marks the batch failed and `ibv_wr_complete`
+//! no syscall). An operation softnic lacks (TSO, XRC, ATOMIC WRITE, FLUSH), or a setter misuse, marks the batch failed and `ibv_wr_complete`
 //! returns the errno without posting anything of it. A memory-window bind or local
 //! invalidation (`ibv_wr_bind_mw`, `ibv_wr_local_inv`) is posted in its place in the
 //! batch, after the WRs before it ([`crate::mw`]).
@@ -25,8 +24,8 @@ use crate::qp::SoftnicQp;
 
 /// `IBV_QP_EX_WITH_*` operations implemented: RDMA_WRITE, RDMA_WRITE_WITH_IMM, SEND,
 /// SEND_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD, LOCAL_INV,
-/// BIND_MW.
-pub const SUPPORTED_SEND_OPS: u64 = 0x1ff;
+/// BIND_MW, SEND_WITH_INV.
+pub const SUPPORTED_SEND_OPS: u64 = 0x3ff;
 
 const MAX_SGE: usize = verbs_api::abi::MAX_SGE;
 const MAX_INLINE: usize = verbs_api::abi::MAX_INLINE;
@@ -66,7 +65,7 @@ pub(crate) fn install(q: &mut ibv_qp_ex, _ops: u64) {
     q.wr_rdma_write_imm = Some(wr_rdma_write_imm);
     q.wr_send = Some(wr_send);
     q.wr_send_imm = Some(wr_send_imm);
-    q.wr_send_inv = Some(wr_u32_unsupported);
+    q.wr_send_inv = Some(wr_send_inv);
     q.wr_send_tso = Some(wr_send_tso);
     q.wr_set_ud_addr = Some(wr_set_ud_addr);
     q.wr_set_xrc_srqn = Some(wr_u32_unsupported);
@@ -237,6 +236,7 @@ macro_rules! builders {
 builders! {
     wr_send() => WrOpcode::Send;
     wr_send_imm(imm_be: u32) => WrOpcode::SendWithImm(u32::from_be(imm_be));
+    wr_send_inv(rkey: u32) => WrOpcode::SendWithInv(rkey);
     wr_rdma_write(rkey: u32, remote_addr: u64) => WrOpcode::RdmaWrite { remote_addr, rkey };
     wr_rdma_write_imm(rkey: u32, remote_addr: u64, imm_be: u32) =>
         WrOpcode::RdmaWriteWithImm { remote_addr, rkey, imm: u32::from_be(imm_be) };
@@ -302,7 +302,7 @@ unsafe extern "C" fn wr_local_inv(qpx: *mut ibv_qp_ex, rkey: u32) {
 }
 
 unsupported! {
-    /// `wr_send_inv`, `wr_set_xrc_srqn`.
+    /// `wr_set_xrc_srqn`.
     wr_u32_unsupported(u32);
     wr_send_tso(*mut c_void, u16, u16);
     wr_atomic_write(u32, u64, *const c_void);

@@ -91,6 +91,9 @@ pub mod wc_flags {
     pub const GRH: u32 = 1;
     /// IBV_WC_WITH_IMM: [`super::Cqe::imm`] is valid.
     pub const WITH_IMM: u32 = 2;
+    /// IBV_WC_WITH_INV: a SEND with Invalidate; [`super::Cqe::imm`] is the R_Key it
+    /// invalidated.
+    pub const WITH_INV: u32 = 8;
 }
 
 /// `enum ibv_wc_status` values (in [`Cqe::status`]).

@@ -912,7 +912,7 @@ impl Qp {
 /// The completion opcode of a send operation.
 pub(crate) fn wc_opcode(op: SendOp) -> WcOpcode {
     match op {
-        SendOp::Send | SendOp::SendWithImm(_) => WcOpcode::Send,
+        SendOp::Send | SendOp::SendWithImm(_) | SendOp::SendWithInv(_) => WcOpcode::Send,
         SendOp::Write | SendOp::WriteWithImm(_) => WcOpcode::RdmaWrite,
         SendOp::Read => WcOpcode::RdmaRead,
         SendOp::CompareSwap { .. } => WcOpcode::CompSwap,

@@ -21,8 +21,8 @@ use std::collections::VecDeque;
 
 use wire::bth::DEFAULT_PKEY;
 use wire::{
-    AtomicEthRepr, BthRepr, DethRepr, Header, ImmDtRepr, Opcode, Operation, PacketRepr, Position,
-    Psn, Qpn, RethRepr,
+    AtomicEthRepr, BthRepr, DethRepr, Header, IethRepr, ImmDtRepr, Opcode, Operation, PacketRepr,
+    Position, Psn, Qpn, RethRepr,
 };
 
 use super::cwnd::Cwnd;
@@ -53,7 +53,7 @@ pub(super) enum Kind {
 impl Kind {
     fn of(op: SendOp) -> Kind {
         match op {
-            SendOp::Send | SendOp::SendWithImm(_) => Kind::Send,
+            SendOp::Send | SendOp::SendWithImm(_) | SendOp::SendWithInv(_) => Kind::Send,
             SendOp::Write | SendOp::WriteWithImm(_) => Kind::Write,
             SendOp::Read => Kind::Read,
             SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => Kind::Atomic,
@@ -390,8 +390,12 @@ impl Qp {
             SendOp::SendWithImm(i) | SendOp::WriteWithImm(i) if pos.ends() => Some(i),
             _ => None,
         };
-        let Some(opcode) = Opcode::find(transport, operation, pos, imm.map(|_| Header::ImmDt))
-        else {
+        let inv = match e.wr.op {
+            SendOp::SendWithInv(rkey) if pos.ends() => Some(rkey),
+            _ => None,
+        };
+        let with = imm.map(|_| Header::ImmDt).or(inv.map(|_| Header::Ieth));
+        let Some(opcode) = Opcode::find(transport, operation, pos, with) else {
             return Err(WcStatus::LocQpOpErr);
         };
         // Resent packets always ask for an ACK: during recovery every delivered packet
@@ -453,6 +457,9 @@ impl Qp {
         }
         if let Some(imm) = imm {
             repr.immdt = Some(ImmDtRepr { imm });
+        }
+        if let Some(rkey) = inv {
+            repr.ieth = Some(IethRepr { rkey });
         }
         if let Some(ud) = &e.wr.ud {
             // IBTA 10.2.4: a Q_Key with the high bit set means "use the QP's Q_Key".

@@ -434,9 +434,6 @@ impl Qp {
             Operation::Send => Access::NONE,
             _ => return Err(RespError::Unsupported),
         };
-        if info.has(wire::Header::Ieth) {
-            return Err(RespError::Unsupported);
-        }
         if self.attrs.access.contains(need) {
             Ok(())
         } else {
@@ -484,15 +481,27 @@ impl Qp {
         cur.written += pkt.payload.len() as u64;
         if pos.ends() {
             let written = cur.written;
+            // SEND with Invalidate (IBTA 9.4.1.1): the R_Key goes before the message
+            // completes. One this QP's PD cannot invalidate is a remote access error,
+            // with the NAK of an invalid R_Key (rxe completes the receive with
+            // IBV_WC_REM_INV_REQ_ERR instead).
+            let inv = pkt.repr.ieth.map(|i| i.rkey);
+            if let Some(rkey) = inv {
+                mem.invalidate(self.pd, rkey).map_err(map_remote)?;
+            }
             self.resp.cur = None;
             self.resp.msn = self.resp.msn.next();
             let c = Completion {
                 queue: Queue::Recv,
                 wr_id: recv.wr_id,
                 status: WcStatus::Success,
-                opcode: WcOpcode::Recv,
+                opcode: if inv.is_some() {
+                    WcOpcode::RecvWithInv
+                } else {
+                    WcOpcode::Recv
+                },
                 byte_len: written as u32,
-                imm: pkt.repr.immdt.map(|i| i.imm),
+                imm: pkt.repr.immdt.map(|i| i.imm).or(inv),
                 qp_num: self.qpn,
                 src_qp: self.attrs.dest_qpn,
             };
