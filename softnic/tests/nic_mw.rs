@@ -102,17 +102,28 @@ fn type1_window_checks_rights_and_revocation() {
     );
 }
 
-#[test]
-fn type2_window_bound_by_wr_and_invalidated_locally() {
-    let a = NicProc::start("mw2-a", "127.0.0.1", 0, &[]);
-    let b = NicProc::start("mw2-b", "127.0.0.1", 0, &[]);
-    let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
+/// An RC pair whose x side has a type 2 window bound by an `IBV_WR_BIND_MW` WR.
+fn bound_type2(a: &NicProc, b: &NicProc) -> (Side, Side, MemoryWindow, u32) {
+    let (mut x, y) = rc_pair(a, b, Mtu::Mtu1024, 4096, 8);
     let mw = x.pd.alloc_mw(2).expect("alloc_mw");
     let rkey = verbs_api::mw::inc_rkey(mw.rkey());
     let info = window_info(&x, REMOTE_WRITE);
     x.qp.post_bind_mw(3, true, mw.handle(), rkey, &info)
         .expect("bind");
-    assert_eq!(poll_one(&mut x.cq).opcode, WcOpcode::BindMw);
+    let wc = poll_one(&mut x.cq);
+    assert_eq!(
+        (wc.status, wc.opcode),
+        (WcStatus::Success, WcOpcode::BindMw)
+    );
+    (x, y, mw, rkey)
+}
+
+#[test]
+fn type2_window_bound_by_wr_and_invalidated_locally() {
+    let a = NicProc::start("mw2-a", "127.0.0.1", 0, &[]);
+    let b = NicProc::start("mw2-b", "127.0.0.1", 0, &[]);
+    let (mut x, mut y, mw, rkey) = bound_type2(&a, &b);
+    let info = window_info(&x, REMOTE_WRITE);
     // A bound type 2 window cannot be bound again before it is invalidated.
     assert!(x
         .qp
@@ -137,13 +148,7 @@ fn type2_window_bound_by_wr_and_invalidated_locally() {
 fn type2_window_invalidated_by_the_peers_send_with_invalidate() {
     let a = NicProc::start("mw2i-a", "127.0.0.1", 0, &[]);
     let b = NicProc::start("mw2i-b", "127.0.0.1", 0, &[]);
-    let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
-    let mw = x.pd.alloc_mw(2).expect("alloc_mw");
-    let rkey = verbs_api::mw::inc_rkey(mw.rkey());
-    let info = window_info(&x, REMOTE_WRITE);
-    x.qp.post_bind_mw(3, true, mw.handle(), rkey, &info)
-        .expect("bind");
-    assert_eq!(poll_one(&mut x.cq).status, WcStatus::Success);
+    let (mut x, mut y, _mw, rkey) = bound_type2(&a, &b);
     assert_eq!(write(&mut y, x.mr.addr() + 256, rkey, 1), WcStatus::Success);
     // y sends 16 bytes with Invalidate(rkey): x's receive completes WITH_INV.
     let rsge = [x.mr.sge(1024, 64)];
