@@ -14,7 +14,9 @@
 //!   is kept: the QP's earlier work requests are flushed first, then the bad entry's
 //!   error completes, then later entries are flushed.
 //!   A ring whose indices are impossible is corrupt: the QP goes to ERR and the ring
-//!   is never read again.
+//!   is never read again. A slot returns to the client only when its work request has
+//!   completed (`QpEntry::release_slots`); a memory-window bind or invalidation
+//!   completes in its turn without reaching the transport (`rings/local_op.rs`).
 //! * [`QpEntry::take_completions`] moves the QP's completions to a per-QP queue, and
 //!   [`QpEntry::deliver`] writes them to the send or receive CQ. A full CQ is an overrun,
 //!   which verbs reports as an asynchronous error that moves the QP to ERR (IBTA

@@ -7,7 +7,8 @@
 //! doorbell, with no syscall unless the NIC has set NEED_WAKEUP. When the doorbell was
 //! rung [`SrqEntry::drain_ring`] copies entries into the pool while it has room
 //! (back-pressure: a full pool leaves entries in the ring, taken after a packet uses a
-//! WQE, [`SrqEntry::backlog`]). A malformed entry (too many SGEs) cannot be completed in error — a
+//! WQE, [`SrqEntry::backlog`]); a slot returns to the client when a QP takes its WQE
+//! from the pool. A malformed entry (too many SGEs) cannot be completed in error — a
 //! pooled WQE belongs to no QP and so to no CQ — so it puts the SRQ in error
 //! (IBV_EVENT_SRQ_ERR): its pool is discarded, counted in `wqe_invalid`, and QPs on it
 //! find no WQEs from then on. A corrupt ring does the same.
