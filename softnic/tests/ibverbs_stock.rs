@@ -630,7 +630,10 @@ fn c_abi_probe() {
         "create_cq_ex ok".into(),
         format!("cq_ex_empty {}", libc::ENOENT),
         "destroy_cq_ex 0".into(),
-        format!("alloc_mw null errno {eop}"),
+        "alloc_mw ptr type 1 rkey_set 1".into(),
+        format!("alloc_mw_type3 null errno {einval}"),
+        format!("dealloc_pd_with_mw {ebusy}"),
+        "dealloc_mw 0 dealloc_pd 0".into(),
         "close 0".into(),
     ] {
         assert!(

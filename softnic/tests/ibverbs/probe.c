@@ -265,10 +265,17 @@ int main(int argc, char **argv)
 		printf("cq_ex_empty %d\n", ibv_start_poll(cqx, &pca));
 		printf("destroy_cq_ex %d\n", ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)));
 	}
+	/* Memory windows: types 1 and 2 exist, type 3 is EINVAL; a PD with a window is busy. */
+	struct ibv_pd *mpd = ibv_alloc_pd(ctx);
+	struct ibv_mw *mw = ibv_alloc_mw(mpd, IBV_MW_TYPE_1);
+	printf("alloc_mw %s type %d rkey_set %d\n", mw ? "ptr" : "null", mw ? (int)mw->type : -1,
+	       mw && mw->rkey != 0);
 	errno = 0;
-	struct ibv_mw *mw = ibv_alloc_mw((struct ibv_pd *)&(struct ibv_pd){ .context = ctx },
-					 IBV_MW_TYPE_1);
-	printf("alloc_mw %s errno %d\n", mw ? "ptr" : "null", errno);
+	struct ibv_mw *mw3 = ibv_alloc_mw(mpd, (enum ibv_mw_type)3);
+	printf("alloc_mw_type3 %s errno %d\n", mw3 ? "ptr" : "null", errno);
+	printf("dealloc_pd_with_mw %d\n", ibv_dealloc_pd(mpd));
+	rc = mw ? ibv_dealloc_mw(mw) : -1;
+	printf("dealloc_mw %d dealloc_pd %d\n", rc, ibv_dealloc_pd(mpd));
 	printf("EOPNOTSUPP %d\n", EOPNOTSUPP);
 	printf("close %d\n", ibv_close_device(ctx));
 	return 0;
