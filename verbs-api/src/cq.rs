@@ -232,6 +232,26 @@ impl From<Cqe> for WorkCompletion {
     }
 }
 
+/// A CQ segment of at least `depth` entries (checked against `max_cqe`): its layout,
+/// memfd and initialised ring, for CreateCq and ResizeCq.
+fn new_ring(ctx: &Context, depth: u32) -> Result<(CqLayout, OwnedFd, Ring<Cqe>)> {
+    let max = ctx.inner.attr().max_cqe;
+    if depth == 0 || depth > max {
+        return Err(Error::InvalidArgument(format!(
+            "CQ depth {depth} is outside 1..={max} (the device's max_cqe)"
+        )));
+    }
+    let layout = CqLayout::new(depth)?;
+    let fd = os::memfd("softnic-cq", layout.len).map_err(io("creating the CQ memfd"))?;
+    let map = os::map_shared(fd.as_fd(), layout.len).map_err(io("mapping the CQ"))?;
+    let ring = Ring::<Cqe>::new(Arc::new(map), layout.offset, layout.capacity)?;
+    ring.init();
+    Ok((layout, fd, ring))
+}
+
+/// How often `resize` asks again while the NIC is busy (200 µs apart: about 2 s).
+const RESIZE_TRIES: u32 = 10_000;
+
 pub(crate) struct CqShared {
     pub ctx: Context,
     pub handle: Handle,
@@ -266,17 +286,7 @@ impl fmt::Debug for CompletionQueue {
 
 impl CompletionQueue {
     pub(crate) fn create(ctx: &Context, depth: u32) -> Result<Self> {
-        let max = ctx.inner.attr().max_cqe;
-        if depth == 0 || depth > max {
-            return Err(Error::InvalidArgument(format!(
-                "CQ depth {depth} is outside 1..={max} (the device's max_cqe)"
-            )));
-        }
-        let layout = CqLayout::new(depth)?;
-        let fd = os::memfd("softnic-cq", layout.len).map_err(io("creating the CQ memfd"))?;
-        let map = os::map_shared(fd.as_fd(), layout.len).map_err(io("mapping the CQ"))?;
-        let ring = Ring::<Cqe>::new(Arc::new(map), layout.offset, layout.capacity)?;
-        ring.init();
+        let (layout, fd, ring) = new_ring(ctx, depth)?;
         let (reply, mut fds) =
             ctx.inner
                 .call("ibv_create_cq", &Request::CreateCq { depth }, &[fd.as_fd()])?;
@@ -303,6 +313,39 @@ impl CompletionQueue {
     /// The NIC's handle.
     pub fn handle(&self) -> Handle {
         self.shared.handle
+    }
+
+    /// `ibv_resize_cq`: a new ring of at least `depth` entries, holding the
+    /// completions not yet polled (InvalidArgument when more than `depth` wait).
+    /// Returns the new capacity.
+    pub fn resize(&mut self, depth: u32) -> Result<u32> {
+        let ctx = &self.shared.ctx;
+        let (layout, fd, ring) = new_ring(ctx, depth)?;
+        let req = Request::ResizeCq {
+            cq: self.shared.handle,
+            depth,
+        };
+        // The NIC answers Busy while sends already posted on the CQ's QPs have yet to
+        // complete (it counts their completions, as rxe): bounded retries, then EBUSY.
+        let mut tries = 0;
+        let reply = loop {
+            match ctx.inner.call("ibv_resize_cq", &req, &[fd.as_fd()]) {
+                Err(Error::Nic {
+                    code: crate::abi::control::ErrorCode::Busy,
+                    ..
+                }) if tries < RESIZE_TRIES => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                r => break r?.0,
+            }
+        };
+        match reply {
+            Reply::Cq { capacity, .. } if capacity == layout.capacity => {}
+            other => return Err(Error::Protocol(format!("ResizeCq answered with {other:?}"))),
+        }
+        self.ring = ring.into_consumer();
+        Ok(layout.capacity)
     }
 
     /// Ring capacity (the depth rounded up to a power of two).

@@ -119,6 +119,43 @@ impl CompletionQueue {
         }
     }
 
+    /// `ibv_resize_cq`, at a safe point (the runtime handles control requests between
+    /// iterations, so no completion is being written): the completions the client has
+    /// not polled move, in order, into `new` (a ring of the client's, checked like
+    /// [`CompletionQueue::attach`]), which replaces the ring; an armed CQ stays armed.
+    /// Refused with nothing changed when more than `depth` completions wait (as rxe)
+    /// or the old ring's consumer index is impossible.
+    pub fn replace_ring(
+        &mut self,
+        map: Arc<MmapRaw>,
+        layout: &CqLayout,
+        depth: u32,
+    ) -> Result<(), String> {
+        let ring = Ring::<Cqe>::new(map, layout.offset, layout.capacity)
+            .map_err(|e| format!("CQ segment: {e}"))?;
+        ring.check_header()
+            .map_err(|e| format!("CQ segment: {e}"))?;
+        let mut new = ring.into_producer();
+        let waiting = self
+            .ring
+            .unconsumed()
+            .map_err(|e| format!("old CQ ring: {e}"))?;
+        if waiting > depth {
+            return Err(format!(
+                "{waiting} completions are not polled yet, more than the new depth {depth}"
+            ));
+        }
+        self.ring
+            .move_unconsumed(&mut new)
+            .map_err(|e| format!("moving completions: {e}"))?;
+        if self.ring.ring().flags() & CQ_ARMED != 0 {
+            new.ring().set_flags(CQ_ARMED);
+        }
+        self.ring = new;
+        self.dirty = false;
+        Ok(())
+    }
+
     /// Publishes written CQEs and wakes an armed client. Returns whether it woke one.
     pub fn flush(&mut self) -> bool {
         if !self.dirty {

@@ -27,7 +27,7 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
-use softnic_transport::qp::{PostError, Qp, QpAttr, QpCaps, QpState};
+use softnic_transport::qp::{PostError, Qp, QpAttr, QpCaps, QpState, QpType};
 use softnic_transport::time::Instant;
 use softnic_transport::wr::{Completion, Queue, WcOpcode, WcStatus};
 use verbs_api::abi::ring::Consumer;
@@ -342,6 +342,17 @@ impl QpEntry {
             }
         }
         written
+    }
+
+    /// True while send work the client has posted will complete without any peer's
+    /// help: entries in the SQ ring the QP can take, completions not yet written, or
+    /// UD sends not yet transmitted. `ibv_resize_cq` waits for them, so that it counts
+    /// the completions of sends already posted, as rxe (whose post executes them).
+    pub fn sends_in_flight(&mut self) -> bool {
+        let ring = self.sq.available().map(|k| k > 0).unwrap_or(false);
+        (ring && self.can_take_send())
+            || !self.pending.is_empty()
+            || (self.qp.qp_type() == QpType::Ud && self.qp.send_queue_len() > 0)
     }
 
     /// Completions waiting for CQ room.

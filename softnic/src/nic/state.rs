@@ -355,6 +355,7 @@ impl Nic {
                 | Request::CreateCq { .. }
                 | Request::CreateQp { .. }
                 | Request::CreateSrq { .. }
+                | Request::ResizeCq { .. }
                 | Request::Cm(verbs_api::abi::control::cm::CmRequest::AttachChannel)
         );
         let want = match &req {
@@ -476,6 +477,7 @@ impl Nic {
                 self.bind_mw(client, qpn, mr, &b)
             }
             Request::InvalidateMw { qpn, rkey } => self.invalidate_mw(client, qpn, rkey),
+            Request::ResizeCq { cq, depth } => self.resize_cq(client, cq, depth, fds, counters),
         }
     }
 
@@ -703,18 +705,10 @@ impl Nic {
         fds: Vec<OwnedFd>,
         counters: &mut NicCounters,
     ) -> Answer {
-        let Some(fd) = fds.first() else {
-            return err(ErrorCode::Protocol, "CreateCq needs the CQ segment memfd");
+        let (fd, l, uid, bytes) = match self.charge_cq_segment(client, depth, &fds, counters) {
+            Ok(c) => c,
+            Err(a) => return *a,
         };
-        let l = match verbs_api::abi::CqLayout::new(depth) {
-            Ok(l) => l,
-            Err(e) => return err(ErrorCode::InvalidArgument, format!("CQ depth {depth}: {e}")),
-        };
-        let uid = self.uid_of(client);
-        let bytes = l.len as u64;
-        if let Err(e) = self.quotas.take(uid, Kind::Cq, bytes) {
-            return refuse(e, counters);
-        }
         match self.attach_cq(client, fd, &l) {
             Ok((cq, capacity, dup)) => {
                 if let Some(o) = self.owned(client) {
@@ -754,6 +748,87 @@ impl Nic {
         })?;
         self.cqs.insert(h, cq);
         Ok((h, capacity, dup))
+    }
+
+    /// `ResizeCq`: charges the new segment, moves the CQ onto it
+    /// ([`CompletionQueue::replace_ring`]), then gives back the old one's bytes.
+    fn resize_cq(
+        &mut self,
+        client: u32,
+        cq: Handle,
+        depth: u32,
+        fds: Vec<OwnedFd>,
+        counters: &mut NicCounters,
+    ) -> Answer {
+        if self.cqs.get(&cq).is_none_or(|c| c.client != client) {
+            return err(ErrorCode::NotFound, format!("no CQ {cq}"));
+        }
+        let busy = self
+            .qps
+            .values_mut()
+            .filter(|e| e.send_cq == cq || e.recv_cq == cq)
+            .any(|e| e.sends_in_flight());
+        if busy {
+            return err(
+                ErrorCode::Busy,
+                format!("CQ {cq}: completions of posted sends are still being made"),
+            );
+        }
+        let (fd, l, uid, bytes) = match self.charge_cq_segment(client, depth, &fds, counters) {
+            Ok(c) => c,
+            Err(a) => return *a,
+        };
+        let replaced = map_checked(fd, l.len).and_then(|map| {
+            let c = self.cqs.get_mut(&cq).expect("checked above");
+            c.replace_ring(map, &l, depth)
+                .map_err(|m| Box::new(err(ErrorCode::InvalidArgument, format!("CQ {cq}: {m}"))))
+        });
+        match replaced {
+            Ok(()) => {
+                let old = self
+                    .owned(client)
+                    .and_then(|o| o.cqs.insert(cq, bytes))
+                    .unwrap_or(0);
+                self.quotas.give_back(uid, Kind::Cq, old);
+                ok(Reply::Cq {
+                    cq,
+                    capacity: l.capacity,
+                })
+            }
+            Err(a) => {
+                self.quotas.give_back(uid, Kind::Cq, bytes);
+                *a
+            }
+        }
+    }
+
+    /// The CQ segment memfd of a CreateCq / ResizeCq, its layout for `depth`, and its
+    /// bytes charged to the client's user: (memfd, layout, uid, bytes).
+    fn charge_cq_segment<'f>(
+        &mut self,
+        client: u32,
+        depth: u32,
+        fds: &'f [OwnedFd],
+        counters: &mut NicCounters,
+    ) -> Result<(&'f OwnedFd, verbs_api::abi::CqLayout, u32, u64), Box<Answer>> {
+        let Some(fd) = fds.first() else {
+            return Err(Box::new(err(
+                ErrorCode::Protocol,
+                "the request needs the CQ segment memfd",
+            )));
+        };
+        let l = verbs_api::abi::CqLayout::new(depth).map_err(|e| {
+            Box::new(err(
+                ErrorCode::InvalidArgument,
+                format!("CQ depth {depth}: {e}"),
+            ))
+        })?;
+        let uid = self.uid_of(client);
+        let bytes = l.len as u64;
+        if let Err(e) = self.quotas.take(uid, Kind::Cq, bytes) {
+            return Err(Box::new(refuse(e, counters)));
+        }
+        Ok((fd, l, uid, bytes))
     }
 
     fn destroy_cq(&mut self, client: u32, cq: Handle) -> Answer {
@@ -1114,6 +1189,7 @@ pub fn request_name(r: &Request) -> &'static str {
         Request::DeallocMw { .. } => "DeallocMw",
         Request::BindMw { .. } => "BindMw",
         Request::InvalidateMw { .. } => "InvalidateMw",
+        Request::ResizeCq { .. } => "ResizeCq",
     }
 }
 

@@ -41,6 +41,7 @@ pub mod ah;
 pub mod async_event;
 pub mod builder;
 pub mod cq_ex;
+pub mod cq_resize;
 pub mod device;
 pub mod errno;
 pub mod internal;

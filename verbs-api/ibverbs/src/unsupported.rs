@@ -118,11 +118,6 @@ pub unsafe extern "C" fn ibv_copy_path_rec_from_kern(dst: P, src: P) {
 // too, so `import pyverbs.qp` fails without them. Each answers as rdma-core's
 // `dummy_ops.c` does for a provider that lacks the op.
 
-int_verb!(
-    /// `ibv_resize_cq`: CQ rings are sized at creation (rdma-core's dummy op answers
-    /// EOPNOTSUPP too).
-    ibv_resize_cq(cq: P, cqe: c_int)
-);
 null_verb!(
     /// `ibv_reg_dmabuf_mr`: no dma-buf importer in a userspace NIC.
     ibv_reg_dmabuf_mr(pd: P, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int)

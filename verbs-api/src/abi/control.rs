@@ -433,6 +433,18 @@ pub enum Request {
         /// The window's current R_Key.
         rkey: u32,
     },
+    /// `ibv_resize_cq`: the NIC moves the completions not yet polled into the CQ segment
+    /// sent with this frame (layout [`super::CqLayout::new`]`(depth)`, header
+    /// initialised by the client) and completes into it from then on; the CQ keeps its
+    /// handle and eventfd. InvalidArgument when more than `depth` completions wait
+    /// (rxe's rule). The client must not poll the old ring meanwhile.
+    /// Reply: [`Reply::Cq`] (no eventfd).
+    ResizeCq {
+        /// CQ handle.
+        cq: Handle,
+        /// Requested depth.
+        depth: u32,
+    },
 }
 
 /// SRQ attributes (`struct ibv_srq_attr`).

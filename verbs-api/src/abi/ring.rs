@@ -386,6 +386,41 @@ impl<T: Slot> Producer<T> {
         Ok(())
     }
 
+    /// Slots pushed and not yet released by the consumer (published or not), read
+    /// from the consumer's index. Errors when that index is impossible.
+    pub fn unconsumed(&self) -> Result<u32, RingError> {
+        let consumer = self.ring.header().consumer.0.load(Ordering::Acquire);
+        let n = self.tail.wrapping_sub(consumer);
+        if n > self.ring.capacity {
+            return Err(RingError::Corrupt {
+                producer: self.tail,
+                consumer,
+            });
+        }
+        Ok(n)
+    }
+
+    /// Moves the [`Producer::unconsumed`] slots, in order, to `to` (the ring replacing
+    /// this one, e.g. a resized CQ) and publishes them there. `Full` when they do not
+    /// fit. The consumer must not be reading this ring meanwhile (a resize holds its
+    /// poll lock).
+    pub fn move_unconsumed(&mut self, to: &mut Producer<T>) -> Result<u32, RingError> {
+        let n = self.unconsumed()?;
+        if to.free(n)? < n {
+            return Err(RingError::Full);
+        }
+        let from = self.tail.wrapping_sub(n);
+        for i in 0..n {
+            let p = self.ring.slot_ptr(from.wrapping_add(i));
+            // SAFETY: `p` is an in-bounds, aligned slot (slot_ptr); `T: Slot` makes any
+            // bit pattern valid, so whatever the consumer left there is copied out once.
+            let v = unsafe { core::ptr::read_volatile(p) };
+            to.push(&v)?;
+        }
+        to.publish();
+        Ok(n)
+    }
+
     /// Makes every pushed slot visible to the consumer (`producer.store(Release)`).
     pub fn publish(&mut self) {
         self.ring

@@ -323,3 +323,22 @@ fn word_copies_keep_every_byte_of_a_send_wqe() {
         c.release();
     }
 }
+
+#[test]
+fn move_unconsumed_carries_what_the_consumer_has_not_taken_in_order() {
+    let (mut p, mut c) = pair(4);
+    for v in 0..4 {
+        p.push(&v).unwrap();
+    }
+    p.publish();
+    assert_eq!(c.pop().unwrap(), Some(0));
+    c.release();
+    // 1, 2, 3 are not taken: they do not fit in 2 slots, they do in 4.
+    let (mut small, _sc) = pair(2);
+    assert_eq!(p.move_unconsumed(&mut small), Err(RingError::Full));
+    let (mut big, mut bc) = pair(4);
+    assert_eq!(p.unconsumed().unwrap(), 3);
+    assert_eq!(p.move_unconsumed(&mut big).unwrap(), 3);
+    let got: Vec<u64> = std::iter::from_fn(|| bc.pop().unwrap()).collect();
+    assert_eq!(got, [1, 2, 3]);
+}
