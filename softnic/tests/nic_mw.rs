@@ -191,3 +191,29 @@ fn send_with_invalidate_of_an_unknown_rkey_is_a_remote_access_error() {
         .expect("post");
     assert_eq!(poll_one(&mut y.cq).status, WcStatus::RemAccessErr);
 }
+
+#[test]
+fn a_bind_completes_after_the_work_requests_posted_before_it() {
+    let a = NicProc::start("mwo-a", "127.0.0.1", 0, &[]);
+    let b = NicProc::start("mwo-b", "127.0.0.1", 0, &[]);
+    let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
+    let mut mw = x.pd.alloc_mw(1).expect("alloc_mw");
+    let info = window_info(&x, REMOTE_WRITE);
+    for round in 0..20u64 {
+        // Four WRITEs to y, then the bind: the bind waits for their ACKs.
+        let sge = [x.mr.sge(0, 64)];
+        for k in 0..4 {
+            let op = WrOpcode::RdmaWrite {
+                remote_addr: y.mr.addr(),
+                rkey: y.mr.rkey(),
+            };
+            x.qp.post_send(&[SendWr::new(round * 10 + k, op, &sge).signaled()])
+                .expect("write");
+        }
+        x.qp.bind_mw(round * 10 + 9, true, &mut mw, &info)
+            .expect("bind");
+        let ids: Vec<u64> = poll_n(&mut x.cq, 5).iter().map(|w| w.wr_id).collect();
+        let want: Vec<u64> = [0, 1, 2, 3, 9].iter().map(|k| round * 10 + k).collect();
+        assert_eq!(ids, want, "completions in posting order");
+    }
+}

@@ -199,14 +199,6 @@ impl QpEntry {
             if !accepts || self.qp.send_queue_len() >= self.caps.max_send_wr as usize {
                 break;
             }
-            match self.take_local_op() {
-                local_op::Head::Transport => {}
-                local_op::Head::Waiting => break,
-                local_op::Head::Done => {
-                    taken += 1;
-                    continue;
-                }
-            }
             let w = match self.sq.pop() {
                 Ok(Some(w)) => w,
                 Ok(None) => {
@@ -219,6 +211,17 @@ impl QpEntry {
                     break;
                 }
             };
+            match self.local_op(&w) {
+                local_op::Head::Transport => {}
+                local_op::Head::Waiting => {
+                    self.sq.unpop();
+                    break;
+                }
+                local_op::Head::Done => {
+                    taken += 1;
+                    continue;
+                }
+            }
             taken += 1;
             let err = match wqe::send_wr(&w, self.qp.qp_type(), &self.caps, local) {
                 Ok(wr) => match self.qp.post_send(wr) {

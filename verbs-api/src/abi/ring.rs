@@ -414,7 +414,7 @@ impl<T: Slot> Producer<T> {
             let p = self.ring.slot_ptr(from.wrapping_add(i));
             // SAFETY: `p` is an in-bounds, aligned slot (slot_ptr); `T: Slot` makes any
             // bit pattern valid, so whatever the consumer left there is copied out once.
-            let v = unsafe { core::ptr::read_volatile(p) };
+            let v = unsafe { read_slot(p) };
             to.push(&v)?;
         }
         to.publish();
@@ -496,16 +496,13 @@ impl<T: Slot> Consumer<T> {
         Ok(n)
     }
 
-    /// Copies the next slot out without consuming it (the next [`Consumer::pop`]
-    /// returns it again; a misbehaving producer may have changed it meanwhile).
-    pub fn peek(&mut self) -> Result<Option<T>, RingError> {
-        if self.available()? == 0 {
-            return Ok(None);
+    /// Puts back the slot the last [`Consumer::pop`] returned, so that the next pop
+    /// returns it again (the consumer found it cannot take it yet). Does nothing if
+    /// that slot was released meanwhile.
+    pub fn unpop(&mut self) {
+        if self.head != self.released {
+            self.head = self.head.wrapping_sub(1);
         }
-        let p = self.ring.slot_ptr(self.head);
-        // SAFETY: as in `pop`.
-        let v = unsafe { core::ptr::read_volatile(p) };
-        Ok(Some(v))
     }
 
     /// Copies the next slot out, or `None` when the ring is empty. The slot is not

@@ -13,41 +13,29 @@ use verbs_api::abi::SendWqe;
 
 use super::QpEntry;
 
-/// What the head of the send ring is.
+/// What an entry popped from the send ring is.
 pub(super) enum Head {
-    /// Empty, or a work request for the transport.
+    /// A work request for the transport.
     Transport,
     /// A local operation that must wait for the work requests before it (the ring
     /// stays marked as having more, so the runtime drains the QP again).
     Waiting,
-    /// A local operation, just completed (taken from the ring).
+    /// A local operation, just completed.
     Done,
 }
 
 impl QpEntry {
-    /// The local operation at the head of the send ring, with its completion opcode.
-    fn local_head(&mut self) -> Option<(SendWqe, WcOpcode)> {
-        let w = self.sq.peek().ok()??;
-        match w.opcode {
-            wr_opcode::BIND_MW => Some((w, WcOpcode::BindMw)),
-            wr_opcode::LOCAL_INV => Some((w, WcOpcode::LocalInv)),
-            _ => None,
-        }
-    }
-
-    fn earlier_work_outstanding(&self) -> bool {
-        self.qp.send_queue_len() > 0 || !self.pending.is_empty()
-    }
-
-    /// Takes a local operation at the head of the send ring if its turn has come.
-    pub(super) fn take_local_op(&mut self) -> Head {
-        let Some((w, opcode)) = self.local_head() else {
-            return Head::Transport;
+    /// `w`, just popped from the send ring: a local operation is completed now if its
+    /// turn has come ([`Head::Done`]); [`Head::Waiting`] asks the caller to put it back.
+    pub(super) fn local_op(&mut self, w: &SendWqe) -> Head {
+        let opcode = match w.opcode {
+            wr_opcode::BIND_MW => WcOpcode::BindMw,
+            wr_opcode::LOCAL_INV => WcOpcode::LocalInv,
+            _ => return Head::Transport,
         };
-        if self.earlier_work_outstanding() {
+        if self.qp.send_queue_len() > 0 || !self.pending.is_empty() {
             return Head::Waiting;
         }
-        let _ = self.sq.pop();
         let flushed = self.qp.state() == QpState::Err;
         if flushed || w.flags & send_flags::SIGNALED != 0 {
             let c = Completion {

@@ -342,3 +342,18 @@ fn move_unconsumed_carries_what_the_consumer_has_not_taken_in_order() {
     let got: Vec<u64> = std::iter::from_fn(|| bc.pop().unwrap()).collect();
     assert_eq!(got, [1, 2, 3]);
 }
+
+#[test]
+fn unpop_returns_the_slot_to_the_next_pop_unless_released() {
+    let (mut p, mut c) = pair(4);
+    for v in 0..2 {
+        p.push(&v).unwrap();
+    }
+    p.publish();
+    assert_eq!(c.pop().unwrap(), Some(0));
+    c.unpop();
+    assert_eq!(c.pop().unwrap(), Some(0));
+    c.release();
+    c.unpop(); // released: stays taken
+    assert_eq!(c.pop().unwrap(), Some(1));
+}
