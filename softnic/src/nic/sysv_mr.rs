@@ -6,8 +6,8 @@
 //! A hostile client may name any segment id, so before attaching the NIC checks,
 //! with `IPC_STAT`, that the client's uid owns the segment and may read and write it
 //! (or is root): attaching it then gives the client nothing it could not attach
-//! itself. (Whether this very client has it attached is not checked: the NIC knows
-//! the client's uid from `SO_PEERCRED`, not a pid it could trust.)
+//! itself. (Whether this very client has it attached is not checked: that would add
+//! nothing, since any process of that uid may attach the segment at will.)
 //!
 //! Hugetlb segments (`SHM_HUGETLB`) are refused: their pages can be punched out
 //! (`MADV_REMOVE`) and a refault in the NIC's mapping with the hugepage pool empty is
