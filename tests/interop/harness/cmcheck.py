@@ -10,7 +10,7 @@ from . import roce, util
 
 # softnic's CM resends an unanswered REQ this many times (nic/cm/mod.rs MAX_CM_RETRIES)
 SOFTNIC_MAX_CM_RETRIES = 7
-NO_CM_LOSS = "no CM MAD was lost"  # a loss row whose random loss missed every CM MAD
+NO_CM_LOSS = "no CM MAD was resent"  # a loss row whose random loss missed every CM MAD
 
 
 def stats(o):
@@ -73,8 +73,10 @@ def dropped_and_resent(msg):
 
 
 def lost_on_the_guest(o):
-    """netem on the guest's egress: both tools exit 0 and at least one CM MAD was lost and
-    made up for (softnic resent a REQ/DREQ, or answered a resent MAD again)."""
+    """netem on the guest's egress: both tools exit 0 and the CM's retry path ran (softnic
+    resent a REQ/DREQ, or answered a MAD the guest resent). A resend also follows a
+    guest slower than softnic's 268 ms response timeout (without an MRA); the captures
+    cannot tell the two apart, as netem drops before the bridge."""
     why = both_tools_ok(o)
     if why:
         return why
