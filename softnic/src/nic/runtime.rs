@@ -621,9 +621,6 @@ impl Runtime {
     /// Publishes (and wakes) only the CQs written.
     fn complete(&mut self, now: Instant) -> usize {
         let mut n = 0;
-        for s in self.nic.srqs.values_mut() {
-            s.release_slots();
-        }
         let items = self.nic.active.take();
         for &it in &items {
             let Some(e) = self.nic.qps.get_mut(&it.qpn) else {
@@ -852,6 +849,9 @@ fn rx_one(
                 Some(s) => {
                     s.refill(c);
                     e.qp.handle_packet_srq(now, peer, &pkt, &mut nic.mrs, &mut s.srq);
+                    // A WQE the packet took frees its ring slot (before this
+                    // iteration's completions are written: no walk over every SRQ).
+                    s.release_slots();
                     if s.backlog() {
                         // The pool was full with entries left in the ring; this packet
                         // may have taken a WQE: top it up (the doorbell is spent).

@@ -96,8 +96,9 @@ impl SrqEntry {
 
     /// Returns to the client the ring slots of WQEs no longer in the pool (taken by a
     /// QP, or failed), so the client never has more than the ring's capacity posted and
-    /// not yet taken (see `QpEntry::release_slots`). Also called before completions
-    /// are written (`Runtime::complete`).
+    /// not yet taken (see `QpEntry::release_slots`). Also called after each packet for
+    /// one of its QPs (`runtime::rx_one`), so before that iteration's completions are
+    /// written.
     pub fn release_slots(&mut self) {
         self.ring.release_except(self.srq.len() as u32);
     }
