@@ -58,22 +58,7 @@ fn every_stock_rdmacm_binary_links_against_the_drop_in() {
 #[test]
 fn c_probe_with_a_nic() {
     let nic = NicProc::start("cmstock-probe", "127.0.0.1", 0, &[]);
-    let dir = std::env::temp_dir().join(format!("softnic-rdmacm-probe-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("probe");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../verbs-api/rdmacm/tests/c/probe.c");
-    let o = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()))
-        .args(["-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .args(["-lrdmacm", "-libverbs"])
-        .output()
-        .expect("run the C compiler (one is required)");
-    assert!(
-        o.status.success(),
-        "compiling probe.c (librdmacm-dev installed?): {}",
-        text(&o)
-    );
+    let (dir, exe) = compile_c("probe", "../verbs-api/rdmacm/tests/c/probe.c");
     let o = Command::new(env!("CARGO_BIN_EXE_softnic"))
         .args(["exec", "-d", &nic.name, "--"])
         .arg(&exe)
@@ -84,6 +69,52 @@ fn c_probe_with_a_nic() {
         .expect("run softnic exec");
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "ok\n", "{}", text(&o));
+}
+
+/// Compiles the C program `src` (relative to this crate) against the real headers
+/// and libraries (`librdmacm-dev`, `libibverbs-dev`; they run on softnic's through
+/// `softnic exec`) into a fresh temporary directory: (that directory, the program).
+fn compile_c(name: &str, src: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("softnic-rdmacm-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
+    let o = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()))
+        .args(["-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(["-lrdmacm", "-libverbs"])
+        .output()
+        .expect("run the C compiler (one is required)");
+    assert!(
+        o.status.success(),
+        "compiling {} (librdmacm-dev installed?): {}",
+        src.display(),
+        text(&o)
+    );
+    (dir, exe)
+}
+
+/// A program that creates its QPs with `ibv_create_qp` and moves them with
+/// `rdma_init_qp_attr` + `ibv_modify_qp`, connecting with `conn_param->qp_num`
+/// (`softnic/tests/rdmacm/own_qp.c`), between two NICs, both ways: exact masks, the
+/// starting-PSN rule across the two sides, a SEND, an RDMA WRITE and a SEND checked
+/// byte for byte; then an `rdma_create_qp` connection whose `rdma_init_qp_attr`
+/// must equal what the NIC applied to its QP.
+#[test]
+fn own_qp_moved_with_rdma_init_qp_attr() {
+    let (dir, exe) = compile_c("own_qp", "tests/rdmacm/own_qp.c");
+    let exe = exe.to_string_lossy().into_owned();
+    let (a, b) = nic_pair("cmstock-ownqp", 12);
+    for (srv, cli) in [(&a, &b), (&b, &a)] {
+        let (s_ip, c_ip) = (srv.addr.to_string(), cli.addr.to_string());
+        let sa = args(&["server", &s_ip, "7471"]);
+        let ca = args(&["client", &s_ip, "7471", &c_ip]);
+        let (s, c) = cm_pair((&exe, srv, sa), (&exe, cli, ca));
+        assert!(s.contains("ok"), "{s}");
+        assert!(c.contains("ok"), "{c}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Two NICs on the RoCEv2 port (stock CM peers reach each other on 4791).
@@ -101,9 +132,14 @@ impl Drop for Spawned {
     }
 }
 
-/// `softnic exec -d NIC -- /usr/bin/PROG ARGS`, output captured.
+/// `softnic exec -d NIC -- /usr/bin/PROG ARGS` (PROG a stock binary, or an absolute
+/// path to a program the test compiled), output captured.
 fn spawn(nic: &NicProc, prog: &str, args: &[String]) -> Spawned {
-    let bin = stock(prog);
+    let bin = if Path::new(prog).is_absolute() {
+        PathBuf::from(prog)
+    } else {
+        stock(prog)
+    };
     Spawned(
         Command::new(env!("CARGO_BIN_EXE_softnic"))
             .args(["exec", "-d", &nic.name, "--"])

@@ -463,6 +463,34 @@ fn event_kind(k: u32) -> Option<CmEventKind> {
     })
 }
 
+/// A connection's QP attributes as the NIC gives them (peer NIC as the address).
+fn from_control(c: &crate::abi::control::QpAttr) -> QpAttr {
+    QpAttr {
+        qp_state: c.state,
+        path_mtu: c.path_mtu.and_then(crate::qp::Mtu::from_bytes),
+        dest_qp_num: c.dest_qpn,
+        rq_psn: c.rq_psn,
+        sq_psn: c.sq_psn,
+        ah_attr: c.remote.map(|r| AhAttr {
+            dgid: crate::Gid::from_ip(r.ip()),
+            // Linux's RoCE route: the IP default TTL.
+            hop_limit: 64,
+            udp_port: r.port(),
+            ..AhAttr::default()
+        }),
+        timeout: c.timeout,
+        retry_cnt: c.retry_cnt,
+        rnr_retry: c.rnr_retry,
+        min_rnr_timer: c.min_rnr_timer,
+        max_rd_atomic: c.max_rd_atomic,
+        max_dest_rd_atomic: c.max_dest_rd_atomic,
+        qp_access_flags: c.access.map(AccessFlags),
+        qkey: c.qkey,
+        pkey_index: c.pkey_index,
+        port_num: c.port_num,
+    }
+}
+
 fn unexpected(what: &str, r: Reply) -> Error {
     Error::Protocol(format!("{what} answered with {r:?}"))
 }
@@ -709,25 +737,56 @@ impl CmId {
         Ok(())
     }
 
-    /// `rdma_init_qp_attr` for INIT (what [`CmId::init_qp`] applies). RTR and RTS are
-    /// refused: the NIC moves a connected QP there itself with what it negotiated.
+    /// `rdma_init_qp_attr`: the attributes for moving a QP of this id to `state`, with
+    /// exactly the fields (the "mask") librdmacm's kernel CM fills (`ib_cm_init_qp_attr`):
+    ///
+    /// * INIT (any bound id): P_Key index 0, port 1, and [`CM_QP_ACCESS`] (RC) or
+    ///   [`RDMA_UDP_QKEY`] (UD) — what [`CmId::init_qp`] applies;
+    /// * RTR (RC, once the peer's REQ — passive — or REP — active — is known): path
+    ///   MTU, the peer's QPN, `rq_psn` (the starting PSN of *our* REQ/REP, or of the REP
+    ///   an accept will send), `max_dest_rd_atomic`, `min_rnr_timer` and the address
+    ///   (the peer's GID, [`crate::gid::ADDRESS_GID_INDEX`], hop limit 64);
+    /// * RTS (the same): `sq_psn` (the peer's starting PSN), timeout, retry and RNR
+    ///   retry counts, `max_rd_atomic`.
+    ///
+    /// RTR/RTS are what the NIC applies to a QP it moves itself ([`CmId::connect`]), so
+    /// a program moving its own QP ([`CmId::connect_own_qp`]) gets the same QP. Before
+    /// an accept the responder resources/initiator depth are the REQ's initiator
+    /// depth/responder resources (Linux's assumption; librdmacm overrides them with its
+    /// `rdma_conn_param`). Other states, RTR/RTS on a UD id or with no peer yet:
+    /// [`Error::InvalidArgument`] / the NIC's `InvalidState` (EINVAL either way).
     pub fn init_qp_attr(&self, state: QpState) -> Result<QpAttr> {
-        if state != QpState::Init {
-            return Err(Error::InvalidArgument(format!(
-                "rdma_init_qp_attr({state:?}): the NIC moves connected QPs to RTR/RTS itself"
-            )));
+        match (state, self.ps) {
+            (QpState::Init, ps) => {
+                let mut a = QpAttr {
+                    qp_state: Some(QpState::Init),
+                    pkey_index: Some(0),
+                    port_num: Some(1),
+                    ..QpAttr::default()
+                };
+                match ps {
+                    PortSpace::Tcp => a.qp_access_flags = Some(CM_QP_ACCESS),
+                    PortSpace::Udp => a.qkey = Some(RDMA_UDP_QKEY),
+                }
+                Ok(a)
+            }
+            (QpState::Rtr | QpState::Rts, PortSpace::Tcp) => {
+                let (_, id) = self.nic()?;
+                let (rtr, rts) = match self.call("rdma_init_qp_attr", CmRequest::QpAttrs { id })? {
+                    Reply::Cm(CmReply::QpAttrs { rtr, rts }) => (rtr, rts),
+                    other => return Err(unexpected("QpAttrs", other)),
+                };
+                Ok(from_control(if state == QpState::Rtr {
+                    &rtr
+                } else {
+                    &rts
+                }))
+            }
+            _ => Err(Error::InvalidArgument(format!(
+                "rdma_init_qp_attr({state:?}) on a {:?} id",
+                self.ps
+            ))),
         }
-        let mut a = QpAttr {
-            qp_state: Some(QpState::Init),
-            pkey_index: Some(0),
-            port_num: Some(1),
-            ..QpAttr::default()
-        };
-        match self.ps {
-            PortSpace::Tcp => a.qp_access_flags = Some(CM_QP_ACCESS),
-            PortSpace::Udp => a.qkey = Some(RDMA_UDP_QKEY),
-        }
-        Ok(a)
     }
 
     /// `rdma_connect`. RC (`PortSpace::Tcp`): sends a REQ for the peer's service ID
@@ -739,6 +798,37 @@ impl CmId {
     /// ESTABLISHED with [`CmEventParam::Ud`] (the service's QPN, Q_Key and address),
     /// REJECTED (status 1: nobody listens, 2: refused) or UNREACHABLE.
     pub fn connect(&mut self, qp: &QueuePair, param: &ConnParam) -> Result<()> {
+        self.connect_qpn(qp.qp_num(), param)
+    }
+
+    /// `rdma_connect` for a QP the program moves itself (no `rdma_create_qp`; the QP
+    /// named by `conn_param->qp_num`): the NIC sends the REQ with `qp_num` but never
+    /// changes that QP's state. When the REP arrives the NIC sends the RTU and raises
+    /// ESTABLISHED (librdmacm's layer reports it as CONNECT_RESPONSE); the program
+    /// then moves its QP with [`CmId::init_qp_attr`] (RTR, RTS). The RTU goes out at
+    /// the REP, not at `rdma_establish`, so the peer may send before this QP is in
+    /// RTR: those packets are dropped and retransmitted after the QP's ACK timeout.
+    pub fn connect_own_qp(&mut self, qp_num: u32, param: &ConnParam) -> Result<()> {
+        self.own_qp()?;
+        self.connect_qpn(qp_num, param)
+    }
+
+    /// `rdma_accept` for a QP the program moves itself (to RTR and RTS with
+    /// [`CmId::init_qp_attr`] before accepting, as librdmacm does): the NIC sends the
+    /// REP with `qp_num` and the starting PSN `init_qp_attr(Rtr)` named, and never
+    /// changes that QP's state.
+    pub fn accept_own_qp(&mut self, qp_num: u32, param: &ConnParam) -> Result<()> {
+        self.own_qp()?;
+        self.accept_qpn(qp_num, param)
+    }
+
+    fn own_qp(&self) -> Result<()> {
+        let (_, id) = self.nic()?;
+        self.call("rdma_connect", CmRequest::OwnQp { id })
+            .map(|_| ())
+    }
+
+    fn connect_qpn(&mut self, qpn: u32, param: &ConnParam) -> Result<()> {
         let room = match self.ps {
             PortSpace::Tcp => MAX_REQ_PRIVATE_DATA,
             PortSpace::Udp => MAX_SIDR_REQ_PRIVATE_DATA,
@@ -765,7 +855,7 @@ impl CmId {
         }
         let req = CmRequest::Connect {
             id,
-            qpn: qp.qp_num(),
+            qpn,
             dest,
             port_space: self.ps as u16,
             dst_port: peer.port(),
@@ -780,6 +870,10 @@ impl CmId {
     /// UD id: answers the SIDR REQ with UD QP `qp` and Q_Key [`RDMA_UDP_QKEY`] (no
     /// event follows).
     pub fn accept(&mut self, qp: &QueuePair, param: &ConnParam) -> Result<()> {
+        self.accept_qpn(qp.qp_num(), param)
+    }
+
+    fn accept_qpn(&mut self, qpn: u32, param: &ConnParam) -> Result<()> {
         if param.private_data.len() > MAX_REP_PRIVATE_DATA {
             return Err(Error::InvalidArgument(format!(
                 "rdma_accept private data of {} bytes exceeds {MAX_REP_PRIVATE_DATA}",
@@ -789,7 +883,7 @@ impl CmId {
         let (_, id) = self.nic()?;
         let req = CmRequest::Accept {
             id,
-            qpn: qp.qp_num(),
+            qpn,
             param: param.clone(),
         };
         self.call("rdma_accept", req).map(|_| ())

@@ -245,11 +245,20 @@ fn translate(mut api: CmEvent) -> Option<Box<Event>> {
         // SAFETY: id_ptr is a live id of the registry.
         unsafe { Id::refresh_qp(id_ptr) };
     }
+    // SAFETY: id_ptr is a live id of the registry.
+    let own_qp_active = unsafe { (*id_ptr).own_qp_active };
+    let kind = match api.kind {
+        // The program moves its own QP on the REP (then calls rdma_establish), as with
+        // librdmacm over the kernel CM, which reports a REP as CONNECT_RESPONSE to an
+        // id without a QP.
+        CmEventKind::Established if own_qp_active => CmEventKind::ConnectResponse,
+        k => k,
+    };
     let mut e = Box::new(Event {
         ev: rdma_cm_event {
             id: id_ptr as *mut rdma_cm_id,
             listen_id: listen_ptr as *mut rdma_cm_id,
-            event: api.kind as rdma_cm_event_type,
+            event: kind as rdma_cm_event_type,
             status: api.status,
             param,
         },

@@ -48,6 +48,10 @@ pub struct Id {
     /// A listener from `rdma_create_ep` with QP attributes: `rdma_get_request` creates
     /// each new connection's QP with them.
     pub(crate) ep_qp: Option<(softnic_ibverbs::abi::ibv_qp_init_attr, *mut ibv_pd)>,
+    /// `rdma_connect` on this id named the program's own QP (`conn_param->qp_num`, no
+    /// `rdma_create_qp`): its ESTABLISHED is reported as CONNECT_RESPONSE, as the
+    /// kernel CM reports a REP to librdmacm for an id without a QP.
+    pub(crate) own_qp_active: bool,
 }
 
 /// Live ids by key (addresses as usize: the registry only hands them back to the
@@ -141,6 +145,7 @@ impl Id {
             sync: false,
             own_cqs: false,
             ep_qp: None,
+            own_qp_active: false,
         }));
         // SAFETY: b is a fresh box.
         unsafe { (*b).sync_binding() };
@@ -488,8 +493,11 @@ unsafe fn to_conn_param(i: &Id, p: *const rdma_conn_param) -> ConnParam {
     }
 }
 
-/// `rdma_connect` / `rdma_accept` with the id's QP (`rdma_create_qp`'s); a connection
-/// without one (the program's own QP, named by `conn_param->qp_num`) is EOPNOTSUPP.
+/// `rdma_connect` / `rdma_accept` with the id's QP (`rdma_create_qp`'s), which the NIC
+/// moves; or, on an id without one, with the program's own RC QP named by
+/// `conn_param->qp_num` (a NULL `conn_param`: EINVAL), which the program moves itself
+/// with `rdma_init_qp_attr` — before `rdma_accept`, and after the CONNECT_RESPONSE
+/// that the active side gets instead of ESTABLISHED.
 ///
 /// # Safety
 /// As [`rdma_connect`].
@@ -502,11 +510,28 @@ unsafe fn connect_or_accept(
     let Some(i) = (unsafe { self::id(id) }) else {
         return fail(libc::EINVAL);
     };
-    if i.id.qp.is_null() {
-        return fail(libc::EOPNOTSUPP);
-    }
     // SAFETY: caller contract.
     let p = unsafe { to_conn_param(i, conn_param) };
+    if i.id.qp.is_null() {
+        // SAFETY: caller contract.
+        let Some(qp_num) = (unsafe { conn_param.as_ref() }).map(|c| c.qp_num) else {
+            return fail(libc::EINVAL);
+        };
+        i.own_qp_active = !accept;
+        let r = i.with_api(|api| {
+            if accept {
+                api.accept_own_qp(qp_num, &p)
+            } else {
+                api.connect_own_qp(qp_num, &p)
+            }
+        });
+        let want = if accept {
+            CmEventKind::Established
+        } else {
+            CmEventKind::ConnectResponse
+        };
+        return finish(i, r, want);
+    }
     let r = {
         // SAFETY: the id's QP, live while the id holds it.
         let qp = unsafe { internal::queue_pair(i.id.qp) };
@@ -593,7 +618,8 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
 }
 
 /// `rdma_establish`: nothing to do — softnic's CM sends the RTU itself when the REP
-/// arrives (as librdmacm does for an id with a QP).
+/// arrives (as librdmacm does for an id with a QP; for the program's own QP too, see
+/// `connect_or_accept`).
 ///
 /// # Safety
 /// `id` is live.

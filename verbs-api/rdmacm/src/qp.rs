@@ -231,9 +231,11 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
     unsafe { destroy_own_cqs(i) };
 }
 
-/// `rdma_init_qp_attr`: the attributes for moving a QP of this connection to
-/// `qp_attr->qp_state`, as `verbs_api::cm` gives them (INIT; it refuses RTR and RTS,
-/// which the NIC applies itself when connecting); other states are EINVAL.
+/// `rdma_init_qp_attr`: the attributes and mask for moving a QP of this connection to
+/// `qp_attr->qp_state`, as `verbs_api::cm::CmId::init_qp_attr` gives them: INIT for a
+/// bound id; RTR and RTS once the peer's REQ (passive) or REP (active) is known —
+/// exactly what the NIC applies to an `rdma_create_qp` QP. Other states, and RTR/RTS
+/// with no connection yet, are EINVAL.
 ///
 /// # Safety
 /// `id` is live; `qp_attr` readable and writable; `qp_attr_mask` writable.

@@ -18,7 +18,8 @@ fn mtu_bytes(code: u8) -> u32 {
     256 << (code.clamp(1, 5) - 1)
 }
 
-fn attr(step: QpStep) -> QpAttr {
+/// The control form of a CM transition (also what `rdma_init_qp_attr` answers).
+pub(super) fn attr(step: QpStep) -> QpAttr {
     match step {
         QpStep::Rtr {
             dest_qpn,
@@ -98,6 +99,9 @@ impl Nic {
         let Some(owner) = self.cm.ids.get(&a.id).copied() else {
             return; // destroyed id: leave the QP alone
         };
+        if owner.own_qp {
+            return; // the program moves this QP itself (rdma_init_qp_attr)
+        }
         // The QP's own connection (the same user's, checked at connect/accept and
         // again here: the QP may have been destroyed and its number reused).
         let client = self

@@ -86,6 +86,8 @@ impl NicCm {
                     id,
                     IdOwner {
                         listening: None,
+                        own_qp: false,
+                        accept_psn: None,
                         ..owner
                     },
                 );

@@ -39,6 +39,12 @@ pub struct IdOwner {
     pub channel: Handle,
     /// `(port space, port)` it listens on.
     pub listening: Option<(u16, u16)>,
+    /// The program moves the connection's QP itself (`CmRequest::OwnQp`): the CM's
+    /// QP transitions are not applied.
+    pub own_qp: bool,
+    /// A passive connection's starting PSN, drawn when first needed (an
+    /// `rdma_init_qp_attr` before the accept must name the PSN the REP will carry).
+    pub accept_psn: Option<u32>,
 }
 
 /// Drops and events of the NIC-side CM (the transport's [`softnic_transport::cm::CmCounters`]

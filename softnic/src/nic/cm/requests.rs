@@ -46,6 +46,11 @@ fn done() -> Answer {
     ok(Reply::Done)
 }
 
+/// A random starting PSN (24 bits): a guessable one lets an off-path forger inject.
+fn draw_psn() -> u32 {
+    crate::nic::secret::u32().unwrap_or(0) & wire::types::MASK_24
+}
+
 fn params(qpn: u32, psn: u32, p: CmConnParam, private_data: Vec<u8>) -> ConnParams {
     let clamp = |v: u8| v.min(MAX_QP_RD_ATOM as u8);
     ConnParams {
@@ -79,19 +84,27 @@ impl Nic {
         (owner == client || self.uid_of(owner) == self.uid_of(client)).then_some(owner)
     }
 
-    /// Checks `qpn` is a UD QP of `client` (or its user).
-    fn cm_ud_qp(&self, client: u32, qpn: u32) -> Result<(), Box<Answer>> {
+    /// Checks `qpn` is a QP of type `ty` of `client` (or its user).
+    fn cm_qp_of_type(
+        &self,
+        client: u32,
+        qpn: u32,
+        ty: tqp::QpType,
+        why: &str,
+    ) -> Result<(), Box<Answer>> {
         match self
             .cm_qp_client(client, qpn)
             .and_then(|_| self.qps.get(&qpn))
         {
-            Some(e) if e.qp.qp_type() == tqp::QpType::Ud => Ok(()),
-            Some(_) => Err(fail(
-                ErrorCode::InvalidArgument,
-                "RDMA_PS_UDP needs a UD QP",
-            )),
+            Some(e) if e.qp.qp_type() == ty => Ok(()),
+            Some(_) => Err(fail(ErrorCode::InvalidArgument, why)),
             None => Err(fail(ErrorCode::NotFound, format!("no QP {qpn:#x}"))),
         }
+    }
+
+    /// Checks `qpn` is a UD QP of `client` (or its user).
+    fn cm_ud_qp(&self, client: u32, qpn: u32) -> Result<(), Box<Answer>> {
+        self.cm_qp_of_type(client, qpn, tqp::QpType::Ud, "RDMA_PS_UDP needs a UD QP")
     }
 
     /// Checks `qpn` is an RC QP of `client` (or its user) in RESET or INIT, and moves
@@ -130,6 +143,31 @@ impl Nic {
                 format!("QP {qpn:#x} is in {s:?}; rdma_cm needs it in RESET or INIT"),
             ))),
         }
+    }
+
+    /// Checks `qpn` may serve id `id`'s RC connection: a QP the CM moves itself is
+    /// prepared by [`Nic::cm_prepare_qp`]; the program's own QP (`OwnQp`) must only be
+    /// an RC QP of `client` (or its user), in whatever state the program put it.
+    fn cm_bind_qp(
+        &mut self,
+        now: Instant,
+        client: u32,
+        id: Handle,
+        qpn: u32,
+    ) -> Result<(), Box<Answer>> {
+        if !self.cm.ids.get(&id).is_some_and(|o| o.own_qp) {
+            return self.cm_prepare_qp(now, client, qpn);
+        }
+        self.cm_qp_of_type(client, qpn, tqp::QpType::Rc, "RDMA_PS_TCP connects RC QPs")
+    }
+
+    /// The starting PSN of a passive connection's REP: drawn once, so that what
+    /// `rdma_init_qp_attr` answered before the accept is what the REP carries.
+    fn cm_accept_psn(&mut self, id: Handle) -> u32 {
+        let Some(o) = self.cm.ids.get_mut(&id) else {
+            return draw_psn();
+        };
+        *o.accept_psn.get_or_insert_with(draw_psn)
     }
 
     /// Handles one CM request of `client`.
@@ -186,6 +224,8 @@ impl Nic {
                         client,
                         channel,
                         listening: None,
+                        own_qp: false,
+                        accept_psn: None,
                     },
                 );
                 ok(Reply::Cm(CmReply::Id { id }))
@@ -283,11 +323,10 @@ impl Nic {
                         .map_err(cm_err)?;
                     return Ok(done());
                 }
-                self.cm_prepare_qp(now, client, qpn)?;
-                let psn = crate::nic::secret::u32().unwrap_or(0) & wire::types::MASK_24;
+                self.cm_bind_qp(now, client, id, qpn)?;
                 self.cm
                     .cm
-                    .connect(now, id, route, sid, params(qpn, psn, param, pd))
+                    .connect(now, id, route, sid, params(qpn, draw_psn(), param, pd))
                     .map_err(cm_err)?;
                 done()
             }
@@ -302,8 +341,8 @@ impl Nic {
                         .map_err(cm_err)?;
                     return Ok(done());
                 }
-                self.cm_prepare_qp(now, client, qpn)?;
-                let psn = crate::nic::secret::u32().unwrap_or(0) & wire::types::MASK_24;
+                self.cm_bind_qp(now, client, id, qpn)?;
+                let psn = self.cm_accept_psn(id);
                 let pd = param.private_data.clone();
                 self.cm
                     .cm
@@ -324,6 +363,27 @@ impl Nic {
             CmRequest::Disconnect { id } => {
                 self.cm_owned(client, id)?;
                 self.cm.cm.disconnect(now, id, &[]).map_err(cm_err)?;
+                done()
+            }
+            CmRequest::QpAttrs { id } => {
+                self.cm_owned(client, id)?;
+                let psn = self.cm_accept_psn(id);
+                let Some([rtr, rts]) = self.cm.cm.qp_steps(id, psn) else {
+                    return Err(fail(
+                        ErrorCode::InvalidState,
+                        "rdma_init_qp_attr: the connection has no peer parameters yet",
+                    ));
+                };
+                ok(Reply::Cm(CmReply::QpAttrs {
+                    rtr: super::apply::attr(rtr),
+                    rts: super::apply::attr(rts),
+                }))
+            }
+            CmRequest::OwnQp { id } => {
+                self.cm_owned(client, id)?;
+                if let Some(o) = self.cm.ids.get_mut(&id) {
+                    o.own_qp = true;
+                }
                 done()
             }
             CmRequest::GetEvents { channel } => match self.cm.channels.get_mut(&channel) {

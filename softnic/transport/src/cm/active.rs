@@ -153,29 +153,19 @@ impl Cm {
             return;
         };
         let qpn = c.ours.qpn;
-        let rtr = QpStep::Rtr {
-            dest_qpn: rep.local_qpn,
-            // Starting PSNs name what the *sender of the MAD* expects to receive
-            // (Linux ib_cm: `rq_psn` = our REQ's, `sq_psn` = the REP's); see ConnParams::psn.
-            rq_psn: c.ours.psn,
-            path_mtu: self.cfg.path_mtu,
+        let steps = super::qp_attr::steps(
+            &c.ours,
+            &c.theirs,
+            c.theirs.path_mtu,
+            c.ours.retry_count,
             dest,
-            max_dest_rd_atomic: c.ours.responder_resources,
-            min_rnr_timer: MIN_RNR_TIMER,
-        };
-        let rts = QpStep::Rts {
-            sq_psn: rep.starting_psn,
-            timeout: REQ_LOCAL_ACK_TIMEOUT,
-            retry_cnt: c.ours.retry_count,
-            rnr_retry: rep.rnr_retry_count,
-            max_rd_atomic: c.ours.initiator_depth.min(rep.responder_resources),
-        };
+        );
         let event = Event::Established {
             id: h,
             peer: c.theirs.clone(),
         };
         let mad = rtu(c.tid, c.local_comm_id, rep.local_comm_id);
-        for step in [rtr, rts] {
+        for step in steps {
             self.qp_actions.push_back(QpAction { id: h, qpn, step });
         }
         self.send(dest, mad);

@@ -25,6 +25,7 @@ pub mod active;
 pub mod close;
 pub mod id;
 pub mod passive;
+mod qp_attr;
 pub mod sidr;
 pub mod timer;
 

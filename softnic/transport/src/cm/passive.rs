@@ -6,10 +6,9 @@ use std::net::SocketAddr;
 
 use wire::cm::{CmMadRepr, CmMessage, MessageKind, RejReason, RejRepr, RepRepr, ReqRepr, RtuRepr};
 
-use super::active::MIN_RNR_TIMER;
 use super::id::{padded, CmId, CmState, ConnParams, PeerParams};
 use super::timer::Retry;
-use super::{roce_dest, Cm, CmError, Event, IdHandle, QpAction, QpStep};
+use super::{roce_dest, Cm, CmError, Event, IdHandle, QpAction};
 use crate::time::Instant;
 
 impl Cm {
@@ -119,24 +118,7 @@ impl Cm {
         let Some(dest) = c.peer else {
             return Err(CmError::InvalidState(c.state));
         };
-        let t = &c.theirs;
-        let rtr = QpStep::Rtr {
-            dest_qpn: t.qpn,
-            // The REQ's starting PSN is what the active side expects from us, ours in
-            // the REP what we expect from it (Linux ib_cm; see ConnParams::psn).
-            rq_psn: params.psn,
-            path_mtu: t.path_mtu.clamp(1, self.cfg.path_mtu.max(1)),
-            dest,
-            max_dest_rd_atomic: params.responder_resources,
-            min_rnr_timer: MIN_RNR_TIMER,
-        };
-        let rts = QpStep::Rts {
-            sq_psn: t.psn,
-            timeout: t.local_ack_timeout,
-            retry_cnt: t.retry_count,
-            rnr_retry: t.rnr_retry_count,
-            max_rd_atomic: params.initiator_depth.min(t.responder_resources),
-        };
+        let steps = self.passive_steps(&c.theirs, &params, dest);
         let rep = RepRepr {
             local_comm_id: c.local_comm_id,
             remote_comm_id: c.remote_comm_id.unwrap_or(0),
@@ -158,7 +140,7 @@ impl Cm {
         let mad = CmMadRepr::new(c.tid, CmMessage::Rep(rep));
         let listener = c.listener;
         let (exp, retries) = (self.cfg.cm_response_timeout, self.cfg.max_cm_retries);
-        for step in [rtr, rts] {
+        for step in steps {
             self.qp_actions.push_back(QpAction {
                 id: h,
                 qpn: params.qpn,

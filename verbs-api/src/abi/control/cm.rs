@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use super::Handle;
+use super::{Handle, QpAttr};
 
 /// What a connect or accept offers (`struct rdma_conn_param`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,6 +106,22 @@ pub enum CmRequest {
         /// The channel.
         channel: Handle,
     },
+    /// The RTR and RTS attributes of the id's connection (`rdma_init_qp_attr`), for a
+    /// program that moves its own QP. Reply: [`CmReply::QpAttrs`]; `InvalidState`
+    /// before the peer's REQ (passive) or REP (active) is known.
+    QpAttrs {
+        /// The id.
+        id: Handle,
+    },
+    /// The program moves the QP of this id's connection itself (`rdma_connect` /
+    /// `rdma_accept` on an id without `rdma_create_qp`, the QP named by
+    /// `conn_param->qp_num`): the NIC leaves that QP's state alone — no INIT at connect,
+    /// no RTR/RTS, no ERR at disconnect — as the kernel CM does for a user's QP.
+    /// Send before `Connect`/`Accept`. Reply: `Done`.
+    OwnQp {
+        /// The id.
+        id: Handle,
+    },
 }
 
 /// What the peer sent, for an event (`rdma_cm_event.param.conn`).
@@ -186,4 +202,12 @@ pub enum CmReply {
     },
     /// To GetEvents, oldest first.
     Events(Vec<CmEventMsg>),
+    /// To QpAttrs: INIT → RTR and RTR → RTS, exactly what the NIC applies to a QP it
+    /// moves itself (`remote` is the peer NIC).
+    QpAttrs {
+        /// INIT → RTR.
+        rtr: QpAttr,
+        /// RTR → RTS.
+        rts: QpAttr,
+    },
 }
