@@ -127,8 +127,9 @@ pub enum CmEventKind {
     /// `RDMA_CM_EVENT_CONNECT_REQUEST`: a REQ (or SIDR REQ) reached a listener;
     /// [`CmEvent::new_id`] is the connection's id.
     ConnectRequest = 4,
-    /// `RDMA_CM_EVENT_CONNECT_RESPONSE`: not raised (softnic's CM always completes the
-    /// RTU itself, as librdmacm does when the id has a QP).
+    /// `RDMA_CM_EVENT_CONNECT_RESPONSE`: not raised here (softnic's CM always completes
+    /// the RTU itself, as librdmacm does when the id has a QP); softnic's
+    /// `librdmacm.so.1` reports the ESTABLISHED of [`CmId::connect_own_qp`] as it.
     ConnectResponse = 5,
     /// `RDMA_CM_EVENT_CONNECT_ERROR`: the connection failed after the REP (e.g. the
     /// QP could not be moved to RTR/RTS).
@@ -911,7 +912,8 @@ impl CmId {
         Ok(())
     }
 
-    /// `rdma_disconnect`: sends a DREQ and moves the QP to ERR; DISCONNECTED follows.
+    /// `rdma_disconnect`: sends a DREQ and moves the QP to ERR (not a program's own QP,
+    /// see [`CmId::connect_own_qp`]); DISCONNECTED follows.
     pub fn disconnect(&mut self) -> Result<()> {
         let (_, id) = self.nic()?;
         self.call("rdma_disconnect", CmRequest::Disconnect { id })

@@ -193,6 +193,46 @@ static struct rdma_conn_param conn_param(uint32_t qp_num)
 	return p;
 }
 
+/* Connection 2 on `id`: a QP from rdma_create_qp, connected by rdma_accept (server) or
+ * rdma_connect, ESTABLISHED, checked against rdma_init_qp_attr — which needs the
+ * connection up, so the client SENDs once it has checked, and the server, having
+ * checked and received that SEND, disconnects. */
+static void cm_qp_connection(struct rdma_event_channel *ch, struct rdma_cm_id *id, int server)
+{
+	struct ibv_qp_init_attr ia = {.qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+					      .max_recv_sge = 1}};
+	struct rdma_conn_param p = conn_param(0);
+	static char done[16] = "checked";
+	struct ibv_mr *mr;
+	struct ibv_sge sge = {.addr = (uintptr_t)done, .length = sizeof done};
+	struct ibv_recv_wr rw = {.sg_list = &sge, .num_sge = 1}, *rbad;
+	struct ibv_send_wr sw = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED}, *sbad;
+	struct ibv_wc wc;
+	int n;
+
+	CHECK(rdma_create_qp(id, NULL, &ia) == 0);
+	CHECK((mr = ibv_reg_mr(id->pd, done, sizeof done, IBV_ACCESS_LOCAL_WRITE)) != NULL);
+	sge.lkey = mr->lkey;
+	if (server) {
+		CHECK(ibv_post_recv(id->qp, &rw, &rbad) == 0);
+		CHECK(rdma_accept(id, &p) == 0);
+	} else {
+		CHECK(rdma_connect(id, &p) == 0);
+	}
+	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ESTABLISHED));
+	same_as_nic(id);
+	if (!server)
+		CHECK(ibv_post_send(id->qp, &sw, &sbad) == 0);
+	struct ibv_cq *cq = server ? id->recv_cq : id->send_cq;
+	long spins = 0;
+	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0 && ++spins < 200000000L)
+		;
+	CHECK(n == 1 && wc.status == IBV_WC_SUCCESS);
+	CHECK(ibv_dereg_mr(mr) == 0);
+}
+
 static void disconnect(struct rdma_event_channel *ch, struct rdma_cm_id *id)
 {
 	CHECK(rdma_disconnect(id) == 0);
@@ -255,15 +295,8 @@ static void server(const char *host, const char *port)
 	e = expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
 	id = e->id;
 	rdma_ack_cm_event(e);
-	struct ibv_qp_init_attr ia = {.qp_type = IBV_QPT_RC,
-				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
-					      .max_recv_sge = 1}};
-	CHECK(rdma_create_qp(id, NULL, &ia) == 0);
-	p = conn_param(0);
-	CHECK(rdma_accept(id, &p) == 0);
-	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ESTABLISHED));
-	same_as_nic(id);
-	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_DISCONNECTED));
+	cm_qp_connection(ch, id, 1);
+	disconnect(ch, id);
 	rdma_destroy_qp(id);
 	CHECK(rdma_destroy_id(id) == 0);
 	CHECK(rdma_destroy_id(listen) == 0);
@@ -338,15 +371,8 @@ static void client(const char *srv, const char *port, const char *me)
 
 	/* Connection 2: rdma_create_qp. */
 	id = resolve(ch, srv, port, me);
-	struct ibv_qp_init_attr ia = {.qp_type = IBV_QPT_RC,
-				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
-					      .max_recv_sge = 1}};
-	CHECK(rdma_create_qp(id, NULL, &ia) == 0);
-	p = conn_param(0);
-	CHECK(rdma_connect(id, &p) == 0);
-	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ESTABLISHED));
-	same_as_nic(id);
-	disconnect(ch, id);
+	cm_qp_connection(ch, id, 0);
+	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_DISCONNECTED));
 	rdma_destroy_qp(id);
 	CHECK(rdma_destroy_id(id) == 0);
 	rdma_destroy_event_channel(ch);
