@@ -558,3 +558,44 @@ fn sidr_resolves_a_ud_service_or_says_why_not() {
     }
     assert!(matches!(&events(&mut p.a)[..], [Event::Unreachable { id }] if *id == a4));
 }
+
+/// `qp_steps` (`rdma_init_qp_attr` for a program's own QP) answers exactly the
+/// transitions the CM applies to a bound QP, on both sides, and only once the peer's
+/// REQ (passive) or REP (active) is in; before the accept, for the PSN the REP will
+/// carry and the REQ's resources turned around (as Linux's CM assumes).
+#[test]
+fn qp_steps_are_the_transitions_the_cm_applies() {
+    let mut p = Pair::new();
+    let (a, _, b) = request(&mut p);
+    assert_eq!(p.a.qp_steps(a, 0), None, "no REP yet");
+    let Some(
+        [QpStep::Rtr {
+            rq_psn,
+            dest_qpn,
+            max_dest_rd_atomic,
+            ..
+        }, QpStep::Rts {
+            sq_psn,
+            max_rd_atomic,
+            ..
+        }],
+    ) = p.b.qp_steps(b, 0x2000)
+    else {
+        panic!("a REQ is in: the passive side answers");
+    };
+    // The REQ offered responder resources 4, initiator depth 2.
+    assert_eq!((rq_psn, dest_qpn, sq_psn), (0x2000, 0x11, 0x1000));
+    assert_eq!((max_dest_rd_atomic, max_rd_atomic), (2, 4));
+    p.b.accept(p.now, b, params(0x22, 0x2000)).unwrap();
+    let applied_b: Vec<QpStep> = actions(&mut p.b).into_iter().map(|x| x.step).collect();
+    assert_eq!(p.b.qp_steps(b, 0x9999).map(Vec::from), Some(applied_b));
+    p.pump();
+    let applied_a: Vec<QpStep> = actions(&mut p.a).into_iter().map(|x| x.step).collect();
+    let steps_a = p.a.qp_steps(a, 0).expect("a REP is in");
+    assert_eq!(Vec::from(steps_a), applied_a);
+    // The starting-PSN rule across the two sides: each sends what the other expects.
+    let [QpStep::Rtr { rq_psn: a_rq, .. }, QpStep::Rts { sq_psn: a_sq, .. }] = steps_a else {
+        panic!("{steps_a:?}");
+    };
+    assert_eq!((a_rq, a_sq), (0x1000, 0x2000));
+}
