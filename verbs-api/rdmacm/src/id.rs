@@ -601,7 +601,8 @@ pub unsafe extern "C" fn rdma_reject(
     i.with_api(|api| api.reject(data))
 }
 
-/// `rdma_disconnect`: DREQ (or DREP); the QP goes to ERR and its work requests flush.
+/// `rdma_disconnect`: DREQ (or DREP); the id's QP (not a program's own) goes to ERR and
+/// its work requests flush.
 ///
 /// # Safety
 /// `id` is live.
