@@ -217,3 +217,22 @@ fn a_bind_completes_after_the_work_requests_posted_before_it() {
         assert_eq!(ids, want, "completions in posting order");
     }
 }
+
+#[test]
+fn a_region_without_mw_bind_takes_no_window() {
+    let a = NicProc::start("mwb-a", "127.0.0.1", 0, &[]);
+    let b = NicProc::start("mwb-b", "127.0.0.1", 0, &[]);
+    let (mut x, _y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
+    let plain =
+        x.pd.alloc_mr(4096, verbs_api::AccessFlags::LOCAL_WRITE)
+            .expect("mr");
+    let mut mw = x.pd.alloc_mw(1).expect("alloc_mw");
+    let info = MwBindInfo {
+        mr: plain.handle(),
+        addr: plain.addr(),
+        len: 64,
+        access: REMOTE_WRITE,
+    };
+    let e = x.qp.bind_mw(1, true, &mut mw, &info).unwrap_err();
+    assert!(e.to_string().contains("MW_BIND"), "{e}");
+}

@@ -48,6 +48,8 @@ impl AccessFlags {
     pub const REMOTE_ATOMIC: AccessFlags = AccessFlags(8);
     /// Every right.
     pub const ALL: AccessFlags = AccessFlags(0xF);
+    /// IBV_ACCESS_MW_BIND: memory windows may be bound to the region (IBTA 10.6.7.2.1).
+    pub const MW_BIND: AccessFlags = AccessFlags(0x10);
 
     /// True when every right in `other` is in `self`.
     pub const fn contains(self, other: AccessFlags) -> bool {
@@ -63,11 +65,11 @@ impl AccessFlags {
     /// (`ibv_reg_mr(3)`: "If IBV_ACCESS_REMOTE_WRITE or IBV_ACCESS_REMOTE_ATOMIC is set,
     /// then IBV_ACCESS_LOCAL_WRITE must be set too").
     pub fn validate(self) -> Result<()> {
-        if self.0 & !Self::ALL.0 != 0 {
+        let known = Self::ALL.0 | Self::MW_BIND.0;
+        if self.0 & !known != 0 {
             return Err(Error::InvalidArgument(format!(
-                "access flags {:#x} contain bits softnic does not know (known: {:#x})",
+                "access flags {:#x} contain bits softnic does not know (known: {known:#x})",
                 self.0,
-                Self::ALL.0
             )));
         }
         if (self.contains(Self::REMOTE_WRITE) || self.contains(Self::REMOTE_ATOMIC))

@@ -192,7 +192,7 @@ impl std::fmt::Display for RegError {
 /// peer may write must be writable locally).
 pub fn check_access(bits: u32) -> Result<Access, RegError> {
     let a = Access(bits);
-    if !Access::ALL.contains(a) {
+    if bits & !(Access::ALL.0 | super::mw::ACCESS_MW_BIND) != 0 {
         return Err(RegError::BadAccess(bits));
     }
     let needs_local = a.contains(Access::REMOTE_WRITE) || a.contains(Access::REMOTE_ATOMIC);
@@ -928,7 +928,8 @@ mod tests {
             check_access(8).is_err(),
             "remote atomic without local write"
         );
-        assert!(check_access(0x10).is_err(), "unknown bit");
+        assert!(check_access(0x20).is_err(), "unknown bit");
+        assert!(check_access(0x11).is_ok(), "MW_BIND");
         assert!(check_access(4).is_ok());
         let (mut t, h, lkey, rkey, _v) = table_with(0xF, 4096);
         assert_ne!(lkey, rkey);

@@ -12,11 +12,10 @@
 //! The memory-region table asks this table about any R_Key that is not a region's
 //! ([`MwTable::check`]): the window must be bound, in the accessing QP's PD, grant the
 //! right, and contain the whole range; the bytes are then the region's. A region that
-//! is deregistered unbinds its windows first. What is not checked: the region's
-//! `IBV_ACCESS_MW_BIND` right (the C library accepts and drops that bit at
-//! registration), and a type 2 window's association with the QP that bound it (IBTA
-//! type 2B; the [`softnic_transport::memory::Memory`] checks know the PD, not the QP):
-//! any QP of the window's PD reaches a bound window.
+//! is deregistered unbinds its windows first. A bind needs a region registered with
+//! `IBV_ACCESS_MW_BIND`. What is not checked: a type 2 window's association with the
+//! QP that bound it (IBTA type 2B; the [`softnic_transport::memory::Memory`] checks
+//! know the PD, not the QP): any QP of the window's PD reaches a bound window.
 
 use softnic_transport::memory::{Access, MemError};
 
@@ -26,6 +25,9 @@ use super::secret;
 /// Windows one client may hold at once (`max_mw`; each is a few dozen bytes of NIC
 /// memory, and the bound keeps a hostile client from growing the table without limit).
 pub const MAX_WINDOWS_PER_CLIENT: usize = verbs_api::mw::MAX_MW as usize;
+
+/// `IBV_ACCESS_MW_BIND`: a region windows may be bound to (kept in its access bits).
+pub const ACCESS_MW_BIND: u32 = 0x10;
 
 /// `IBV_ACCESS_ZERO_BASED`: addresses relative to the window's start. Not supported.
 const ACCESS_ZERO_BASED: u32 = 1 << 5;
@@ -229,6 +231,11 @@ impl MwTable {
         }
         let access = Access(b.access & remote.0);
         let r = under.ok_or(MwError::NotFound("no such memory region"))?;
+        if r.access.0 & ACCESS_MW_BIND == 0 {
+            return Err(MwError::Invalid(
+                "the region was registered without IBV_ACCESS_MW_BIND",
+            ));
+        }
         if r.pd != w.pd {
             return Err(MwError::Invalid(
                 "the window and the region are in different protection domains",
@@ -315,13 +322,14 @@ mod tests {
     const C: u32 = 7;
     const PD: u32 = 3;
 
+    /// A region with `access` and the MW_BIND right.
     fn region(access: Access) -> Under {
         Under {
             handle: 11,
             pd: PD,
             iova: 0x1000,
             len: 0x1000,
-            access,
+            access: Access(access.0 | ACCESS_MW_BIND),
         }
     }
 
@@ -417,6 +425,14 @@ mod tests {
             "write needs local write"
         );
         assert!(t.bind(C, PD, &ok, None).is_err(), "no region");
+        let no_mw_bind = Under {
+            access: Access::LOCAL_WRITE,
+            ..region(rw)
+        };
+        assert!(
+            t.bind(C, PD, &ok, Some(no_mw_bind)).is_err(),
+            "region without MW_BIND"
+        );
         let past = bind(h, rkey, 0x1000, 0x1001, Access::REMOTE_WRITE);
         assert!(t.bind(C, PD, &past, Some(region(rw))).is_err());
         let unknown = Bind {

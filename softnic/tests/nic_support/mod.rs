@@ -292,7 +292,8 @@ pub fn side_on(ctx: Context, mr_len: usize, depth: u32) -> Side {
 /// [`side_on`] with a QP of type `qp_type`.
 pub fn side_of(ctx: Context, qp_type: QpType, mr_len: usize, depth: u32) -> Side {
     let pd = ctx.alloc_pd().expect("alloc pd");
-    let mr = pd.alloc_mr(mr_len, AccessFlags::ALL).expect("alloc mr");
+    let access = AccessFlags(AccessFlags::ALL.bits() | AccessFlags::MW_BIND.bits());
+    let mr = pd.alloc_mr(mr_len, access).expect("alloc mr");
     let cq = ctx.create_cq(2 * depth).expect("create cq");
     let cap = QpCap {
         max_send_wr: depth,

@@ -61,11 +61,6 @@ use crate::objects::{last_errno, softnic_pd, SoftnicPd};
 /// those it does not support before they reach the kernel).
 const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 
-/// `IBV_ACCESS_MW_BIND`: lets memory windows be bound to the MR. Accepted (as rxe
-/// does) and not passed to the NIC, which binds windows to any region of the PD
-/// (`softnic/src/nic/mw.rs` says so).
-const ACCESS_MW_BIND: u32 = 0x10;
-
 /// A live registration: the converted page range `[start, end)` it is a window onto
 /// (one memfd; every live MR on it names the same range), its lkey.
 struct Live {
@@ -273,7 +268,7 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) ->
     if pd.is_null() || addr.is_null() || length == 0 {
         return errno::null(libc::EINVAL);
     }
-    let access = AccessFlags(access & !(ACCESS_OPTIONAL_RANGE | ACCESS_MW_BIND));
+    let access = AccessFlags(access & !ACCESS_OPTIONAL_RANGE);
     if access.validate().is_err() {
         return errno::null(libc::EINVAL);
     }
