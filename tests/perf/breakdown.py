@@ -11,6 +11,9 @@ completion and posts SEND k back, the client polls that. The k-th distinct PSN o
 SENDs a NIC sent or received is message k (a retransmission repeats a PSN). Every stage
 is the gap between two stamps, so the stages of one iteration add up exactly to its
 round trip; stamps from different processes share the clock, nothing is estimated.
+A loopback sendmsg delivers to the peer's socket before it returns, so a kernel stage
+can be slightly negative for one message (the peer received before the sender's return
+was stamped); medians are not affected.
 """
 
 import bisect

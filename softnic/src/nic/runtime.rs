@@ -644,12 +644,12 @@ impl Runtime {
             }
         }
         self.nic.active.recycle(items);
+        self.path.trace.cqe(n);
         for h in self.dirty_cqs.drain(..) {
             if let Some(cq) = self.nic.cqs.get_mut(&h) {
                 cq.flush();
             }
         }
-        self.path.trace.cqe(n);
         n
     }
 

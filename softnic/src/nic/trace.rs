@@ -8,9 +8,14 @@
 //!   before it transmits, so for a ping-pong this is when the NIC picked the WQE up) and
 //!   the moment `sendmsg` returned;
 //! * **rx**: the moment the receive call that returned it came back;
-//! * **cqe**: the end of each `complete` pass that published completions (the trace
+//! * **cqe**: each `complete` pass that wrote completions, just before it publishes
+//!   them to the clients (so a client never polls one before its stamp; the trace
 //!   cannot tell which QP's; a ping-pong's receive completion is published in the same
 //!   iteration that received its packet, so it is the first after that packet's rx).
+//!
+//! A loopback `sendmsg` hands the datagram to the peer's socket before it returns, so
+//! the peer's rx stamp may precede the sender's tx stamp by a little: the breakdown's
+//! kernel stage is then slightly negative for that message.
 //!
 //! Each event carries the packet's BTH opcode, destination QPN and PSN. The stamps are
 //! kept in memory (a fixed capacity, no system call per event) and written as text when
@@ -120,7 +125,7 @@ impl Trace {
         }
     }
 
-    /// `n` completions just published.
+    /// `n` completions written, about to be published.
     #[inline]
     pub fn cqe(&mut self, n: usize) {
         if self.on() && n > 0 {

@@ -170,6 +170,9 @@ const DEF_TX_BW: u32 = 128;
 const DEF_TX_LAT: u32 = 1;
 const DEF_RX_SEND: u32 = 512;
 const DEF_CQ_MOD: u32 = 100;
+/// perftest's `MSG_SIZE_CQ_MOD_LIMIT`: above this size, with no `-Q` and no `-a`, BW tests
+/// signal every WR (`DISABLED_CQ_MOD_VALUE`, 1), and print `CQ Moderation : 1`.
+const MSG_SIZE_CQ_MOD_LIMIT: u64 = 8192;
 /// `MAX_SIZE`: the largest message of `-a` (2^23).
 pub const MAX_SIZE: u64 = 1 << 23;
 
@@ -349,10 +352,11 @@ impl Params {
         if verb == Verb::Send && u64::from(rx_depth) > iters {
             rx_depth = iters as u32;
         }
-        let mut cq_mod = if bw {
-            a.cq_mod.unwrap_or(DEF_CQ_MOD)
-        } else {
-            1
+        let mut cq_mod = match (bw, a.cq_mod) {
+            (false, _) => 1,
+            (true, Some(q)) => q,
+            (true, None) if size > MSG_SIZE_CQ_MOD_LIMIT && !a.all => 1,
+            (true, None) => DEF_CQ_MOD,
         };
         if cq_mod == 0 {
             return Err("-Q must be at least 1".into());
@@ -427,8 +431,14 @@ mod tests {
         let p = parse(&["write_bw"]).unwrap();
         assert_eq!(
             (p.sizes.clone(), p.iters, p.tx_depth, p.cq_mod),
-            (vec![65536], 5000, 128, 100)
+            (vec![65536], 5000, 128, 1)
         );
+        // perftest moderates completions only up to 8 KiB, with -a, or when asked.
+        assert_eq!(parse(&["write_bw", "-s", "8192"]).unwrap().cq_mod, 100);
+        assert_eq!(parse(&["write_bw", "-s", "8193"]).unwrap().cq_mod, 1);
+        assert_eq!(parse(&["write_bw", "-a"]).unwrap().cq_mod, 100);
+        let q = parse(&["write_bw", "-s", "65536", "-Q", "50"]).unwrap();
+        assert_eq!(q.cq_mod, 50);
         assert!(p.is_server && p.bw);
         let p = parse(&["send_lat", "10.0.0.1"]).unwrap();
         assert_eq!((p.sizes.clone(), p.iters, p.tx_depth), (vec![2], 1000, 1));
