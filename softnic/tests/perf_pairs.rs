@@ -176,8 +176,11 @@ fn check_bw(out: &str, sizes: &[u64], iters: u64) {
     for (row, &size) in rows.iter().zip(sizes) {
         assert_eq!(row.len(), 5, "{row:?}");
         assert_eq!((row[0], row[1]), (size as f64, iters as f64), "{row:?}");
+        // The rate (6 decimals) shows any progress; the average MB/s (2 decimals) of a
+        // few tiny messages delayed a few ms by a loaded machine rounds to 0.00, so it
+        // is checked from 1 KiB (0.00 there would need < 5 messages a second).
         assert!(
-            row[3] > 0.0 && row[4] > 0.0,
+            row[4] > 0.0 && (size < 1024 || row[3] > 0.0),
             "zero average bandwidth or rate: {row:?}\n{out}"
         );
     }
