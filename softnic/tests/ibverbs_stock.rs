@@ -232,6 +232,12 @@ fn stock_rc_pingpong_between_two_nics() {
             &a,
             vec!["-N", "-e", "-c", "-n", "20", "-s", "65536", "-m", "1024"],
         ),
+        // Path MTU 4096 (the NIC's own MTU): 8 KiB messages are two full packets.
+        (
+            &a,
+            &b,
+            vec!["-e", "-c", "-n", "20", "-s", "8192", "-m", "4096"],
+        ),
     ]
     .into_iter()
     .enumerate()
