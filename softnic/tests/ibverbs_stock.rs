@@ -102,22 +102,9 @@ fn nic_pair(tag: &str, host: u8) -> (NicProc, NicProc) {
     stock_support::nic_pair(100, tag, host)
 }
 
-/// A spawned process, killed by PID on drop (also when the test fails).
-struct Spawned(Option<std::process::Child>);
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 /// Runs stock `prog -p PORT ARGS` as server on `server` and as client on `client`
 /// (through `softnic exec -d`), the client connecting to 127.0.0.1:PORT; both must
-/// succeed. Returns both outputs. PORT is `port`, or another one if something else on
-/// the host holds it (the server then says "Couldn't listen").
+/// succeed. Returns both outputs (`stock_support::pair_run_with`).
 fn pair_run(
     prog: &str,
     server: &NicProc,
@@ -125,76 +112,18 @@ fn pair_run(
     port: u16,
     args: &[&str],
 ) -> (String, String) {
-    for attempt in 0..4u32 {
-        let p = 20000 + ((u32::from(port) - 20000 + attempt * 4999) % 40000) as u16;
-        if let Some(outputs) = pair_attempt(prog, server, client, p, args) {
-            return outputs;
-        }
-    }
-    panic!("{prog}: no free TCP port for the exchange after 4 tries");
-}
-
-/// One [`pair_run`] attempt; None when the server could not listen on `port`.
-fn pair_attempt(
-    prog: &str,
-    server: &NicProc,
-    client: &NicProc,
-    port: u16,
-    args: &[&str],
-) -> Option<(String, String)> {
     let bin = stock(prog);
-    let port = port.to_string();
-    let mut common = vec!["-p", &port];
-    common.extend_from_slice(args);
-    let child = Command::new(env!("CARGO_BIN_EXE_softnic"))
-        .args(["exec", "-d", &server.name, "--", bin.to_str().unwrap()])
-        .args(&common)
-        .env("SOFTNIC_DIR", softnic_dir())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn server");
-    let mut srv = Spawned(Some(child));
-    let deadline = std::time::Instant::now() + nic_support::WAIT;
-    let mut cli = None;
-    while cli.is_none() {
-        let mut args = vec!["-d", client.name.as_str(), "--", bin.to_str().unwrap()];
-        args.extend_from_slice(&common);
-        args.push("127.0.0.1");
-        let o = exec(&args);
-        // The server may not listen yet: the pingpongs and perftest then exit at once.
-        let early = !o.status.success()
-            && (text(&o).contains("Couldn't connect") || text(&o).contains("Unable to"));
-        let server_gone = srv.0.as_mut().unwrap().try_wait().unwrap().is_some();
-        if early && !server_gone && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            continue;
-        }
-        cli = Some(o);
-    }
-    let cli = cli.unwrap();
-    let cli_text = text(&cli);
-    // Bounded wait for the server (the client finished, so it has too, or soon).
-    let mut child = srv.0.take().unwrap();
-    let srv_out = loop {
-        if child.try_wait().unwrap().is_some() {
-            break child.wait_with_output().unwrap();
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            break child.wait_with_output().unwrap();
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    let side = |nic: &NicProc, p: &str, peer: Option<&str>| {
+        let mut c = stock_support::exec_on(nic, &bin);
+        c.args(["-p", p]).args(args).args(peer);
+        c
     };
-    let srv_text = text(&srv_out);
-    if !srv_out.status.success() && srv_text.contains("Couldn't listen") {
-        return None;
-    }
-    assert!(
-        cli.status.success() && srv_out.status.success(),
-        "{prog} {args:?}\n=== client\n{cli_text}\n=== server\n{srv_text}"
-    );
-    Some((srv_text, cli_text))
+    stock_support::pair_run_with(
+        &format!("{prog} {args:?}"),
+        &|p| side(server, p, None),
+        &|p| side(client, p, Some("127.0.0.1")),
+        port,
+    )
 }
 
 /// A TCP port for the exchange (20000..59999), distinct per test process and per call

@@ -18,22 +18,6 @@ use nic_support::*;
 /// Longest a pair may run.
 const PAIR_WAIT: Duration = Duration::from_secs(60);
 
-fn example(name: &str) -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_softnic"));
-    let p = bin
-        .parent()
-        .expect("target dir")
-        .join("examples")
-        .join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: build the examples (`cargo build -p verbs-api --examples`; \
-         `cargo test --workspace` does it)",
-        p.display()
-    );
-    p
-}
-
 fn free_tcp_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

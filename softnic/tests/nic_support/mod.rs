@@ -47,6 +47,24 @@ fn remove_stale_dirs() {
     }
 }
 
+/// A verbs-api example binary, built next to the test binaries (`cargo test
+/// --workspace` builds every example; alone: `cargo build -p verbs-api --examples`).
+/// A missing one fails the test.
+pub fn example(name: &str) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_BIN_EXE_softnic"))
+        .parent()
+        .expect("target dir")
+        .join("examples")
+        .join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: build the examples (`cargo build -p verbs-api --examples`; \
+         `cargo test --workspace` does it)",
+        p.display()
+    );
+    p
+}
+
 /// The control-socket directory of this test binary. verbs-api finds sockets through
 /// `$SOFTNIC_DIR`, which is process-wide, so it is set once, before any client runs, to
 /// a directory private to this test process; NICs get distinct names instead.

@@ -72,3 +72,102 @@ pub fn nic_pair(base: u32, tag: &str, host: u8) -> (NicProc, NicProc) {
     );
     (a, b)
 }
+
+/// `softnic exec -d NIC -- BIN` with this test's `$SOFTNIC_DIR`: a stock binary on one
+/// NIC, ready for its arguments.
+pub fn exec_on(nic: &NicProc, bin: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_softnic"));
+    c.args(["exec", "-d", &nic.name, "--"])
+        .arg(bin)
+        .env("SOFTNIC_DIR", crate::nic_support::softnic_dir())
+        .env_remove(softnic::exec::LIB_DIR_ENV);
+    c
+}
+
+/// A spawned process, killed by PID on drop (also when the test fails).
+struct Spawned(Option<std::process::Child>);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs `server(PORT)` and then `client(PORT)` (the client's command already names
+/// 127.0.0.1), both to completion; both must succeed. Returns (server, client) output.
+/// The client is restarted while the server does not listen yet; PORT is `port`, or
+/// another one if something else on the host holds it (the server then says "Couldn't
+/// listen" or "Address already in use"). `what` names the pair in failure messages.
+pub fn pair_run_with(
+    what: &str,
+    server: &dyn Fn(&str) -> Command,
+    client: &dyn Fn(&str) -> Command,
+    port: u16,
+) -> (String, String) {
+    for attempt in 0..4u32 {
+        let p = 20000 + ((u32::from(port) - 20000 + attempt * 4999) % 40000) as u16;
+        if let Some(outputs) = pair_attempt(what, server, client, &p.to_string()) {
+            return outputs;
+        }
+    }
+    panic!("{what}: no free TCP port for the exchange after 4 tries");
+}
+
+/// One [`pair_run_with`] attempt; None when the server could not listen on `port`.
+fn pair_attempt(
+    what: &str,
+    server: &dyn Fn(&str) -> Command,
+    client: &dyn Fn(&str) -> Command,
+    port: &str,
+) -> Option<(String, String)> {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let child = server(port)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn server");
+    let mut srv = Spawned(Some(child));
+    let deadline = Instant::now() + crate::nic_support::WAIT;
+    let cli = loop {
+        let o = client(port)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run client");
+        // The server may not listen yet: the pingpongs and perftest then exit at once.
+        let early = !o.status.success()
+            && (text(&o).contains("Couldn't connect") || text(&o).contains("Unable to"));
+        let server_gone = srv.0.as_mut().unwrap().try_wait().unwrap().is_some();
+        if early && !server_gone && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        break o;
+    };
+    let cli_text = text(&cli);
+    // Bounded wait for the server (the client finished, so it has too, or soon).
+    let deadline = Instant::now() + crate::nic_support::WAIT;
+    let mut child = srv.0.take().unwrap();
+    let srv_out = loop {
+        if child.try_wait().unwrap().is_some() || Instant::now() > deadline {
+            let _ = child.kill();
+            break child.wait_with_output().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let srv_text = text(&srv_out);
+    if !srv_out.status.success()
+        && (srv_text.contains("Couldn't listen") || srv_text.contains("Address already in use"))
+    {
+        return None;
+    }
+    assert!(
+        cli.status.success() && srv_out.status.success(),
+        "{what}\n=== client\n{cli_text}\n=== server\n{srv_text}"
+    );
+    Some((srv_text, cli_text))
+}
