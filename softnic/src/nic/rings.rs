@@ -112,14 +112,26 @@ impl QpEntry {
     }
 
     /// Moves the QP to ERR (flushing its work requests into its completion queue).
-    fn move_to_error(&mut self, now: Instant) {
-        if self.qp.state() != QpState::Err {
-            let attr = QpAttr {
-                state: Some(QpState::Err),
-                ..QpAttr::default()
-            };
-            // Any state may move to ERR (IBTA 10.3.1); an error here is impossible.
-            let _ = self.qp.modify(now, &attr);
+    /// Moves the QP to ERR; true if it was not there already.
+    fn move_to_error(&mut self, now: Instant) -> bool {
+        if self.qp.state() == QpState::Err {
+            return false;
+        }
+        let attr = QpAttr {
+            state: Some(QpState::Err),
+            ..QpAttr::default()
+        };
+        // Any state may move to ERR (IBTA 10.3.1); an error here is impossible.
+        let _ = self.qp.modify(now, &attr);
+        true
+    }
+
+    /// The NIC itself moves the QP to ERR (corrupt ring, CQ overrun): the program
+    /// learns why from IBV_EVENT_QP_FATAL (IBTA 11.6.3.2), raised if the QP was not in
+    /// ERR already.
+    fn fatal(&mut self, now: Instant) {
+        if self.move_to_error(now) {
+            self.qp.raise_fatal();
         }
     }
 
@@ -154,7 +166,7 @@ impl QpEntry {
             self.ring_broken = true;
             tracing::warn!(qpn = self.qp.qpn(), "client ring corrupt; QP moved to ERR");
         }
-        self.move_to_error(now);
+        self.fatal(now);
     }
 
     /// Takes entries from the SQ and RQ rings into the QP. Returns how many.
@@ -331,7 +343,7 @@ impl QpEntry {
                         self.overrun = true;
                         n.cq_overrun += 1;
                         tracing::warn!(qpn = self.qp.qpn(), "CQ overrun; QP moved to ERR");
-                        self.move_to_error(now);
+                        self.fatal(now);
                         self.take_completions();
                     }
                     break;

@@ -14,8 +14,9 @@
 //! find no WQEs from then on. A corrupt ring does the same.
 //!
 //! Asynchronous events (limit reached, SRQ error) wait in the transport's `Srq` (at
-//! most `MAX_EVENTS`), and a QP's "last WQE reached" in its `Qp` (at most one), until
-//! the client asks with `GetAsyncEvents`.
+//! most `MAX_EVENTS`), and a QP's (communication established, the error that moved it
+//! to ERR, last WQE reached: each at most once) in its `Qp`, until the client asks with
+//! `GetAsyncEvents`.
 //!
 //! Quotas: an SRQ counts as a queue pair against its user's QP quota, and its ring
 //! segment against the user's mapped bytes (`quota.rs`); it holds a use of its PD, and
@@ -357,10 +358,17 @@ impl Nic {
             .unwrap_or_default();
         let mut out = Vec::new();
         for qpn in qps {
-            if let Some(QpEvent::LastWqeReached) =
-                self.qps.get_mut(&qpn).and_then(|e| e.qp.poll_event())
-            {
-                out.push(AsyncEvent::QpLastWqeReached { qpn });
+            let Some(e) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            while let Some(ev) = e.qp.poll_event() {
+                out.push(match ev {
+                    QpEvent::LastWqeReached => AsyncEvent::QpLastWqeReached { qpn },
+                    QpEvent::CommEst => AsyncEvent::CommEst { qpn },
+                    QpEvent::ReqErr => AsyncEvent::QpReqErr { qpn },
+                    QpEvent::AccessErr => AsyncEvent::QpAccessErr { qpn },
+                    QpEvent::Fatal => AsyncEvent::QpFatal { qpn },
+                });
             }
         }
         for h in mine {

@@ -341,7 +341,10 @@ fn a_refused_request_gives_the_borrowed_wqe_back() {
     assert_eq!(ids(&drain(&mut p.a)), vec![(1, WcStatus::RemAccessErr)]);
     assert_eq!(p.b.qp.state(), QpState::Err);
     assert!(drain(&mut p.b).is_empty(), "no WQE of the pool was flushed");
+    // Why it entered Err (IBTA 11.6.3.2), then the SRQ's last-WQE event, each once.
+    assert_eq!(p.b.qp.poll_event(), Some(QpEvent::AccessErr));
     assert_eq!(p.b.qp.poll_event(), Some(QpEvent::LastWqeReached));
+    assert_eq!(p.b.qp.poll_event(), None);
     let s = srq(&mut p);
     assert_eq!((s.len(), s.counters().consumed), (2, 0));
 }

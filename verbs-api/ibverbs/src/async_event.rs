@@ -1,16 +1,24 @@
 //! Asynchronous events: `ibv_get_async_event` / `ibv_ack_async_event` and the
 //! `async_fd` a program may `poll(2)`.
 //!
-//! The NIC queues a context's events (SRQ limit reached, SRQ error, last WQE reached
-//! on a QP of an SRQ) and hands them out on a control request (verbs-api
-//! [`Context::poll_async_events`]); it does not signal them. So once a context has an
-//! SRQ — the only source of events today — a watcher thread asks every
-//! [`POLL_INTERVAL`], turns each event into a `struct ibv_async_event` (the element is
-//! the program's `ibv_srq` / `ibv_qp` pointer) and counts it on `async_fd`, a semaphore
-//! eventfd: one readable count per queued event, so `poll(2)` on it and blocking or
-//! non-blocking `ibv_get_async_event` behave as on rdma-core. A context without an SRQ
-//! starts no thread and its `async_fd` never becomes readable. Events about an object
-//! the program already destroyed are dropped.
+//! The NIC queues a context's events and hands them out on a control request
+//! (verbs-api [`Context::poll_async_events`]); it does not signal them. The events:
+//! IBV_EVENT_COMM_EST (an RC/UC QP in RTR received its first packet),
+//! IBV_EVENT_QP_REQ_ERR / IBV_EVENT_QP_ACCESS_ERR (the QP, as responder, failed a
+//! request and entered ERR), IBV_EVENT_QP_FATAL (the NIC moved the QP to ERR: corrupt
+//! ring, full CQ), IBV_EVENT_QP_LAST_WQE_REACHED (a QP on an SRQ entered ERR),
+//! IBV_EVENT_SRQ_LIMIT_REACHED and IBV_EVENT_SRQ_ERR. IBV_EVENT_CQ_ERR is never raised:
+//! a full CQ loses no completion (they wait in the NIC until the program polls) and is
+//! reported on the QP as QP_FATAL. SQ_DRAINED and the path-migration and port events
+//! are not raised either.
+//!
+//! Once a context has a QP or an SRQ, a watcher thread asks every [`POLL_INTERVAL`],
+//! turns each event into a `struct ibv_async_event` (the element is the program's
+//! `ibv_qp` / `ibv_srq` pointer) and counts it on `async_fd`, a semaphore eventfd: one
+//! readable count per queued event, so `poll(2)` on it and blocking or non-blocking
+//! `ibv_get_async_event` behave as on rdma-core. A context with neither starts no
+//! thread and its `async_fd` never becomes readable. Events about an object the
+//! program already destroyed are dropped.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
@@ -51,7 +59,7 @@ pub struct Events {
 struct Shared {
     /// NIC SRQ handle → the program's `ibv_srq` (as an address).
     srqs: Mutex<HashMap<u32, usize>>,
-    /// QP number → the program's `ibv_qp`, for QPs on an SRQ.
+    /// QP number → the program's `ibv_qp`.
     qps: Mutex<HashMap<u32, usize>>,
     /// Events not yet taken by `ibv_get_async_event`: (element address, event type).
     queue: Mutex<VecDeque<(usize, c_int)>>,
@@ -110,15 +118,18 @@ fn watch(api: &Context, fd: &OwnedFd, s: &Shared) {
         let Ok(events) = api.poll_async_events() else {
             return; // the NIC is gone: no more events
         };
+        let qp = |qpn: u32| lock(&s.qps).get(&qpn).copied();
         for e in events {
             let (element, kind) = match e {
                 AsyncEvent::SrqLimitReached { srq } => {
                     (lock(&s.srqs).get(&srq).copied(), EVENT_SRQ_LIMIT_REACHED)
                 }
                 AsyncEvent::SrqErr { srq } => (lock(&s.srqs).get(&srq).copied(), EVENT_SRQ_ERR),
-                AsyncEvent::QpLastWqeReached { qpn } => {
-                    (lock(&s.qps).get(&qpn).copied(), EVENT_QP_LAST_WQE_REACHED)
-                }
+                AsyncEvent::QpLastWqeReached { qpn } => (qp(qpn), EVENT_QP_LAST_WQE_REACHED),
+                AsyncEvent::CommEst { qpn } => (qp(qpn), EVENT_COMM_EST),
+                AsyncEvent::QpReqErr { qpn } => (qp(qpn), EVENT_QP_REQ_ERR),
+                AsyncEvent::QpAccessErr { qpn } => (qp(qpn), EVENT_QP_ACCESS_ERR),
+                AsyncEvent::QpFatal { qpn } => (qp(qpn), EVENT_QP_FATAL),
             };
             let Some(element) = element else { continue };
             lock(&s.queue).push_back((element, kind));

@@ -322,12 +322,14 @@ unsafe fn create(
     rcq.users.fetch_add(1, Ordering::AcqRel);
     if let Some(q) = srq {
         q.users.fetch_add(1, Ordering::AcqRel);
-        // SAFETY: the PD's context is live.
-        let ctx = unsafe { crate::device::softnic_context((*pd).context) };
-        // SAFETY: b is live.
-        ctx.events
-            .register_qp(unsafe { (*b).qpx.qp_base.qp_num }, b as usize);
     }
+    // Every QP may raise affiliated events (`async_event`).
+    // SAFETY: the PD's context is live.
+    let ctx = unsafe { crate::device::softnic_context((*pd).context) };
+    // SAFETY: b is live.
+    ctx.events
+        .register_qp(unsafe { (*b).qpx.qp_base.qp_num }, b as usize);
+    ctx.events.start(&ctx.api, ctx.async_fd());
     b as *mut ibv_qp
 }
 
@@ -364,10 +366,10 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             crate::srq::softnic_srq(b.qpx.qp_base.srq as *mut ibv_srq)
                 .users
                 .fetch_sub(1, Ordering::AcqRel);
-            crate::device::softnic_context(b.qpx.qp_base.context)
-                .events
-                .forget_qp(b.qpx.qp_base.qp_num);
         }
+        crate::device::softnic_context(b.qpx.qp_base.context)
+            .events
+            .forget_qp(b.qpx.qp_base.qp_num);
         libc::pthread_cond_destroy(std::ptr::addr_of!(b.qpx.qp_base.cond).cast_mut());
         libc::pthread_mutex_destroy(std::ptr::addr_of!(b.qpx.qp_base.mutex).cast_mut());
     }

@@ -478,6 +478,32 @@ pub enum AsyncEvent {
         /// QP number.
         qpn: u32,
     },
+    /// IBV_EVENT_COMM_EST: an RC/UC QP in RTR received its first packet (IBTA
+    /// 11.6.3.1).
+    CommEst {
+        /// QP number.
+        qpn: u32,
+    },
+    /// IBV_EVENT_QP_REQ_ERR: the QP, as responder, NAKed an invalid request and
+    /// entered the error state (IBTA 11.6.3.2 Invalid Request Local WQ Error).
+    QpReqErr {
+        /// QP number.
+        qpn: u32,
+    },
+    /// IBV_EVENT_QP_ACCESS_ERR: the QP, as responder, found an access violation (bad
+    /// R_Key or range, or its receive buffer's L_Key) and entered the error state
+    /// (IBTA 11.6.3.2 Local Access Violation WQ Error).
+    QpAccessErr {
+        /// QP number.
+        qpn: u32,
+    },
+    /// IBV_EVENT_QP_FATAL: the NIC moved the QP to the error state for a local
+    /// catastrophic reason: its client's ring was corrupt, or a CQ it completes to
+    /// was full (IBTA 11.6.3.2 Local Work Queue Catastrophic Error).
+    QpFatal {
+        /// QP number.
+        qpn: u32,
+    },
 }
 
 /// A successful answer.

@@ -280,6 +280,18 @@ pub enum QpEvent {
     /// took; no more of the SRQ's WQEs will complete on it, so the application may
     /// destroy it without losing any.
     LastWqeReached,
+    /// IBV_EVENT_COMM_EST (IBTA 11.6.3.1 Communication Established): an RC/UC QP in
+    /// RTR received its first request packet. Raised once per QP.
+    CommEst,
+    /// IBV_EVENT_QP_REQ_ERR (IBTA 11.6.3.2 Invalid Request Local WQ Error): the
+    /// responder NAKed a request Invalid Request and entered Err.
+    ReqErr,
+    /// IBV_EVENT_QP_ACCESS_ERR (IBTA 11.6.3.2 Local Access Violation WQ Error): the
+    /// responder found an R_Key or receive-buffer access violation and entered Err.
+    AccessErr,
+    /// IBV_EVENT_QP_FATAL (IBTA 11.6.3.2 Local Work Queue Catastrophic Error): the NIC
+    /// moved the QP to Err for a reason of its own (see [`Qp::raise_fatal`]).
+    Fatal,
 }
 
 /// Attribute values in force (what `ibv_query_qp` would report).
@@ -881,9 +893,10 @@ impl Qp {
         self.timers.next()
     }
 
-    /// The pending asynchronous event, if any (taken).
+    /// The oldest pending asynchronous event, if any (taken): COMM_EST, then the error
+    /// that moved the QP to Err, then LAST_WQE_REACHED.
     pub fn poll_event(&mut self) -> Option<QpEvent> {
-        self.event.take()
+        self.resp.events.pop_front().or_else(|| self.event.take())
     }
 
     /// The next work completion.

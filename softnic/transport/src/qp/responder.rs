@@ -40,7 +40,7 @@ use wire::{Msn, NakCode, OpcodeInfo, Operation, ParsedPacket, Position, Psn, Syn
 use super::requester::packets_for;
 use super::served::{AtomicCache, ServedReads};
 use super::window::{max_msg_len, MAX_MSG_BYTES};
-use super::{Qp, QpState, QpType};
+use super::{Qp, QpEvent, QpState, QpType};
 use crate::memory::{Access, AtomicOp, MemError, Memory};
 use crate::sgl;
 use crate::time::Instant;
@@ -142,6 +142,24 @@ pub const fn disposition(e: RespError) -> Disposition {
     Disposition { nak, wc, next }
 }
 
+/// The affiliated event of a responder error that moves the QP to Err (IBTA 11.6.3.2):
+/// an access violation — a bad R_Key or range on an inbound RDMA/atomic, or the receive
+/// WQE's own buffer failing its L_Key — is a Local Access Violation WQ Error; every
+/// other error NAKed Invalid Request is an Invalid Request Local WQ Error. RNR moves
+/// nothing to Err and raises nothing (it maps to REQ_ERR only for totality).
+pub const fn error_event(e: RespError) -> QpEvent {
+    match e {
+        RespError::RemoteAccess | RespError::LocalWrite => QpEvent::AccessErr,
+        RespError::RnrNoRecv
+        | RespError::OpcodeSequence
+        | RespError::Unsupported
+        | RespError::QpAccess
+        | RespError::NoResources
+        | RespError::Length
+        | RespError::Misaligned => QpEvent::ReqErr,
+    }
+}
+
 /// A queued response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Response {
@@ -214,6 +232,13 @@ pub(super) struct Responder {
     pub atomic_cache: AtomicCache,
     /// Recent READs served, for duplicates.
     pub served_reads: ServedReads,
+    /// Affiliated events not yet taken ([`Qp::poll_event`]); at most two, since each
+    /// kind is raised once (`comm_est`, `err_raised`).
+    pub events: VecDeque<QpEvent>,
+    /// COMM_EST was raised.
+    pub comm_est: bool,
+    /// An error event (REQ_ERR, ACCESS_ERR or FATAL) was raised.
+    pub err_raised: bool,
 }
 
 impl Responder {
@@ -227,6 +252,9 @@ impl Responder {
             responses: VecDeque::new(),
             atomic_cache: AtomicCache::default(),
             served_reads: ServedReads::default(),
+            events: VecDeque::new(),
+            comm_est: false,
+            err_raised: false,
         }
     }
 
@@ -300,6 +328,22 @@ fn map_remote(e: MemError) -> RespError {
 }
 
 impl Qp {
+    /// Raises the error event that tells why the QP entered Err (IBTA 11.6.3.2), once
+    /// per QP: later errors of a QP already in Err add nothing.
+    pub(super) fn raise_error_event(&mut self, ev: QpEvent) {
+        if !self.resp.err_raised {
+            self.resp.err_raised = true;
+            self.resp.events.push_back(ev);
+        }
+    }
+
+    /// IBV_EVENT_QP_FATAL: the NIC moved this QP to Err for a local catastrophic
+    /// reason the transport cannot see (its client's ring is corrupt, its CQ overran).
+    /// Call after moving it to Err; raised once, and not after another error event.
+    pub fn raise_fatal(&mut self) {
+        self.raise_error_event(QpEvent::Fatal);
+    }
+
     /// A request packet (state already checked).
     pub(super) fn handle_request(
         &mut self,
@@ -309,6 +353,13 @@ impl Qp {
         info: &OpcodeInfo,
         mem: &mut dyn Memory,
     ) {
+        // IBTA 11.6.3.1: the first packet an RC/UC QP receives in RTR establishes
+        // communication (a QP whose peer sends before the CM's RTU arrives learns it
+        // here). A QP already in RTS raises nothing, as rdmavt does.
+        if self.state == QpState::Rtr && self.qp_type != QpType::Ud && !self.resp.comm_est {
+            self.resp.comm_est = true;
+            self.resp.events.push_back(QpEvent::CommEst);
+        }
         match self.qp_type {
             QpType::Rc => self.handle_rc_request(pkt, info, mem),
             QpType::Uc => self.handle_uc_request(pkt, info, mem),

@@ -8,7 +8,7 @@ use wire::{
 };
 
 use super::requester::position;
-use super::responder::{disposition, NakKind, RespError, Response, MAX_RESPONSES};
+use super::responder::{disposition, error_event, NakKind, RespError, Response, MAX_RESPONSES};
 use super::served::{DupAtomic, DupRead};
 use super::{Qp, QpState, QpType, Transmit};
 use crate::memory::Memory;
@@ -102,6 +102,7 @@ impl Qp {
             }
         }
         if d.next == Some(QpState::Err) {
+            self.raise_error_event(error_event(e));
             self.enter_error_keeping_responses();
         }
     }

@@ -1,0 +1,107 @@
+//! QP affiliated asynchronous events between two NICs (IBTA 11.6.3), as a program sees
+//! them through `Context::poll_async_events` (the C library's `ibv_get_async_event`):
+//! COMM_EST when an RC QP still in RTR receives its first packet, and the error event
+//! that says why a responder entered ERR — QP_ACCESS_ERR for a bad R_Key, QP_REQ_ERR
+//! for a SEND longer than the receive buffer — each once, on the responder's context
+//! only (the requester learns of the failure from its completion).
+
+mod nic_support;
+
+use std::time::{Duration, Instant};
+
+use nic_support::*;
+use verbs_api::{
+    AccessFlags, AsyncEvent, Context, Mtu, QpAttr, QpState, RecvWr, SendWr, WcStatus, WrOpcode,
+};
+
+/// The events `ctx` has, waiting (bounded) until there is at least one.
+fn events(ctx: &Context) -> Vec<AsyncEvent> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let ev = ctx.poll_async_events().expect("poll_async_events");
+        if !ev.is_empty() || Instant::now() > deadline {
+            return ev;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn send(x: &mut Side, wr_id: u64, len: u32) -> WcStatus {
+    let sge = [x.mr.sge(0, len)];
+    x.qp.post_send(&[SendWr::new(wr_id, WrOpcode::Send, &sge).signaled()])
+        .expect("post send");
+    poll_one(&mut x.cq).status
+}
+
+#[test]
+fn comm_est_in_rtr_then_access_error_as_responder() {
+    let a = NicProc::start("ae1-a", "127.0.0.1", 0, &[]);
+    let b = NicProc::start("ae1-b", "127.0.0.1", 0, &[]);
+    let mut x = side(&a, 4096, 8);
+    let mut y = side(&b, 4096, 8);
+    // x goes to RTS, y stays in RTR: it can receive but has not been told the
+    // connection is up (as a CM passive side before the RTU).
+    x.qp.to_init(AccessFlags::ALL).expect("x init");
+    y.qp.to_init(AccessFlags::ALL).expect("y init");
+    x.qp.to_rtr(&b.endpoint(y.qp.qp_num(), 0x200), Mtu::Mtu1024)
+        .expect("x rtr");
+    y.qp.to_rtr(&a.endpoint(x.qp.qp_num(), 0x100), Mtu::Mtu1024)
+        .expect("y rtr");
+    x.qp.modify(&QpAttr {
+        qp_state: Some(QpState::Rts),
+        sq_psn: Some(0x100),
+        timeout: Some(14),
+        retry_cnt: Some(7),
+        rnr_retry: Some(7),
+        max_rd_atomic: Some(1),
+        ..QpAttr::default()
+    })
+    .expect("x rts");
+    assert!(y.ctx.poll_async_events().expect("events").is_empty());
+
+    let rsge = [y.mr.sge(0, 64)];
+    y.qp.post_recv(&[RecvWr::new(1, &rsge), RecvWr::new(2, &rsge)])
+        .expect("post recv");
+    assert_eq!(send(&mut x, 10, 16), WcStatus::Success);
+    assert_eq!(poll_one(&mut y.cq).status, WcStatus::Success);
+    let qpn = y.qp.qp_num();
+    assert_eq!(events(&y.ctx), vec![AsyncEvent::CommEst { qpn }]);
+    // A second packet raises nothing more.
+    assert_eq!(send(&mut x, 11, 16), WcStatus::Success);
+    assert_eq!(poll_one(&mut y.cq).status, WcStatus::Success);
+    assert!(y.ctx.poll_async_events().expect("events").is_empty());
+
+    // A WRITE with an R_Key y never gave out: Remote Access NAK, y to ERR.
+    let sge = [x.mr.sge(0, 8)];
+    let op = WrOpcode::RdmaWrite {
+        remote_addr: y.mr.addr(),
+        rkey: y.mr.rkey() ^ 0x5a5a_0000,
+    };
+    x.qp.post_send(&[SendWr::new(12, op, &sge).signaled()])
+        .expect("post write");
+    assert_eq!(poll_one(&mut x.cq).status, WcStatus::RemAccessErr);
+    assert_eq!(events(&y.ctx), vec![AsyncEvent::QpAccessErr { qpn }]);
+    assert!(
+        y.ctx.poll_async_events().expect("events").is_empty(),
+        "once"
+    );
+    assert!(
+        x.ctx.poll_async_events().expect("events").is_empty(),
+        "the requester learns it from its completion, not an event"
+    );
+}
+
+#[test]
+fn a_send_longer_than_the_receive_buffer_is_a_request_error() {
+    let a = NicProc::start("ae2-a", "127.0.0.1", 0, &[]);
+    let b = NicProc::start("ae2-b", "127.0.0.1", 0, &[]);
+    let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
+    let rsge = [y.mr.sge(0, 8)];
+    y.qp.post_recv(&[RecvWr::new(1, &rsge)]).expect("post recv");
+    assert_eq!(send(&mut x, 10, 64), WcStatus::RemInvReqErr);
+    assert_eq!(poll_one(&mut y.cq).status, WcStatus::LocLenErr);
+    let qpn = y.qp.qp_num();
+    // Both QPs were in RTS before any packet: no COMM_EST.
+    assert_eq!(events(&y.ctx), vec![AsyncEvent::QpReqErr { qpn }]);
+    assert!(x.ctx.poll_async_events().expect("events").is_empty());
+}
