@@ -278,6 +278,18 @@ fn srq_verbs_and_limit_event_through_the_c_abi() {
     run_c_pair(&exe, &a, &b, None);
 }
 
+/// `tests/ibverbs/async.c` through the C ABI between two NICs: a SEND longer than the
+/// peer's receive buffer raises IBV_EVENT_QP_REQ_ERR on the responder — `async_fd`
+/// readable, `ibv_get_async_event` naming the program's `ibv_qp`, `ibv_ack_async_event`
+/// counting it, once (EAGAIN after) — and nothing on the requester.
+#[test]
+fn qp_error_event_through_the_c_abi() {
+    let (a, b) = nic_pair("ibvstock-async", 22);
+    let exe = compile_c("async", &[]);
+    let out = run_c_pair(&exe, &a, &b, None);
+    assert!(out.contains("event 2 "), "{out}");
+}
+
 /// `tests/ibverbs/fork.c`: a child after `fork()` that posts on the parent's QP,
 /// polls its CQ or writes its registered buffer dies by SIGSEGV (rings and MRs are
 /// `MADV_DONTFORK`), and the parent's QP, CQ and bytes are intact afterwards.
