@@ -3,7 +3,8 @@
 //! COMM_EST when an RC QP still in RTR receives its first packet, and the error event
 //! that says why a responder entered ERR — QP_ACCESS_ERR for a bad R_Key, QP_REQ_ERR
 //! for a SEND longer than the receive buffer — each once, on the responder's context
-//! only (the requester learns of the failure from its completion).
+//! only (the requester learns of the failure from its completion); and QP_FATAL when a
+//! QP's CQ overruns (its completions still all arrive).
 
 mod nic_support;
 
@@ -11,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use nic_support::*;
 use verbs_api::{
-    AccessFlags, AsyncEvent, Context, Mtu, QpAttr, QpState, RecvWr, SendWr, WcStatus, WrOpcode,
+    AccessFlags, AsyncEvent, Context, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, RecvWr,
+    SendWr, WcStatus, WrOpcode,
 };
 
 /// The events `ctx` has, waiting (bounded) until there is at least one.
@@ -104,4 +106,61 @@ fn a_send_longer_than_the_receive_buffer_is_a_request_error() {
     // Both QPs were in RTS before any packet: no COMM_EST.
     assert_eq!(events(&y.ctx), vec![AsyncEvent::QpReqErr { qpn }]);
     assert!(x.ctx.poll_async_events().expect("events").is_empty());
+}
+
+#[test]
+fn a_full_cq_is_qp_fatal_and_loses_no_completion() {
+    let a = NicProc::start("ae3-a", "127.0.0.1", 0, &[]);
+    let b = NicProc::start("ae3-b", "127.0.0.1", 0, &[]);
+    let mut x = side(&a, 4096, 16);
+    let y = side(&b, 4096, 16);
+    // y's QP completes to a CQ smaller than the receives it posts, and y never polls.
+    let mut small = y.ctx.create_cq(1).expect("cq");
+    let cap = small.capacity();
+    assert!(cap < 16, "the CQ holds {cap}: no overrun possible");
+    let mut yq =
+        y.pd.create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: &small,
+            recv_cq: &small,
+            cap: QpCap {
+                max_send_wr: 16,
+                max_recv_wr: 16,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        })
+        .expect("qp");
+    connect_rc((&mut x.qp, &a), (&mut yq, &b), Mtu::Mtu1024, (0, 0), 14);
+    let rsge = [y.mr.sge(0, 64)];
+    let n = cap as u64 + 1;
+    let recvs: Vec<RecvWr> = (0..n).map(|i| RecvWr::new(i, &rsge)).collect();
+    yq.post_recv(&recvs).expect("post recv");
+    for i in 0..n {
+        let sge = [x.mr.sge(0, 8)];
+        x.qp.post_send(&[SendWr::new(100 + i, WrOpcode::Send, &sge)])
+            .expect("post send");
+    }
+    let qpn = yq.qp_num();
+    assert_eq!(events(&y.ctx), vec![AsyncEvent::QpFatal { qpn }]);
+    // Every receive still completes, in order, once the program makes room: those the
+    // NIC had filled before the overrun with success, any later one flushed.
+    let wcs = poll_n(&mut small, n as usize);
+    assert_eq!(
+        wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        (0..n).collect::<Vec<_>>()
+    );
+    assert_eq!(wcs[0].status, WcStatus::Success);
+    for w in &wcs {
+        assert!(
+            matches!(w.status, WcStatus::Success | WcStatus::WrFlushErr),
+            "{w:?}"
+        );
+    }
+    assert!(
+        y.ctx.poll_async_events().expect("events").is_empty(),
+        "once"
+    );
 }
