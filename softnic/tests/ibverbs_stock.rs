@@ -284,7 +284,7 @@ fn srq_verbs_and_limit_event_through_the_c_abi() {
 /// counting it, once (EAGAIN after) — and nothing on the requester.
 #[test]
 fn qp_error_event_through_the_c_abi() {
-    let (a, b) = nic_pair("ibvstock-async", 22);
+    let (a, b) = nic_pair("ibvstock-async", 24);
     let exe = compile_c("async", &[]);
     let out = run_c_pair(&exe, &a, &b, None);
     assert!(out.contains("event 2 "), "{out}");
