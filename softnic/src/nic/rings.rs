@@ -23,6 +23,8 @@
 //!   11.6.2); softnic does that but loses no completion: the rest wait here until the
 //!   client polls and makes room. While completions wait, the rings are not drained,
 //!   which bounds the queue.
+//! * A corrupt ring or a CQ overrun raises IBV_EVENT_QP_FATAL on a QP not yet in ERR
+//!   (`QpEntry::fatal`); never CQ_ERR, since the CQ itself stays intact.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
