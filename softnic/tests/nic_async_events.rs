@@ -1,10 +1,11 @@
 //! QP affiliated asynchronous events between two NICs (IBTA 11.6.3), as a program sees
 //! them through `Context::poll_async_events` (the C library's `ibv_get_async_event`):
-//! COMM_EST when an RC QP still in RTR receives its first packet, and the error event
-//! that says why a responder entered ERR — QP_ACCESS_ERR for a bad R_Key, QP_REQ_ERR
-//! for a SEND longer than the receive buffer — each once, on the responder's context
-//! only (the requester learns of the failure from its completion); and QP_FATAL when a
-//! QP's CQ overruns (its completions still all arrive).
+//! COMM_EST when an RC or UC QP still in RTR receives its first packet; the error event
+//! that says why an RC responder entered ERR — QP_ACCESS_ERR for a bad R_Key,
+//! QP_REQ_ERR for a SEND longer than the receive buffer — each once, on the
+//! responder's context only (the requester learns of the failure from its completion;
+//! a UC QP drops a bad message and raises nothing); and QP_FATAL when a QP's CQ
+//! overruns (its completions still all arrive).
 
 mod nic_support;
 
@@ -12,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use nic_support::*;
 use verbs_api::{
-    AccessFlags, AsyncEvent, Context, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, RecvWr,
-    SendWr, WcStatus, WrOpcode,
+    AccessFlags, AsyncEvent, Context, Device, Mtu, QpCap, QpInitAttr, QpType, RecvWr, SendWr,
+    WcStatus, WrOpcode,
 };
 
 /// The events `ctx` has, waiting (bounded) until there is at least one.
@@ -35,31 +36,28 @@ fn send(x: &mut Side, wr_id: u64, len: u32) -> WcStatus {
     poll_one(&mut x.cq).status
 }
 
-#[test]
-fn comm_est_in_rtr_then_access_error_as_responder() {
-    let a = NicProc::start("ae1-a", "127.0.0.1", 0, &[]);
-    let b = NicProc::start("ae1-b", "127.0.0.1", 0, &[]);
-    let mut x = side(&a, 4096, 8);
-    let mut y = side(&b, 4096, 8);
-    // x goes to RTS, y stays in RTR: it can receive but has not been told the
-    // connection is up (as a CM passive side before the RTU).
+/// A pair of `qp_type` QPs on `a` and `b` where x goes to RTS but y stays in RTR: it
+/// can receive but has not been told the connection is up (as a CM passive side
+/// before the RTU).
+fn pair_with_y_in_rtr(a: &NicProc, b: &NicProc, qp_type: QpType) -> (Side, Side) {
+    let mut x = side_of(Device::open(&a.name).expect("open"), qp_type, 4096, 8);
+    let mut y = side_of(Device::open(&b.name).expect("open"), qp_type, 4096, 8);
     x.qp.to_init(AccessFlags::ALL).expect("x init");
     y.qp.to_init(AccessFlags::ALL).expect("y init");
     x.qp.to_rtr(&b.endpoint(y.qp.qp_num(), 0x200), Mtu::Mtu1024)
         .expect("x rtr");
     y.qp.to_rtr(&a.endpoint(x.qp.qp_num(), 0x100), Mtu::Mtu1024)
         .expect("y rtr");
-    x.qp.modify(&QpAttr {
-        qp_state: Some(QpState::Rts),
-        sq_psn: Some(0x100),
-        timeout: Some(14),
-        retry_cnt: Some(7),
-        rnr_retry: Some(7),
-        max_rd_atomic: Some(1),
-        ..QpAttr::default()
-    })
-    .expect("x rts");
+    x.qp.to_rts(0x100).expect("x rts");
     assert!(y.ctx.poll_async_events().expect("events").is_empty());
+    (x, y)
+}
+
+#[test]
+fn comm_est_in_rtr_then_access_error_as_responder() {
+    let a = NicProc::start("ae1-a", "127.0.0.1", 0, &[]);
+    let b = NicProc::start("ae1-b", "127.0.0.1", 0, &[]);
+    let (mut x, mut y) = pair_with_y_in_rtr(&a, &b, QpType::Rc);
 
     let rsge = [y.mr.sge(0, 64)];
     y.qp.post_recv(&[RecvWr::new(1, &rsge), RecvWr::new(2, &rsge)])
@@ -163,4 +161,25 @@ fn a_full_cq_is_qp_fatal_and_loses_no_completion() {
         y.ctx.poll_async_events().expect("events").is_empty(),
         "once"
     );
+}
+
+#[test]
+fn uc_raises_comm_est_but_no_error_event() {
+    let a = NicProc::start("ae4-a", "127.0.0.1", 0, &[]);
+    let b = NicProc::start("ae4-b", "127.0.0.1", 0, &[]);
+    let (mut x, mut y) = pair_with_y_in_rtr(&a, &b, QpType::Uc);
+    let rsge = [y.mr.sge(0, 8)];
+    y.qp.post_recv(&[RecvWr::new(1, &rsge), RecvWr::new(2, &rsge)])
+        .expect("post recv");
+    assert_eq!(send(&mut x, 10, 8), WcStatus::Success);
+    assert_eq!(poll_one(&mut y.cq).status, WcStatus::Success);
+    let qpn = y.qp.qp_num();
+    assert_eq!(events(&y.ctx), vec![AsyncEvent::CommEst { qpn }]);
+    // Too long for the receive buffer: UC drops the message silently (IBTA 9.8.3) and
+    // stays usable, so no error event; the next message fits and arrives.
+    assert_eq!(send(&mut x, 11, 64), WcStatus::Success);
+    assert_eq!(send(&mut x, 12, 8), WcStatus::Success);
+    let wc = poll_one(&mut y.cq);
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::Success));
+    assert!(y.ctx.poll_async_events().expect("events").is_empty());
 }
