@@ -19,6 +19,8 @@
 //! * `timers` — the retransmission and RNR timers.
 //! * `rto` — when the retransmission timer fires (adaptive, bounded by the Local ACK
 //!   Timeout) and which expiries cost a retry.
+//! * `peer_rtt` — the RTT estimate shared by all QPs to one peer NIC, and when a QP's
+//!   own estimate is too old to trust.
 //! * [`window`] — the requester's PSN window, the one owner of send-side PSN
 //!   arithmetic and of the "span < 2^23" invariant.
 //!
@@ -33,6 +35,7 @@
 mod completer;
 mod counters;
 mod cwnd;
+mod peer_rtt;
 mod requester;
 mod responder;
 mod responses;
@@ -53,6 +56,7 @@ use crate::wr::{Completion, Queue, RecvWr, SendOp, SendWr, WcOpcode, WcStatus, M
 
 pub use counters::QpCounters;
 pub use cwnd::{MAX_OUTSTANDING_PSNS, MIN_CWND};
+pub use peer_rtt::{PeerRtt, STALE_RTOS};
 pub use responder::{disposition, Disposition, NakKind, RespError};
 pub use rto::{AckTimer, MIN_RTO};
 pub use state::{AttrMask, QpState, QpType, TransitionError};
@@ -489,6 +493,13 @@ impl Qp {
     /// [`AckTimer`]).
     pub fn set_ack_timer(&mut self, mode: AckTimer) {
         self.req.rto.set_mode(mode);
+    }
+
+    /// Shares the RTT estimate of the peer NIC this QP talks to with the other QPs to
+    /// it (see [`PeerRtt`]): the caller keeps one per remote endpoint. Without one the
+    /// QP's estimate is its own.
+    pub fn set_peer_rtt(&mut self, peer: PeerRtt) {
+        self.req.rto.set_peer(peer);
     }
 
     /// The port MTU, used for UD messages (default [`DEFAULT_PORT_MTU`]). Values

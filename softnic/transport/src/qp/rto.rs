@@ -11,8 +11,11 @@
 //! * **When to resend** — an RTT estimate as TCP keeps it (RFC 6298: smoothed RTT plus
 //!   four deviations, Karn's rule: no sample from a resent PSN, exponential backoff on
 //!   each expiry, reset by forward progress), clamped to `[MIN_RTO, Local ACK
-//!   Timeout]`. Before the first sample
-//!   the timeout is the Local ACK Timeout itself.
+//!   Timeout]`. The estimate is the larger of the QP's own and that of its peer NIC,
+//!   shared by every QP to that peer (`peer_rtt.rs`); the QP's own is left out once it
+//!   is stale (no sample for eight of its timeouts), so a QP that sends only now and
+//!   then times its burst on what the path is doing now. Before any sample the timeout
+//!   is the Local ACK Timeout itself.
 //! * **What it costs** — a retry is charged against `retry_cnt` only when a whole Local
 //!   ACK Timeout has passed without forward progress since the last charge, so the QP
 //!   still fails with RETRY_EXC_ERR after `retry_cnt + 1` Local ACK Timeouts of silence,
@@ -22,6 +25,7 @@
 //! [`AckTimer::Strict`] turns all of this off (every expiry is a Local ACK Timeout and
 //! is charged), for conformance testing against the spec's timing.
 
+use super::peer_rtt::{PeerRtt, RttEstimate};
 use crate::time::{Duration, Instant};
 use wire::Psn;
 
@@ -43,11 +47,14 @@ pub enum AckTimer {
 }
 
 /// RTT estimate, backoff and retry accounting of one requester.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct Rto {
     mode: AckTimer,
-    /// Smoothed RTT and its mean deviation, once sampled.
-    srtt: Option<(Duration, Duration)>,
+    /// This QP's own estimate, once sampled.
+    own: Option<RttEstimate>,
+    /// The estimate shared by every QP to the same peer NIC (private until the caller
+    /// gives one).
+    peer: PeerRtt,
     /// The one packet being timed: its PSN and when it was first sent.
     sample: Option<(Psn, Instant)>,
     /// Expiries since the last forward progress (each doubles the timeout).
@@ -65,15 +72,30 @@ impl Rto {
     pub fn set_mode(&mut self, mode: AckTimer) {
         *self = Rto {
             mode,
+            peer: self.peer.clone(),
             ..Rto::default()
         };
     }
 
-    /// The timeout the estimate gives now, at most the Local ACK Timeout `bound`.
-    fn rto(&self, bound: Duration) -> Duration {
-        match (self.mode, self.srtt) {
-            (AckTimer::Adaptive, Some((srtt, rttvar))) => {
-                let base = (srtt + rttvar * 4).max(MIN_RTO);
+    /// From now on, samples feed (and timeouts read) `peer`, shared with the other QPs
+    /// to the same peer NIC.
+    pub fn set_peer(&mut self, peer: PeerRtt) {
+        self.peer = peer;
+    }
+
+    /// The estimated timeout at `now` before backoff: the larger of the QP's own (unless
+    /// stale) and the peer's. The peer's is never older than the QP's own (every own
+    /// sample feeds it), so it is the freshest word on the path there is.
+    fn estimate(&self, now: Instant) -> Option<Duration> {
+        let own = self.own.filter(|e| !e.is_stale(now)).map(|e| e.rto());
+        let peer = self.peer.get().map(|e| e.rto());
+        own.max(peer)
+    }
+
+    /// The timeout at `now`, at most the Local ACK Timeout `bound`.
+    fn rto(&self, now: Instant, bound: Duration) -> Duration {
+        match (self.mode, self.estimate(now)) {
+            (AckTimer::Adaptive, Some(base)) => {
                 base.saturating_mul(1 << self.backoff.min(16)).min(bound)
             }
             _ => bound,
@@ -86,7 +108,7 @@ impl Rto {
     /// where strict timing puts them.
     pub fn deadline(&self, now: Instant, local_ack: Option<Duration>) -> Option<Instant> {
         let bound = local_ack?;
-        let t = now + self.rto(bound);
+        let t = now + self.rto(now, bound);
         Some(match (self.mode, self.epoch) {
             (AckTimer::Adaptive, Some(e)) => t.min(e + bound),
             _ => t,
@@ -115,13 +137,8 @@ impl Rto {
             if acked(psn) {
                 self.sample = None;
                 let r = now.saturating_duration_since(sent);
-                self.srtt = Some(match self.srtt {
-                    None => (r, r / 2),
-                    Some((srtt, rttvar)) => {
-                        let dev = srtt.abs_diff(r);
-                        (srtt * 7 / 8 + r / 8, rttvar * 3 / 4 + dev / 4)
-                    }
-                });
+                self.own = Some(RttEstimate::update(self.own, r, now));
+                self.peer.sample(r, now);
             }
         }
     }
@@ -161,12 +178,12 @@ mod tests {
     #[test]
     fn strict_and_unsampled_use_the_local_ack_timeout() {
         let mut r = Rto::default();
-        assert_eq!(r.rto(LAT), LAT);
+        assert_eq!(r.rto(at(0), LAT), LAT);
         assert_eq!(r.deadline(at(0), None), None);
         r.set_mode(AckTimer::Strict);
         r.on_send(Psn::new(1), false, at(0));
         r.on_progress(at(50), |_| true);
-        assert_eq!(r.rto(LAT), LAT);
+        assert_eq!(r.rto(at(50), LAT), LAT);
         assert!(r.on_expiry(at(100), LAT), "strict: every expiry is charged");
     }
 
@@ -176,19 +193,19 @@ mod tests {
         r.on_send(Psn::new(1), false, at(0));
         r.on_progress(at(50), |_| true);
         // srtt 50 µs, rttvar 25 µs: 150 µs, below the floor.
-        assert_eq!(r.rto(LAT), MIN_RTO);
+        assert_eq!(r.rto(at(50), LAT), MIN_RTO);
         r.on_send(Psn::new(2), false, at(1000));
         r.on_progress(at(5000), |_| true);
-        let t = r.rto(LAT);
+        let t = r.rto(at(5000), LAT);
         assert!(t > MIN_RTO && t < LAT, "{t:?}");
         r.on_arm_from_idle(at(5000));
         assert_eq!(r.deadline(at(5000), Some(LAT)), Some(at(5000) + t));
         assert!(!r.on_expiry(at(5000) + t, LAT));
-        assert_eq!(r.rto(LAT), (t * 2).min(LAT));
+        assert_eq!(r.rto(at(5000), LAT), (t * 2).min(LAT));
         for _ in 0..20 {
             r.on_expiry(at(6000), LAT);
         }
-        assert_eq!(r.rto(LAT), LAT, "backoff stops at the bound");
+        assert_eq!(r.rto(at(6000), LAT), LAT, "backoff stops at the bound");
         // Armed late in a period, the timer fires at the period's end.
         r.on_arm_from_idle(at(10_000));
         assert_eq!(
@@ -204,13 +221,13 @@ mod tests {
         r.on_rewind();
         r.on_send(Psn::new(1), true, at(10));
         r.on_progress(at(20_000), |_| true);
-        assert_eq!(r.rto(LAT), LAT, "no sample taken");
+        assert_eq!(r.rto(at(20_000), LAT), LAT, "no sample taken");
         // An unacknowledged sample stays pending.
         r.on_send(Psn::new(2), false, at(30_000));
         r.on_progress(at(30_020), |_| false);
-        assert_eq!(r.rto(LAT), LAT);
+        assert_eq!(r.rto(at(30_020), LAT), LAT);
         r.on_progress(at(30_050), |_| true);
-        assert_eq!(r.rto(LAT), MIN_RTO);
+        assert_eq!(r.rto(at(30_050), LAT), MIN_RTO);
     }
 
     #[test]
@@ -232,5 +249,68 @@ mod tests {
         r.on_progress(t, |_| false);
         assert!(!r.on_expiry(t + Duration::from_millis(66), LAT));
         assert!(r.on_expiry(t + LAT, LAT));
+    }
+
+    /// `r` takes `n` samples of `rtt`, one every `rtt`, from `start`.
+    fn feed(r: &mut Rto, n: u32, rtt: Duration, start: Instant) {
+        for k in 0..n {
+            let sent = start + rtt * k;
+            r.on_send(Psn::new(k), false, sent);
+            r.on_progress(sent + rtt, |_| true);
+        }
+    }
+
+    fn sharing(peer: &PeerRtt) -> Rto {
+        let mut r = Rto::default();
+        r.set_peer(peer.clone());
+        r
+    }
+
+    #[test]
+    fn an_idle_qp_times_its_burst_on_the_peers_current_estimate() {
+        let peer = PeerRtt::new();
+        let (mut idle, mut busy) = (sharing(&peer), sharing(&peer));
+        // A 50 µs sample from a quiet moment...
+        feed(&mut idle, 1, Duration::from_micros(50), at(0));
+        // ...then the path to that peer fills: other QPs see 5 ms.
+        feed(&mut busy, 40, Duration::from_millis(5), at(800_000));
+        let now = at(1_000_000);
+        idle.on_arm_from_idle(now);
+        let wait = idle.deadline(now, Some(LAT)).unwrap() - now;
+        assert!(
+            wait >= Duration::from_micros(4_900),
+            "resends after {wait:?}"
+        );
+        assert!(wait <= LAT);
+        // Alone, its own sample would have resent after the floor.
+        let mut alone = Rto::default();
+        feed(&mut alone, 1, Duration::from_micros(50), at(0));
+        alone.on_arm_from_idle(now);
+        assert_eq!(alone.deadline(now, Some(LAT)), Some(now + MIN_RTO));
+    }
+
+    #[test]
+    fn the_own_estimate_counts_while_fresh_then_gives_way_to_the_peers() {
+        let peer = PeerRtt::new();
+        let (mut slow, mut fast) = (sharing(&peer), sharing(&peer));
+        // 5 ms: own timeout 15 ms, stale 120 ms later.
+        feed(&mut slow, 1, Duration::from_millis(5), at(0));
+        feed(&mut fast, 40, Duration::from_micros(50), at(10_000));
+        // Fresh, the own estimate counts when it is the larger: its packets may take
+        // longer than the peer's average.
+        assert_eq!(slow.rto(at(100_000), LAT), Duration::from_millis(15));
+        assert_eq!(fast.rto(at(100_000), LAT), MIN_RTO);
+        assert_eq!(slow.rto(at(200_000), LAT), MIN_RTO, "own stale: the peer's");
+        assert_eq!(fast.rto(at(200_000), LAT), MIN_RTO);
+        // A peer estimate beyond the Local ACK Timeout is bounded by it, and a whole
+        // Local ACK Timeout still charges exactly one retry.
+        feed(&mut fast, 8, Duration::from_millis(200), at(300_000));
+        slow.on_arm_from_idle(at(2_000_000));
+        assert_eq!(
+            slow.deadline(at(2_000_000), Some(LAT)),
+            Some(at(2_000_000) + LAT)
+        );
+        assert!(!slow.on_expiry(at(2_000_000) + LAT / 2, LAT));
+        assert!(slow.on_expiry(at(2_000_000) + LAT, LAT));
     }
 }

@@ -1,0 +1,122 @@
+//! The round-trip time to one peer NIC, shared by every QP that talks to it: the one
+//! owner of the RFC 6298 estimator and of "how old may an estimate be".
+//!
+//! All RC QPs of a NIC that talk to the same remote NIC (IP and UDP port) cross the same
+//! two single-threaded NIC loops and the same sockets, so the round trip one of them
+//! sees now is the round trip any of them will see: queueing behind the other QPs' work
+//! dominates it, not the QP's own traffic. A QP that sends a burst only now and then
+//! (10,000 QPs in round robin: one burst per QP every ~100 ms) would otherwise time its
+//! next burst on a sample or two taken at a quieter moment and resend packets that were
+//! never lost. Linux TCP keeps per-destination metrics (`tcp_metrics`) for the same
+//! reason. [`PeerRtt`] is fed by every QP's samples and read by each QP's `Rto`.
+//!
+//! Sans-IO and single-threaded: a [`PeerRtt`] is a shared handle (`Rc<Cell<_>>`) the
+//! caller creates per peer and gives to each QP ([`super::Qp::set_peer_rtt`]); no locks,
+//! no global state. A QP that is given none keeps a private one, which then holds
+//! exactly its own samples.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use super::rto::MIN_RTO;
+use crate::time::{Duration, Instant};
+
+/// An estimate with no sample for this many of its own timeouts is stale. RFC 6298
+/// (§3) assumes a sample about once per round trip; an estimate that has missed this
+/// many timeouts' worth of samples describes the path as it was, not as it is (the
+/// NIC's queues fill and drain with the applications' load within milliseconds). Eight
+/// keeps the estimate of a QP that streams (a sample every round trip) or pauses for a
+/// few round trips, and drops that of a QP idle for longer (at the 300 µs floor: 2.4 ms).
+pub const STALE_RTOS: u32 = 8;
+
+/// Smoothed RTT and its mean deviation (RFC 6298 §2), and when the last sample came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct RttEstimate {
+    srtt: Duration,
+    rttvar: Duration,
+    at: Instant,
+}
+
+impl RttEstimate {
+    /// `prev` updated with the round trip `r` measured at `now` (RFC 6298 §2.2, §2.3).
+    pub fn update(prev: Option<RttEstimate>, r: Duration, now: Instant) -> RttEstimate {
+        let (srtt, rttvar) = match prev {
+            None => (r, r / 2),
+            Some(e) => {
+                let dev = e.srtt.abs_diff(r);
+                (e.srtt * 7 / 8 + r / 8, e.rttvar * 3 / 4 + dev / 4)
+            }
+        };
+        RttEstimate {
+            srtt,
+            rttvar,
+            at: now,
+        }
+    }
+
+    /// The timeout it gives: smoothed RTT plus four deviations, at least [`MIN_RTO`].
+    pub fn rto(&self) -> Duration {
+        (self.srtt + self.rttvar * 4).max(MIN_RTO)
+    }
+
+    /// True when no sample came for [`STALE_RTOS`] of its timeouts before `now`.
+    pub fn is_stale(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.at) > self.rto().saturating_mul(STALE_RTOS)
+    }
+}
+
+/// The shared RTT estimate of one peer NIC. Cloning shares it.
+#[derive(Debug, Clone, Default)]
+pub struct PeerRtt(Rc<Cell<Option<RttEstimate>>>);
+
+impl PeerRtt {
+    /// A new, unsampled estimate.
+    pub fn new() -> PeerRtt {
+        PeerRtt::default()
+    }
+
+    pub(super) fn get(&self) -> Option<RttEstimate> {
+        self.0.get()
+    }
+
+    /// A QP measured the round trip `r` at `now`.
+    pub(super) fn sample(&self, r: Duration, now: Instant) {
+        self.0.set(Some(RttEstimate::update(self.0.get(), r, now)));
+    }
+
+    /// The smoothed RTT, once sampled (for statistics and tests).
+    pub fn srtt(&self) -> Option<Duration> {
+        self.get().map(|e| e.srtt)
+    }
+
+    /// True when more than one holder (the caller's table and QPs) shares it: a table
+    /// entry that is not shared any more can go.
+    pub fn is_shared(&self) -> bool {
+        Rc::strong_count(&self.0) > 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(us: u64) -> Instant {
+        Instant::ZERO + Duration::from_micros(us)
+    }
+
+    #[test]
+    fn shared_by_clones_and_stale_after_eight_timeouts() {
+        let p = PeerRtt::new();
+        let q = p.clone();
+        assert!(p.is_shared() && p.srtt().is_none());
+        q.sample(Duration::from_millis(1), at(0));
+        assert_eq!(p.srtt(), Some(Duration::from_millis(1)));
+        let e = p.get().unwrap();
+        // 1 ms + 4 × 0.5 ms = 3 ms; stale after 24 ms.
+        assert_eq!(e.rto(), Duration::from_millis(3));
+        assert!(!e.is_stale(at(24_000)));
+        assert!(e.is_stale(at(24_001)));
+        drop(q);
+        assert!(!p.is_shared());
+    }
+}
