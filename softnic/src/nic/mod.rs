@@ -38,6 +38,7 @@ pub mod mr_view;
 pub mod mw;
 mod mw_control;
 pub mod pcap;
+pub mod peers;
 pub mod quota;
 pub mod ready;
 pub mod rings;

@@ -130,6 +130,8 @@ pub struct Nic {
     pub deadlines: Deadlines,
     /// Serial of the next QP (its active-set ticket).
     next_serial: u64,
+    /// The RTT estimate of each peer NIC, shared by the QPs connected to it.
+    peer_rtts: super::peers::PeerRtts,
 }
 
 pub(super) type Answer = (Response, Vec<OwnedFd>);
@@ -258,6 +260,7 @@ impl Nic {
             active: ActiveSet::default(),
             deadlines: Deadlines::default(),
             next_serial: 0,
+            peer_rtts: Default::default(),
         }
     }
 
@@ -1058,6 +1061,7 @@ impl Nic {
     ) -> Answer {
         let local = self.info.local;
         let mtu = self.info.mtu;
+        let peer = attr.remote.map(|r| self.peer_rtts.get(r));
         let Some(e) = self.qps.get_mut(&qpn).filter(|e| e.client == client) else {
             return err(ErrorCode::NotFound, format!("no QP {qpn:#x}"));
         };
@@ -1088,7 +1092,12 @@ impl Nic {
         // A state change can give the QP work (flushes, a first send): visit it.
         self.active.mark(qpn, &mut e.ticket);
         match e.qp.modify(now, &to_transport_attr(attr)) {
-            Ok(()) => ok(Reply::Done),
+            Ok(()) => {
+                if let Some(p) = peer {
+                    e.qp.set_peer_rtt(p);
+                }
+                ok(Reply::Done)
+            }
             Err(me @ tqp::ModifyError::Transition(_)) => {
                 err(ErrorCode::InvalidState, format!("QP {qpn:#x}: {me}"))
             }

@@ -89,6 +89,11 @@ impl PeerRtt {
         self.get().map(|e| e.srtt)
     }
 
+    /// True when both handles share one estimate.
+    pub fn ptr_eq(&self, other: &PeerRtt) -> bool {
+        Rc::ptr_eq(&self.0, &other.0)
+    }
+
     /// True when more than one holder (the caller's table and QPs) shares it: a table
     /// entry that is not shared any more can go.
     pub fn is_shared(&self) -> bool {
