@@ -65,9 +65,35 @@ impl RttEstimate {
     }
 }
 
+/// The largest round trip any QP to the peer measured in the current and the previous
+/// [`WINDOW`], so over the last 0.5–1 s. A QP whose own estimate is stale waits at least
+/// this long: on a loaded host a NIC thread is now and then descheduled for milliseconds,
+/// far beyond smoothed RTT + 4 deviations of a path that otherwise answers in tens of
+/// microseconds, and a QP that sends only now and then has no recent sample of its own to
+/// have seen it. Measured (docs/perf.md "Many busy QPs"): 8 B WRITEs over 1,000 and 10,000
+/// QPs resent ≈ 600–7,000 packets with nothing lost instead of ≈ 8,000–50,000. QPs with a
+/// fresh estimate of their own (a streaming QP, the one QP of a loss test) do not use it:
+/// a waited-out stall would delay each tail-loss repair (5 % loss goodput halved when
+/// every QP used it).
+#[derive(Debug, Clone, Copy, Default)]
+struct Recent {
+    cur: Duration,
+    prev: Duration,
+    start: Instant,
+}
+
+/// The length of one window of [`Recent`].
+pub const WINDOW: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Clone, Copy, Default)]
+struct State {
+    estimate: Option<RttEstimate>,
+    recent: Recent,
+}
+
 /// The shared RTT estimate of one peer NIC. Cloning shares it.
 #[derive(Debug, Clone, Default)]
-pub struct PeerRtt(Rc<Cell<Option<RttEstimate>>>);
+pub struct PeerRtt(Rc<Cell<State>>);
 
 impl PeerRtt {
     /// A new, unsampled estimate.
@@ -76,12 +102,35 @@ impl PeerRtt {
     }
 
     pub(super) fn get(&self) -> Option<RttEstimate> {
-        self.0.get()
+        self.0.get().estimate
     }
 
     /// A QP measured the round trip `r` at `now`.
     pub(super) fn sample(&self, r: Duration, now: Instant) {
-        self.0.set(Some(RttEstimate::update(self.0.get(), r, now)));
+        let mut s = self.0.get();
+        s.estimate = Some(RttEstimate::update(s.estimate, r, now));
+        if now.saturating_duration_since(s.recent.start) >= WINDOW {
+            s.recent = Recent {
+                cur: Duration::ZERO,
+                prev: s.recent.cur,
+                start: now,
+            };
+        }
+        s.recent.cur = s.recent.cur.max(r);
+        self.0.set(s);
+    }
+
+    /// The largest round trip measured in the last 0.5–1 s before `now` ([`Recent`]).
+    pub(super) fn recent_max(&self, now: Instant) -> Duration {
+        let r = self.0.get().recent;
+        let age = now.saturating_duration_since(r.start);
+        if age >= WINDOW * 2 {
+            Duration::ZERO
+        } else if age >= WINDOW {
+            r.cur
+        } else {
+            r.cur.max(r.prev)
+        }
     }
 
     /// The smoothed RTT, once sampled (for statistics and tests).

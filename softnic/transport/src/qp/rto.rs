@@ -13,9 +13,10 @@
 //!   each expiry, reset by forward progress), clamped to `[MIN_RTO, Local ACK
 //!   Timeout]`. The estimate is the larger of the QP's own and that of its peer NIC,
 //!   shared by every QP to that peer (`peer_rtt.rs`); the QP's own is left out once it
-//!   is stale (no sample for eight of its timeouts), so a QP that sends only now and
-//!   then times its burst on what the path is doing now. Before any sample the timeout
-//!   is the Local ACK Timeout itself.
+//!   is stale (no sample for eight of its timeouts), and then the peer's counts at
+//!   least as the largest round trip to that peer of the last 0.5–1 s, so a QP that
+//!   sends only now and then times its burst on what the path is doing now, stalls
+//!   included. Before any sample the timeout is the Local ACK Timeout itself.
 //! * **What it costs** — a retry is charged against `retry_cnt` only when a whole Local
 //!   ACK Timeout has passed without forward progress since the last charge, so the QP
 //!   still fails with RETRY_EXC_ERR after `retry_cnt + 1` Local ACK Timeouts of silence,
@@ -83,13 +84,19 @@ impl Rto {
         self.peer = peer;
     }
 
-    /// The estimated timeout at `now` before backoff: the larger of the QP's own (unless
-    /// stale) and the peer's. The peer's is never older than the QP's own (every own
-    /// sample feeds it), so it is the freshest word on the path there is.
+    /// The estimated timeout at `now` before backoff. With a fresh estimate of its own,
+    /// the larger of its own and the peer's. Without (idle, or sending only now and
+    /// then), the peer's, and at least the largest round trip to the peer of the last
+    /// 0.5–1 s (`peer_rtt.rs`: the stalls of a loaded host). The peer's is never older
+    /// than the QP's own (every own sample feeds it): the freshest word on the path.
     fn estimate(&self, now: Instant) -> Option<Duration> {
-        let own = self.own.filter(|e| !e.is_stale(now)).map(|e| e.rto());
-        let peer = self.peer.get().map(|e| e.rto());
-        own.max(peer)
+        match self.own.filter(|e| !e.is_stale(now)) {
+            Some(own) => Some(own.rto()).max(self.peer.get().map(|e| e.rto())),
+            None => self
+                .peer
+                .get()
+                .map(|e| e.rto().max(self.peer.recent_max(now))),
+        }
     }
 
     /// The timeout at `now`, at most the Local ACK Timeout `bound`.
@@ -299,18 +306,30 @@ mod tests {
         // Fresh, the own estimate counts when it is the larger: its packets may take
         // longer than the peer's average.
         assert_eq!(slow.rto(at(100_000), LAT), Duration::from_millis(15));
-        assert_eq!(fast.rto(at(100_000), LAT), MIN_RTO);
-        assert_eq!(slow.rto(at(200_000), LAT), MIN_RTO, "own stale: the peer's");
-        assert_eq!(fast.rto(at(200_000), LAT), MIN_RTO);
+        // Its own stale already (nothing since 12 ms), the fast one waits at least the
+        // peer's largest recent round trip, the 5 ms one.
+        assert_eq!(fast.rto(at(100_000), LAT), Duration::from_millis(5));
+        // Own stale: the peer's, at least its largest round trip of the last 0.5–1 s
+        // (the 5 ms one)...
+        let five = Duration::from_millis(5);
+        assert_eq!(slow.rto(at(200_000), LAT), five, "own stale: the peer's");
+        assert_eq!(fast.rto(at(200_000), LAT), five);
+        // ...which is forgotten a second later.
+        assert_eq!(slow.rto(at(1_000_000), LAT), MIN_RTO);
+        // A QP with a fresh estimate does not wait out the peer's recent stall.
+        feed(&mut slow, 1, Duration::from_millis(20), at(1_100_000));
+        feed(&mut fast, 40, Duration::from_micros(50), at(1_120_000));
+        assert_eq!(fast.rto(at(1_122_100), LAT), MIN_RTO);
+        assert_eq!(fast.rto(at(1_200_000), LAT), Duration::from_millis(20));
         // A peer estimate beyond the Local ACK Timeout is bounded by it, and a whole
         // Local ACK Timeout still charges exactly one retry.
-        feed(&mut fast, 8, Duration::from_millis(200), at(300_000));
-        slow.on_arm_from_idle(at(2_000_000));
+        feed(&mut fast, 4, Duration::from_millis(200), at(1_300_000));
+        slow.on_arm_from_idle(at(3_000_000));
         assert_eq!(
-            slow.deadline(at(2_000_000), Some(LAT)),
-            Some(at(2_000_000) + LAT)
+            slow.deadline(at(3_000_000), Some(LAT)),
+            Some(at(3_000_000) + LAT)
         );
-        assert!(!slow.on_expiry(at(2_000_000) + LAT / 2, LAT));
-        assert!(slow.on_expiry(at(2_000_000) + LAT, LAT));
+        assert!(!slow.on_expiry(at(3_000_000) + LAT / 2, LAT));
+        assert!(slow.on_expiry(at(3_000_000) + LAT, LAT));
     }
 }
