@@ -71,10 +71,10 @@ impl RttEstimate {
 /// far beyond smoothed RTT + 4 deviations of a path that otherwise answers in tens of
 /// microseconds, and a QP that sends only now and then has no recent sample of its own to
 /// have seen it. Measured (docs/perf.md "Many busy QPs"): 8 B WRITEs over 1,000 and 10,000
-/// QPs resent ≈ 600–7,000 packets with nothing lost instead of ≈ 8,000–50,000. QPs with a
-/// fresh estimate of their own (a streaming QP, the one QP of a loss test) do not use it:
-/// a waited-out stall would delay each tail-loss repair (5 % loss goodput halved when
-/// every QP used it).
+/// QPs resent hundreds to a few thousand packets with nothing lost, where without this
+/// floor they resent up to ≈ 50,000. QPs with a fresh estimate of their own (a streaming
+/// QP, the one QP of a loss test) do not use it: waiting out a stall delays each
+/// tail-loss repair (5 % loss goodput halved when every QP used it).
 #[derive(Debug, Clone, Copy, Default)]
 struct Recent {
     cur: Duration,
