@@ -28,7 +28,9 @@
 //!
 //! What is still per object per iteration: one read of each client's doorbell summary
 //! (8 words), and the Stats request, which sums every QP's counters (once per
-//! iteration at most).
+//! iteration at most). Outside the loop's passes, a GetAsyncEvents request (the C
+//! library's event watcher sends one every 10 ms per context that has a QP) visits
+//! every QP of that client.
 //!
 //! Everything runs on this one thread: the transport, the memory-region table and the
 //! rings are never shared, so there are no locks. Time is sampled once per iteration
