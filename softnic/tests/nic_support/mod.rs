@@ -147,12 +147,7 @@ impl NicProc {
         let mut nic = NicProc {
             child: Some(child),
             name: name.to_string(),
-            addr: addr
-                .split('%')
-                .next()
-                .unwrap_or(addr)
-                .parse()
-                .expect("address"),
+            addr: ip_of(addr),
             port,
             log,
         };
@@ -185,12 +180,7 @@ impl NicProc {
         NicProc {
             child: None,
             name: name.to_string(),
-            addr: addr
-                .split('%')
-                .next()
-                .unwrap_or(addr)
-                .parse()
-                .expect("address"),
+            addr: ip_of(addr),
             port,
             log: PathBuf::new(),
         }
@@ -449,4 +439,13 @@ pub fn fill_icrc_v4(buf: &mut [u8], src: std::net::SocketAddr, dst: std::net::So
         dst_port: dst.port(),
     };
     params.fill(buf).expect("icrc");
+}
+
+/// The IP address of a `--addr` argument (`fe80::2%sn0` names its interface after `%`).
+fn ip_of(addr: &str) -> IpAddr {
+    addr.split('%')
+        .next()
+        .unwrap_or(addr)
+        .parse()
+        .expect("address")
 }
