@@ -95,51 +95,26 @@ fn page_size() -> usize {
 /// (anonymous, `[heap]`, or of a regular file) or in pages this library converted
 /// earlier, per `/proc/self/maps`.
 fn private_memory(start: usize, end: usize) -> bool {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return false;
+    let Some(maps) = crate::mr_backing::covering(start, end) else {
+        return false; // a hole, or the maps could not be read
     };
-    let mut covered = start;
-    for line in maps.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
-            continue;
-        };
-        let path = f.nth(3).unwrap_or("");
-        let Some((a, b)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else {
-            continue;
-        };
-        if b <= covered || a >= end {
-            continue;
-        }
-        if a > covered {
-            return false; // a hole
-        }
+    maps.iter().all(|m| {
+        let (path, perms) = (m.path.as_str(), m.perms.as_str());
         // Private file mappings (a program's `.data`/`.bss`, where rdma_client keeps its
         // static buffers) are copy-on-write: nobody else sees their pages, so moving
         // them to a memfd un-shares nothing. Not hugetlbfs, devices or SysV shm.
         let private_file = path.starts_with('/')
             && !path.starts_with("/anon_hugepage")
             && !path.starts_with("/dev/")
-            && !path.starts_with("/SYSV")
+            && !m.is_sysv()
             && !path.starts_with("/memfd:");
         let anonymous = path.is_empty() || path == "[heap]" || private_file;
         // Pages this library converted before (a registration since deregistered):
         // converting them again only moves them to a fresh memfd.
         let ours = path.starts_with("/memfd:softnic-ibv-mr");
-        let ok = perms.starts_with("rw")
-            && ((anonymous && perms.ends_with('p')) || (ours && perms.ends_with('s')));
-        if !ok {
-            return false;
-        }
-        covered = b;
-        if covered >= end {
-            return true;
-        }
-    }
-    false
+        perms.starts_with("rw")
+            && ((anonymous && perms.ends_with('p')) || (ours && perms.ends_with('s')))
+    })
 }
 
 /// Copies each gap `[a, b)` (client addresses, page-aligned, in order) into a new
