@@ -281,13 +281,19 @@ fn srq_verbs_and_limit_event_through_the_c_abi() {
 /// `tests/ibverbs/async.c` through the C ABI between two NICs: a SEND longer than the
 /// peer's receive buffer raises IBV_EVENT_QP_REQ_ERR on the responder — `async_fd`
 /// readable, `ibv_get_async_event` naming the program's `ibv_qp`, `ibv_ack_async_event`
-/// counting it, once (EAGAIN after) — and nothing on the requester.
+/// counting it, once (EAGAIN after) — and nothing on the requester. The library's
+/// event watchers wait on the NIC's readiness pipe: the responder's context asks the
+/// NIC once, for its one event, and the requester's, idle with a QP for over 600 ms
+/// (the program's two 300 ms waits), never (a watcher that polled every 10 ms asked
+/// some 60 times each).
 #[test]
 fn qp_error_event_through_the_c_abi() {
     let (a, b) = nic_pair("ibvstock-async", 24);
     let exe = compile_c("async", &[]);
     let out = run_c_pair(&exe, &a, &b, None);
     assert!(out.contains("event 2 "), "{out}");
+    assert_eq!(a.stat("async_event_requests"), 0, "the idle context asked");
+    assert_eq!(b.stat("async_event_requests"), 1, "one event, one request");
 }
 
 /// `tests/ibverbs/fork.c`: a child after `fork()` that posts on the parent's QP,

@@ -5,15 +5,18 @@
 //! QP_REQ_ERR for a SEND longer than the receive buffer — each once, on the
 //! responder's context only (the requester learns of the failure from its completion;
 //! a UC QP drops a bad message and raises nothing); and QP_FATAL when a QP's CQ
-//! overruns (its completions still all arrive).
+//! overruns (its completions still all arrive). The readiness pipe
+//! (`Context::async_event_channel`) is written when a context's first event is waiting,
+//! not again until it has been taken, and one GetAsyncEvents takes it.
 
 mod nic_support;
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use nic_support::*;
 use verbs_api::{
-    AccessFlags, AsyncEvent, Context, Device, Mtu, QpCap, QpInitAttr, QpType, RecvWr, SendWr,
+    os, AccessFlags, AsyncEvent, Context, Device, Mtu, QpCap, QpInitAttr, QpType, RecvWr, SendWr,
     WcStatus, WrOpcode,
 };
 
@@ -27,6 +30,11 @@ fn events(ctx: &Context) -> Vec<AsyncEvent> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Whether the readiness pipe becomes readable within `t`.
+fn readable(pipe: &OwnedFd, t: Duration) -> bool {
+    os::wait_readable(pipe.as_fd(), Some(t)).expect("poll")
 }
 
 fn send(x: &mut Side, wr_id: u64, len: u32) -> WcStatus {
@@ -58,6 +66,8 @@ fn comm_est_in_rtr_then_access_error_as_responder() {
     let a = NicProc::start("ae1-a", "127.0.0.1", 0, &[]);
     let b = NicProc::start("ae1-b", "127.0.0.1", 0, &[]);
     let (mut x, mut y) = pair_with_y_in_rtr(&a, &b, QpType::Rc);
+    let pipe = y.ctx.async_event_channel().expect("channel");
+    assert!(!readable(&pipe, Duration::ZERO), "no event yet");
 
     let rsge = [y.mr.sge(0, 64)];
     y.qp.post_recv(&[RecvWr::new(1, &rsge), RecvWr::new(2, &rsge)])
@@ -65,10 +75,22 @@ fn comm_est_in_rtr_then_access_error_as_responder() {
     assert_eq!(send(&mut x, 10, 16), WcStatus::Success);
     assert_eq!(poll_one(&mut y.cq).status, WcStatus::Success);
     let qpn = y.qp.qp_num();
+    assert!(
+        readable(&pipe, WAIT),
+        "the NIC writes the pipe for COMM_EST"
+    );
+    assert!(os::pipe_drain(pipe.as_fd()).expect("drain"));
+    let requests = b.stat("async_event_requests");
     assert_eq!(events(&y.ctx), vec![AsyncEvent::CommEst { qpn }]);
-    // A second packet raises nothing more.
+    assert_eq!(
+        b.stat("async_event_requests"),
+        requests + 1,
+        "one request took it"
+    );
+    // A second packet raises nothing more, and does not write the pipe.
     assert_eq!(send(&mut x, 11, 16), WcStatus::Success);
     assert_eq!(poll_one(&mut y.cq).status, WcStatus::Success);
+    assert!(!readable(&pipe, Duration::from_millis(50)));
     assert!(y.ctx.poll_async_events().expect("events").is_empty());
 
     // A WRITE with an R_Key y never gave out: Remote Access NAK, y to ERR.
@@ -80,6 +102,7 @@ fn comm_est_in_rtr_then_access_error_as_responder() {
     x.qp.post_send(&[SendWr::new(12, op, &sge).signaled()])
         .expect("post write");
     assert_eq!(poll_one(&mut x.cq).status, WcStatus::RemAccessErr);
+    assert!(readable(&pipe, WAIT), "written again: the list was empty");
     assert_eq!(events(&y.ctx), vec![AsyncEvent::QpAccessErr { qpn }]);
     assert!(
         y.ctx.poll_async_events().expect("events").is_empty(),

@@ -13,9 +13,10 @@
 //! limit remain, and disarms it (`query` reads 0 again). A QP on the SRQ that enters
 //! ERR raises [`AsyncEvent::QpLastWqeReached`] once. Events are fetched with
 //! [`Context::poll_async_events`] (the `ibv_get_async_event` of this library: it never
-//! blocks).
+//! blocks); [`Context::async_event_channel`] gives a descriptor to `poll(2)` on until
+//! there are some.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 use crate::abi::control::{AsyncEvent, Reply, Request, SrqAttr};
@@ -228,6 +229,23 @@ impl Context {
             Reply::AsyncEvents(v) => Ok(v),
             other => Err(Error::Protocol(format!(
                 "GetAsyncEvents answered with {other:?}"
+            ))),
+        }
+    }
+
+    /// A descriptor that becomes readable when the NIC has asynchronous events for this
+    /// context: the read end of a pipe (non-blocking) the NIC writes when its list of
+    /// pending events goes from empty to not empty. Wait on it with `poll(2)`, read it
+    /// empty ([`crate::os::pipe_drain`]), *then* call [`Context::poll_async_events`]:
+    /// an event noticed after that answer writes the pipe again. End of file means the
+    /// NIC is gone. Every call returns the same pipe.
+    pub fn async_event_channel(&self) -> Result<OwnedFd> {
+        let req = Request::AsyncEventChannel;
+        let (reply, mut fds) = self.inner.call("ibv_get_async_event", &req, &[])?;
+        match (reply, fds.pop()) {
+            (Reply::Done, Some(fd)) if fds.is_empty() => Ok(fd),
+            (other, _) => Err(Error::Protocol(format!(
+                "AsyncEventChannel answered with {other:?} and not one descriptor"
             ))),
         }
     }

@@ -88,6 +88,12 @@ counters! {
         sleeps,
         /// Control requests served.
         control_requests,
+        /// GetAsyncEvents requests served (the C library asks only when the NIC has
+        /// written its readiness pipe: none while a context is idle).
+        async_event_requests,
+        /// Objects GetAsyncEvents looked at: one per object with events waiting, not
+        /// every object of the client (`async_events.rs`).
+        async_event_visits,
         /// Clients connected so far.
         clients_opened,
         /// Clients gone (closed or crashed) and cleaned up.

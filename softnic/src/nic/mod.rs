@@ -18,10 +18,12 @@
 //! (handle numbers that never alias), [`control`] (the control socket server),
 //! [`runtime`] (the loop), [`counters`] (what `softnic stats` prints), [`gid`],
 //! [`clock`], [`trace`] (latency stamps, off by default), [`rng`] (seeded, for fault
-//! injection), [`secret`] (keys and QPNs from the OS generator), [`signals`].
+//! injection), [`secret`] (keys and QPNs from the OS generator), [`signals`],
+//! [`async_events`] (which objects have asynchronous events, and the client's pipe).
 
 use std::process::ExitCode;
 
+pub mod async_events;
 pub mod clock;
 pub mod cm;
 pub mod config;

@@ -28,9 +28,9 @@
 //!
 //! What is still per object per iteration: one read of each client's doorbell summary
 //! (8 words), and the Stats request, which sums every QP's counters (once per
-//! iteration at most). Outside the loop's passes, a GetAsyncEvents request (the C
-//! library's event watcher sends one every 10 ms per context that has a QP) visits
-//! every QP of that client.
+//! iteration at most). Asynchronous events are noticed on the completion pass over the
+//! active QPs and listed per client (`async_events.rs`), so GetAsyncEvents visits only
+//! objects with events, and an idle C context sends none (its watcher waits on a pipe).
 //!
 //! Everything runs on this one thread: the transport, the memory-region table and the
 //! rings are never shared, so there are no locks. Time is sampled once per iteration
@@ -58,6 +58,7 @@ use verbs_api::abi::control::{Reply, Request, Response};
 use wire::icrc::{IcrcParams, IpParams};
 use wire::PacketRepr;
 
+use super::async_events;
 use super::clock::Clock;
 use super::config::Config;
 use super::control::{ConnCounters, ControlMsg, ControlServer};
@@ -393,6 +394,7 @@ impl Runtime {
                         continue;
                     };
                     let taken = s.drain_ring(c);
+                    async_events::note_srq(h, s, &mut self.nic.clients);
                     work += taken;
                     if taken == DRAIN_BUDGET && s.backlog() && !self.srq_carry.contains(&h) {
                         self.srq_carry.push(h);
@@ -632,6 +634,7 @@ impl Runtime {
                 continue;
             }
             e.take_completions();
+            async_events::note_qp(e, &self.nic.srqs, &mut self.nic.clients);
             if e.pending() > 0 {
                 let k = e.deliver(now, &mut self.path.counters, &mut self.nic.cqs);
                 if k > 0 {

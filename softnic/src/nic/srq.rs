@@ -14,9 +14,8 @@
 //! find no WQEs from then on. A corrupt ring does the same.
 //!
 //! Asynchronous events (limit reached, SRQ error) wait in the transport's `Srq` (at
-//! most `MAX_EVENTS`), and a QP's (communication established, the error that moved it
-//! to ERR, last WQE reached: each at most once) in its `Qp`, until the client asks with
-//! `GetAsyncEvents`.
+//! most `MAX_EVENTS`) until the client asks with `GetAsyncEvents`; `async_events.rs`
+//! lists the SRQ for its client when one is raised.
 //!
 //! Quotas: an SRQ counts as a queue pair against its user's QP quota, and its ring
 //! segment against the user's mapped bytes (`quota.rs`); it holds a use of its PD, and
@@ -24,12 +23,13 @@
 
 use std::os::fd::OwnedFd;
 
-use softnic_transport::qp::{QpCaps, QpEvent};
-use softnic_transport::srq::{Srq, SrqAttr as TSrqAttr, SrqCaps, SrqEvent};
-use verbs_api::abi::control::{AsyncEvent, ErrorCode, Handle, Reply, SrqAttr};
+use softnic_transport::qp::QpCaps;
+use softnic_transport::srq::{Srq, SrqAttr as TSrqAttr, SrqCaps};
+use verbs_api::abi::control::{ErrorCode, Handle, Reply, SrqAttr};
 use verbs_api::abi::ring::Consumer;
 use verbs_api::abi::{RecvWqe, Ring, SrqLayout, DOORBELL_SLOTS, MAX_SGE};
 
+use super::async_events::EventSource;
 use super::counters::NicCounters;
 use super::doorbells::Target;
 use super::rings::DRAIN_BUDGET;
@@ -317,6 +317,7 @@ impl Nic {
             self.give_srq_quota(e.uid, e.bytes);
             if let Some(c) = self.clients.get_mut(&e.client) {
                 c.doorbells.release(e.doorbell);
+                c.events.forget(EventSource::Srq(h));
             }
             if let Some(o) = self.owned(e.client) {
                 o.srqs.remove(&h);
@@ -344,47 +345,6 @@ impl Nic {
         }
     }
 
-    /// GetAsyncEvents: the client's pending events, QP by QP then SRQ by SRQ (costs the
-    /// client's own objects, through its index).
-    pub(super) fn async_events(&mut self, client: u32) -> Answer {
-        let (qps, mine): (Vec<u32>, Vec<Handle>) = self
-            .owned(client)
-            .map(|o| {
-                (
-                    o.qps.keys().copied().collect(),
-                    o.srqs.keys().copied().collect(),
-                )
-            })
-            .unwrap_or_default();
-        let mut out = Vec::new();
-        for qpn in qps {
-            let Some(e) = self.qps.get_mut(&qpn) else {
-                continue;
-            };
-            while let Some(ev) = e.qp.poll_event() {
-                out.push(match ev {
-                    QpEvent::LastWqeReached => AsyncEvent::QpLastWqeReached { qpn },
-                    QpEvent::CommEst => AsyncEvent::CommEst { qpn },
-                    QpEvent::ReqErr => AsyncEvent::QpReqErr { qpn },
-                    QpEvent::AccessErr => AsyncEvent::QpAccessErr { qpn },
-                    QpEvent::Fatal => AsyncEvent::QpFatal { qpn },
-                });
-            }
-        }
-        for h in mine {
-            let Some(e) = self.srqs.get_mut(&h) else {
-                continue;
-            };
-            while let Some(ev) = e.srq.poll_event() {
-                out.push(match ev {
-                    SrqEvent::LimitReached => AsyncEvent::SrqLimitReached { srq: h },
-                    SrqEvent::Error => AsyncEvent::SrqErr { srq: h },
-                });
-            }
-        }
-        ok(Reply::AsyncEvents(out))
-    }
-
     /// The SRQ a new QP of `client` in `pd` may use, or the refusal.
     pub(super) fn srq_for_qp(
         &self,
@@ -404,12 +364,12 @@ impl Nic {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::os::fd::AsFd;
     use std::sync::Arc;
 
     use softnic_transport::time::Instant;
-    use verbs_api::abi::control::{QpCaps as CQpCaps, QpType, Request, Response};
+    use verbs_api::abi::control::{AsyncEvent, QpCaps as CQpCaps, QpType, Request, Response};
     use verbs_api::abi::{CqLayout, Cqe, QpLayout, SendWqe, ABI_VERSION};
 
     use super::super::quota::Limits;
@@ -418,7 +378,7 @@ mod tests {
 
     const UID: u32 = 1000;
 
-    fn nic(limits: Limits) -> (Nic, NicCounters) {
+    pub(crate) fn nic(limits: Limits) -> (Nic, NicCounters) {
         let info = NicInfo {
             name: "t".into(),
             local: "127.0.0.1:4791".parse().unwrap(),
@@ -429,7 +389,7 @@ mod tests {
         (Nic::new(info, limits), NicCounters::default())
     }
 
-    fn call(
+    pub(crate) fn call(
         nic: &mut Nic,
         c: &mut NicCounters,
         client: u32,
@@ -474,7 +434,7 @@ mod tests {
     }
 
     /// Opens `client`; returns (pd, cq).
-    fn open(nic: &mut Nic, c: &mut NicCounters, client: u32) -> (u32, u32) {
+    pub(crate) fn open(nic: &mut Nic, c: &mut NicCounters, client: u32) -> (u32, u32) {
         let req = Request::OpenDevice {
             abi_version: ABI_VERSION,
             pid: 1,
@@ -492,7 +452,7 @@ mod tests {
         (pd, cq)
     }
 
-    fn create_srq(
+    pub(crate) fn create_srq(
         nic: &mut Nic,
         c: &mut NicCounters,
         client: u32,
@@ -503,7 +463,7 @@ mod tests {
         call(nic, c, client, req, vec![srq_fd(attr.max_wr.max(1))])
     }
 
-    fn create_qp(
+    pub(crate) fn create_qp(
         nic: &mut Nic,
         c: &mut NicCounters,
         client: u32,
@@ -526,7 +486,15 @@ mod tests {
         call(nic, c, client, req, vec![qp_fd()])
     }
 
-    fn attr(max_wr: u32, srq_limit: u32) -> SrqAttr {
+    /// What the runtime does for a rung SRQ doorbell: drain, then list its events.
+    fn drain_rung(nic: &mut Nic, c: &mut NicCounters, srq: u32) -> usize {
+        let e = nic.srqs.get_mut(&srq).unwrap();
+        let taken = e.drain_ring(c);
+        super::super::async_events::note_srq(srq, e, &mut nic.clients);
+        taken
+    }
+
+    pub(crate) fn attr(max_wr: u32, srq_limit: u32) -> SrqAttr {
         SrqAttr {
             max_wr,
             max_sge: 1,
@@ -686,8 +654,8 @@ mod tests {
                 .cast::<u32>()
                 .write_volatile(1000u32.to_le())
         };
-        let e = nic.srqs.get_mut(&srq).unwrap();
-        assert_eq!(e.drain_ring(&mut c), 0);
+        assert_eq!(drain_rung(&mut nic, &mut c, srq), 0);
+        let e = &nic.srqs[&srq];
         assert!(e.srq.in_error());
         assert_eq!(c.ring_corrupt, 1);
         assert!(!e.backlog(), "a broken ring is never drained again");
@@ -727,8 +695,8 @@ mod tests {
         })
         .unwrap();
         p.publish();
-        let e = nic.srqs.get_mut(&srq).unwrap();
-        assert_eq!(e.drain_ring(&mut c), 2);
+        assert_eq!(drain_rung(&mut nic, &mut c, srq), 2);
+        let e = &nic.srqs[&srq];
         assert!(e.srq.in_error() && e.srq.is_empty());
         assert_eq!(
             c.wqe_invalid, 2,

@@ -29,6 +29,7 @@ use verbs_api::abi::{
     DOORBELL_SLOTS, MAX_INLINE, MAX_RING_ENTRIES, MAX_SGE,
 };
 
+use super::async_events::{self, EventList, EventSource};
 use super::counters::NicCounters;
 use super::cq::CompletionQueue;
 use super::doorbells::{Doorbells, Target};
@@ -57,6 +58,8 @@ pub struct Client {
     pub wake: OwnedFd,
     /// Its doorbell page and the slot of each of its rings (`doorbells.rs`).
     pub doorbells: Doorbells,
+    /// Its objects with asynchronous events waiting (`async_events.rs`).
+    pub events: EventList,
     /// What it created.
     owned: Owned,
 }
@@ -442,7 +445,8 @@ impl Nic {
             } => self.modify_srq(client, srq, max_wr, srq_limit),
             Request::QuerySrq { srq } => self.query_srq(client, srq),
             Request::DestroySrq { srq } => self.destroy_srq(client, srq),
-            Request::GetAsyncEvents => self.async_events(client),
+            Request::GetAsyncEvents => self.async_events(client, counters),
+            Request::AsyncEventChannel => self.async_event_channel(client),
             Request::Cm(r) => self.cm_request(now, client, r, fds),
             Request::ModifyQp { qpn, attr } => self.modify_qp(now, client, qpn, &attr),
             Request::QueryQp { qpn } => match self.qps.get(&qpn).filter(|e| e.client == client) {
@@ -534,6 +538,7 @@ impl Nic {
                 program,
                 wake,
                 doorbells,
+                events: EventList::default(),
                 owned: Owned::default(),
             },
         );
@@ -1039,6 +1044,7 @@ impl Nic {
         self.deadlines.remove(qpn);
         if let Some(c) = self.clients.get_mut(&client) {
             c.doorbells.release(e.doorbell);
+            c.events.forget(EventSource::Qp(qpn));
         }
         self.pd_use(e.qp.pd(), false);
         self.cq_use(e.send_cq, false);
@@ -1091,7 +1097,10 @@ impl Nic {
         }
         // A state change can give the QP work (flushes, a first send): visit it.
         self.active.mark(qpn, &mut e.ticket);
-        match e.qp.modify(now, &to_transport_attr(attr)) {
+        let modified = e.qp.modify(now, &to_transport_attr(attr));
+        // A move to ERR may raise an event: listed now, so the next request sees it.
+        async_events::note_qp(e, &self.srqs, &mut self.clients);
+        match modified {
             Ok(()) => {
                 if let Some(p) = peer {
                     e.qp.set_peer_rtt(p);
@@ -1199,6 +1208,7 @@ pub fn request_name(r: &Request) -> &'static str {
         Request::BindMw { .. } => "BindMw",
         Request::InvalidateMw { .. } => "InvalidateMw",
         Request::ResizeCq { .. } => "ResizeCq",
+        Request::AsyncEventChannel => "AsyncEventChannel",
     }
 }
 

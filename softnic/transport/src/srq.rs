@@ -249,6 +249,11 @@ impl Srq {
         self.events.pop_front()
     }
 
+    /// Whether [`Srq::poll_event`] has an event to give (nothing is taken).
+    pub fn has_event(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// Moves the SRQ to error and hands back every pooled WQE, in posting order, for
     /// the caller to complete as flushed (they belong to no QP, so no QP flushes them).
     pub fn enter_error(&mut self) -> Vec<RecvWr> {

@@ -1,8 +1,9 @@
 //! Asynchronous events: `ibv_get_async_event` / `ibv_ack_async_event` and the
 //! `async_fd` a program may `poll(2)`.
 //!
-//! The NIC queues a context's events and hands them out on a control request
-//! (verbs-api [`Context::poll_async_events`]); it does not signal them. The events:
+//! The NIC lists a context's objects with events and hands the events out on a control
+//! request (verbs-api [`Context::poll_async_events`]); when the list goes from empty to
+//! not empty it writes a pipe ([`Context::async_event_channel`]). The events:
 //! IBV_EVENT_COMM_EST (an RC/UC QP in RTR received its first packet),
 //! IBV_EVENT_QP_REQ_ERR / IBV_EVENT_QP_ACCESS_ERR (the QP, as responder, failed a
 //! request and entered ERR), IBV_EVENT_QP_FATAL (the NIC moved the QP to ERR: corrupt
@@ -10,30 +11,37 @@
 //! IBV_EVENT_SRQ_LIMIT_REACHED and IBV_EVENT_SRQ_ERR. IBV_EVENT_CQ_ERR is never raised:
 //! a full CQ loses no completion (they wait in the NIC until the program polls) and is
 //! reported on the QP as QP_FATAL. SQ_DRAINED and the path-migration and port events
-//! are not raised either.
+//! are not raised either. Order: each object's events oldest first; across objects, in
+//! the order the NIC noticed each object's first waiting event.
 //!
-//! Once a context has a QP or an SRQ, a watcher thread asks every [`POLL_INTERVAL`],
-//! turns each event into a `struct ibv_async_event` (the element is the program's
-//! `ibv_qp` / `ibv_srq` pointer) and counts it on `async_fd`, a semaphore eventfd: one
-//! readable count per queued event, so `poll(2)` on it and blocking or non-blocking
-//! `ibv_get_async_event` behave as on rdma-core. A context with neither starts no
-//! thread and its `async_fd` never becomes readable. Events about an object the
-//! program already destroyed are dropped.
+//! Once a context has a QP or an SRQ, a watcher thread blocks in `poll(2)` on that pipe
+//! and on its own stop eventfd. Woken by the pipe, it reads the pipe empty, then asks
+//! (one control round trip), turns each event into a `struct ibv_async_event` (the
+//! element is the program's `ibv_qp` / `ibv_srq` pointer) and counts it on `async_fd`,
+//! a semaphore eventfd: one readable count per queued event, so `poll(2)` on it and
+//! blocking or non-blocking `ibv_get_async_event` behave as on rdma-core. So an idle
+//! context makes no control requests and costs the NIC nothing, and an event reaches
+//! `async_fd` one wake-up and one round trip after the NIC notices it. A NIC that does
+//! not offer the pipe (older than this library) is asked every [`POLL_INTERVAL`]
+//! instead. The watcher ends when the NIC goes away (the pipe reads end of file, or the
+//! request fails) or at `ibv_close_device`. A context with neither QP nor SRQ starts no
+//! thread and its `async_fd` never becomes readable. Events about an object the program
+//! already destroyed are dropped.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use verbs_api::{AsyncEvent, Context};
+use verbs_api::{os, AsyncEvent, Context};
 
 use crate::abi::*;
 use crate::device::softnic_context;
 use crate::errno;
 
-/// How often the watcher asks the NIC for events (one control round trip).
+/// How often the watcher asks a NIC that offers no readiness pipe (one control round
+/// trip each time).
 pub const POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 // enum ibv_event_type
@@ -52,7 +60,8 @@ const EVENT_QP_LAST_WQE_REACHED: c_int = 16;
 #[derive(Default)]
 pub struct Events {
     inner: Arc<Shared>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The watcher and the eventfd that stops it.
+    thread: Mutex<Option<(std::thread::JoinHandle<()>, OwnedFd)>>,
 }
 
 #[derive(Default)]
@@ -63,7 +72,6 @@ struct Shared {
     qps: Mutex<HashMap<u32, usize>>,
     /// Events not yet taken by `ibv_get_async_event`: (element address, event type).
     queue: Mutex<VecDeque<(usize, c_int)>>,
-    stop: AtomicBool,
 }
 
 impl Events {
@@ -90,19 +98,24 @@ impl Events {
         if t.is_some() {
             return;
         }
-        let (Ok(fd), api, shared) = (async_fd.try_clone(), api.clone(), self.inner.clone()) else {
+        let (Ok(fd), Ok(stop)) = (async_fd.try_clone(), os::eventfd()) else {
             return;
         };
+        let Ok(stop_rx) = stop.try_clone() else {
+            return;
+        };
+        let (api, shared) = (api.clone(), self.inner.clone());
         *t = std::thread::Builder::new()
             .name("softnic-async".into())
-            .spawn(move || watch(&api, &fd, &shared))
-            .ok();
+            .spawn(move || watch(&api, &fd, &shared, &stop_rx))
+            .ok()
+            .map(|h| (h, stop));
     }
 
     /// Stops and joins the watcher (at `ibv_close_device`).
     pub(crate) fn stop(&self) {
-        self.inner.stop.store(true, Ordering::Release);
-        if let Some(t) = lock(&self.thread).take() {
+        if let Some((t, stop)) = lock(&self.thread).take() {
+            let _ = os::eventfd_signal(stop.as_fd());
             let _ = t.join();
         }
     }
@@ -112,31 +125,51 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn watch(api: &Context, fd: &OwnedFd, s: &Shared) {
-    while !s.stop.load(Ordering::Acquire) {
-        std::thread::sleep(POLL_INTERVAL);
+/// The watcher: waits for the NIC's pipe (or [`POLL_INTERVAL`] without one), asks, and
+/// queues what it gets until `stop` is signalled or the NIC is gone.
+fn watch(api: &Context, fd: &OwnedFd, s: &Shared, stop: &OwnedFd) {
+    let ready = api.async_event_channel().ok();
+    loop {
+        let woke = match &ready {
+            Some(r) => os::wait_any_readable(&[stop.as_fd(), r.as_fd()], None),
+            None => os::wait_any_readable(&[stop.as_fd()], Some(POLL_INTERVAL)),
+        };
+        match woke.as_deref() {
+            Ok([false, ..]) => {}
+            _ => return, // stopped, or poll(2) failed
+        }
+        // Empty the pipe before asking: an event the NIC notices after the answer
+        // writes it again. End of file: the NIC is gone.
+        if let Some(r) = &ready {
+            if !matches!(os::pipe_drain(r.as_fd()), Ok(true)) {
+                return;
+            }
+        }
         let Ok(events) = api.poll_async_events() else {
             return; // the NIC is gone: no more events
         };
-        let qp = |qpn: u32| lock(&s.qps).get(&qpn).copied();
-        for e in events {
-            let (element, kind) = match e {
-                AsyncEvent::SrqLimitReached { srq } => {
-                    (lock(&s.srqs).get(&srq).copied(), EVENT_SRQ_LIMIT_REACHED)
-                }
-                AsyncEvent::SrqErr { srq } => (lock(&s.srqs).get(&srq).copied(), EVENT_SRQ_ERR),
-                AsyncEvent::QpLastWqeReached { qpn } => (qp(qpn), EVENT_QP_LAST_WQE_REACHED),
-                AsyncEvent::CommEst { qpn } => (qp(qpn), EVENT_COMM_EST),
-                AsyncEvent::QpReqErr { qpn } => (qp(qpn), EVENT_QP_REQ_ERR),
-                AsyncEvent::QpAccessErr { qpn } => (qp(qpn), EVENT_QP_ACCESS_ERR),
-                AsyncEvent::QpFatal { qpn } => (qp(qpn), EVENT_QP_FATAL),
-            };
-            let Some(element) = element else { continue };
-            lock(&s.queue).push_back((element, kind));
-            let one: u64 = 1;
-            // SAFETY: writes 8 bytes to the async eventfd.
-            unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
-        }
+        deliver(events, fd, s);
+    }
+}
+
+/// Queues `events` for `ibv_get_async_event`, one count on `async_fd` each.
+fn deliver(events: Vec<AsyncEvent>, fd: &OwnedFd, s: &Shared) {
+    let qp = |qpn: u32| lock(&s.qps).get(&qpn).copied();
+    for e in events {
+        let (element, kind) = match e {
+            AsyncEvent::SrqLimitReached { srq } => {
+                (lock(&s.srqs).get(&srq).copied(), EVENT_SRQ_LIMIT_REACHED)
+            }
+            AsyncEvent::SrqErr { srq } => (lock(&s.srqs).get(&srq).copied(), EVENT_SRQ_ERR),
+            AsyncEvent::QpLastWqeReached { qpn } => (qp(qpn), EVENT_QP_LAST_WQE_REACHED),
+            AsyncEvent::CommEst { qpn } => (qp(qpn), EVENT_COMM_EST),
+            AsyncEvent::QpReqErr { qpn } => (qp(qpn), EVENT_QP_REQ_ERR),
+            AsyncEvent::QpAccessErr { qpn } => (qp(qpn), EVENT_QP_ACCESS_ERR),
+            AsyncEvent::QpFatal { qpn } => (qp(qpn), EVENT_QP_FATAL),
+        };
+        let Some(element) = element else { continue };
+        lock(&s.queue).push_back((element, kind));
+        let _ = os::eventfd_signal(fd.as_fd());
     }
 }
 

@@ -25,6 +25,7 @@
 //! | `CreateCq`         | CQ segment memfd (1)   | CQ eventfd (1)         |
 //! | `CreateQp`         | QP segment memfd (1)   | –                      |
 //! | `CreateSrq`        | SRQ segment memfd (1)  | –                      |
+//! | `AsyncEventChannel`| –                      | pipe read end (1)      |
 //! | everything else    | –                      | –                      |
 //!
 //! Segment sizes and ring offsets are never sent: both sides compute them from the
@@ -349,7 +350,9 @@ pub enum Request {
         /// SRQ handle.
         srq: Handle,
     },
-    /// Takes the client's pending asynchronous events (never blocks).
+    /// Takes the client's pending asynchronous events (never blocks), object by object
+    /// in the order each object's first pending event was noticed, each object's
+    /// oldest first. Costs the objects with pending events, not the client's objects.
     /// Reply: [`Reply::AsyncEvents`].
     GetAsyncEvents,
     /// The connection manager ([`cm`]).
@@ -445,6 +448,14 @@ pub enum Request {
         /// Requested depth.
         depth: u32,
     },
+    /// The read end of a pipe the NIC writes a byte to when the client's list of
+    /// pending asynchronous events goes from empty to not empty, so a watcher can block
+    /// in `poll(2)` and send [`Request::GetAsyncEvents`] only when there is something
+    /// to take. Read the pipe empty *before* asking, so an event noticed after the
+    /// answer writes again. One pipe per connection: asking again returns the same
+    /// pipe. The NIC keeps the write end (non-blocking, an open file of its own: no
+    /// client can make the NIC block on it). Reply: [`Reply::Done`] + the read end.
+    AsyncEventChannel,
 }
 
 /// SRQ attributes (`struct ibv_srq_attr`).

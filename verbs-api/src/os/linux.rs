@@ -282,7 +282,25 @@ pub fn eventfd_drain(fd: BorrowedFd<'_>) -> io::Result<u64> {
 /// Blocks until `fd` is readable or `timeout` passes (`None` = forever). Returns
 /// whether it became readable. EINTR is retried with the remaining time.
 pub fn wait_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bool> {
+    Ok(wait_any_readable(&[fd], timeout)?.first() == Some(&true))
+}
+
+/// Blocks until one of `fds` is readable (or its peer end is closed, which also makes
+/// a read return at once) or `timeout` passes (`None` = forever). Returns, per fd,
+/// whether it is; all false on timeout. EINTR is retried with the remaining time.
+pub fn wait_any_readable(
+    fds: &[BorrowedFd<'_>],
+    timeout: Option<Duration>,
+) -> io::Result<Vec<bool>> {
     let deadline = timeout.map(|t| Instant::now() + t);
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
     loop {
         let ms: libc::c_int = match deadline {
             None => -1,
@@ -293,13 +311,8 @@ pub fn wait_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Resul
                 libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX)
             }
         };
-        let mut pfd = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+        // SAFETY: `pfds` is a live array of pollfd of the given length.
+        let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
         if r < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -308,10 +321,53 @@ pub fn wait_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Resul
             return Err(e);
         }
         if r > 0 {
-            return Ok(true);
+            return Ok(pfds.iter().map(|p| p.revents != 0).collect());
         }
         if ms >= 0 && deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(false);
+            return Ok(vec![false; pfds.len()]);
+        }
+    }
+}
+
+/// Creates a close-on-exec pipe, both ends non-blocking: `(read end, write end)`. The
+/// two ends are separate open files, so whoever is given the read end cannot change
+/// the write end's flags (an eventfd shared over `SCM_RIGHTS` is one open file: its
+/// receiver could clear `O_NONBLOCK` under the sender's writes).
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into the 2-element array.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) })?;
+    // SAFETY: two fresh descriptors from the kernel, owned by us only.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Writes one byte to the non-blocking write end of a pipe. A full pipe is not an
+/// error: its reader has bytes to wake it already.
+pub fn pipe_signal(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let one = [1u8];
+    // SAFETY: writes 1 byte from a valid buffer to a valid fd.
+    let r = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), 1) };
+    match cvt_size(r) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Empties the non-blocking read end of a pipe. Returns false when the pipe is at end
+/// of file (every write end closed).
+pub fn pipe_drain(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let mut buf = [0u8; 64];
+    loop {
+        // SAFETY: reads at most buf.len() bytes into a valid buffer from a valid fd.
+        let r = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        match cvt_size(r) {
+            Ok(0) => return Ok(false),
+            Ok(n) if n < buf.len() => return Ok(true),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+            Err(e) => return Err(e),
         }
     }
 }
@@ -654,6 +710,32 @@ mod tests {
         assert!(wait_readable(e.as_fd(), Some(Duration::ZERO)).unwrap());
         assert_eq!(eventfd_drain(e.as_fd()).unwrap(), 2);
         assert_eq!(eventfd_drain(e.as_fd()).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_pipe_reader_cannot_make_the_writer_block() {
+        let (r, w) = pipe().unwrap();
+        let none = wait_any_readable(&[r.as_fd(), w.as_fd()], Some(Duration::ZERO)).unwrap();
+        assert_eq!(none, vec![false, false]);
+        // The reader clears O_NONBLOCK on its end and never reads: the writer's end
+        // keeps its own flag, so signalling past the pipe's capacity never blocks.
+        set_nonblocking(r.as_fd(), false).unwrap();
+        assert!(is_nonblocking(w.as_fd()).unwrap());
+        for _ in 0..200_000 {
+            pipe_signal(w.as_fd()).unwrap();
+        }
+        set_nonblocking(r.as_fd(), true).unwrap();
+        let e = eventfd().unwrap();
+        let ready = wait_any_readable(&[e.as_fd(), r.as_fd()], None).unwrap();
+        assert_eq!(ready, vec![false, true]);
+        assert!(pipe_drain(r.as_fd()).unwrap(), "write end open");
+        assert!(!wait_readable(r.as_fd(), Some(Duration::ZERO)).unwrap());
+        drop(w);
+        assert!(
+            wait_readable(r.as_fd(), Some(Duration::ZERO)).unwrap(),
+            "EOF wakes"
+        );
+        assert!(!pipe_drain(r.as_fd()).unwrap(), "end of file");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! * shared memory: `memfd_create` + `ftruncate` + `fallocate` + seals ([`memfd`],
 //!   [`check_shm`], [`map_shared`], and the NIC's [`map_peer_shm`]);
 //! * wake-ups: `eventfd` ([`eventfd`], [`eventfd_signal`], [`eventfd_drain`],
-//!   [`wait_readable`]);
+//!   [`wait_readable`], [`wait_any_readable`]) and a pipe where the reader must not
+//!   share the writer's open file ([`pipe`], [`pipe_signal`], [`pipe_drain`]);
 //! * fd passing: `sendmsg`/`recvmsg` with `SCM_RIGHTS` ([`send_with_fds`],
 //!   [`recv_with_fds`]).
 //!

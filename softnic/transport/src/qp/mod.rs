@@ -910,6 +910,12 @@ impl Qp {
         self.resp.events.pop_front().or_else(|| self.event.take())
     }
 
+    /// Whether [`Qp::poll_event`] has an event to give (the NIC lists the QP for its
+    /// client when this turns true; nothing is taken).
+    pub fn has_event(&self) -> bool {
+        !self.resp.events.is_empty() || self.event.is_some()
+    }
+
     /// The next work completion.
     pub fn poll_completion(&mut self) -> Option<Completion> {
         self.completions.pop_front()

@@ -55,6 +55,7 @@ fn sample_requests() -> Vec<Request> {
         Request::QuerySrq { srq: 5 },
         Request::DestroySrq { srq: 5 },
         Request::GetAsyncEvents,
+        Request::AsyncEventChannel,
     ]
 }
 
