@@ -34,7 +34,7 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use softnic_transport::qp::QpEvent;
 use softnic_transport::srq::SrqEvent;
-use verbs_api::abi::control::{AsyncEvent, ErrorCode, Handle, Reply};
+use verbs_api::abi::control::{AsyncEvent, ErrorCode, Handle, Reply, Response};
 
 use super::counters::NicCounters;
 use super::memory::KeyMap;
@@ -218,7 +218,7 @@ impl Nic {
             return err(ErrorCode::InvalidState, "no such client");
         };
         match c.events.channel() {
-            Ok(fd) => (verbs_api::abi::control::Response::Ok(Reply::Done), vec![fd]),
+            Ok(fd) => (Response::Ok(Reply::Done), vec![fd]),
             Err(e) => err(ErrorCode::NoResources, format!("async event pipe: {e}")),
         }
     }
@@ -230,7 +230,7 @@ mod tests {
     use std::time::Duration;
 
     use softnic_transport::time::Instant;
-    use verbs_api::abi::control::{QpAttr, QpState, Request, Response};
+    use verbs_api::abi::control::{QpAttr, QpState, Request};
 
     use super::super::quota::Limits;
     use super::super::srq::tests::{attr, call, create_qp, create_srq, nic, open};
