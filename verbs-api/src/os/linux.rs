@@ -268,10 +268,24 @@ pub fn eventfd_signal(fd: BorrowedFd<'_>) -> io::Result<()> {
 }
 
 /// Reads and resets an eventfd's counter; 0 when it was already 0 (EAGAIN).
+///
+/// Never blocks, whatever the fd's `O_NONBLOCK` says: that flag belongs to the open
+/// file, which a peer given the fd over `SCM_RIGHTS` shares and can clear (a client
+/// doing so to its wake eventfd used to hang the NIC in this read for good). The read
+/// is a `preadv2` with `RWF_NOWAIT`, which eventfd honours on current kernels; one
+/// that refuses the flag (EOPNOTSUPP) gets a plain `read`.
 pub fn eventfd_drain(fd: BorrowedFd<'_>) -> io::Result<u64> {
     let mut v: u64 = 0;
-    // SAFETY: reads 8 bytes into a valid u64 from a valid fd.
-    let r = unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    let iov = libc::iovec {
+        iov_base: (&mut v as *mut u64).cast(),
+        iov_len: 8,
+    };
+    // SAFETY: one iovec of 8 bytes over a valid u64; offset -1 = the current position.
+    let mut r = unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, -1, libc::RWF_NOWAIT) };
+    if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP) {
+        // SAFETY: reads 8 bytes into a valid u64 from a valid fd.
+        r = unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
     match cvt_size(r) {
         Ok(_) => Ok(v),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
@@ -710,6 +724,26 @@ mod tests {
         assert!(wait_readable(e.as_fd(), Some(Duration::ZERO)).unwrap());
         assert_eq!(eventfd_drain(e.as_fd()).unwrap(), 2);
         assert_eq!(eventfd_drain(e.as_fd()).unwrap(), 0);
+    }
+
+    #[test]
+    fn eventfd_drain_never_blocks_even_when_a_peer_cleared_o_nonblock() {
+        let e = eventfd().unwrap();
+        set_nonblocking(e.as_fd(), false).unwrap();
+        let peer = e.try_clone().unwrap();
+        // Bounded: a drain that blocks fails the test after 5 s instead of hanging it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let empty = eventfd_drain(peer.as_fd()).unwrap();
+            eventfd_signal(peer.as_fd()).unwrap();
+            let _ = tx.send((empty, eventfd_drain(peer.as_fd()).unwrap()));
+        });
+        let got = rx.recv_timeout(Duration::from_secs(5));
+        assert_eq!(
+            got,
+            Ok((0, 1)),
+            "the drain of an empty blocking eventfd blocked"
+        );
     }
 
     #[test]
