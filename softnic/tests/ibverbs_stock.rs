@@ -281,7 +281,9 @@ fn srq_verbs_and_limit_event_through_the_c_abi() {
 /// `tests/ibverbs/async.c` through the C ABI between two NICs: a SEND longer than the
 /// peer's receive buffer raises IBV_EVENT_QP_REQ_ERR on the responder — `async_fd`
 /// readable, `ibv_get_async_event` naming the program's `ibv_qp`, `ibv_ack_async_event`
-/// counting it, once (EAGAIN after) — and nothing on the requester. The library's
+/// counting it, once (EAGAIN after) — and nothing on the requester; a forked child
+/// that closes its copy of the context neither hangs nor stops the parent's event
+/// watcher. The library's
 /// event watchers wait on the NIC's readiness pipe: the responder's context asks the
 /// NIC once, for its one event, and the requester's, idle with a QP for over 600 ms
 /// (the program's two 300 ms waits), never (a watcher that polled every 10 ms asked

@@ -10,13 +10,17 @@
  * counts it on the QP (events_completed); with async_fd non-blocking, a second
  * ibv_get_async_event fails with EAGAIN (the event is raised once); x's async_fd stays
  * quiet (the requester learns of the failure from its REM_INV_REQ_ERR completion);
- * both QPs destroy. Prints "ok" at the end. */
+ * both QPs destroy. Before the SEND, a child of fork(2) closes its copy of y's context
+ * and exits: that must neither hang the child (the event watcher thread is not in it)
+ * nor stop the parent's watcher. Prints "ok" at the end. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <infiniband/verbs.h>
 
 #include "rc_pair.h"
@@ -56,6 +60,17 @@ int main(int argc, char **argv)
 	struct side x = open_side(argv[1]), y = open_side(argv[2]);
 	rc_connect(x.qp, y.qp, y.gid);
 	rc_connect(y.qp, x.qp, x.gid);
+
+	pid_t pid = fork();
+	check(pid >= 0, "fork");
+	if (pid == 0) {
+		alarm(10); /* a hang in ibv_close_device fails the check below */
+		ibv_close_device(y.ctx);
+		_exit(0);
+	}
+	int st;
+	check(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	      "a forked child closes its copy of the context");
 
 	struct ibv_sge rs = { (uintptr_t)y.buf, 8, y.mr->lkey };
 	struct ibv_recv_wr rw = { .wr_id = 1, .sg_list = &rs, .num_sge = 1 }, *rbad = NULL;

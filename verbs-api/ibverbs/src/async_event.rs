@@ -60,8 +60,8 @@ const EVENT_QP_LAST_WQE_REACHED: c_int = 16;
 #[derive(Default)]
 pub struct Events {
     inner: Arc<Shared>,
-    /// The watcher and the eventfd that stops it.
-    thread: Mutex<Option<(std::thread::JoinHandle<()>, OwnedFd)>>,
+    /// The watcher, the eventfd that stops it, and the process that started it.
+    thread: Mutex<Option<(std::thread::JoinHandle<()>, OwnedFd, u32)>>,
 }
 
 #[derive(Default)]
@@ -109,14 +109,19 @@ impl Events {
             .name("softnic-async".into())
             .spawn(move || watch(&api, &fd, &shared, &stop_rx))
             .ok()
-            .map(|h| (h, stop));
+            .map(|h| (h, stop, std::process::id()));
     }
 
-    /// Stops and joins the watcher (at `ibv_close_device`).
+    /// Stops and joins the watcher (at `ibv_close_device`). In a child of `fork(2)`
+    /// there is no watcher (threads do not survive a fork) and the stop eventfd is
+    /// shared with the parent's: it is left alone, so the parent's watcher keeps
+    /// running.
     pub(crate) fn stop(&self) {
-        if let Some((t, stop)) = lock(&self.thread).take() {
-            let _ = os::eventfd_signal(stop.as_fd());
-            let _ = t.join();
+        if let Some((t, stop, pid)) = lock(&self.thread).take() {
+            if pid == std::process::id() {
+                let _ = os::eventfd_signal(stop.as_fd());
+                let _ = t.join();
+            }
         }
     }
 }
