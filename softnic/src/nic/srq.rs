@@ -1,6 +1,6 @@
 //! Shared receive queues as the NIC holds them: the transport's [`Srq`], the consumer
 //! side of the client's SRQ ring, and the control requests that create, modify, query
-//! and destroy them and hand out their asynchronous events.
+//! and destroy them.
 //!
 //! The SRQ segment is one receive ring ([`SrqLayout`]) in a client-created memfd, like
 //! a QP's RQ: `ibv_post_srq_recv` writes a slot, publishes and rings the SRQ's
