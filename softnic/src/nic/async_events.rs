@@ -5,11 +5,13 @@
 //! one of each kind; `Srq::poll_event`, at most `MAX_EVENTS`). The NIC *notices* them
 //! where it visits the object anyway and lists the object on its client's
 //! [`EventList`]:
-//! * the runtime's completion pass over the active QPs ([`note_qp`]; it also looks at
-//!   the QP's SRQ, where a packet it took a WQE for may have raised the limit event).
-//!   Everything that can raise a QP event makes the QP active: a received packet (COMM_EST,
-//!   the responder errors), a timer, a ring drain that finds a bad entry or a corrupt ring
-//!   (QP_FATAL), a CQ overrun (QP_FATAL), a move to ERR (LAST_WQE_REACHED);
+//! * the runtime's completion pass over the active QPs ([`note_qp`], after the QP's
+//!   completions were delivered, since a CQ overrun or a corrupt CQ raises QP_FATAL
+//!   there; it also looks at the QP's SRQ, where a packet it took a WQE for may have
+//!   raised the limit event). Everything else that can raise a QP event makes the QP
+//!   active: a received packet (COMM_EST, the responder errors), a timer, a ring drain
+//!   that finds a bad entry or a corrupt ring (QP_FATAL), a move to ERR
+//!   (LAST_WQE_REACHED);
 //! * the drain of a rung SRQ ring ([`note_srq`]: a bad entry puts the SRQ in error);
 //! * ModifyQp itself, so an event it raises (LAST_WQE_REACHED) is in the answer to the
 //!   client's next request, as it was when GetAsyncEvents looked at every QP.

@@ -634,7 +634,6 @@ impl Runtime {
                 continue;
             }
             e.take_completions();
-            async_events::note_qp(e, &self.nic.srqs, &mut self.nic.clients);
             if e.pending() > 0 {
                 let k = e.deliver(now, &mut self.path.counters, &mut self.nic.cqs);
                 if k > 0 {
@@ -643,6 +642,8 @@ impl Runtime {
                     self.dirty_cqs.push(e.recv_cq);
                 }
             }
+            // After delivery (a CQ overrun raises QP_FATAL), before the CQs are published.
+            async_events::note_qp(e, &self.nic.srqs, &mut self.nic.clients);
             self.nic.deadlines.arm(it.qpn, e.qp.poll_timeout());
             if e.pending() > 0 || e.tx_more || e.needs_drain() {
                 self.nic.active.mark(it.qpn, &mut e.ticket);
