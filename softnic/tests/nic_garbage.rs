@@ -1,7 +1,8 @@
 //! A client that writes garbage into its rings harms only itself: a raw client (the
 //! shared-memory ABI without verbs-api's checks) posts an unknown opcode, then corrupts
 //! its ring indices; its QP fails with the right completions, the NIC counts it and
-//! keeps serving another client.
+//! keeps serving another client. A CQ whose consumer index is impossible moves its QP
+//! to ERR with QP_FATAL.
 
 mod nic_support;
 
@@ -32,13 +33,14 @@ fn ok(
 }
 
 struct RawQp {
-    _sock: UnixStream,
+    sock: UnixStream,
     wake: std::os::fd::OwnedFd,
     doorbell: Doorbell,
     slot: u32,
     sq: Producer<SendWqe>,
     sq_map: Arc<memmap2::MmapRaw>,
     cq: Consumer<Cqe>,
+    cq_map: Arc<memmap2::MmapRaw>,
     qpn: u32,
 }
 
@@ -70,7 +72,7 @@ fn raw_qp(nic: &NicProc, peer: &NicProc, peer_qpn: u32) -> RawQp {
     let cl = CqLayout::new(16).unwrap();
     let cfd = verbs_api::os::memfd("raw-cq", cl.len).unwrap();
     let cmap = Arc::new(verbs_api::os::map_shared(cfd.as_fd(), cl.len).unwrap());
-    let cring = Ring::<Cqe>::new(cmap, cl.offset, cl.capacity).unwrap();
+    let cring = Ring::<Cqe>::new(cmap.clone(), cl.offset, cl.capacity).unwrap();
     cring.init();
     let Reply::Cq { cq, .. } = ok(&sock, Request::CreateCq { depth: 16 }, &[cfd.as_fd()]).0 else {
         panic!()
@@ -135,13 +137,14 @@ fn raw_qp(nic: &NicProc, peer: &NicProc, peer_qpn: u32) -> RawQp {
         ok(&sock, Request::ModifyQp { qpn, attr }, &[]);
     }
     RawQp {
-        _sock: sock,
+        sock,
         wake,
         doorbell,
         slot,
         sq: sq.into_producer(),
         sq_map: qmap,
         cq: cring.into_consumer(),
+        cq_map: cmap,
         qpn,
     }
 }
@@ -230,6 +233,69 @@ fn garbage_in_a_clients_rings_harms_only_that_client() {
     x.qp.post_send(&[SendWr::new(1, op, &sge).signaled()])
         .expect("post");
     assert_eq!(poll_one(&mut x.cq).status, WcStatus::Success);
+}
+
+/// A CQ whose consumer index the client made impossible: the completion the NIC then
+/// cannot write moves its QP to ERR with IBV_EVENT_QP_FATAL (nothing more can be
+/// written to that CQ, so the QP has nothing left to deliver and drops out of the
+/// loop's active set: the event is noticed on the very pass that raised it).
+#[test]
+fn a_corrupt_cq_is_qp_fatal() {
+    let a = NicProc::start("junk-e", "127.0.0.17", 0, &[]);
+    let b = NicProc::start("junk-f", "127.0.0.18", 0, &[]);
+    let mut y = side(&b, 4096, 8);
+    let mut raw = raw_qp(&a, &b, y.qp.qp_num());
+    y.qp.to_init(verbs_api::AccessFlags::ALL).expect("init");
+    y.qp.to_rtr(&a.endpoint(raw.qpn, 0), Mtu::Mtu1024)
+        .expect("rtr");
+    y.qp.to_rts(0).expect("rts");
+    let rsge = [y.mr.sge(0, 64)];
+    let mut send = |raw: &mut RawQp, wr_id: u64| {
+        y.qp.post_recv(&[verbs_api::RecvWr::new(wr_id, &rsge)])
+            .expect("post recv");
+        raw.post(SendWqe {
+            wr_id,
+            opcode: wr_opcode::SEND,
+            flags: send_flags::SIGNALED,
+            ..SendWqe::default()
+        });
+        assert_eq!(
+            poll_one(&mut y.cq).status,
+            WcStatus::Success,
+            "SEND {wr_id}"
+        );
+    };
+    // The NIC reads the consumer index again only when the ring looks full: fill the
+    // CQ (16 slots) without polling it, then make the index impossible.
+    let capacity = 16;
+    for i in 0..capacity {
+        send(&mut raw, i);
+    }
+    // SAFETY: the CQ ring header starts the CQ segment (offset 0); its consumer index
+    // is an AtomicU32 at offset 64; the mapping is live and aligned.
+    let consumer = unsafe { &*(raw.cq_map.as_mut_ptr().add(64) as *const AtomicU32) };
+    consumer.store(100_000, Ordering::Release);
+    send(&mut raw, capacity);
+    let deadline = Instant::now() + WAIT;
+    let events = loop {
+        match ok(&raw.sock, Request::GetAsyncEvents, &[]).0 {
+            Reply::AsyncEvents(v) if !v.is_empty() => break v,
+            _ => assert!(Instant::now() < deadline, "no QP_FATAL"),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    assert_eq!(
+        events,
+        vec![verbs_api::AsyncEvent::QpFatal { qpn: raw.qpn }]
+    );
+    let req = Request::QueryQp { qpn: raw.qpn };
+    assert!(matches!(
+        ok(&raw.sock, req, &[]).0,
+        Reply::QpInfo {
+            state: QpState::Err,
+            ..
+        }
+    ));
 }
 
 /// The doorbell page is the client's memory: bits for slots that are none of its rings
