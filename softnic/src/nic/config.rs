@@ -104,8 +104,9 @@ pub struct RunArgs {
     /// Turn UDP segmentation offload off: one system call per sent packet. By default
     /// the NIC hands the kernel up to 16 packets per `sendmsg` (`UDP_SEGMENT`; segment k
     /// carries IPv4 ID k and its ICRC is computed so) where the kernel has it, probed at
-    /// start. While fault injection is on, packets are sent one by one anyway, so each
-    /// RoCE packet is dropped, duplicated or reordered on its own.
+    /// start. Injected loss and corruption keep the runs (a lost packet does not join
+    /// one); while `--duplicate`, `--reorder` or `--delay-us` is on, packets are sent one
+    /// by one anyway, so each RoCE packet is duplicated or held on its own.
     #[arg(long)]
     pub no_gso: bool,
     /// Turn UDP receive coalescing off (`UDP_GRO`, on by default where the kernel has

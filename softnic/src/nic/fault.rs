@@ -3,19 +3,27 @@
 //! processes on a loopback that never loses anything by itself (this host's kernel has
 //! no netem).
 //!
-//! Every packet the NIC sends passes through [`FaultInjector::submit`], after its ICRC
-//! was computed. In order, with independent draws from one SplitMix64 stream:
-//! 1. **loss** — the packet is dropped;
+//! Every packet the NIC sends is judged with independent draws from one SplitMix64
+//! stream, in order:
+//! 1. **loss** — the packet is dropped ([`FaultInjector::drops`]);
 //! 2. **corrupt** — one uniformly chosen bit of the UDP payload (BTH … ICRC) is
-//!    flipped, so the receiver's ICRC check must catch it;
+//!    flipped after the ICRC was computed, so the receiver's ICRC check must catch it
+//!    ([`FaultInjector::corrupt`]);
 //! 3. **duplicate** — the packet is sent twice;
 //! 4. **delay / reorder** — each copy is released `--delay-us` later, and a reordered
 //!    copy a further 50–500 µs later, so packets sent after it overtake it.
 //!
-//!
 //! Before all of these, `--drop-cm MSG:N` drops the Nth CM MAD of one type (a UD SEND
 //! Only to QP1 whose MAD has that attribute ID), so a lost REQ, REP or RTU can be
 //! staged exactly once against any peer (IBTA 12.9: the peer's CM must resend).
+//!
+//! Loss, corruption and `--drop-cm` keep the NIC's GSO send path
+//! ([`FaultInjector::fits_runs`]): a packet is judged as it joins a run (a dropped one
+//! does not join, its slot is reused) and corrupted after its segment's ICRC is filled,
+//! so a lossy NIC sends as a lossless one does, minus the lost packets — measuring
+//! goodput under loss against the batched path is then a fair comparison. Duplication,
+//! delay and reordering send packets one by one through [`FaultInjector::submit`], which
+//! applies all four stages (a held or doubled packet cannot sit in a run sent now).
 //!
 //! Held packets wait in a bounded queue ordered by release time; when it is full a packet
 //! goes out at once (and is counted) rather than being dropped, so the configured loss
@@ -124,6 +132,40 @@ impl FaultInjector {
         self.cfg.is_none()
     }
 
+    /// True when every configured fault can be decided packet by packet as packets join
+    /// a GSO run: loss, corruption and `--drop-cm` only (no packet is doubled or held).
+    pub fn fits_runs(&self) -> bool {
+        self.cfg.duplicate == 0.0 && self.cfg.reorder == 0.0 && self.cfg.delay.is_zero()
+    }
+
+    /// Stages 0–1: whether `pkt` (a UDP payload, BTH … ICRC; the ICRC need not be filled
+    /// yet) is dropped — the `--drop-cm` MAD, or a random loss. Counted.
+    pub fn drops(&mut self, pkt: &[u8]) -> bool {
+        if let Some(d) = self.cfg.drop_cm {
+            if cm_attribute(pkt) == Some(d.attr) {
+                self.cm_seen += 1;
+                if self.cm_seen == d.nth {
+                    self.counters.dropped += 1;
+                    return true;
+                }
+            }
+        }
+        let lost = self.rng.chance(self.cfg.loss);
+        self.counters.dropped += u64::from(lost);
+        lost
+    }
+
+    /// Stage 2: maybe flips one bit of `pkt`, whose ICRC is already filled. Counted.
+    pub fn corrupt(&mut self, pkt: &mut [u8]) {
+        if self.rng.chance(self.cfg.corrupt) && !pkt.is_empty() {
+            let bit = self.rng.below(pkt.len() as u64 * 8);
+            if let Some(b) = pkt.get_mut((bit / 8) as usize) {
+                *b ^= 1 << (bit % 8);
+            }
+            self.counters.corrupted += 1;
+        }
+    }
+
     /// Counters so far.
     pub fn counters(&self) -> FaultCounters {
         self.counters
@@ -144,26 +186,10 @@ impl FaultInjector {
             send(pkt, dest);
             return;
         }
-        if let Some(d) = self.cfg.drop_cm {
-            if cm_attribute(pkt) == Some(d.attr) {
-                self.cm_seen += 1;
-                if self.cm_seen == d.nth {
-                    self.counters.dropped += 1;
-                    return;
-                }
-            }
-        }
-        if self.rng.chance(self.cfg.loss) {
-            self.counters.dropped += 1;
+        if self.drops(pkt) {
             return;
         }
-        if self.rng.chance(self.cfg.corrupt) && !pkt.is_empty() {
-            let bit = self.rng.below(pkt.len() as u64 * 8);
-            if let Some(b) = pkt.get_mut((bit / 8) as usize) {
-                *b ^= 1 << (bit % 8);
-            }
-            self.counters.corrupted += 1;
-        }
+        self.corrupt(pkt);
         let copies = if self.rng.chance(self.cfg.duplicate) {
             self.counters.duplicated += 1;
             2
@@ -350,6 +376,46 @@ mod tests {
                 bad.parse::<super::super::config::DropCm>().is_err(),
                 "{bad}"
             );
+        }
+    }
+
+    #[test]
+    fn run_path_decides_loss_and_corruption_as_submit_does() {
+        let cfg = FaultConfig {
+            loss: 0.1,
+            corrupt: 0.1,
+            seed: 5,
+            ..FaultConfig::default()
+        };
+        let (want, wc) = run(cfg, 2_000);
+        // The GSO path: judge each packet as it joins a run, corrupt it once filled.
+        let mut f = FaultInjector::new(cfg);
+        assert!(f.fits_runs());
+        let mut got = Vec::new();
+        for i in 0..2_000u32 {
+            let mut pkt = i.to_be_bytes().repeat(4);
+            if !f.drops(&pkt) {
+                f.corrupt(&mut pkt);
+                got.push(pkt);
+            }
+        }
+        assert_eq!((got, f.counters()), (want, wc), "same seed, same decisions");
+        assert!(wc.dropped > 100 && wc.corrupted > 100);
+        for held in [
+            FaultConfig {
+                duplicate: 0.1,
+                ..cfg
+            },
+            FaultConfig {
+                reorder: 0.1,
+                ..cfg
+            },
+            FaultConfig {
+                delay: Duration::from_micros(1),
+                ..cfg
+            },
+        ] {
+            assert!(!FaultInjector::new(held).fits_runs(), "{held:?}");
         }
     }
 

@@ -176,7 +176,8 @@ impl PacketPath {
     }
 
     /// Fills the ICRC of each `seg`-byte segment of `run` (segment k with IPv4 ID k),
-    /// records them, and sends them with one GSO call.
+    /// lets the fault injector corrupt it (its losses were decided as the run was
+    /// built), records them, and sends them with one GSO call.
     fn transmit_run(&mut self, now: Instant, run: &mut [u8], seg: usize, dest: SocketAddr) {
         for (k, pkt) in run.chunks_mut(seg.max(1)).enumerate() {
             let Some(params) = tx_params(self.local, dest, self.io.ipv4_id(k)) else {
@@ -188,6 +189,7 @@ impl PacketPath {
                 self.counters.tx_drop_send_error += 1;
                 return;
             }
+            self.fault.corrupt(pkt);
             if let Some(p) = self.pcap.as_mut() {
                 if p.record(&params, pkt).is_err() {
                     self.pcap = None;
@@ -541,7 +543,7 @@ impl Runtime {
     /// Sends what the active QPs have, up to [`TX_BUDGET`] packets each; a QP that
     /// used its whole budget is marked `tx_more` and stays active.
     fn transmit(&mut self, now: Instant) -> usize {
-        if self.path.io.max_segments() > 1 && self.path.fault.is_passthrough() {
+        if self.path.io.max_segments() > 1 && self.path.fault.fits_runs() {
             return self.transmit_segments(now);
         }
         let mut sent = 0;
@@ -571,7 +573,8 @@ impl Runtime {
     /// first packet's length except possibly a shorter last one, are laid out at a
     /// stride of that length and sent with one `sendmsg`; segment k's ICRC is computed
     /// with IPv4 ID k. A packet that does not fit the run (another destination, or
-    /// longer) ends it: the run is sent and the packet starts the next one. A QP's own
+    /// longer) ends it: the run is sent and the packet starts the next one. A packet the
+    /// fault injector drops never joins (`fault.rs`: loss keeps the runs). A QP's own
     /// packets keep their order (runs are sent in the order they were built). So many
     /// QPs with one small message each (ACKs too) cost a few `sendmsg`s, not one each.
     fn transmit_segments(&mut self, now: Instant) -> usize {
@@ -601,6 +604,9 @@ impl Runtime {
                     break;
                 };
                 budget -= 1;
+                if self.path.fault.drops(&self.tx_buf[off..off + t.len]) {
+                    continue; // lost on purpose: not kept, the next packet reuses its slot
+                }
                 if run.k == 0 {
                     run = Run::start(t.len, t.dest);
                 } else if Some(t.dest) != run.dest || t.len > run.seg {
@@ -775,7 +781,7 @@ fn log_offloads(cfg: &Config, got: Offloads) {
     if cfg.offloads.gro && !got.gro {
         tracing::warn!("the kernel refused UDP_GRO: one datagram per receive slot");
     }
-    if got.gso && !cfg.fault.is_none() {
+    if got.gso && !FaultInjector::new(cfg.fault).fits_runs() {
         tracing::info!("fault injection: packets are sent one by one, GSO unused");
     }
 }
