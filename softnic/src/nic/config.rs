@@ -123,7 +123,7 @@ pub struct RunArgs {
     pub retry_cnt_7_infinite: bool,
     /// Resend only after each QP's Local ACK Timeout (4.096 µs × 2^timeout, IBTA
     /// 9.7.6.1.3), as Linux rxe does. By default RC QPs resend after an RTT-estimated
-    /// timeout (at least 300 µs, at most the Local ACK Timeout); retry_cnt is still
+    /// timeout (at least 100 µs, at most the Local ACK Timeout); retry_cnt is still
     /// charged once per Local ACK Timeout without progress, so a dead peer is detected
     /// exactly as late as with strict timing (docs/architecture.md).
     #[arg(long)]

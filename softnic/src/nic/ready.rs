@@ -12,7 +12,7 @@
 //! stale and skipped, and a live QP is never listed twice.
 //!
 //! **Deadlines.** A binary heap of `(deadline, QPN)` with lazy invalidation, chosen over
-//! a timer wheel because QP deadlines span five orders of magnitude (a 300 µs adaptive
+//! a timer wheel because QP deadlines span five orders of magnitude (a 100 µs adaptive
 //! RTO to IBTA timeouts of seconds and more), which a wheel covers only with several
 //! levels and cascading, while a heap is exact and simple; and because the common
 //! re-arm is *later* (the retransmission timer restarts on every ACK), which costs

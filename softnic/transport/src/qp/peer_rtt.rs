@@ -26,7 +26,7 @@ use crate::time::{Duration, Instant};
 /// many timeouts' worth of samples describes the path as it was, not as it is (the
 /// NIC's queues fill and drain with the applications' load within milliseconds). Eight
 /// keeps the estimate of a QP that streams (a sample every round trip) or pauses for a
-/// few round trips, and drops that of a QP idle for longer (at the 300 µs floor: 2.4 ms).
+/// few round trips, and drops that of a QP idle for longer (at the 100 µs floor: 0.8 ms).
 pub const STALE_RTOS: u32 = 8;
 
 /// Smoothed RTT and its mean deviation (RFC 6298 §2), and when the last sample came.
