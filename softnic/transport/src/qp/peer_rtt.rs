@@ -59,9 +59,10 @@ impl RttEstimate {
         (self.srtt + self.rttvar * 4).max(MIN_RTO)
     }
 
-    /// True when no sample came for [`STALE_RTOS`] of its timeouts before `now`.
-    pub fn is_stale(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.at) > self.rto().saturating_mul(STALE_RTOS)
+    /// True when [`STALE_RTOS`] of its timeouts passed before `now` since the later of
+    /// its last sample and `heard` (the last time its QP heard from the path).
+    pub fn is_stale_since(&self, heard: Instant, now: Instant) -> bool {
+        now.saturating_duration_since(heard.max(self.at)) > self.rto().saturating_mul(STALE_RTOS)
     }
 }
 
@@ -168,8 +169,9 @@ mod tests {
         let e = p.get().unwrap();
         // 1 ms + 4 × 0.5 ms = 3 ms; stale after 24 ms.
         assert_eq!(e.rto(), Duration::from_millis(3));
-        assert!(!e.is_stale(at(24_000)));
-        assert!(e.is_stale(at(24_001)));
+        assert!(!e.is_stale_since(at(0), at(24_000)));
+        assert!(e.is_stale_since(at(0), at(24_001)));
+        assert!(!e.is_stale_since(at(1), at(24_001)), "heard from since");
         drop(q);
         assert!(!p.is_shared());
     }
