@@ -28,7 +28,10 @@
 //! Held packets wait in a bounded queue ordered by release time; when it is full a packet
 //! goes out at once (and is counted) rather than being dropped, so the configured loss
 //! rate stays the only source of loss. The same seed and the same sequence of
-//! submissions give the same decisions.
+//! submissions give the same decisions. (In a GSO run the loss draws come as packets
+//! join and the corruption draws when the run is sent, so with both configured the
+//! draws interleave differently from the one-by-one path: same seed, same path, same
+//! decisions.)
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -388,7 +391,7 @@ mod tests {
             ..FaultConfig::default()
         };
         let (want, wc) = run(cfg, 2_000);
-        // The GSO path: judge each packet as it joins a run, corrupt it once filled.
+        // Packet by packet, `drops` then `corrupt` draw exactly what `submit` draws.
         let mut f = FaultInjector::new(cfg);
         assert!(f.fits_runs());
         let mut got = Vec::new();
