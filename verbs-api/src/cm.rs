@@ -6,7 +6,7 @@
 //! negotiated attributes. This module is the client side of that, shaped like
 //! librdmacm so that the drop-in `librdmacm.so.1` is a thin layer over it:
 //!
-//! * an [`EventChannel`] (`rdma_create_event_channel`) is an eventfd you can `poll(2)`
+//! * an [`EventChannel`] (`rdma_create_event_channel`) is a descriptor you can `poll(2)`
 //!   ([`EventChannel::fd`]); [`EventChannel::get_event`] blocks (or, after
 //!   [`EventChannel::set_nonblocking`], answers `WouldBlock`) and returns a [`CmEvent`];
 //! * a [`CmId`] (`rdma_create_id`) is bound to a NIC by [`CmId::bind_addr`] or
@@ -226,10 +226,15 @@ pub struct CmEvent {
 /// An event channel (`struct rdma_event_channel`): events of every [`CmId`] created on
 /// it, from every NIC they are bound to.
 ///
-/// [`EventChannel::fd`] is an eventfd that is readable while events are pending, so it
-/// works with `poll(2)`/`epoll` (what rping's `rpoll` and ucmatose do). The NICs write
-/// it when they queue an event; [`EventChannel::get_event`] fetches them over the
-/// control socket. `Send + Sync`: one thread may wait for events while others connect.
+/// [`EventChannel::fd`] is readable while events are pending, so it works with
+/// `poll(2)`/`epoll` (what rping's `rpoll` and ucmatose do): an epoll instance holding
+/// the read end of each NIC's event pipe (written by the NIC when its queue of this
+/// channel's events stops being empty) and an eventfd of this process's own (events
+/// made here, and events fetched but not yet returned). [`EventChannel::get_event`]
+/// fetches the NICs' events over the control socket. The NICs write only pipes they
+/// made, through write ends of their own: nothing done to this channel's descriptors
+/// can make a NIC wait. `Send + Sync`: one thread may wait for events while others
+/// connect.
 #[derive(Debug, Clone)]
 pub struct EventChannel {
     inner: Arc<ChannelInner>,
@@ -237,15 +242,28 @@ pub struct EventChannel {
 
 #[derive(Debug)]
 struct ChannelInner {
-    /// The eventfd the NICs signal (each NIC an id binds to gets a copy).
-    eventfd: OwnedFd,
+    /// The epoll instance programs poll (`channel->fd`): readable while `local` or a
+    /// NIC's pipe is.
+    epoll: OwnedFd,
+    /// Written here: events made locally, or fetched and not yet returned.
+    local: OwnedFd,
     state: Mutex<ChannelState>,
+}
+
+/// One NIC a channel is open on.
+#[derive(Debug, Clone)]
+struct ChannelNic {
+    ctx: Context,
+    /// The NIC's handle of the channel.
+    handle: Handle,
+    /// The read end of the NIC's event pipe.
+    pipe: Arc<OwnedFd>,
 }
 
 #[derive(Debug, Default)]
 struct ChannelState {
-    /// NICs this channel is attached to, with the NIC's handle of the channel.
-    nics: Vec<(Context, Handle)>,
+    /// NICs this channel is open on.
+    nics: Vec<ChannelNic>,
     /// (NIC, NIC id handle) → key.
     keys: HashMap<(usize, Handle), CmIdKey>,
     /// Events fetched (or made locally) but not yet returned.
@@ -264,19 +282,25 @@ fn next_key() -> CmIdKey {
 impl EventChannel {
     /// `rdma_create_event_channel`: a channel, not yet tied to any NIC.
     pub fn new() -> Result<EventChannel> {
-        let eventfd =
-            os::eventfd_blocking().map_err(io("creating the CM event channel's eventfd"))?;
+        // Blocking until the program sets O_NONBLOCK itself (librdmacm's convention);
+        // epoll instances start so.
+        let epoll = os::epoll().map_err(io("creating the CM event channel"))?;
+        let local = os::eventfd().map_err(io("creating the CM event channel's eventfd"))?;
+        os::epoll_add(epoll.as_fd(), local.as_fd(), 0)
+            .map_err(io("creating the CM event channel"))?;
         Ok(EventChannel {
             inner: Arc::new(ChannelInner {
-                eventfd,
+                epoll,
+                local,
                 state: Mutex::new(ChannelState::default()),
             }),
         })
     }
 
-    /// The fd to `poll(2)` for POLLIN: readable while an event is pending.
+    /// The fd to `poll(2)` for POLLIN: readable while an event is pending (an epoll
+    /// instance: the program polls it, never reads it).
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.inner.eventfd.as_fd()
+        self.inner.epoll.as_fd()
     }
 
     /// Sets or clears `O_NONBLOCK` on [`EventChannel::fd`], what librdmacm programs
@@ -291,23 +315,31 @@ impl EventChannel {
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The NIC's handle of this channel on `ctx`, attaching it on first use.
+    /// The NIC's handle of this channel on `ctx`, opening it there on first use.
     fn attach(&self, ctx: &Context) -> Result<Handle> {
         let mut st = self.lock();
-        if let Some((_, h)) = st.nics.iter().find(|(c, _)| ctx_key(c) == ctx_key(ctx)) {
-            return Ok(*h);
+        if let Some(n) = st.nics.iter().find(|n| ctx_key(&n.ctx) == ctx_key(ctx)) {
+            return Ok(n.handle);
         }
-        let req = Request::Cm(CmRequest::AttachChannel);
-        let h = match ctx
-            .inner
-            .call("rdma_create_event_channel", &req, &[self.fd()])?
-            .0
-        {
+        let req = Request::Cm(CmRequest::OpenChannel);
+        let (reply, mut fds) = ctx.inner.call("rdma_create_event_channel", &req, &[])?;
+        let handle = match reply {
             Reply::Cm(CmReply::Channel { channel }) => channel,
-            other => return Err(unexpected("AttachChannel", other)),
+            other => return Err(unexpected("OpenChannel", other)),
         };
-        st.nics.push((ctx.clone(), h));
-        Ok(h)
+        let (Some(pipe), true) = (fds.pop(), fds.is_empty()) else {
+            return Err(Error::Protocol(
+                "OpenChannel reply did not carry exactly the event pipe".into(),
+            ));
+        };
+        os::epoll_add(self.fd(), pipe.as_fd(), 1 + st.nics.len() as u64)
+            .map_err(io("adding a NIC to the CM event channel"))?;
+        st.nics.push(ChannelNic {
+            ctx: ctx.clone(),
+            handle,
+            pipe: Arc::new(pipe),
+        });
+        Ok(handle)
     }
 
     fn register(&self, ctx: &Context, nic_id: Handle, key: CmIdKey) {
@@ -321,16 +353,25 @@ impl EventChannel {
     /// Queues an event made here (address and route resolution) and wakes the fd.
     fn push_local(&self, ev: CmEvent) {
         self.lock().pending.push_back(ev);
-        let _ = os::eventfd_signal(self.fd());
+        let _ = os::eventfd_signal(self.inner.local.as_fd());
     }
 
-    /// Drains the eventfd, then asks every NIC for its events.
+    /// Reads the local eventfd and every NIC's pipe empty, then asks every NIC for its
+    /// events (a NIC writes its pipe again for an event queued after the answer).
     fn fetch(&self, st: &mut ChannelState) -> Result<()> {
         if os::wait_readable(self.fd(), Some(Duration::ZERO)).unwrap_or(false) {
-            let _ = os::eventfd_drain(self.fd());
+            let _ = os::eventfd_drain(self.inner.local.as_fd());
+            for n in &st.nics {
+                // End of file (the NIC is gone) keeps the channel readable; the
+                // GetEvents below then reports the lost NIC.
+                let _ = os::pipe_drain(n.pipe.as_fd());
+            }
         }
-        let nics: Vec<(Context, Handle)> = st.nics.clone();
-        for (ctx, ch) in nics {
+        let nics: Vec<ChannelNic> = st.nics.clone();
+        for ChannelNic {
+            ctx, handle: ch, ..
+        } in nics
+        {
             let req = Request::Cm(CmRequest::GetEvents { channel: ch });
             let msgs = match ctx.inner.call("rdma_get_cm_event", &req, &[])?.0 {
                 Reply::Cm(CmReply::Events(v)) => v,
@@ -420,7 +461,7 @@ impl EventChannel {
         let ev = st.pending.pop_front();
         if !st.pending.is_empty() {
             // Keep the fd readable while events are left.
-            let _ = os::eventfd_signal(self.fd());
+            let _ = os::eventfd_signal(self.inner.local.as_fd());
         }
         Ok(ev)
     }

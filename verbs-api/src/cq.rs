@@ -3,8 +3,12 @@
 //! The CQ is a ring in a client-created memfd; the NIC produces [`Cqe`]s, the client
 //! consumes them. [`CompletionQueue::poll`] is a few loads and stores: no syscall.
 //! [`CompletionQueue::wait`] is the blocking alternative (`ibv_req_notify_cq` +
-//! `ibv_get_cq_event`): it sets CQ_ARMED, re-checks, and sleeps on the CQ's eventfd,
-//! which the NIC writes when it next publishes a completion to an armed CQ.
+//! `ibv_get_cq_event`): it sets CQ_ARMED, re-checks, and sleeps on the CQ's event
+//! pipe, to which the NIC writes a byte when it next publishes a completion to an armed
+//! CQ. The NIC hands out only the pipe's read end and writes through its own
+//! non-blocking write end, so nothing a client does to its descriptor can make the NIC
+//! wait (an eventfd would be one open file shared with the NIC). End of file on the
+//! pipe means the NIC is gone.
 
 use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -273,6 +277,9 @@ impl Drop for CqShared {
 pub struct CompletionQueue {
     ring: Consumer<Cqe>,
     pub(crate) shared: Arc<CqShared>,
+    /// This process's own write end of the event pipe, opened on the first
+    /// [`Self::raise_event`].
+    raise: Option<OwnedFd>,
 }
 
 impl fmt::Debug for CompletionQueue {
@@ -296,7 +303,7 @@ impl CompletionQueue {
         };
         if fds.len() != 1 {
             return Err(Error::Protocol(format!(
-                "CreateCq reply carried {} descriptors, expected the CQ eventfd",
+                "CreateCq reply carried {} descriptors, expected the CQ's event pipe",
                 fds.len()
             )));
         }
@@ -307,6 +314,7 @@ impl CompletionQueue {
                 handle,
                 event: fds.remove(0),
             }),
+            raise: None,
         })
     }
 
@@ -374,7 +382,7 @@ impl CompletionQueue {
 
     /// Blocks until at least one completion is ready or `timeout` passes (`None` =
     /// forever); returns whether completions are ready (then call [`Self::poll`]).
-    /// Arms the CQ (CQ_ARMED), re-checks, sleeps on the CQ eventfd: the
+    /// Arms the CQ (CQ_ARMED), re-checks, sleeps on the CQ's event pipe: the
     /// `ibv_req_notify_cq` + `ibv_get_cq_event` pattern, with the re-check built in so
     /// no completion is missed.
     pub fn wait(&mut self, timeout: Option<Duration>) -> Result<bool> {
@@ -400,15 +408,48 @@ impl CompletionQueue {
                 }
             };
             let fd = self.shared.event.as_fd();
-            os::wait_readable(fd, left).map_err(io("waiting on the CQ eventfd"))?;
-            os::eventfd_drain(fd).map_err(io("reading the CQ eventfd"))?;
+            os::wait_readable(fd, left).map_err(io("waiting on the CQ's event pipe"))?;
+            self.take_event()?;
         }
     }
 
-    /// The CQ's eventfd, for integrating [`Self::wait`]'s wake-up into an event loop:
-    /// arm with [`Self::arm`], wait for readability, drain, poll.
+    /// The read end of the CQ's event pipe, for integrating [`Self::wait`]'s wake-up
+    /// into an event loop: arm with [`Self::arm`], wait for readability,
+    /// [`Self::take_event`], poll.
     pub fn event_fd(&self) -> BorrowedFd<'_> {
         self.shared.event.as_fd()
+    }
+
+    /// Reads the event pipe empty; returns whether it held an event (false: it was
+    /// empty, e.g. another thread took the event). An error when the pipe is at end of
+    /// file: the NIC is gone, and no event will ever come.
+    pub fn take_event(&self) -> Result<bool> {
+        match os::pipe_take(self.shared.event.as_fd()).map_err(io("reading the CQ's event pipe"))? {
+            Some(n) => Ok(n > 0),
+            None => Err(Error::Io {
+                what: "reading the CQ's event pipe",
+                source: std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the NIC closed the CQ's event pipe (it exited)",
+                ),
+            }),
+        }
+    }
+
+    /// Makes the event pipe readable from this process, as if the NIC had signalled
+    /// an armed CQ: `ibv_req_notify_cq` finding completions already waiting raises
+    /// the event at once. Writes through a write end of this process's own
+    /// ([`os::pipe_reopen_write`]), never the NIC's.
+    pub fn raise_event(&mut self) -> Result<()> {
+        let fd = match &self.raise {
+            Some(fd) => fd,
+            None => {
+                let fd = os::pipe_reopen_write(self.shared.event.as_fd())
+                    .map_err(io("opening a write end of the CQ's event pipe"))?;
+                self.raise.insert(fd)
+            }
+        };
+        os::pipe_signal(fd.as_fd()).map_err(io("raising a CQ event"))
     }
 
     /// Requests a notification for the next completion (`ibv_req_notify_cq`); returns

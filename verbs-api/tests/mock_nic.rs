@@ -255,7 +255,7 @@ fn qp_lifecycle_posts_and_completions() {
                 })
                 .unwrap();
                 assert!(cqp.publish_and_take(CQ_ARMED));
-                verbs_api::os::eventfd_signal(ev.as_fd()).unwrap();
+                ev.signal().unwrap();
                 return;
             }
             drop(n);

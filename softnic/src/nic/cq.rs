@@ -1,13 +1,23 @@
 //! A completion queue as the NIC sees it: the producer side of a CQ ring in the client's
-//! shared segment, and the eventfd that wakes a client blocked on it.
+//! shared segment, and the pipe that wakes a client blocked on it.
 //!
 //! The NIC writes CQEs as completions come out of its QPs and publishes them in a batch
 //! ([`CompletionQueue::flush`]) once per runtime iteration: one release-store of the
 //! producer index for many CQEs. If the client armed the CQ (CQ_ARMED, the
-//! `ibv_req_notify_cq` analogue), the publishing call clears the bit and writes the
-//! eventfd, so one arm gives at most one wake-up (see `verbs_api::abi` for the fences).
+//! `ibv_req_notify_cq` analogue), the publishing call clears the bit and writes one
+//! byte to the CQ's event pipe, so one arm gives at most one wake-up (see
+//! `verbs_api::abi` for the fences).
+//!
+//! Why a pipe and not an eventfd: the client gets only the pipe's read end, and the NIC
+//! writes through its own write end, a separate open file that is non-blocking for
+//! good ([`verbs_api::os::SignalPipe`]). An eventfd handed over `SCM_RIGHTS` is one open
+//! file shared with the client, which could set its counter to 2^64 − 2 and clear
+//! `O_NONBLOCK`: the NIC's next write then blocked the data plane of every client for
+//! good (eventfd ignores `RWF_NOWAIT` on writes; `softnic/tests/nic_attack_fds.rs`). A
+//! client that arms and never reads fills its pipe at worst, and later writes are
+//! skipped: a full pipe is a wake-up already pending.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
 use memmap2::MmapRaw;
@@ -16,6 +26,7 @@ use softnic_transport::wr::{Completion, Queue, WcOpcode, WcStatus};
 use verbs_api::abi::ring::Producer;
 use verbs_api::abi::slots::{wc_flags, wc_opcode};
 use verbs_api::abi::{CqLayout, Cqe, LayoutError, Ring, RingError, CQ_ARMED};
+use verbs_api::os::SignalPipe;
 
 /// Result of [`CompletionQueue::push`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +45,7 @@ pub struct CompletionQueue {
     /// QPs that complete into this CQ (it cannot be destroyed while any does).
     pub qp_users: u32,
     ring: Producer<Cqe>,
-    event: OwnedFd,
+    event: SignalPipe,
     dirty: bool,
 }
 
@@ -75,12 +86,13 @@ pub fn cqe_of(c: &Completion, vendor_err: u32) -> Cqe {
 
 impl CompletionQueue {
     /// Attaches the CQ ring in `map` (laid out as `layout`), checking the header the
-    /// client initialised; `event` is the eventfd the NIC created for it.
+    /// client initialised; `event` is the pipe the NIC created for it (the client
+    /// gets its read end).
     pub fn attach(
         client: u32,
         map: Arc<MmapRaw>,
         layout: &CqLayout,
-        event: OwnedFd,
+        event: SignalPipe,
     ) -> Result<Self, LayoutError> {
         let ring = Ring::<Cqe>::new(map, layout.offset, layout.capacity)?;
         ring.check_header()?;
@@ -98,9 +110,9 @@ impl CompletionQueue {
         self.ring.ring().capacity()
     }
 
-    /// The eventfd clients block on.
+    /// The read end of the event pipe, which clients block on.
     pub fn event_fd(&self) -> BorrowedFd<'_> {
-        self.event.as_fd()
+        self.event.read_end()
     }
 
     /// Writes one CQE (visible to the client after [`CompletionQueue::flush`]).
@@ -163,7 +175,8 @@ impl CompletionQueue {
         }
         self.dirty = false;
         if self.ring.publish_and_take(CQ_ARMED) {
-            let _ = verbs_api::os::eventfd_signal(self.event.as_fd());
+            // Never blocks (the NIC's own non-blocking end); a full pipe is skipped.
+            let _ = self.event.signal();
             return true;
         }
         false
@@ -174,7 +187,7 @@ impl CompletionQueue {
 mod tests {
     use super::*;
     use softnic_transport::wr::WcOpcode;
-    use std::os::fd::AsFd;
+    use std::os::fd::{AsFd, OwnedFd};
 
     fn cq(
         depth: u32,
@@ -189,8 +202,8 @@ mod tests {
         let client_ring = Ring::<Cqe>::new(client_map, 0, layout.capacity).unwrap();
         client_ring.init();
         let nic_map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), layout.len).unwrap());
-        let ev = verbs_api::os::eventfd().unwrap();
-        let ev2 = ev.try_clone().unwrap();
+        let ev = SignalPipe::new().unwrap();
+        let ev2 = ev.reader().unwrap();
         let q = CompletionQueue::attach(1, nic_map, &layout, ev).unwrap();
         (q, client_ring.into_consumer(), ev2)
     }
@@ -223,9 +236,31 @@ mod tests {
         assert!(client.arm(CQ_ARMED).unwrap(), "empty: may sleep");
         q.push(&cqe_of(&completion(2), 0)).unwrap();
         assert!(q.flush(), "armed: wake-up");
-        assert_eq!(verbs_api::os::eventfd_drain(ev.as_fd()).unwrap(), 1);
+        assert_eq!(verbs_api::os::pipe_take(ev.as_fd()).unwrap(), Some(1));
         q.push(&cqe_of(&completion(3), 0)).unwrap();
         assert!(!q.flush(), "one wake-up per arm");
+    }
+
+    /// The client makes its end of the event pipe blocking and never reads it, and
+    /// arms again after every completion: the pipe fills, and the NIC's writes are
+    /// skipped instead of blocking.
+    #[test]
+    fn a_client_that_never_reads_its_event_pipe_cannot_block_the_nic() {
+        let (mut q, mut client, ev) = cq(2);
+        verbs_api::os::set_nonblocking(ev.as_fd(), false).unwrap();
+        for i in 0..200_000 {
+            assert!(client.arm(CQ_ARMED).unwrap());
+            q.push(&cqe_of(&completion(i), 0)).unwrap();
+            assert!(q.flush(), "armed: wake-up");
+            assert_eq!(client.pop().unwrap().unwrap().wr_id, i);
+            client.release();
+        }
+        verbs_api::os::set_nonblocking(ev.as_fd(), true).unwrap();
+        let held = verbs_api::os::pipe_take(ev.as_fd()).unwrap().unwrap();
+        assert!(
+            (4096..200_000).contains(&held),
+            "{held} bytes: full, then skipped"
+        );
     }
 
     #[test]

@@ -740,10 +740,10 @@ impl Nic {
     ) -> Result<(Handle, u32, OwnedFd), Box<Answer>> {
         let boxed = |code, m: String| Box::new(err(code, m));
         let map = map_checked(fd, l.len)?;
-        let event = verbs_api::os::eventfd()
-            .map_err(|e| boxed(ErrorCode::Internal, format!("eventfd: {e}")))?;
+        let event = verbs_api::os::SignalPipe::new()
+            .map_err(|e| boxed(ErrorCode::Internal, format!("CQ event pipe: {e}")))?;
         let dup = event
-            .try_clone()
+            .reader()
             .map_err(|e| boxed(ErrorCode::Internal, format!("dup: {e}")))?;
         let cq = CompletionQueue::attach(client, map, l, event)
             .map_err(|e| boxed(ErrorCode::InvalidArgument, format!("CQ segment: {e}")))?;

@@ -5,10 +5,12 @@
 //! as `struct ibv_cq_ex` (zero past `ibv_cq`), because rdma-core's `ibv_cq_ex_to_cq` is a
 //! cast.
 //!
-//! A completion channel is an epoll descriptor: each CQ created on the channel adds its
-//! eventfd (which the NIC writes when the CQ is armed and a completion arrives), so the
-//! channel fd is readable, to `poll(2)` as to `ibv_get_cq_event`, exactly when one of
-//! its CQs has an event.
+//! A completion channel is an epoll descriptor: each CQ created on the channel adds the
+//! read end of its event pipe (which the NIC writes when the CQ is armed and a
+//! completion arrives), so the channel fd is readable, to `poll(2)` as to
+//! `ibv_get_cq_event`, exactly when one of its CQs has an event. The NIC writes through
+//! a write end of its own; `ibv_req_notify_cq` raising an event itself writes through
+//! another, of this process (`verbs_api::CompletionQueue::raise_event`).
 
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -432,7 +434,7 @@ fn yield_every() -> u32 {
 }
 
 /// The `req_notify_cq` op behind the inline `ibv_req_notify_cq`: arms the CQ so the
-/// NIC signals its next completion on the CQ's eventfd. softnic does not distinguish
+/// NIC signals its next completion on the CQ's event pipe. softnic does not distinguish
 /// solicited completions, so `solicited_only` arms for every completion (a superset,
 /// as the verbs allow spurious events). If completions are already waiting, the event
 /// is raised at once, so a program that arms and then sleeps never misses them.
@@ -448,24 +450,18 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut c_void, _solicited_only: c_int) 
     let mut api = c.api.lock().unwrap_or_else(|e| e.into_inner());
     match api.arm() {
         Ok(true) => 0,
-        Ok(false) => {
-            let one: u64 = 1;
-            // SAFETY: writes 8 bytes to the CQ's eventfd.
-            let r =
-                unsafe { libc::write(api.event_fd().as_raw_fd(), (&one as *const u64).cast(), 8) };
-            if r == 8 {
-                0
-            } else {
-                last_errno()
-            }
-        }
+        Ok(false) => match api.raise_event() {
+            Ok(()) => 0,
+            Err(e) => errno::of(&e),
+        },
         Err(e) => errno::of(&e),
     }
 }
 
 /// `ibv_get_cq_event`: waits for an event on `channel` (blocking, unless the program
 /// made the channel fd non-blocking: then -1 with EAGAIN), consumes it and returns the
-/// CQ and its `cq_context`.
+/// CQ and its `cq_context`. -1 with EIO when the CQ's event pipe is at end of file (the
+/// NIC is gone: no event will come).
 ///
 /// # Safety
 /// `channel` came from [`ibv_create_comp_channel`]; `cq` and `cq_context` are writable.
@@ -502,22 +498,20 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         // SAFETY: the epoll data is the SoftnicCq registered by ibv_create_cq; a CQ is
         // removed from the channel before it is freed.
         let c = unsafe { &*found };
-        let efd = c
-            .api
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .event_fd()
-            .as_raw_fd();
-        let mut v = 0u64;
-        // SAFETY: reads the 8-byte counter; non-blocking-safe (readable per epoll,
-        // or EAGAIN if another thread took it first, then wait again).
-        let r = unsafe { libc::read(efd, (&mut v as *mut u64).cast(), 8) };
-        if r != 8 {
-            if nonblocking {
+        // Readable per epoll; empty if another thread took the event first (then
+        // wait again).
+        let took = c.api.lock().unwrap_or_else(|e| e.into_inner()).take_event();
+        match took {
+            Ok(true) => {}
+            Ok(false) if nonblocking => {
                 errno::set(libc::EAGAIN);
                 return -1;
             }
-            continue;
+            Ok(false) => continue,
+            Err(_) => {
+                errno::set(libc::EIO);
+                return -1;
+            }
         }
         // SAFETY: out-pointers are writable (caller contract).
         unsafe {

@@ -1,8 +1,9 @@
 //! Event channels and events: `rdma_create_event_channel`, `rdma_get_cm_event`,
 //! `rdma_ack_cm_event`.
 //!
-//! A channel is [`verbs_api::cm::EventChannel`]: its eventfd is `channel->fd`, readable
-//! while an event is pending, so `poll(2)` / `rpoll` work; `O_NONBLOCK` set on it by
+//! A channel is [`verbs_api::cm::EventChannel`]: its descriptor (an epoll instance over
+//! the NICs' event pipes) is `channel->fd`, readable while an event is pending, so
+//! `poll(2)` / `rpoll` work; `O_NONBLOCK` set on it by
 //! the program makes `rdma_get_cm_event` answer EAGAIN. Events name ids by key; the
 //! key → `rdma_cm_id *` map is [`crate::id`]'s. An event for an id already destroyed is
 //! dropped (acknowledged) here, as the kernel drops events of a destroyed id.

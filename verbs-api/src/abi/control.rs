@@ -22,10 +22,11 @@
 //! | `RegMrWindow`      | memfd (1) if a segment has no `share`, else – | – |
 //! | `RegMrSysv`        | –                      | –                      |
 //! | `RegMrCopy`        | `/proc/self/mem` (1)   | –                      |
-//! | `CreateCq`         | CQ segment memfd (1)   | CQ eventfd (1)         |
+//! | `CreateCq`         | CQ segment memfd (1)   | CQ pipe read end (1)   |
 //! | `CreateQp`         | QP segment memfd (1)   | –                      |
 //! | `CreateSrq`        | SRQ segment memfd (1)  | –                      |
 //! | `AsyncEventChannel`| –                      | pipe read end (1)      |
+//! | `Cm(OpenChannel)`  | –                      | pipe read end (1)      |
 //! | everything else    | –                      | –                      |
 //!
 //! Segment sizes and ring offsets are never sent: both sides compute them from the
@@ -272,7 +273,10 @@ pub enum Request {
     },
     /// Attaches the CQ segment sent with this frame (layout
     /// [`super::CqLayout::new`]`(depth)`, header initialised by the client).
-    /// Reply: [`Reply::Cq`] + CQ eventfd.
+    /// Reply: [`Reply::Cq`] + the read end of the CQ's event pipe, to which the NIC
+    /// writes a byte when it publishes a completion to the armed CQ (CQ_ARMED). The
+    /// NIC keeps the write end (non-blocking, an open file of its own: no client can
+    /// make the NIC block on it); a full pipe is skipped.
     CreateCq {
         /// Requested depth.
         depth: u32,
@@ -439,9 +443,9 @@ pub enum Request {
     /// `ibv_resize_cq`: the NIC moves the completions not yet polled into the CQ segment
     /// sent with this frame (layout [`super::CqLayout::new`]`(depth)`, header
     /// initialised by the client) and completes into it from then on; the CQ keeps its
-    /// handle and eventfd. InvalidArgument when more than `depth` completions wait
+    /// handle and event pipe. InvalidArgument when more than `depth` completions wait
     /// (rxe's rule). The client must not poll the old ring meanwhile.
-    /// Reply: [`Reply::Cq`] (no eventfd).
+    /// Reply: [`Reply::Cq`] (no descriptor).
     ResizeCq {
         /// CQ handle.
         cq: Handle,
@@ -541,7 +545,7 @@ pub enum Reply {
         /// Remote key.
         rkey: u32,
     },
-    /// To CreateCq; the CQ eventfd comes with this frame.
+    /// To CreateCq; the read end of the CQ's event pipe comes with this frame.
     Cq {
         /// New CQ handle.
         cq: Handle,

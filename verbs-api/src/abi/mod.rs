@@ -49,13 +49,15 @@
 //!
 //! Client waiting on a CQ (consumer), [`ring::Consumer::arm`]:
 //! 1. `flags.fetch_or(CQ_ARMED, SeqCst)`; 2. `fence(SeqCst)`; 3. re-check the ring
-//!    (Acquire). If it is non-empty, do not sleep. Otherwise block on the CQ's eventfd
-//!    (passed by the NIC at CreateCq); after waking, drain the eventfd and poll again.
+//!    (Acquire). If it is non-empty, do not sleep. Otherwise block on the CQ's event
+//!    pipe (its read end passed by the NIC at CreateCq); after waking, read the pipe
+//!    empty and poll again.
 //!
 //! NIC pushing a CQE (producer), [`ring::Producer::publish_and_take`]:
 //! 1. write the CQE, `producer.store(tail, Release)`; 2. `fence(SeqCst)`;
 //! 3. if `flags` has CQ_ARMED, `fetch_and(!CQ_ARMED)`; if this call cleared it, write(2)
-//!    the CQ's eventfd (so one arm gives at most one wake-up, as `ibv_req_notify_cq`).
+//!    one byte to the CQ's event pipe (so one arm gives at most one wake-up, as
+//!    `ibv_req_notify_cq`; a full pipe is skipped, never waited on).
 //!
 //! # Trust
 //! The NIC treats every byte of a client segment as hostile: it never uses the header's
@@ -82,13 +84,15 @@ pub use slots::{Cqe, RecvWqe, SendWqe, Sge, Slot, UdDest};
 pub const NEED_WAKEUP: u32 = 1 << 0;
 
 /// Ring flag bit 1 (CQ rings): the client waits for a completion on this CQ; the NIC
-/// clears the bit and writes the CQ's eventfd when it next publishes a CQE. Set by the
+/// clears the bit and writes the CQ's event pipe when it next publishes a CQE. Set by the
 /// client, cleared by the NIC (or by the client when it gives up waiting).
 pub const CQ_ARMED: u32 = 1 << 1;
 
 /// Version of this ABI; sent in OpenDevice so that mismatched builds refuse each other.
 /// 2: the doorbell page (OpenDevice carries it; CreateQp/CreateSrq return a slot).
-pub const ABI_VERSION: u32 = 2;
+/// 3: CreateCq returns the read end of a pipe the NIC writes, not an eventfd (which the
+/// client shared with the NIC and could make block it).
+pub const ABI_VERSION: u32 = 3;
 
 /// Most scatter/gather entries in one work request (the same as the transport's limit).
 pub const MAX_SGE: usize = 4;

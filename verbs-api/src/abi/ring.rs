@@ -441,7 +441,7 @@ impl<T: Slot> Producer<T> {
 
     /// Publishes, then `fence(SeqCst)`, then clears `bits` if set and returns whether
     /// this call cleared any. The NIC's CQ path: `publish_and_take(CQ_ARMED)` says
-    /// whether to write the CQ eventfd (one wake-up per arm).
+    /// whether to write the CQ's event pipe (one wake-up per arm).
     pub fn publish_and_take(&mut self, bits: u32) -> bool {
         self.publish();
         fence(Ordering::SeqCst);

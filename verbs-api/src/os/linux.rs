@@ -2,7 +2,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use memmap2::{MmapOptions, MmapRaw};
@@ -355,6 +355,40 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// A readiness pipe whose write end stays with its creator (the NIC): [`Self::reader`]
+/// hands out copies of the read end only, a separate open file, so nothing a holder
+/// of one does to its flags can make [`Self::signal`] block. A full pipe is skipped
+/// (its reader has bytes to wake it already). The read end is kept too, so a reader
+/// that closes its copy never turns a write into EPIPE.
+#[derive(Debug)]
+pub struct SignalPipe {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+impl SignalPipe {
+    /// A new, empty pipe ([`pipe`]).
+    pub fn new() -> io::Result<SignalPipe> {
+        let (read, write) = pipe()?;
+        Ok(SignalPipe { read, write })
+    }
+
+    /// A copy of the read end, to hand out.
+    pub fn reader(&self) -> io::Result<OwnedFd> {
+        self.read.try_clone()
+    }
+
+    /// The read end (for the creator's own checks).
+    pub fn read_end(&self) -> BorrowedFd<'_> {
+        self.read.as_fd()
+    }
+
+    /// Writes one byte; never blocks, and a full pipe is not an error.
+    pub fn signal(&self) -> io::Result<()> {
+        pipe_signal(self.write.as_fd())
+    }
+}
+
 /// Writes one byte to the non-blocking write end of a pipe. A full pipe is not an
 /// error: its reader has bytes to wake it already.
 pub fn pipe_signal(fd: BorrowedFd<'_>) -> io::Result<()> {
@@ -371,19 +405,71 @@ pub fn pipe_signal(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// Empties the non-blocking read end of a pipe. Returns false when the pipe is at end
 /// of file (every write end closed).
 pub fn pipe_drain(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    Ok(pipe_take(fd)?.is_some())
+}
+
+/// Empties the non-blocking read end of a pipe and says how many bytes it held:
+/// `Some(0)` when it was empty (another reader may have taken them), `None` at end of
+/// file (every write end closed: for a pipe the NIC writes, the NIC is gone).
+pub fn pipe_take(fd: BorrowedFd<'_>) -> io::Result<Option<usize>> {
     let mut buf = [0u8; 64];
+    let mut total = 0;
     loop {
         // SAFETY: reads at most buf.len() bytes into a valid buffer from a valid fd.
         let r = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         match cvt_size(r) {
-            Ok(0) => return Ok(false),
-            Ok(n) if n < buf.len() => return Ok(true),
-            Ok(_) => {}
+            Ok(0) if total == 0 => return Ok(None),
+            Ok(n) if n < buf.len() => return Ok(Some(total + n)),
+            Ok(n) => total += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Some(total)),
             Err(e) => return Err(e),
         }
     }
+}
+
+/// A write end of its own for the pipe whose read end is `read`: `/proc/self/fd/N`
+/// opened for writing (non-blocking, close-on-exec) is a new open file of the same
+/// pipe, so its flags are the opener's alone. A client uses it to raise an event on a
+/// pipe the NIC handed it the read end of (`ibv_req_notify_cq` with completions
+/// already waiting), without the NIC ever sharing its own write end.
+pub fn pipe_reopen_write(read: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let path =
+        CString::new(format!("/proc/self/fd/{}", read.as_raw_fd())).map_err(io::Error::other)?;
+    let flags = libc::O_WRONLY | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    // SAFETY: path is a valid NUL-terminated string; flags are valid open flags.
+    let fd = cvt(unsafe { libc::open(path.as_ptr(), flags) })?;
+    // SAFETY: fresh descriptor from the kernel, owned by us only.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: an all-zero `stat` is a valid value to be overwritten by fstat.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: fd is valid, st is a valid out-pointer.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFIFO {
+        return Err(invalid("not a pipe"));
+    }
+    Ok(fd)
+}
+
+/// A close-on-exec epoll instance: one descriptor that `poll(2)` reports readable
+/// while any descriptor added with [`epoll_add`] is.
+pub fn epoll() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with a valid flag.
+    let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+    // SAFETY: fresh descriptor from the kernel, owned by us only.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds `fd` to the epoll instance `ep`, watched for readability (level-triggered),
+/// with `data` as its tag.
+pub fn epoll_add(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, data: u64) -> io::Result<()> {
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: data,
+    };
+    // SAFETY: both descriptors are valid; ev is a valid epoll_event.
+    cvt(unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) })?;
+    Ok(())
 }
 
 /// One `sendmsg` of `bytes` with `fds` as SCM_RIGHTS (MSG_NOSIGNAL: a closed peer is an
@@ -770,6 +856,25 @@ mod tests {
             "EOF wakes"
         );
         assert!(!pipe_drain(r.as_fd()).unwrap(), "end of file");
+    }
+
+    #[test]
+    fn a_reopened_write_end_is_an_open_file_of_its_own() {
+        let nic = SignalPipe::new().unwrap();
+        let client = nic.reader().unwrap();
+        let own = pipe_reopen_write(client.as_fd()).unwrap();
+        // The client's flags on its write end are not the NIC's.
+        set_nonblocking(own.as_fd(), false).unwrap();
+        assert!(is_nonblocking(nic.write.as_fd()).unwrap());
+        pipe_signal(own.as_fd()).unwrap();
+        nic.signal().unwrap();
+        assert_eq!(pipe_take(client.as_fd()).unwrap(), Some(2));
+        assert_eq!(pipe_take(client.as_fd()).unwrap(), Some(0));
+        drop(own);
+        drop(nic);
+        assert_eq!(pipe_take(client.as_fd()).unwrap(), None, "end of file");
+        let e = eventfd().unwrap();
+        assert!(pipe_reopen_write(e.as_fd()).is_err(), "not a pipe");
     }
 
     #[test]

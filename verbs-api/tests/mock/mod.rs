@@ -22,7 +22,7 @@ pub struct Nic {
     /// The client's doorbell page (mapped as the NIC maps it).
     pub doorbell: Option<verbs_api::abi::Doorbell>,
     pub mrs: Vec<(u32, Arc<MmapRaw>)>,
-    pub cqs: Vec<(u32, Producer<Cqe>, OwnedFd)>,
+    pub cqs: Vec<(u32, Producer<Cqe>, verbs_api::os::SignalPipe)>,
     pub qps: Vec<(u32, Consumer<SendWqe>, Consumer<RecvWqe>)>,
     pub modifies: Vec<(u32, WireAttr)>,
     pub destroyed: Vec<String>,
@@ -105,8 +105,8 @@ fn handle(
             let map = Arc::new(verbs_api::os::map_peer_shm(fd.as_fd(), l.len).unwrap());
             let ring = Ring::<Cqe>::new(map, l.offset, l.capacity).unwrap();
             ring.check_header().unwrap();
-            let e = verbs_api::os::eventfd().unwrap();
-            let client_copy = e.try_clone().unwrap();
+            let e = verbs_api::os::SignalPipe::new().unwrap();
+            let client_copy = e.reader().unwrap();
             let handle = 30 + n.cqs.len() as u32;
             n.cqs.push((handle, ring.into_producer(), e));
             (

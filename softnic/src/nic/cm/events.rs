@@ -1,9 +1,17 @@
-//! Event channels: a client's eventfd and a bounded queue of [`CmEventMsg`]s. The
-//! eventfd is written when an event is queued; the client drains the queue with
-//! `GetEvents`.
+//! Event channels: a bounded queue of [`CmEventMsg`]s and the pipe that says it is not
+//! empty. The NIC writes one byte to the pipe when an event is queued on an empty queue;
+//! the client reads the pipe empty and drains the queue with `GetEvents`.
+//!
+//! The pipe is the NIC's ([`verbs_api::os::SignalPipe`]): the client gets only its read
+//! end and the NIC writes through a non-blocking write end of its own, so nothing the
+//! client does to its descriptor can make the NIC wait, and a client that never reads
+//! costs one write per `GetEvents` at most (a full pipe is skipped). Channels used to be
+//! the client's own eventfd, written with a plain `write(2)` per event: a blocking
+//! eventfd near its maximum, or a full blocking pipe sent in its place, held the NIC.
 
 use std::collections::VecDeque;
-use std::os::fd::{AsFd, OwnedFd};
+
+use verbs_api::os::SignalPipe;
 
 use softnic_transport::cm::{Event, IdHandle, PeerParams};
 use verbs_api::abi::control::cm::{CmEventConn, CmEventMsg, CmEventUd};
@@ -22,8 +30,8 @@ pub const MAX_EVENTS: usize = 4096;
 pub struct Channel {
     /// The client connection.
     pub client: u32,
-    /// Written when an event is queued.
-    pub eventfd: OwnedFd,
+    /// Written when an event is queued on an empty queue.
+    pub pipe: SignalPipe,
     /// Events not yet fetched.
     pub queue: VecDeque<CmEventMsg>,
 }
@@ -165,7 +173,10 @@ impl NicCm {
             self.counters.events_dropped += 1;
             return;
         }
+        if ch.queue.is_empty() {
+            // Never blocks (the NIC's own non-blocking end); a full pipe is skipped.
+            let _ = ch.pipe.signal();
+        }
         ch.queue.push_back(m);
-        let _ = verbs_api::os::eventfd_signal(ch.eventfd.as_fd());
     }
 }

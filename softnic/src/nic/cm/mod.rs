@@ -2,7 +2,7 @@
 //! IBTA 13.5.2.1) carrying CM MADs, around the sans-IO [`softnic_transport::cm::Cm`].
 //!
 //! * [`qp1`] — CM MADs in and out of UD SEND Only packets on QP1;
-//! * [`events`] — per-client event channels (an eventfd and a bounded queue);
+//! * [`events`] — per-client event channels (a bounded queue and a NIC-owned pipe);
 //! * [`requests`] — the control requests of `verbs_api::cm` (listen, connect, …);
 //! * [`apply`] — the CM's QP transitions applied to the client's QPs, its events
 //!   routed to channels, its MADs sent.

@@ -7,7 +7,8 @@ use softnic_transport::cm::{CmState, ConnParams, Route};
 use softnic_transport::qp as tqp;
 use softnic_transport::time::Instant;
 use verbs_api::abi::control::cm::{CmConnParam, CmReply, CmRequest};
-use verbs_api::abi::control::{ErrorCode, Handle, QpAttr, QpState, Reply};
+use verbs_api::abi::control::{ErrorCode, Handle, QpAttr, QpState, Reply, Response};
+use verbs_api::os::SignalPipe;
 use wire::cm::{
     ip_service_id, CmaHeader, CMA_HEADER_LEN, REQ_PRIVATE_DATA_LEN, SIDR_REQ_PRIVATE_DATA_LEN,
 };
@@ -176,9 +177,12 @@ impl Nic {
         now: Instant,
         client: u32,
         req: CmRequest,
-        mut fds: Vec<OwnedFd>,
+        fds: Vec<OwnedFd>,
     ) -> Answer {
-        match self.cm_request_inner(now, client, req, &mut fds) {
+        // No CM request uses a descriptor the client sends: one sent (with the refused
+        // AttachChannel) is closed here.
+        drop(fds);
+        match self.cm_request_inner(now, client, req) {
             Ok(a) => a,
             Err(a) => *a,
         }
@@ -189,26 +193,34 @@ impl Nic {
         now: Instant,
         client: u32,
         req: CmRequest,
-        fds: &mut Vec<OwnedFd>,
     ) -> Result<Answer, Box<Answer>> {
         Ok(match req {
             CmRequest::AttachChannel => {
-                let Some(eventfd) = fds.pop() else {
-                    return Err(fail(
-                        ErrorCode::Protocol,
-                        "AttachChannel carries no eventfd",
-                    ));
-                };
+                return Err(fail(
+                    ErrorCode::InvalidArgument,
+                    "AttachChannel is refused: the NIC writes no descriptor a client \
+                     sent (one made blocking would hold the NIC); use OpenChannel",
+                ));
+            }
+            CmRequest::OpenChannel => {
+                let pipe = SignalPipe::new()
+                    .map_err(|e| fail(ErrorCode::NoResources, format!("CM event pipe: {e}")))?;
+                let reader = pipe
+                    .reader()
+                    .map_err(|e| fail(ErrorCode::NoResources, format!("CM event pipe: {e}")))?;
                 let h = self.cm.channel_handle();
                 self.cm.channels.insert(
                     h,
                     Channel {
                         client,
-                        eventfd,
+                        pipe,
                         queue: Default::default(),
                     },
                 );
-                ok(Reply::Cm(CmReply::Channel { channel: h }))
+                (
+                    Response::Ok(Reply::Cm(CmReply::Channel { channel: h })),
+                    vec![reader],
+                )
             }
             CmRequest::CreateId { channel } => {
                 if self.cm.channels.get(&channel).map(|c| c.client) != Some(client) {
@@ -388,8 +400,8 @@ impl Nic {
             }
             CmRequest::GetEvents { channel } => match self.cm.channels.get_mut(&channel) {
                 Some(c) if c.client == client => {
-                    // The client drains the eventfd itself before asking (one eventfd
-                    // may serve channels on several NICs).
+                    // The client reads the pipe empty before asking, so an event
+                    // queued after this answer writes it again.
                     let v: Vec<_> = c.queue.drain(..).collect();
                     ok(Reply::Cm(CmReply::Events(v)))
                 }

@@ -1,10 +1,17 @@
 //! Control messages of the connection manager (`verbs_api::cm` ↔ the NIC's CM on QP1).
 //!
-//! A client attaches an *event channel* (an eventfd it made) once per NIC, creates ids
-//! on it, and drives them with listen/connect/accept/reject/disconnect. The NIC queues
-//! each id's events on its channel and writes the eventfd; the client fetches them with
+//! A client opens an *event channel* once per NIC ([`CmRequest::OpenChannel`]: the NIC
+//! makes a pipe and hands out its read end), creates ids on it, and drives them with
+//! listen/connect/accept/reject/disconnect. The NIC queues each id's events on its
+//! channel and writes a byte to the pipe when the queue goes from empty to not empty;
+//! the client reads the pipe empty, then fetches the events with
 //! [`CmRequest::GetEvents`]. Ids and channels belong to the client's connection and die
 //! with it.
+//!
+//! [`CmRequest::AttachChannel`], which made the NIC write 8 bytes per event to a
+//! descriptor the client sent (its own eventfd), is refused: whatever a client sends
+//! can be made to block (a full blocking pipe, a blocking eventfd near its maximum),
+//! and the NIC's write would then hold every client.
 
 use std::net::SocketAddr;
 
@@ -35,8 +42,8 @@ pub struct CmConnParam {
 /// A CM request (inside [`super::Request::Cm`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CmRequest {
-    /// Attaches the eventfd sent with this frame as an event channel.
-    /// Reply: [`CmReply::Channel`].
+    /// Refused (`InvalidArgument`, the descriptor closed): the NIC no longer writes to
+    /// a descriptor a client sent. Use [`CmRequest::OpenChannel`].
     AttachChannel,
     /// A new id on `channel`. Reply: [`CmReply::Id`].
     CreateId {
@@ -122,6 +129,13 @@ pub enum CmRequest {
         /// The id.
         id: Handle,
     },
+    /// A new event channel. Reply: [`CmReply::Channel`] + the read end of the pipe the
+    /// NIC writes a byte to when the channel's queue goes from empty to not empty.
+    /// Read the pipe empty *before* [`CmRequest::GetEvents`], so an event queued after
+    /// the answer writes again. The NIC keeps the write end (non-blocking, an open file
+    /// of its own: nothing a client does to its descriptor makes the NIC wait; a full
+    /// pipe is skipped). End of file on the pipe means the NIC is gone.
+    OpenChannel,
 }
 
 /// What the peer sent, for an event (`rdma_cm_event.param.conn`).
@@ -185,7 +199,7 @@ pub struct CmEventUd {
 /// A CM reply (inside [`super::Reply::Cm`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CmReply {
-    /// To AttachChannel.
+    /// To OpenChannel.
     Channel {
         /// The channel's handle.
         channel: Handle,
