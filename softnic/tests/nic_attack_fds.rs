@@ -252,8 +252,10 @@ fn a_client_that_blocks_its_cm_event_channel_cannot_hang_the_nic() {
         other => panic!("Listen: {other:?}"),
     };
     // A connection request for the attacker's listener: an event on its channel.
-    let ch = EventChannel::new().unwrap();
-    let mut cid = CmId::new(&ch, PortSpace::Tcp).unwrap();
+    // Never dropped, as `pair`'s sides: its NIC may be the hung one (both NICs are on
+    // 127.0.0.1, and the id binds to the first).
+    let ch = ManuallyDrop::new(EventChannel::new().unwrap());
+    let mut cid = ManuallyDrop::new(CmId::new(&ch, PortSpace::Tcp).unwrap());
     let dst = std::net::SocketAddr::new(a.addr, port);
     cid.resolve_addr(
         Some(std::net::SocketAddr::new(b.addr, 0)),
@@ -263,7 +265,7 @@ fn a_client_that_blocks_its_cm_event_channel_cannot_hang_the_nic() {
     )
     .unwrap();
     cid.resolve_route(WAIT).unwrap();
-    let mut c = side_on(cid.context().unwrap().clone(), 4096, 4);
+    let mut c = ManuallyDrop::new(side_on(cid.context().unwrap().clone(), 4096, 4));
     cid.init_qp(&mut c.qp).unwrap();
     cid.connect(&c.qp, &ConnParam::default()).unwrap();
     // The event is queued, and the NIC still answers.

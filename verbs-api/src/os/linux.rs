@@ -223,16 +223,6 @@ pub fn eventfd() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Creates a *blocking* close-on-exec eventfd with counter 0: a CM event channel's fd,
-/// whose `O_NONBLOCK` flag the program may set itself with `fcntl` (librdmacm's
-/// convention), so it must start cleared.
-pub fn eventfd_blocking() -> io::Result<OwnedFd> {
-    // SAFETY: plain syscall with valid flags.
-    let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) })?;
-    // SAFETY: fresh descriptor from the kernel, owned by us only.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
 /// Whether `fd` has `O_NONBLOCK`.
 pub fn is_nonblocking(fd: BorrowedFd<'_>) -> io::Result<bool> {
     // SAFETY: F_GETFL on a valid fd reads its flags; no memory is passed.
