@@ -180,3 +180,64 @@ impl NicCm {
         ch.queue.push_back(m);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use super::*;
+
+    /// A NIC-side CM with one channel of client 1 and one id on it.
+    fn cm_with_channel() -> (NicCm, std::os::fd::OwnedFd, IdHandle) {
+        let mut cm = NicCm::new("127.0.0.1:4791".parse().unwrap(), 1, 1024);
+        let pipe = SignalPipe::new().unwrap();
+        let reader = pipe.reader().unwrap();
+        let queue = VecDeque::new();
+        cm.channels.insert(
+            7,
+            Channel {
+                client: 1,
+                pipe,
+                queue,
+            },
+        );
+        let id = cm.cm.create_id();
+        let owner = IdOwner {
+            client: 1,
+            channel: 7,
+            listening: None,
+            own_qp: false,
+            accept_psn: None,
+        };
+        cm.ids.insert(id, owner);
+        (cm, reader, id)
+    }
+
+    #[test]
+    fn the_pipe_is_written_when_the_queue_stops_being_empty() {
+        let (mut cm, reader, id) = cm_with_channel();
+        let take = |r: &std::os::fd::OwnedFd| verbs_api::os::pipe_take(r.as_fd()).unwrap();
+        assert_eq!(take(&reader), Some(0));
+        cm.queue(msg(id, kind::DISCONNECTED, 0));
+        cm.queue(msg(id, kind::TIMEWAIT_EXIT, 0));
+        assert_eq!(take(&reader), Some(1), "one byte for two events");
+        assert_eq!(cm.channels[&7].queue.len(), 2);
+        // GetEvents empties the queue; the next event writes again.
+        cm.channels.get_mut(&7).unwrap().queue.clear();
+        cm.queue(msg(id, kind::DISCONNECTED, 0));
+        assert_eq!(take(&reader), Some(1));
+    }
+
+    #[test]
+    fn a_client_that_never_reads_its_channel_cannot_block_the_nic() {
+        let (mut cm, reader, id) = cm_with_channel();
+        verbs_api::os::set_nonblocking(reader.as_fd(), false).unwrap();
+        for _ in 0..200_000 {
+            cm.queue(msg(id, kind::DISCONNECTED, 0));
+            cm.channels.get_mut(&7).unwrap().queue.clear();
+        }
+        verbs_api::os::set_nonblocking(reader.as_fd(), true).unwrap();
+        let held = verbs_api::os::pipe_take(reader.as_fd()).unwrap().unwrap();
+        assert!((1..200_000).contains(&held), "{held}: full, then skipped");
+    }
+}
