@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! cargo bench -p softnic --bench udp_ref -- gso SECONDS    # 64 KiB-ish GSO sends → GRO receiver
+//! cargo bench -p softnic --bench udp_ref -- write64k SECONDS # a 64 KiB WRITE's packets, as the NIC sends them
 //! cargo bench -p softnic --bench udp_ref -- msgrate SECONDS # small datagrams, one send each, and GSO runs of 16
 //! cargo bench -p softnic --bench udp_ref -- pingpong ITERS  # 8 B round trip, both sides spinning
 //! ```
@@ -26,6 +27,12 @@ const SEG_4K: usize = 12 + 4096 + 4;
 const SMALL: usize = 12 + 16 + 8 + 4;
 /// Segments per GSO send (15 × 4112 fits under the 64 KiB datagram limit).
 const SEGS: usize = 15;
+/// A 4096-byte-MTU RDMA WRITE First packet: BTH 12 + RETH 16 + payload 4096 + ICRC 4.
+/// IBTA 9.7.1 fixes its payload at the PMTU, so it is 16 bytes longer than the Middle
+/// and Last packets that follow it.
+const FIRST_4K: usize = 12 + 16 + 4096 + 4;
+/// Packets of a 64 KiB WRITE at a 4096-byte MTU: First, 14 × Middle, Last.
+const WRITE_64K_PACKETS: usize = 16;
 
 const BOTH: Offloads = Offloads {
     gso: true,
@@ -58,9 +65,10 @@ fn receiver(mut rx: UdpIo, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u6
     })
 }
 
-/// Sends `buf` as `seg`-byte datagrams for `secs`; returns (datagrams, bytes) received
-/// and the elapsed time.
-fn stream(secs: f64, tx_off: Offloads, buf: &[u8], seg: usize) -> (u64, u64, f64) {
+/// Repeats `sends` — each a buffer sent as `seg`-byte datagrams with one
+/// `send_segments` call — for `secs`; returns (datagrams, bytes) received and the
+/// elapsed time.
+fn stream(secs: f64, tx_off: Offloads, sends: &[(&[u8], usize)]) -> (u64, u64, f64) {
     let rx = bind(BOTH);
     let dest: SocketAddr = rx.local_addr();
     let stop = Arc::new(AtomicBool::new(false));
@@ -69,8 +77,10 @@ fn stream(secs: f64, tx_off: Offloads, buf: &[u8], seg: usize) -> (u64, u64, f64
     let t = Instant::now();
     let run = Duration::from_secs_f64(secs);
     while t.elapsed() < run {
-        if tx.send_segments(buf, seg, dest) == SendOutcome::Failed {
-            panic!("send failed");
+        for &(buf, seg) in sends {
+            if tx.send_segments(buf, seg, dest) == SendOutcome::Failed {
+                panic!("send failed");
+            }
         }
     }
     // Let the receiver drain what is queued, then stop it.
@@ -83,17 +93,41 @@ fn stream(secs: f64, tx_off: Offloads, buf: &[u8], seg: usize) -> (u64, u64, f64
 
 fn gso(secs: f64) {
     let buf = vec![0x5a; SEG_4K * SEGS];
-    let (_, bytes, el) = stream(secs, BOTH, &buf, SEG_4K);
+    let (_, bytes, el) = stream(secs, BOTH, &[(&buf, SEG_4K)]);
     println!("udp_gso_gro_gbps {:.3}", bytes as f64 * 8.0 / el / 1e9);
     println!("udp_gso_gro_gbytes_per_s {:.3}", bytes as f64 / el / 1e9);
 }
 
+/// The packets of 64 KiB RDMA WRITEs exactly as the NIC's GSO path sends them
+/// (`runtime.rs`, `transmit_segments`): a run ends at a shorter packet, so the longer
+/// First packet and one Middle go in one `sendmsg` ([4128, 4112]) and the other 13
+/// Middles and the Last in a second one (14 × 4112). Reported as RDMA payload
+/// (65,536 bytes per 16 datagrams received), the measure `softnic perf write_bw` gives.
+fn write64k(secs: f64) {
+    let first_run = vec![0x5a; FIRST_4K + SEG_4K];
+    let rest = vec![0x5a; SEG_4K * (WRITE_64K_PACKETS - 2)];
+    let (n, bytes, el) = stream(secs, BOTH, &[(&first_run, FIRST_4K), (&rest, SEG_4K)]);
+    let messages = n / WRITE_64K_PACKETS as u64;
+    println!(
+        "udp_write64k_pattern_payload_gbps {:.3}",
+        (messages * 65_536) as f64 * 8.0 / el / 1e9
+    );
+    println!(
+        "udp_write64k_pattern_gbps {:.3}",
+        bytes as f64 * 8.0 / el / 1e9
+    );
+    println!(
+        "udp_write64k_pattern_sends_per_s {:.0}",
+        2.0 * messages as f64 / el
+    );
+}
+
 fn msgrate(secs: f64) {
     let one = vec![0x5a; SMALL];
-    let (n, _, el) = stream(secs, Offloads::default(), &one, SMALL);
+    let (n, _, el) = stream(secs, Offloads::default(), &[(&one, SMALL)]);
     println!("udp_small_one_send_each_mpps {:.3}", n as f64 / el / 1e6);
     let run = vec![0x5a; SMALL * 16];
-    let (n, _, el) = stream(secs, BOTH, &run, SMALL);
+    let (n, _, el) = stream(secs, BOTH, &[(&run, SMALL)]);
     println!("udp_small_gso16_mpps {:.3}", n as f64 / el / 1e6);
 }
 
@@ -148,10 +182,13 @@ fn main() {
     let num = |i: usize, d: f64| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
     match args.first().map(String::as_str) {
         Some("gso") => gso(num(1, 3.0)),
+        Some("write64k") => write64k(num(1, 3.0)),
         Some("msgrate") => msgrate(num(1, 2.0)),
         Some("pingpong") => pingpong(num(1, 20_000.0) as usize),
         _ => {
-            eprintln!("usage: udp_ref gso SECONDS | msgrate SECONDS | pingpong ITERS");
+            eprintln!(
+                "usage: udp_ref gso SECONDS | write64k SECONDS | msgrate SECONDS | pingpong ITERS"
+            );
             std::process::exit(2);
         }
     }
