@@ -7,6 +7,10 @@
 //! what the reference costs (misses are hashed unprepared, see `PreparedCache`). Its
 //! 256 packets are a bigger working set than the reference's one, which at 4096 B
 //! adds cache misses of the CPU's own.
+//!
+//! Last, at 64 and 4112 B, a GSO segment (IPv4 ID 5): checked at its GRO position 5 (`verify_segment`:
+//! the ID-0 CRC and a few XORs) against solving its ID (`verify`, as for an rxe
+//! peer's packet), and against an ID-0 packet, the cost of the CRC alone.
 use std::net::SocketAddr;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -14,10 +18,15 @@ use softnic::nic::rx_icrc::{self, IdSolver};
 
 /// A `total`-byte RoCEv2 UDP payload (BTH SEND Only + payload + ICRC) from `peer`.
 fn packet(total: usize, local: SocketAddr, peer: SocketAddr) -> Vec<u8> {
+    packet_with_id(total, local, peer, 0)
+}
+
+/// As [`packet`], its ICRC computed for IPv4 ID `id`.
+fn packet_with_id(total: usize, local: SocketAddr, peer: SocketAddr, id: u16) -> Vec<u8> {
     let mut v = vec![0x04, 0, 0xFF, 0xFF, 0, 0, 0, 0x11, 0x80, 0, 0, 1];
     v.extend((0..total - 12 - 4).map(|i| i as u8));
     v.extend_from_slice(&[0; 4]);
-    rx_icrc::params(local, peer, 0)
+    rx_icrc::params(local, peer, id)
         .unwrap()
         .fill(&mut v)
         .unwrap();
@@ -56,6 +65,31 @@ fn bench(c: &mut Criterion) {
                 let (p, pkt) = &peers[k % peers.len()];
                 k += 1;
                 rx_icrc::verify(&mut solver, local, *p, pkt).unwrap()
+            })
+        });
+    }
+    // 64 B shows the ID paths' own cost; at 4112 B the CRC dominates.
+    for total in [64usize, 4112] {
+        let seg = packet_with_id(total, local, peer, 5);
+        g.throughput(Throughput::Bytes(total as u64));
+        let mut solver = IdSolver::new();
+        g.bench_function(format!("{total}B_gso_segment_id5_at_position5"), |b| {
+            b.iter(|| {
+                let p = std::hint::black_box(5);
+                rx_icrc::verify_segment(&mut solver, local, peer, &seg, p).unwrap()
+            })
+        });
+        let mut solver = IdSolver::new();
+        g.bench_function(format!("{total}B_gso_segment_id5_solved"), |b| {
+            b.iter(|| {
+                rx_icrc::verify(&mut solver, local, std::hint::black_box(peer), &seg).unwrap()
+            })
+        });
+        let id0 = packet(total, local, peer);
+        let mut solver = IdSolver::new();
+        g.bench_function(format!("{total}B_id0"), |b| {
+            b.iter(|| {
+                rx_icrc::verify(&mut solver, local, std::hint::black_box(peer), &id0).unwrap()
             })
         });
     }

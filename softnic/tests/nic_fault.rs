@@ -107,7 +107,8 @@ fn rc_survives_loss_reordering_duplication_and_corruption() {
 /// Loss and corruption alone keep the GSO send path (`nic/fault.rs`): a lost packet
 /// leaves its run, a corrupted one is flipped after its segment's ICRC (computed with
 /// IPv4 ID k) was filled. Every message still arrives exactly once and intact, the
-/// receiver solves segment IDs, and the ICRC catches every flipped bit.
+/// receiver checks segment k under ID k (its position in the GRO buffer), and the ICRC
+/// catches every flipped bit.
 #[test]
 fn loss_and_corruption_keep_gso_runs_and_exactly_once() {
     let faults = ["--loss", "0.05", "--corrupt", "0.02"];
@@ -151,7 +152,7 @@ fn loss_and_corruption_keep_gso_runs_and_exactly_once() {
         "the lossy sender still sends GSO runs"
     );
     assert!(
-        b.stat("rx_icrc_solved") > 0,
+        b.stat("rx_icrc_segment_id") > 0,
         "segments k > 0 carried IPv4 ID k"
     );
     assert!(

@@ -40,6 +40,9 @@ counters! {
         tx_gso_sends,
         /// IPv4 packets whose ICRC matched with IPv4 ID 0 (full 32-bit check).
         rx_icrc_id0,
+        /// IPv4 packets whose ICRC matched under the ID of their position in a GRO
+        /// buffer (GSO segment k carries ID k; full 32-bit check).
+        rx_icrc_segment_id,
         /// IPv4 packets whose ICRC matched under a solved non-zero ID (16-bit check).
         rx_icrc_solved,
         /// IPv6 packets whose ICRC matched (full check).

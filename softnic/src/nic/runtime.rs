@@ -527,9 +527,9 @@ impl Runtime {
                     continue;
                 };
                 // With GRO one entry holds several datagrams of `seg` bytes.
-                for d in bytes.chunks(seg.max(1)) {
+                for (k, d) in bytes.chunks(seg.max(1)).enumerate() {
                     self.path.trace.rx(d);
-                    rx_one(&mut self.nic, &mut self.path, now, d, peer, truncated);
+                    rx_one(&mut self.nic, &mut self.path, now, d, peer, truncated, k);
                 }
             }
             total += n;
@@ -794,7 +794,8 @@ fn pollfd(fd: std::os::fd::RawFd) -> libc::pollfd {
     }
 }
 
-/// Handles one received datagram: ICRC, parse, demultiplex, transport.
+/// Handles one received datagram (the `position`-th of its GRO buffer): ICRC, parse,
+/// demultiplex, transport.
 fn rx_one(
     nic: &mut Nic,
     path: &mut PacketPath,
@@ -802,6 +803,7 @@ fn rx_one(
     bytes: &[u8],
     peer: Option<SocketAddr>,
     truncated: bool,
+    position: usize,
 ) {
     let c = &mut path.counters;
     c.rx_datagrams += 1;
@@ -814,7 +816,7 @@ fn rx_one(
         c.rx_drop_bad_source += 1;
         return;
     };
-    let verified = rx_icrc::verify(&mut path.solver, path.local, peer, bytes);
+    let verified = rx_icrc::verify_segment(&mut path.solver, path.local, peer, bytes, position);
     if let Some(p) = path.pcap.as_mut() {
         let params = match &verified {
             Some((params, _)) => Some(*params),
@@ -828,6 +830,7 @@ fn rx_one(
     }
     match verified {
         Some((_, IcrcPath::Ipv4Id0)) => c.rx_icrc_id0 += 1,
+        Some((_, IcrcPath::Ipv4Segment)) => c.rx_icrc_segment_id += 1,
         Some((_, IcrcPath::Ipv4Solved)) => c.rx_icrc_solved += 1,
         Some((_, IcrcPath::Ipv6)) => c.rx_icrc_ipv6 += 1,
         None => {

@@ -7,21 +7,27 @@
 //! 1. **ID 0, full 32-bit check.** softnic peers send from an unconnected socket with DF
 //!    set, for which Linux puts ID 0 on every packet; hardware RNICs send ID 0 too. This
 //!    is one CRC and keeps all 32 bits of the ICRC's strength.
-//! 2. **Solve for the ID** (as [`wire::icrc::solve_ipv4_id`] does, with the linear
+//! 2. **The segment's ID, full 32-bit check.** A UDP GSO send's segment k carries
+//!    ID k, and on loopback a GSO send reaches a GRO socket as one buffer, so the k-th
+//!    datagram of a GRO buffer most likely carries ID k ([`verify_segment`]). CRC-32 is
+//!    affine: the ICRC under ID k is the ID-0 ICRC of step 1 XOR the columns of k's bits
+//!    (cached per packet length), so this costs a few XORs, no second CRC.
+//! 3. **Solve for the ID** (as [`wire::icrc::solve_ipv4_id`] does, with the linear
 //!    system cached per packet length: [`IdSolver`]). Linux rxe sends varying
-//!    non-zero IDs. CRC-32 is affine, so the one 16-bit ID under which the ICRC matches,
-//!    if any, can be computed; a corrupted packet passes only with probability 2^-16 —
-//!    this path keeps 16 of the 32 bits. It is only tried after step 1 failed.
+//!    non-zero IDs. The one 16-bit ID under which the ICRC matches, if any, can be
+//!    computed; a corrupted packet passes only with probability 2^-16 — this path
+//!    keeps 16 of the 32 bits. It is only tried after steps 1 and 2 failed.
 //!
-//! Both steps assume DF was set (rxe, hardware and softnic all set it; the DF bit is
+//! All steps assume DF was set (rxe, hardware and softnic all set it; the DF bit is
 //! covered by the ICRC). IPv6 has no Identification: the ICRC is checked in full.
 //!
 //! Step 1 (and the send path's fill, `runtime.rs`) uses a [`PreparedIcrc`] per peer,
 //! kept in a small cache ([`PreparedCache`]): the IP/UDP pseudo-headers are the same for
 //! every packet between two sockets except for the lengths, so their CRC is computed once
 //! and the lengths are folded in per packet (`wire/src/icrc/flow.rs`).
-//! Counters record which path verified each packet (`rx_icrc_id0`, `rx_icrc_solved`,
-//! `rx_icrc_ipv6`) and how many failed (`rx_drop_bad_icrc`).
+//! Counters record which path verified each packet (`rx_icrc_id0`,
+//! `rx_icrc_segment_id`, `rx_icrc_solved`, `rx_icrc_ipv6`) and how many failed
+//! (`rx_drop_bad_icrc`).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -32,6 +38,9 @@ use wire::icrc::{IcrcParams, IpParams, PreparedIcrc};
 pub enum IcrcPath {
     /// IPv4, matched with ID 0 (full 32-bit check).
     Ipv4Id0,
+    /// IPv4, matched with the ID of the packet's position in its GRO buffer (segment k
+    /// of a GSO send carries ID k; full 32-bit check).
+    Ipv4Segment,
     /// IPv4, matched under a solved non-zero ID (16-bit check).
     Ipv4Solved,
     /// IPv6 (full 32-bit check).
@@ -63,6 +72,27 @@ pub fn params(local: SocketAddr, peer: SocketAddr, id: u16) -> Option<IcrcParams
 struct Basis {
     rows: [(u32, u16); 16],
     rank: usize,
+}
+
+/// What the IPv4 ID does to the ICRC of packets of one length: `cols[i]` is what
+/// setting ID bit i XORs into it, and `basis` the same columns reduced for solving.
+#[derive(Debug, Clone, Copy)]
+struct Columns {
+    cols: [u32; 16],
+    basis: Basis,
+}
+
+impl Columns {
+    /// The ICRC under ID `id` minus (XOR) the ICRC under ID 0.
+    fn of(&self, id: u16) -> u32 {
+        let mut v = 0;
+        let mut bits = id;
+        while bits != 0 {
+            v ^= self.cols[bits.trailing_zeros() as usize];
+            bits &= bits - 1;
+        }
+        v
+    }
 }
 
 impl Basis {
@@ -170,7 +200,10 @@ impl PreparedCache {
 /// [`verify`] and by the send path, so that one object owns the path's ICRC state.
 #[derive(Debug, Default)]
 pub struct IdSolver {
-    cache: std::collections::HashMap<usize, Basis>,
+    cache: std::collections::HashMap<usize, Columns>,
+    /// The last length looked up and its columns: a bulk transfer's segments are all
+    /// one length, so most look-ups skip the map's hashing.
+    recent: Option<(usize, Columns)>,
     prepared: PreparedCache,
 }
 
@@ -195,9 +228,20 @@ impl IdSolver {
         Ok(())
     }
 
-    fn basis(&mut self, p0: &IcrcParams, roce: &[u8], base: u32) -> Option<Basis> {
-        if let Some(b) = self.cache.get(&roce.len()) {
-            return Some(*b);
+    fn columns(&mut self, p0: &IcrcParams, roce: &[u8], base: u32) -> Option<Columns> {
+        match self.recent {
+            Some((len, c)) if len == roce.len() => Some(c),
+            _ => {
+                let c = self.columns_uncached(p0, roce, base)?;
+                self.recent = Some((roce.len(), c));
+                Some(c)
+            }
+        }
+    }
+
+    fn columns_uncached(&mut self, p0: &IcrcParams, roce: &[u8], base: u32) -> Option<Columns> {
+        if let Some(c) = self.cache.get(&roce.len()) {
+            return Some(*c);
         }
         let IpParams::V4 {
             src,
@@ -212,7 +256,8 @@ impl IdSolver {
             rows: [(0, 0); 16],
             rank: 0,
         };
-        for i in 0..16 {
+        let mut cols = [0u32; 16];
+        for (i, c) in cols.iter_mut().enumerate() {
             let p = IcrcParams {
                 ip: IpParams::V4 {
                     src,
@@ -223,6 +268,7 @@ impl IdSolver {
                 ..*p0
             };
             let col = p.compute(roce).ok()? ^ base;
+            *c = col;
             let (v, ids) = b.reduce(col, 1 << i);
             if v != 0 && b.rank < 16 {
                 b.rows[b.rank] = (v, ids);
@@ -232,16 +278,30 @@ impl IdSolver {
         if self.cache.len() >= MAX_CACHED_LENGTHS {
             self.cache.clear();
         }
-        self.cache.insert(roce.len(), b);
-        Some(b)
+        let c = Columns { cols, basis: b };
+        self.cache.insert(roce.len(), c);
+        Some(c)
     }
 
-    /// The ID under which the ICRC of `roce` matches, given `base` = its ICRC computed
-    /// with ID 0 under `p0` and `carried` = the ICRC it carries.
-    fn solve(&mut self, p0: &IcrcParams, roce: &[u8], base: u32, carried: u32) -> Option<u16> {
-        let b = self.basis(p0, roce, base)?;
-        let (rest, id) = b.reduce(base ^ carried, 0);
-        (rest == 0).then_some(id)
+    /// The non-zero ID under which the ICRC of `roce` matches, given `base` = its ICRC
+    /// computed with ID 0 under `p0` and `carried` = the ICRC it carries: `guess` if it
+    /// matches (full 32-bit check, [`IcrcPath::Ipv4Segment`]), else the solved one
+    /// (16-bit check, [`IcrcPath::Ipv4Solved`]).
+    fn solve(
+        &mut self,
+        p0: &IcrcParams,
+        roce: &[u8],
+        base: u32,
+        carried: u32,
+        guess: u16,
+    ) -> Option<(u16, IcrcPath)> {
+        let c = self.columns(p0, roce, base)?;
+        let diff = base ^ carried;
+        if guess != 0 && c.of(guess) == diff {
+            return Some((guess, IcrcPath::Ipv4Segment));
+        }
+        let (rest, id) = c.basis.reduce(diff, 0);
+        (rest == 0).then_some((id, IcrcPath::Ipv4Solved))
     }
 }
 
@@ -253,6 +313,21 @@ pub fn verify(
     local: SocketAddr,
     peer: SocketAddr,
     roce: &[u8],
+) -> Option<(IcrcParams, IcrcPath)> {
+    verify_segment(solver, local, peer, roce, 0)
+}
+
+/// [`verify`] for the datagram at `position` (0, 1, …) in a GRO buffer: after ID 0 it
+/// tries ID `position` with a full check, since the kernel numbers a GSO send's
+/// segments 0, 1, 2, … (`udp.rs`) and loopback hands such a send to a GRO socket whole.
+/// Where that guess is wrong (GRO on a real link merged other sends, or a peer numbers
+/// differently) the ID is solved as by [`verify`].
+pub fn verify_segment(
+    solver: &mut IdSolver,
+    local: SocketAddr,
+    peer: SocketAddr,
+    roce: &[u8],
+    position: usize,
 ) -> Option<(IcrcParams, IcrcPath)> {
     let p0 = params(local, peer, 0)?;
     let tail = roce.len().checked_sub(wire::ICRC_LEN)?;
@@ -266,8 +341,9 @@ pub fn verify(
         return Some((p0, path));
     }
     if let IpParams::V4 { .. } = p0.ip {
-        if let Some(id) = solver.solve(&p0, roce, base, carried) {
-            return Some((params(local, peer, id)?, IcrcPath::Ipv4Solved));
+        let guess = u16::try_from(position).unwrap_or(0);
+        if let Some((id, path)) = solver.solve(&p0, roce, base, carried, guess) {
+            return Some((params(local, peer, id)?, path));
         }
     }
     None
@@ -331,24 +407,52 @@ mod tests {
         }
     }
 
+    /// Segment k of a GSO send carries ID k: at position k it matches with the full
+    /// check; at another position (or an ID a GSO send would not give) it is solved.
+    #[test]
+    fn the_position_in_a_gro_buffer_is_tried_as_the_id() {
+        let (local, peer) = addrs();
+        let mut solver = IdSolver::new();
+        for (id, position, want) in [
+            (0u16, 0usize, IcrcPath::Ipv4Id0),
+            (0, 5, IcrcPath::Ipv4Id0),
+            (1, 1, IcrcPath::Ipv4Segment),
+            (15, 15, IcrcPath::Ipv4Segment),
+            (7, 7, IcrcPath::Ipv4Segment),
+            (7, 6, IcrcPath::Ipv4Solved),
+            (7, 0, IcrcPath::Ipv4Solved),
+            (0x15e9, 3, IcrcPath::Ipv4Solved),
+            (3, 0x10003, IcrcPath::Ipv4Solved),
+        ] {
+            let mut pkt = packet();
+            params(local, peer, id).unwrap().fill(&mut pkt).unwrap();
+            let (p, path) = verify_segment(&mut solver, local, peer, &pkt, position).unwrap();
+            assert_eq!(p, params(local, peer, id).unwrap(), "id {id} at {position}");
+            assert_eq!(path, want, "id {id} at {position}");
+        }
+    }
+
     #[test]
     fn single_bit_flips_are_rejected() {
         let (local, peer) = addrs();
-        let mut pkt = packet();
-        params(local, peer, 0).unwrap().fill(&mut pkt).unwrap();
-        let mut accepted = 0;
-        for bit in 0..pkt.len() * 8 {
-            if bit / 8 == 4 {
-                // BTH byte 4 (FECN, BECN, reserved) is masked out of the ICRC by design.
-                continue;
+        // ID 0, and ID 3 as the fourth segment of a GRO buffer.
+        for (id, position) in [(0u16, 0usize), (3, 3)] {
+            let mut pkt = packet();
+            params(local, peer, id).unwrap().fill(&mut pkt).unwrap();
+            let mut accepted = 0;
+            for bit in 0..pkt.len() * 8 {
+                if bit / 8 == 4 {
+                    // BTH byte 4 (FECN, BECN, reserved) is masked out of the ICRC by design.
+                    continue;
+                }
+                let mut p = pkt.clone();
+                p[bit / 8] ^= 1 << (bit % 8);
+                if verify_segment(&mut IdSolver::new(), local, peer, &p, position).is_some() {
+                    accepted += 1;
+                }
             }
-            let mut p = pkt.clone();
-            p[bit / 8] ^= 1 << (bit % 8);
-            if verify(&mut IdSolver::new(), local, peer, &p).is_some() {
-                accepted += 1;
-            }
+            assert_eq!(accepted, 0, "id {id}");
         }
-        assert_eq!(accepted, 0);
     }
 
     #[test]
