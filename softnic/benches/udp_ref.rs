@@ -6,6 +6,7 @@
 //! ```text
 //! cargo bench -p softnic --bench udp_ref -- gso SECONDS    # 64 KiB-ish GSO sends → GRO receiver
 //! cargo bench -p softnic --bench udp_ref -- write64k SECONDS # a 64 KiB WRITE's packets, as the NIC sends them
+//! cargo bench -p softnic --bench udp_ref -- write64k-connected SECONDS # the same from a connected socket
 //! cargo bench -p softnic --bench udp_ref -- msgrate SECONDS # small datagrams, one send each, and GSO runs of 16
 //! cargo bench -p softnic --bench udp_ref -- pingpong ITERS  # 8 B round trip, both sides spinning
 //! ```
@@ -65,35 +66,81 @@ fn receiver(mut rx: UdpIo, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u6
     })
 }
 
+/// Nanoseconds this thread has run on a CPU (`/proc/thread-self/schedstat`): unlike
+/// wall time, barely moved by other load on the machine.
+fn thread_cpu_ns() -> u64 {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").expect("schedstat");
+    s.split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("schedstat")
+}
+
+/// What a stream measured: datagrams and bytes received, wall seconds, and the
+/// sending thread's CPU seconds.
+struct Streamed {
+    n: u64,
+    bytes: u64,
+    el: f64,
+    tx_cpu: f64,
+}
+
 /// Repeats `sends` — each a buffer sent as `seg`-byte datagrams with one
-/// `send_segments` call — for `secs`; returns (datagrams, bytes) received and the
-/// elapsed time.
-fn stream(secs: f64, tx_off: Offloads, sends: &[(&[u8], usize)]) -> (u64, u64, f64) {
+/// `send_segments` call — for `secs`.
+fn stream(secs: f64, tx_off: Offloads, sends: &[(&[u8], usize)]) -> Streamed {
     let rx = bind(BOTH);
     let dest: SocketAddr = rx.local_addr();
     let stop = Arc::new(AtomicBool::new(false));
     let h = receiver(rx, stop.clone());
     let mut tx = bind(tx_off);
-    let t = Instant::now();
-    let run = Duration::from_secs_f64(secs);
-    while t.elapsed() < run {
+    let send = || {
         for &(buf, seg) in sends {
             if tx.send_segments(buf, seg, dest) == SendOutcome::Failed {
                 panic!("send failed");
             }
         }
+    };
+    timed(secs, send, h, stop)
+}
+
+/// Calls `send` for `secs`, then lets the receiver `h` drain what is queued and stops it.
+fn timed(
+    secs: f64,
+    mut send: impl FnMut(),
+    h: std::thread::JoinHandle<(u64, u64)>,
+    stop: Arc<AtomicBool>,
+) -> Streamed {
+    let (t, cpu0) = (Instant::now(), thread_cpu_ns());
+    let run = Duration::from_secs_f64(secs);
+    while t.elapsed() < run {
+        send();
     }
-    // Let the receiver drain what is queued, then stop it.
+    let tx_cpu = (thread_cpu_ns() - cpu0) as f64 / 1e9;
     std::thread::sleep(Duration::from_millis(20));
     let el = t.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let (n, bytes) = h.join().expect("receiver");
-    (n, bytes, el)
+    Streamed {
+        n,
+        bytes,
+        el,
+        tx_cpu,
+    }
+}
+
+/// Prints a 64 KiB WRITE pattern's figures under `key`: RDMA payload (65,536 bytes per
+/// 16 datagrams received) in Gbit/s, and the sender's CPU time per message.
+fn print_write64k(key: &str, r: &Streamed) {
+    let messages = r.n / WRITE_64K_PACKETS as u64;
+    let gbps = (messages * 65_536) as f64 * 8.0 / r.el / 1e9;
+    println!("udp_write64k_{key}_payload_gbps {gbps:.3}");
+    let us = r.tx_cpu * 1e6 / messages.max(1) as f64;
+    println!("udp_write64k_{key}_sender_cpu_us_per_msg {us:.3}");
 }
 
 fn gso(secs: f64) {
     let buf = vec![0x5a; SEG_4K * SEGS];
-    let (_, bytes, el) = stream(secs, BOTH, &[(&buf, SEG_4K)]);
+    let Streamed { bytes, el, .. } = stream(secs, BOTH, &[(&buf, SEG_4K)]);
     println!("udp_gso_gro_gbps {:.3}", bytes as f64 * 8.0 / el / 1e9);
     println!("udp_gso_gro_gbytes_per_s {:.3}", bytes as f64 / el / 1e9);
 }
@@ -106,28 +153,61 @@ fn gso(secs: f64) {
 fn write64k(secs: f64) {
     let first_run = vec![0x5a; FIRST_4K + SEG_4K];
     let rest = vec![0x5a; SEG_4K * (WRITE_64K_PACKETS - 2)];
-    let (n, bytes, el) = stream(secs, BOTH, &[(&first_run, FIRST_4K), (&rest, SEG_4K)]);
-    let messages = n / WRITE_64K_PACKETS as u64;
-    println!(
-        "udp_write64k_pattern_payload_gbps {:.3}",
-        (messages * 65_536) as f64 * 8.0 / el / 1e9
+    let r = stream(secs, BOTH, &[(&first_run, FIRST_4K), (&rest, SEG_4K)]);
+    print_write64k("pattern", &r);
+}
+
+/// A `UDP_SEGMENT` control message (linux/udp.h) asking for `seg`-byte segments, laid
+/// out as `CMSG_SPACE(2)` bytes of a `cmsghdr` (64-bit Linux) without `unsafe`.
+fn gso_cmsg(seg: u16) -> [u8; 24] {
+    assert_eq!(
+        std::mem::size_of::<libc::cmsghdr>(),
+        16,
+        "64-bit cmsghdr layout"
     );
-    println!(
-        "udp_write64k_pattern_gbps {:.3}",
-        bytes as f64 * 8.0 / el / 1e9
-    );
-    println!(
-        "udp_write64k_pattern_sends_per_s {:.0}",
-        2.0 * messages as f64 / el
-    );
+    let mut c = [0u8; 24];
+    c[..8].copy_from_slice(&18u64.to_ne_bytes()); // cmsg_len = CMSG_LEN(2)
+    c[8..12].copy_from_slice(&libc::SOL_UDP.to_ne_bytes());
+    c[12..16].copy_from_slice(&103i32.to_ne_bytes()); // UDP_SEGMENT
+    c[16..18].copy_from_slice(&seg.to_ne_bytes());
+    c
+}
+
+/// [`write64k`] from a *connected* socket (no `UdpIo`): the kernel then keeps the route
+/// on the socket instead of looking it up on every `sendmsg`, which is what this
+/// measures. The NIC cannot do this: Linux numbers a connected socket's IPv4 IDs from a
+/// random per-socket counter, which the sender must know for the ICRC (`udp.rs`).
+fn write64k_connected(secs: f64) {
+    let rx = bind(BOTH);
+    let dest = rx.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let h = receiver(rx, stop.clone());
+    let tx =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).expect("socket");
+    tx.set_send_buffer_size(4 << 20).expect("SO_SNDBUF");
+    tx.connect(&dest.into()).expect("connect");
+    let first_run = vec![0x5a; FIRST_4K + SEG_4K];
+    let rest = vec![0x5a; SEG_4K * (WRITE_64K_PACKETS - 2)];
+    let sends = [
+        (&first_run[..], gso_cmsg(FIRST_4K as u16)),
+        (&rest[..], gso_cmsg(SEG_4K as u16)),
+    ];
+    let send = || {
+        for (buf, cmsg) in &sends {
+            let iov = [std::io::IoSlice::new(buf)];
+            let msg = socket2::MsgHdr::new().with_buffers(&iov).with_control(cmsg);
+            tx.sendmsg(&msg, 0).expect("sendmsg");
+        }
+    };
+    print_write64k("connected", &timed(secs, send, h, stop));
 }
 
 fn msgrate(secs: f64) {
     let one = vec![0x5a; SMALL];
-    let (n, _, el) = stream(secs, Offloads::default(), &[(&one, SMALL)]);
+    let Streamed { n, el, .. } = stream(secs, Offloads::default(), &[(&one, SMALL)]);
     println!("udp_small_one_send_each_mpps {:.3}", n as f64 / el / 1e6);
     let run = vec![0x5a; SMALL * 16];
-    let (n, _, el) = stream(secs, BOTH, &[(&run, SMALL)]);
+    let Streamed { n, el, .. } = stream(secs, BOTH, &[(&run, SMALL)]);
     println!("udp_small_gso16_mpps {:.3}", n as f64 / el / 1e6);
 }
 
@@ -183,11 +263,12 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("gso") => gso(num(1, 3.0)),
         Some("write64k") => write64k(num(1, 3.0)),
+        Some("write64k-connected") => write64k_connected(num(1, 3.0)),
         Some("msgrate") => msgrate(num(1, 2.0)),
         Some("pingpong") => pingpong(num(1, 20_000.0) as usize),
         _ => {
             eprintln!(
-                "usage: udp_ref gso SECONDS | write64k SECONDS | msgrate SECONDS | pingpong ITERS"
+                "usage: udp_ref gso SECONDS | write64k[-connected] SECONDS | msgrate SECONDS | pingpong ITERS"
             );
             std::process::exit(2);
         }
