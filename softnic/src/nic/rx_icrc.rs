@@ -194,7 +194,8 @@ impl PreparedCache {
 /// i.e. on the length — not on addresses, ports or contents. With the cache a solve
 /// costs one CRC (the ID-0 CRC, already computed by the first step) and a few dozen
 /// XORs instead of 17 CRCs, which matters when every packet arrives with a non-zero ID
-/// (rxe peers; UDP GSO segments, which carry IDs 0, 1, 2, …).
+/// (rxe peers). The same columns give the ICRC under a guessed ID without solving: a
+/// GSO segment's position in its GRO buffer ([`verify_segment`]).
 ///
 /// It also holds the packet path's [`PreparedCache`] ([`IdSolver::prepared`]), used by
 /// [`verify`] and by the send path, so that one object owns the path's ICRC state.
