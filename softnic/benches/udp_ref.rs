@@ -29,8 +29,8 @@ const SMALL: usize = 12 + 16 + 8 + 4;
 /// Segments per GSO send (15 × 4112 fits under the 64 KiB datagram limit).
 const SEGS: usize = 15;
 /// A 4096-byte-MTU RDMA WRITE First packet: BTH 12 + RETH 16 + payload 4096 + ICRC 4.
-/// IBTA 9.7.1 fixes its payload at the PMTU, so it is 16 bytes longer than the Middle
-/// and Last packets that follow it.
+/// Its payload is exactly the PMTU (IBTA 9.7.4.2.5), so with the RETH it is 16 bytes
+/// longer than the Middle and Last packets that follow it.
 const FIRST_4K: usize = 12 + 16 + 4096 + 4;
 /// Packets of a 64 KiB WRITE at a 4096-byte MTU: First, 14 × Middle, Last.
 const WRITE_64K_PACKETS: usize = 16;
