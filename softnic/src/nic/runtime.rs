@@ -5,10 +5,13 @@
 //!    control requests (channel) ─► object tables            (state.rs)
 //!    doorbells (one page per client) ─► rung SQ/RQ/SRQ rings ─► copy, check
 //!        ─► Qp::post_send/post_recv                        (doorbells.rs, rings.rs, wqe.rs)
+//!    (rings gave work: active QPs transmit, as below, before the receive)
 //!    UDP batch ─► ICRC ─► parse ─► demux by QPN ─► source check ─► Qp::handle_packet
 //!    due timers (deadline heap, ready.rs) ─► Qp::handle_timeout
-//!    active QPs: Qp::poll_transmit ─► ICRC (DF; ID 0, or k in a GSO run) ─► fault ─► pcap ─► UDP
 //!    active QPs: Qp::poll_completion ─► CQ rings (publish each written CQ once; wake armed CQs)
+//!        (some published: yield the core once, then drain the rung rings again)
+//!    active QPs: Qp::poll_transmit ─► ICRC (DF; ID 0, or k in a GSO run) ─► fault ─► pcap ─► UDP
+//!    active QPs: completions transmit made ─► CQ rings; timers re-armed; active set kept
 //!    idle ≥ SPIN: NEED_WAKEUP on every client's doorbell page, re-check, poll(2)
 //! ```
 //!
@@ -351,15 +354,38 @@ impl Runtime {
 
     /// One pass: control, rings, packets, due timers, then the active QPs. Returns a
     /// measure of the work done (0 = idle).
+    ///
+    /// The order serves latency (issue 12, docs/perf.md "Latency") and keeps every
+    /// pass bounded, so none starves another:
+    /// * when the rings gave work, the active QPs transmit once before the receive:
+    ///   a freshly posted request leaves without waiting for a (usually empty)
+    ///   `recvmmsg` first. Receive still runs in every iteration, right after.
+    /// * completions are written and published before the main transmit, and when
+    ///   there were some the loop yields the core once and drains the rings again:
+    ///   the client polling them may share this core (four threads on two cores in a
+    ///   ping-pong), and then it polls and posts its reply before this pass's ACK
+    ///   `sendmsg`, and the reply leaves in the same pass instead of an iteration and
+    ///   a yield later.
     fn iterate(&mut self, now: Instant) -> io::Result<usize> {
         let mut work = self.control(now);
-        work += self.drain(now);
+        let drained = self.drain(now);
+        if drained > 0 {
+            work += drained + self.transmit(now);
+        }
         work += self.receive(now)?;
         let path = &mut self.path;
         work += self
             .nic
             .cm_poll(now, &mut |pkt, dest| path.transmit(now, pkt, dest));
         work += self.timeouts(now);
+        let mut now = now;
+        let published = self.publish(now);
+        if published > 0 {
+            // With nobody else runnable on this core the yield returns at once (~0.2 µs).
+            std::thread::yield_now();
+            now = self.clock.now();
+            work += published + self.drain(now);
+        }
         work += self.transmit(now);
         self.path.release(now);
         work += self.complete(now);
@@ -626,10 +652,27 @@ impl Runtime {
         sent + run.send(&mut self.path, now, &mut self.tx_buf)
     }
 
-    /// Delivers the active QPs' completions, re-arms their timers, and keeps in the
-    /// active set only those with more to send or completions waiting for CQ room.
-    /// Publishes (and wakes) only the CQs written.
+    /// Writes the completions the active QPs have now and publishes them, before the
+    /// loop transmits: a received SEND's receive completion reaches its client while
+    /// the NIC is still to send the ACK (the ACK's `sendmsg`, with its loopback delivery,
+    /// took ≈ 3 µs that the client would otherwise wait: issue 12, docs/perf.md
+    /// "Latency"). Every active QP stays active for the transmit pass.
+    fn publish(&mut self, now: Instant) -> usize {
+        self.write_completions(now, false)
+    }
+
+    /// After transmit: writes the completions transmit made (UD and UC sends complete
+    /// when sent, a send that failed its local checks at once), re-arms the active
+    /// QPs' timers, and keeps in the active set only those with more to send, ring
+    /// entries they can take now, or completions waiting for CQ room.
     fn complete(&mut self, now: Instant) -> usize {
+        self.write_completions(now, true)
+    }
+
+    /// Moves the active QPs' completions into their CQs and publishes each CQ written
+    /// once. `settle`: re-arm timers and drop finished QPs from the active set (after
+    /// transmit); otherwise every QP stays, in its order.
+    fn write_completions(&mut self, now: Instant, settle: bool) -> usize {
         let mut n = 0;
         let items = self.nic.active.take();
         for &it in &items {
@@ -650,19 +693,29 @@ impl Runtime {
             }
             // After delivery (a CQ overrun raises QP_FATAL), before the CQs are published.
             async_events::note_qp(e, &self.nic.srqs, &mut self.nic.clients);
-            self.nic.deadlines.arm(it.qpn, e.qp.poll_timeout());
-            if e.pending() > 0 || e.tx_more || e.needs_drain() {
+            let keep = if settle {
+                self.nic.deadlines.arm(it.qpn, e.qp.poll_timeout());
+                e.pending() > 0 || e.tx_more || e.needs_drain()
+            } else {
+                true
+            };
+            if keep {
                 self.nic.active.mark(it.qpn, &mut e.ticket);
             }
         }
         self.nic.active.recycle(items);
-        self.path.trace.cqe(n);
+        self.flush_cqs(n);
+        n
+    }
+
+    /// Publishes (and wakes, when armed) each CQ written since the last call, once.
+    fn flush_cqs(&mut self, written: usize) {
+        self.path.trace.cqe(written);
         for h in self.dirty_cqs.drain(..) {
             if let Some(cq) = self.nic.cqs.get_mut(&h) {
                 cq.flush();
             }
         }
-        n
     }
 
     /// Earliest instant something is due without external input.

@@ -4,14 +4,17 @@
 //! branch on a `bool`.
 //!
 //! What is stamped, per packet:
-//! * **tx**: the start of the loop iteration that sent it (the loop drains the SQ rings
-//!   before it transmits, so for a ping-pong this is when the NIC picked the WQE up) and
-//!   the moment `sendmsg` returned;
+//! * **tx**: the loop instant the transmit pass that sent it began with (the iteration's
+//!   start, or the moment the loop took the core back after handing it to the clients
+//!   of completions it published: `runtime.rs` drains the rings again then), so for a
+//!   ping-pong this is when the NIC picked the WQE up; and the moment `sendmsg`
+//!   returned;
 //! * **rx**: the moment the receive call that returned it came back;
-//! * **cqe**: each `complete` pass that wrote completions, just before it publishes
-//!   them to the clients (so a client never polls one before its stamp; the trace
-//!   cannot tell which QP's; a ping-pong's receive completion is published in the same
-//!   iteration that received its packet, so it is the first after that packet's rx).
+//! * **cqe**: each pass that wrote completions (before and after transmit), just
+//!   before it publishes them to the clients (so a client never polls one before its
+//!   stamp; the trace cannot tell which QP's; a ping-pong's receive completion is
+//!   published in the same iteration that received its packet, so it is the first
+//!   after that packet's rx).
 //!
 //! A loopback `sendmsg` hands the datagram to the peer's socket before it returns, so
 //! the peer's rx stamp may precede the sender's tx stamp by a little: the breakdown's
