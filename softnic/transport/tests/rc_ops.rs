@@ -391,3 +391,50 @@ fn inline_send() {
     assert_eq!(read(&p.b, &b, 0, 5), b"hello");
     assert_eq!(drain(&mut p.b)[0].byte_len, 5);
 }
+
+/// A message posted in answer to one just received (a ping-pong's reply) leaves before
+/// the ACK of that message, and a queued ACK waits behind one request packet at most
+/// (`Qp::poll_transmit`; issue 12, round-trip latency). Exactly-once as ever.
+#[test]
+fn a_reply_goes_ahead_of_the_ack_by_one_packet_at_most() {
+    let (mut p, a, b) = pair(rc(1024), 12);
+    let log = trace(&mut p);
+    p.b.qp.post_recv(recv(1, &[b.sge(0, 64)])).unwrap();
+    p.a.qp.post_recv(recv(2, &[a.sge(64, 64)])).unwrap();
+    p.a.qp.post_recv(recv(3, &[a.sge(128, 64)])).unwrap();
+    p.a.qp
+        .post_send(wr(10, SendOp::Send, &[a.sge(0, 8)]))
+        .unwrap();
+    assert_eq!(p.transmit(), 1, "A's SEND");
+    p.now = p.next_event().unwrap();
+    assert_eq!(p.deliver(), 1, "B receives it and owes an ACK");
+    // B answers with two messages before it transmits.
+    p.b.qp
+        .post_send(wr(20, SendOp::Send, &[b.sge(0, 8)]))
+        .unwrap();
+    p.b.qp
+        .post_send(wr(21, SendOp::Send, &[b.sge(8, 8)]))
+        .unwrap();
+    p.transmit();
+    let from_b: Vec<_> = log.borrow().iter().filter(|e| !e.0).map(|e| e.1).collect();
+    let send = Opcode::find(wire::Transport::Rc, Operation::Send, Position::Only, None).unwrap();
+    let ack = Opcode::find(
+        wire::Transport::Rc,
+        Operation::Acknowledge,
+        Position::Only,
+        None,
+    )
+    .unwrap();
+    assert_eq!(from_b, vec![send, ack, send]);
+    p.drive(STEPS);
+    let done = |n: &mut softnic_transport::testing::Node| {
+        let mut v: Vec<_> = drain(n)
+            .iter()
+            .map(|c| (c.wr_id, c.status == WcStatus::Success))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(done(&mut p.a), vec![(2, true), (3, true), (10, true)]);
+    assert_eq!(done(&mut p.b), vec![(1, true), (20, true), (21, true)]);
+}
