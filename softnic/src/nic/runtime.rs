@@ -9,7 +9,7 @@
 //!    UDP batch ─► ICRC ─► parse ─► demux by QPN ─► source check ─► Qp::handle_packet
 //!    due timers (deadline heap, ready.rs) ─► Qp::handle_timeout
 //!    active QPs: Qp::poll_completion ─► CQ rings (publish each written CQ once; wake armed CQs)
-//!        (some published: yield the core once, then drain the rung rings again)
+//!        (some published after an idle iteration: yield the core once, drain the rings again)
 //!    active QPs: Qp::poll_transmit ─► ICRC (DF; ID 0, or k in a GSO run) ─► fault ─► pcap ─► UDP
 //!    active QPs: completions transmit made ─► CQ rings; timers re-armed; active set kept
 //!    idle ≥ SPIN: NEED_WAKEUP on every client's doorbell page, re-check, poll(2)
@@ -242,6 +242,8 @@ pub struct Runtime {
     srq_carry: Vec<u32>,
     /// `--busy-poll`: never sleep.
     busy_poll: bool,
+    /// The last iteration found no work: traffic, if any, is one message at a time.
+    was_idle: bool,
     _server: ControlServer,
 }
 
@@ -318,6 +320,7 @@ impl Runtime {
             rung: Vec::new(),
             srq_carry: Vec::new(),
             busy_poll: cfg.busy_poll,
+            was_idle: true,
             _server: server,
         })
     }
@@ -360,12 +363,15 @@ impl Runtime {
     /// * when the rings gave work, the active QPs transmit once before the receive:
     ///   a freshly posted request leaves without waiting for a (usually empty)
     ///   `recvmmsg` first. Receive still runs in every iteration, right after.
-    /// * completions are written and published before the main transmit, and when
-    ///   there were some the loop yields the core once and drains the rings again:
-    ///   the client polling them may share this core (four threads on two cores in a
-    ///   ping-pong), and then it polls and posts its reply before this pass's ACK
-    ///   `sendmsg`, and the reply leaves in the same pass instead of an iteration and
-    ///   a yield later.
+    /// * completions are written and published before the main transmit. When there
+    ///   were some and the previous iteration had found nothing to do (one message at
+    ///   a time, as in a ping-pong), the loop yields the core once and drains the
+    ///   rings again: the client polling them may share this core (four threads on
+    ///   two cores in a ping-pong), and then it polls and posts its reply before this
+    ///   pass's ACK is sent, and the reply leaves in the same pass (and the same GSO
+    ///   send) instead of an iteration and a yield later. Under sustained load the
+    ///   loop does not yield there: on a loaded host a yield can lose the core to
+    ///   another program for a whole time slice.
     fn iterate(&mut self, now: Instant) -> io::Result<usize> {
         let mut work = self.control(now);
         let drained = self.drain(now);
@@ -380,15 +386,17 @@ impl Runtime {
         work += self.timeouts(now);
         let mut now = now;
         let published = self.publish(now);
-        if published > 0 {
+        work += published;
+        if published > 0 && self.was_idle {
             // With nobody else runnable on this core the yield returns at once (~0.2 µs).
             std::thread::yield_now();
             now = self.clock.now();
-            work += published + self.drain(now);
+            work += self.drain(now);
         }
         work += self.transmit(now);
         self.path.release(now);
         work += self.complete(now);
+        self.was_idle = work == 0;
         Ok(work)
     }
 
