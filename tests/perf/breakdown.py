@@ -25,13 +25,13 @@ SENDS = {op | t for t in (0x00, 0x20, 0x60) for op in range(0x00, 0x06)}
 STAGES = [
     # (label, what runs there)
     ("client posts -> NIC C loop picks it up", "wake"),
-    ("NIC C: loop start -> sendmsg returned", "nic"),
+    ("NIC C: pass start -> sendmsg returned", "nic"),
     ("kernel: NIC C sendmsg -> NIC S recv returned", "kernel+wake"),
     ("NIC S: recv -> completion published", "nic"),
     ("server: completion published -> polled", "wake"),
     ("server: polled -> reply posted", "client"),
     ("server posts -> NIC S loop picks it up", "wake"),
-    ("NIC S: loop start -> sendmsg returned", "nic"),
+    ("NIC S: pass start -> sendmsg returned", "nic"),
     ("kernel: NIC S sendmsg -> NIC C recv returned", "kernel+wake"),
     ("NIC C: recv -> completion published", "nic"),
     ("client: completion published -> polled", "wake"),
