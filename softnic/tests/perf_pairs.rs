@@ -437,7 +437,10 @@ fn send_tests_with_an_srq() {
 /// processes (sending loop iteration start ≤ peer's receive ≤ completion pass ≤ polled
 /// ≤ reply posted ≤ …), and the loop iteration that sends the reply starts after the one
 /// that received the request. That holds only if all four share one clock (the NICs'
-/// loop instants converted too) and each hook sits where its stamp says.
+/// loop instants converted too) and each hook sits where its stamp says. And each NIC
+/// publishes a message's receive completion before the ACK of that message has left
+/// (runtime.rs: completions before transmit, issue 12), which the old loop order
+/// (transmit, then complete) failed.
 #[test]
 fn send_lat_breakdown_stamps_are_causal() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -483,6 +486,16 @@ fn send_lat_breakdown_stamps_are_causal() {
         }
         let s_cqe = nic_s.cqe_after(s_rx.1);
         let c_cqe = nic_c.cqe_after(c_rx.1);
+        for (who, cqe, ack) in [
+            ("NIC S", s_cqe, nic_s.ack_of(s_rx.0)),
+            ("NIC C", c_cqe, nic_c.ack_of(c_rx.0)),
+        ] {
+            assert!(
+                cqe <= ack,
+                "message {k}: {who} published the completion at {cqe} ns, after its ACK \
+                 left at {ack} ns"
+            );
+        }
         // A loopback `sendmsg` hands the datagram to the peer's socket before it
         // returns, so the peer may receive before the sender's return is stamped: a
         // receive follows the start of the sender's loop iteration, not its return.
@@ -534,6 +547,8 @@ struct Trace {
     tx_start: Vec<u64>,
     rx: Vec<(u32, u64)>,
     cqe: Vec<u64>,
+    /// (PSN, sendmsg ns) of the first ACK sent for each PSN.
+    acks: Vec<(u32, u64)>,
 }
 
 impl Trace {
@@ -545,6 +560,13 @@ impl Trace {
             let list = match f[0] {
                 "cqe" => {
                     t.cqe.push(at);
+                    continue;
+                }
+                "tx" if op == 0x11 => {
+                    // RC ACKNOWLEDGE: the first one for each PSN.
+                    if !t.acks.iter().any(|&(p, _)| p == psn) {
+                        t.acks.push((psn, at));
+                    }
                     continue;
                 }
                 "tx" => &mut t.tx,
@@ -561,6 +583,15 @@ impl Trace {
         }
         t.cqe.sort_unstable();
         t
+    }
+
+    /// When the first ACK of `psn` left.
+    fn ack_of(&self, psn: u32) -> u64 {
+        self.acks
+            .iter()
+            .find(|&&(p, _)| p == psn)
+            .unwrap_or_else(|| panic!("no ACK of PSN {psn} sent"))
+            .1
     }
 
     /// The first completion pass at or after `t`.
