@@ -377,6 +377,12 @@ impl QpEntry {
         self.pending.len()
     }
 
+    /// Whether a receive completion is among those waiting to be written (a message
+    /// arrived, which its client may answer at once).
+    pub fn pending_recv(&self) -> bool {
+        self.pending.iter().any(|(c, _)| c.queue == Queue::Recv)
+    }
+
     fn can_take_send(&self) -> bool {
         matches!(
             self.qp.state(),

@@ -5,11 +5,11 @@
 //!    control requests (channel) ─► object tables            (state.rs)
 //!    doorbells (one page per client) ─► rung SQ/RQ/SRQ rings ─► copy, check
 //!        ─► Qp::post_send/post_recv                        (doorbells.rs, rings.rs, wqe.rs)
-//!    (rings gave work: active QPs transmit, as below, before the receive)
+//!    (rings gave work, socket empty at the last look: active QPs transmit, as below, first)
 //!    UDP batch ─► ICRC ─► parse ─► demux by QPN ─► source check ─► Qp::handle_packet
 //!    due timers (deadline heap, ready.rs) ─► Qp::handle_timeout
 //!    active QPs: Qp::poll_completion ─► CQ rings (publish each written CQ once; wake armed CQs)
-//!        (some published after an idle iteration: yield the core once, drain the rings again)
+//!        (a receive completion after an idle iteration: yield the core once, drain the rings again)
 //!    active QPs: Qp::poll_transmit ─► ICRC (DF; ID 0, or k in a GSO run) ─► fault ─► pcap ─► UDP
 //!    active QPs: completions transmit made ─► CQ rings; timers re-armed; active set kept
 //!    idle ≥ SPIN: NEED_WAKEUP on every client's doorbell page, re-check, poll(2)
@@ -244,6 +244,8 @@ pub struct Runtime {
     busy_poll: bool,
     /// The last iteration found no work: traffic, if any, is one message at a time.
     was_idle: bool,
+    /// The last receive found the socket empty.
+    rx_empty: bool,
     _server: ControlServer,
 }
 
@@ -321,6 +323,7 @@ impl Runtime {
             srq_carry: Vec::new(),
             busy_poll: cfg.busy_poll,
             was_idle: true,
+            rx_empty: true,
             _server: server,
         })
     }
@@ -360,34 +363,42 @@ impl Runtime {
     ///
     /// The order serves latency (issue 12, docs/perf.md "Latency") and keeps every
     /// pass bounded, so none starves another:
-    /// * when the rings gave work, the active QPs transmit once before the receive:
-    ///   a freshly posted request leaves without waiting for a (usually empty)
-    ///   `recvmmsg` first. Receive still runs in every iteration, right after.
-    /// * completions are written and published before the main transmit. When there
-    ///   were some and the previous iteration had found nothing to do (one message at
-    ///   a time, as in a ping-pong), the loop yields the core once and drains the
-    ///   rings again: the client polling them may share this core (four threads on
-    ///   two cores in a ping-pong), and then it polls and posts its reply before this
-    ///   pass's ACK is sent, and the reply leaves in the same pass (and the same GSO
-    ///   send) instead of an iteration and a yield later. Under sustained load the
-    ///   loop does not yield there: on a loaded host a yield can lose the core to
+    /// * when the rings gave work and the last receive found the socket empty, the
+    ///   active QPs transmit once before the receive: a freshly posted request leaves
+    ///   without waiting for a (then usually empty) `recvmmsg` first. Not while packets
+    ///   keep arriving, when the socket may hold an ACK or NAK that changes what should
+    ///   be sent (with 5 % loss, sending first in every iteration cost goodput);
+    ///   receive runs in every iteration either way.
+    /// * completions are written and published before the main transmit. When a
+    ///   receive completion was among them and the previous iteration had found
+    ///   nothing to do (one message at a time, as in a ping-pong), the loop yields the
+    ///   core once and drains the rings again: the client polling it may share this
+    ///   core (four threads on two cores in a ping-pong), and then it polls and posts
+    ///   its answer before this pass's ACK is sent, and the answer leaves in the same
+    ///   pass (and the same GSO send) instead of an iteration and a yield later. Not
+    ///   for send completions alone (a sender whose window an ACK just opened must
+    ///   transmit at once: with 5 % loss, yielding there cost ≈ 20 % of the goodput)
+    ///   nor under sustained load: on a loaded host a yield can lose the core to
     ///   another program for a whole time slice.
     fn iterate(&mut self, now: Instant) -> io::Result<usize> {
         let mut work = self.control(now);
         let drained = self.drain(now);
-        if drained > 0 {
-            work += drained + self.transmit(now);
+        work += drained;
+        if drained > 0 && self.rx_empty {
+            work += self.transmit(now);
         }
-        work += self.receive(now)?;
+        let arrived = self.receive(now)?;
+        self.rx_empty = arrived == 0;
+        work += arrived;
         let path = &mut self.path;
         work += self
             .nic
             .cm_poll(now, &mut |pkt, dest| path.transmit(now, pkt, dest));
         work += self.timeouts(now);
         let mut now = now;
-        let published = self.publish(now);
+        let (published, received) = self.publish(now);
         work += published;
-        if published > 0 && self.was_idle {
+        if received && self.was_idle {
             // With nobody else runnable on this core the yield returns at once (~0.2 µs).
             std::thread::yield_now();
             now = self.clock.now();
@@ -665,7 +676,8 @@ impl Runtime {
     /// the NIC is still to send the ACK (the ACK's `sendmsg`, with its loopback delivery,
     /// took ≈ 3 µs that the client would otherwise wait: issue 12, docs/perf.md
     /// "Latency"). Every active QP stays active for the transmit pass.
-    fn publish(&mut self, now: Instant) -> usize {
+    /// Returns how many were written, and whether a receive completion was among them.
+    fn publish(&mut self, now: Instant) -> (usize, bool) {
         self.write_completions(now, false)
     }
 
@@ -674,14 +686,15 @@ impl Runtime {
     /// QPs' timers, and keeps in the active set only those with more to send, ring
     /// entries they can take now, or completions waiting for CQ room.
     fn complete(&mut self, now: Instant) -> usize {
-        self.write_completions(now, true)
+        self.write_completions(now, true).0
     }
 
     /// Moves the active QPs' completions into their CQs and publishes each CQ written
     /// once. `settle`: re-arm timers and drop finished QPs from the active set (after
-    /// transmit); otherwise every QP stays, in its order.
-    fn write_completions(&mut self, now: Instant, settle: bool) -> usize {
-        let mut n = 0;
+    /// transmit); otherwise every QP stays, in its order. Returns how many were written
+    /// and whether a receive completion was among them.
+    fn write_completions(&mut self, now: Instant, settle: bool) -> (usize, bool) {
+        let (mut n, mut received) = (0, false);
         let items = self.nic.active.take();
         for &it in &items {
             let Some(e) = self.nic.qps.get_mut(&it.qpn) else {
@@ -692,9 +705,11 @@ impl Runtime {
             }
             e.take_completions();
             if e.pending() > 0 {
+                let recv = e.pending_recv();
                 let k = e.deliver(now, &mut self.path.counters, &mut self.nic.cqs);
                 if k > 0 {
                     n += k;
+                    received |= recv;
                     self.dirty_cqs.push(e.send_cq);
                     self.dirty_cqs.push(e.recv_cq);
                 }
@@ -713,7 +728,7 @@ impl Runtime {
         }
         self.nic.active.recycle(items);
         self.flush_cqs(n);
-        n
+        (n, received)
     }
 
     /// Publishes (and wakes, when armed) each CQ written since the last call, once.
