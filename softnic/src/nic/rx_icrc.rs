@@ -197,7 +197,7 @@ impl PreparedCache {
 /// (rxe peers). The same columns give the ICRC under a guessed ID without solving: a
 /// GSO segment's position in its GRO buffer ([`verify_segment`]).
 ///
-/// It also holds the packet path's [`PreparedCache`] ([`IdSolver::prepared`]), used by
+/// It also holds the packet path's [`PreparedCache`] (its `prepared` field), used by
 /// [`verify`] and by the send path, so that one object owns the path's ICRC state.
 #[derive(Debug, Default)]
 pub struct IdSolver {
