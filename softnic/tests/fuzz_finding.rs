@@ -145,18 +145,11 @@ impl FakePeer {
                     Some((g.epsn, Syndrome::Nak(NakCode::PsnSequenceError)))
                 };
                 if let Some((psn, syn)) = reply {
-                    let mut r = PacketRepr::new(BthRepr {
-                        opcode: Opcode::RC_ACKNOWLEDGE,
-                        solicited: false,
-                        mig_req: false,
-                        pad_count: 0,
-                        pkey: 0xFFFF,
-                        fecn: false,
-                        becn: false,
-                        dest_qpn: Qpn::new(g.their_qpn),
-                        ack_req: false,
-                        psn: Psn::new(psn),
-                    });
+                    let mut r = PacketRepr::new(BthRepr::new(
+                        Opcode::RC_ACKNOWLEDGE,
+                        Qpn::new(g.their_qpn),
+                        Psn::new(psn),
+                    ));
                     r.aeth = Some(AethRepr {
                         syndrome: syn,
                         msn: Msn::new(0),

@@ -34,16 +34,9 @@ fn forged_write(
     payload: &[u8],
 ) -> Vec<u8> {
     let mut repr = PacketRepr::new(BthRepr {
-        opcode: Opcode::RC_RDMA_WRITE_ONLY,
-        solicited: false,
         mig_req: true,
-        pad_count: 0,
-        pkey: 0xFFFF,
-        fecn: false,
-        becn: false,
-        dest_qpn: Qpn::new(qpn),
         ack_req: true,
-        psn: Psn::new(psn),
+        ..BthRepr::new(Opcode::RC_RDMA_WRITE_ONLY, Qpn::new(qpn), Psn::new(psn))
     });
     repr.reth = Some(reth);
     repr.payload_len = payload.len();

@@ -6,16 +6,8 @@ use wire::{BthRepr, IcrcParams, IpParams, Opcode, PacketRepr, Psn, Qpn, RethRepr
 
 fn packet(payload_len: usize, params: &IcrcParams) -> Vec<u8> {
     let mut r = PacketRepr::new(BthRepr {
-        opcode: Opcode::RC_RDMA_WRITE_ONLY,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        pkey: 0xFFFF,
-        fecn: false,
-        becn: false,
-        dest_qpn: Qpn::new(0x11),
         ack_req: true,
-        psn: Psn::new(1),
+        ..BthRepr::new(Opcode::RC_RDMA_WRITE_ONLY, Qpn::new(0x11), Psn::new(1))
     });
     r.reth = Some(RethRepr {
         va: 0x1000,

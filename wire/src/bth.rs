@@ -149,6 +149,26 @@ pub struct BthRepr {
 }
 
 impl BthRepr {
+    /// A BTH for `opcode` to `dest_qpn` at `psn`, every other field at the value most
+    /// packets carry: not solicited, MigReq clear, no pad, the default P_Key
+    /// ([`DEFAULT_PKEY`], IBTA 10.9.1.2), no congestion marks, AckReq clear. A sender sets
+    /// what differs with struct update syntax (`BthRepr { ack_req: true,
+    /// ..BthRepr::new(..) }`), so each call site names only what it decides.
+    pub const fn new(opcode: Opcode, dest_qpn: Qpn, psn: Psn) -> Self {
+        BthRepr {
+            opcode,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: DEFAULT_PKEY,
+            fecn: false,
+            becn: false,
+            dest_qpn,
+            ack_req: false,
+            psn,
+        }
+    }
+
     /// Parses a BTH view. Rejects a non-zero TVer (IBTA 9.2.1 requires 0); reserved bits
     /// are ignored on receive, as IBTA's reserved-field rule (1.5.3) asks.
     pub fn parse<T: AsRef<[u8]>>(v: &Bth<T>) -> Result<Self> {

@@ -2,7 +2,7 @@
 //! BECN set and PSN 0, followed by 16 reserved bytes and the ICRC. A notification point
 //! sends it to the source QP of a packet that arrived ECN-marked (CE).
 
-use crate::bth::{BthRepr, DEFAULT_PKEY};
+use crate::bth::BthRepr;
 use crate::opcode::Opcode;
 use crate::types::{Psn, Qpn};
 
@@ -13,15 +13,7 @@ pub const BODY_LEN: usize = 16;
 /// the ICRC tests): BECN set, PSN 0, P_Key 0xFFFF, no AckReq.
 pub const fn bth(dest_qpn: Qpn) -> BthRepr {
     BthRepr {
-        opcode: Opcode::CNP,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        pkey: DEFAULT_PKEY,
-        fecn: false,
         becn: true,
-        dest_qpn,
-        ack_req: false,
-        psn: Psn::ZERO,
+        ..BthRepr::new(Opcode::CNP, dest_qpn, Psn::ZERO)
     }
 }

@@ -395,16 +395,8 @@ mod tests {
 
     fn bth(op: u8) -> BthRepr {
         BthRepr {
-            opcode: Opcode(op),
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: 0xFFFF,
-            fecn: false,
-            becn: false,
-            dest_qpn: Qpn::new(0x11),
             ack_req: true,
-            psn: Psn::new(100),
+            ..BthRepr::new(Opcode(op), Qpn::new(0x11), Psn::new(100))
         }
     }
 

@@ -175,16 +175,8 @@ mod tests {
         use wire::frame::{emit_ethernet, FrameParams};
         use wire::{BthRepr, IcrcParams, IpParams, Opcode, PacketRepr, Psn, Qpn};
         let mut p = PacketRepr::new(BthRepr {
-            opcode: Opcode::RC_SEND_ONLY,
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: 0xFFFF,
-            fecn: false,
-            becn: false,
-            dest_qpn: Qpn::new(0x11),
             ack_req: true,
-            psn: Psn::new(7),
+            ..BthRepr::new(Opcode::RC_SEND_ONLY, Qpn::new(0x11), Psn::new(7))
         });
         p.payload_len = payload.len();
         let mut roce = vec![0u8; p.total_len().unwrap()];

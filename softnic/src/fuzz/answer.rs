@@ -156,16 +156,8 @@ mod tests {
 
     fn packet(op: u8, psn: u32, ack_req: bool, syndrome: Option<u8>) -> Vec<u8> {
         let mut r = PacketRepr::new(BthRepr {
-            opcode: Opcode(op),
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: 0xFFFF,
-            fecn: false,
-            becn: false,
-            dest_qpn: Qpn::new(0x42),
             ack_req,
-            psn: Psn::new(psn),
+            ..BthRepr::new(Opcode(op), Qpn::new(0x42), Psn::new(psn))
         });
         r.aeth = syndrome.map(|s| AethRepr {
             syndrome: Syndrome::from_u8(s),

@@ -171,16 +171,8 @@ fn request(
     payload: &[u8],
 ) -> Pkt {
     let mut r = PacketRepr::new(BthRepr {
-        opcode: op,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        pkey: 0xFFFF,
-        fecn: false,
-        becn: false,
-        dest_qpn: Qpn::new(qpn),
         ack_req: true,
-        psn: Psn::new(psn),
+        ..BthRepr::new(op, Qpn::new(qpn), Psn::new(psn))
     });
     r.reth = reth;
     r.atomic_eth = atomic_eth;
@@ -264,18 +256,11 @@ impl Fuzzer {
     /// instead of retrying until its QP fails).
     fn ack_peer(&mut self, s: &mut Session, psn: u32) {
         s.msn = s.msn.wrapping_add(1);
-        let mut r = PacketRepr::new(BthRepr {
-            opcode: Opcode::RC_ACKNOWLEDGE,
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: 0xFFFF,
-            fecn: false,
-            becn: false,
-            dest_qpn: Qpn::new(s.conn.ctx.peer_qpn),
-            ack_req: false,
-            psn: Psn::new(psn),
-        });
+        let mut r = PacketRepr::new(BthRepr::new(
+            Opcode::RC_ACKNOWLEDGE,
+            Qpn::new(s.conn.ctx.peer_qpn),
+            Psn::new(psn),
+        ));
         r.aeth = Some(AethRepr {
             syndrome: Syndrome::Ack { credits: 0x1F },
             msn: Msn::new(s.msn),

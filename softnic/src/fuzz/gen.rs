@@ -97,16 +97,10 @@ impl Fields {
 /// short payload: what a parser sees when the opcode table has no row.
 fn build(op: Opcode, f: &Fields, rng: &mut SplitMix64) -> Pkt {
     let bth = BthRepr {
-        opcode: op,
         solicited: f.solicited,
-        mig_req: false,
-        pad_count: 0,
         pkey: f.pkey,
-        fecn: false,
-        becn: false,
-        dest_qpn: Qpn::new(f.qpn),
         ack_req: f.ack_req,
-        psn: Psn::new(f.psn),
+        ..BthRepr::new(op, Qpn::new(f.qpn), Psn::new(f.psn))
     };
     let mut r = PacketRepr::new(bth);
     let Some(info) = op.info() else {

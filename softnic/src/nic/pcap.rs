@@ -140,16 +140,8 @@ mod tests {
         let repr = PacketRepr {
             payload_len: 5,
             ..PacketRepr::new(BthRepr {
-                opcode: Opcode(0x04),
-                solicited: false,
-                mig_req: false,
-                pad_count: 0,
-                pkey: 0xFFFF,
-                fecn: false,
-                becn: false,
-                dest_qpn: Qpn::new(0x11),
                 ack_req: true,
-                psn: Psn::new(7),
+                ..BthRepr::new(Opcode(0x04), Qpn::new(0x11), Psn::new(7))
             })
         };
         let mut roce = [0u8; 64];

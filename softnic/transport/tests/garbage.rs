@@ -151,16 +151,11 @@ fn build(j: &Junk, v: &Victim, base_psn: u32) -> Option<Vec<u8>> {
         _ => j.va_off.wrapping_mul(0x1_0001),
     };
     let mut r = PacketRepr::new(BthRepr {
-        opcode: row.opcode,
         solicited: j.solicited,
         mig_req: true,
-        pad_count: 0,
         pkey: j.pkey,
-        fecn: false,
-        becn: false,
-        dest_qpn: Qpn::new(0x11),
         ack_req: j.ack_req,
-        psn: Psn::new(psn),
+        ..BthRepr::new(row.opcode, Qpn::new(0x11), Psn::new(psn))
     });
     for h in row.headers {
         match h {

@@ -45,16 +45,8 @@ impl NicCm {
 /// from source QP 1.
 pub fn gsi_send(psn: wire::Psn, qkey: u32, len: usize) -> PacketRepr {
     let mut repr = PacketRepr::new(BthRepr {
-        opcode: Opcode::UD_SEND_ONLY,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        pkey: 0xFFFF,
-        fecn: false,
-        becn: false,
-        dest_qpn: Qpn::GSI,
         ack_req: true,
-        psn,
+        ..BthRepr::new(Opcode::UD_SEND_ONLY, Qpn::GSI, psn)
     });
     repr.deth = Some(DethRepr {
         qkey,

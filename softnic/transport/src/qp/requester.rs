@@ -19,7 +19,6 @@
 
 use std::collections::VecDeque;
 
-use wire::bth::DEFAULT_PKEY;
 use wire::{
     AtomicEthRepr, BthRepr, DethRepr, Header, IethRepr, ImmDtRepr, Opcode, Operation, PacketRepr,
     Position, Psn, Qpn, RethRepr,
@@ -411,17 +410,11 @@ impl Qp {
             None => self.attrs.dest_qpn,
         };
         let mut repr = PacketRepr::new(BthRepr {
-            opcode,
             solicited: e.wr.solicited && pos.ends(),
             // Linux rxe sets MigReq on every packet (APM state "migrated").
             mig_req: true,
-            pad_count: 0,
-            pkey: DEFAULT_PKEY,
-            fecn: false,
-            becn: false,
-            dest_qpn: Qpn::new(dest_qpn),
             ack_req,
-            psn,
+            ..BthRepr::new(opcode, Qpn::new(dest_qpn), psn)
         });
         match e.kind {
             Kind::Write if pos.starts() => {

@@ -1,7 +1,6 @@
 //! The responder's output: the response queue (ACK, NAK, READ response, atomic ACK),
 //! duplicate handling, the error table applied, and packet emission.
 
-use wire::bth::DEFAULT_PKEY;
 use wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, NakCode, Opcode, OpcodeInfo, Operation, PacketRepr,
     ParsedPacket, Position, Psn, Qpn, Syndrome, Transport,
@@ -175,16 +174,8 @@ impl Qp {
         let dest = self.attrs.remote?;
         let front = *self.resp.responses.front()?;
         let mut bth = BthRepr {
-            opcode: Opcode(0),
-            solicited: false,
             mig_req: true,
-            pad_count: 0,
-            pkey: DEFAULT_PKEY,
-            fecn: false,
-            becn: false,
-            dest_qpn: Qpn::new(self.attrs.dest_qpn),
-            ack_req: false,
-            psn: Psn::ZERO,
+            ..BthRepr::new(Opcode(0), Qpn::new(self.attrs.dest_qpn), Psn::ZERO)
         };
         let src_port = self.src_port(self.attrs.dest_qpn);
         let t = |len| Transmit {

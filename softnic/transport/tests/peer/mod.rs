@@ -9,7 +9,6 @@ use softnic_transport::memory::{Access, AtomicOp, MemError, Memory};
 use softnic_transport::qp::Qp;
 use softnic_transport::testing::Node;
 use softnic_transport::time::Instant;
-use wire::bth::DEFAULT_PKEY;
 use wire::{AethRepr, BthRepr, Msn, Opcode, PacketRepr, Psn, Qpn, RethRepr, Syndrome};
 
 /// Hands `repr` (+ `payload`) to `qp` as if it came from `from`.
@@ -72,16 +71,8 @@ pub fn counter(qp: &Qp, name: &str) -> u64 {
 /// A packet with only a BTH.
 pub fn packet(opcode: Opcode, dest_qpn: u32, psn: u32) -> PacketRepr {
     PacketRepr::new(BthRepr {
-        opcode,
-        solicited: false,
         mig_req: true,
-        pad_count: 0,
-        pkey: DEFAULT_PKEY,
-        fecn: false,
-        becn: false,
-        dest_qpn: Qpn::new(dest_qpn),
-        ack_req: false,
-        psn: Psn::new(psn),
+        ..BthRepr::new(opcode, Qpn::new(dest_qpn), Psn::new(psn))
     })
 }
 
