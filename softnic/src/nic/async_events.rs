@@ -32,11 +32,12 @@
 //! client cannot reach (an eventfd passed over `SCM_RIGHTS` would be one open file, and
 //! its receiver could clear `O_NONBLOCK` under the NIC's writes).
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use softnic_transport::qp::QpEvent;
 use softnic_transport::srq::SrqEvent;
 use verbs_api::abi::control::{AsyncEvent, ErrorCode, Handle, Reply, Response};
+use verbs_api::os::SignalPipe;
 
 use super::counters::NicCounters;
 use super::memory::KeyMap;
@@ -64,7 +65,7 @@ pub struct EventList {
     next: u64,
     /// (read end, write end): the read end is kept to hand out again, and so that a
     /// client closing its copy never turns a write into EPIPE.
-    pipe: Option<(OwnedFd, OwnedFd)>,
+    pipe: Option<SignalPipe>,
 }
 
 impl EventList {
@@ -117,21 +118,21 @@ impl EventList {
     /// something is listed already).
     pub fn channel(&mut self) -> std::io::Result<OwnedFd> {
         if self.pipe.is_none() {
-            self.pipe = Some(verbs_api::os::pipe()?);
+            self.pipe = Some(SignalPipe::new()?);
             if !self.is_empty() {
                 self.signal();
             }
         }
         match &self.pipe {
-            Some((read, _)) => read.try_clone(),
+            Some(p) => p.reader(),
             None => Err(std::io::ErrorKind::NotFound.into()),
         }
     }
 
     fn signal(&self) {
-        if let Some((_, write)) = &self.pipe {
+        if let Some(p) = &self.pipe {
             // Never blocks (the NIC's own non-blocking end); a full pipe is skipped.
-            let _ = verbs_api::os::pipe_signal(write.as_fd());
+            let _ = p.signal();
         }
     }
 }
