@@ -26,6 +26,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant as WallClock;
 
+#[path = "common/cpu.rs"]
+mod cpu;
+use cpu::thread_cpu_ns;
+
 use memmap2::{MmapMut, MmapRaw};
 use softnic::nic::cq::cqe_of;
 use softnic::nic::runtime::tx_params;
@@ -161,15 +165,6 @@ fn pair(msg: usize, depth: usize) -> (Side, Side) {
     let a = side(0x11, 0x22, aa, ba, 5000, 100);
     let b = side(0x22, 0x11, ba, aa, 100, 5000);
     (a, b)
-}
-
-/// Nanoseconds this thread has run on a CPU (the first field of
-/// `/proc/thread-self/schedstat`, the scheduler's `sum_exec_runtime`).
-fn thread_cpu_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .expect("/proc/thread-self/schedstat")
 }
 
 /// Best seconds per message, by CPU time and by wall-clock time.

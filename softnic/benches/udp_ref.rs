@@ -21,6 +21,10 @@ use std::time::{Duration, Instant};
 
 use softnic::nic::udp::{Offloads, PacketIo, RecvBatch, SendOutcome, UdpIo};
 
+#[path = "common/cpu.rs"]
+mod cpu;
+use cpu::thread_cpu_ns;
+
 /// A 4096-byte-MTU RDMA WRITE Middle packet as the NIC sends it: BTH 12 + payload 4096 +
 /// ICRC 4.
 const SEG_4K: usize = 12 + 4096 + 4;
@@ -64,16 +68,6 @@ fn receiver(mut rx: UdpIo, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u6
         }
         (n, bytes)
     })
-}
-
-/// Nanoseconds this thread has run on a CPU (`/proc/thread-self/schedstat`): unlike
-/// wall time, barely moved by other load on the machine.
-fn thread_cpu_ns() -> u64 {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").expect("schedstat");
-    s.split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .expect("schedstat")
 }
 
 /// What a stream measured: datagrams and bytes received, wall seconds, and the
@@ -150,9 +144,16 @@ fn gso(secs: f64) {
 /// First packet and one Middle go in one `sendmsg` ([4128, 4112]) and the other 13
 /// Middles and the Last in a second one (14 × 4112). Reported as RDMA payload
 /// (65,536 bytes per 16 datagrams received), the measure `softnic perf write_bw` gives.
+/// The two sends of one 64 KiB WRITE: [First, Middle], then the other 14 packets.
+fn write64k_bufs() -> (Vec<u8>, Vec<u8>) {
+    (
+        vec![0x5a; FIRST_4K + SEG_4K],
+        vec![0x5a; SEG_4K * (WRITE_64K_PACKETS - 2)],
+    )
+}
+
 fn write64k(secs: f64) {
-    let first_run = vec![0x5a; FIRST_4K + SEG_4K];
-    let rest = vec![0x5a; SEG_4K * (WRITE_64K_PACKETS - 2)];
+    let (first_run, rest) = write64k_bufs();
     let r = stream(secs, BOTH, &[(&first_run, FIRST_4K), (&rest, SEG_4K)]);
     print_write64k("pattern", &r);
 }
@@ -168,7 +169,7 @@ fn gso_cmsg(seg: u16) -> [u8; 24] {
     let mut c = [0u8; 24];
     c[..8].copy_from_slice(&18u64.to_ne_bytes()); // cmsg_len = CMSG_LEN(2)
     c[8..12].copy_from_slice(&libc::SOL_UDP.to_ne_bytes());
-    c[12..16].copy_from_slice(&103i32.to_ne_bytes()); // UDP_SEGMENT
+    c[12..16].copy_from_slice(&softnic::nic::udp::UDP_SEGMENT.to_ne_bytes());
     c[16..18].copy_from_slice(&seg.to_ne_bytes());
     c
 }
@@ -184,10 +185,10 @@ fn write64k_connected(secs: f64) {
     let h = receiver(rx, stop.clone());
     let tx =
         socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).expect("socket");
-    tx.set_send_buffer_size(4 << 20).expect("SO_SNDBUF");
+    tx.set_send_buffer_size(softnic::nic::udp::SOCKET_BUFFER)
+        .expect("SO_SNDBUF");
     tx.connect(&dest.into()).expect("connect");
-    let first_run = vec![0x5a; FIRST_4K + SEG_4K];
-    let rest = vec![0x5a; SEG_4K * (WRITE_64K_PACKETS - 2)];
+    let (first_run, rest) = write64k_bufs();
     let sends = [
         (&first_run[..], gso_cmsg(FIRST_4K as u16)),
         (&rest[..], gso_cmsg(SEG_4K as u16)),

@@ -50,12 +50,13 @@ pub const GSO_MAX_SEGMENTS: usize = 16;
 /// down a little for safety.
 pub const GSO_MAX_BYTES: usize = 65_000;
 
-/// `UDP_SEGMENT` and `SOL_UDP` from `linux/udp.h` (cmsg carrying the GSO segment size).
-const UDP_SEGMENT: libc::c_int = 103;
+/// `UDP_SEGMENT` and `SOL_UDP` from `linux/udp.h` (cmsg carrying the GSO segment size;
+/// the libc crate defines `UDP_SEGMENT` only for uclibc and Android).
+pub const UDP_SEGMENT: libc::c_int = 103;
 const SOL_UDP: libc::c_int = 17;
 
 /// Socket buffer size requested (capped by `net.core.{r,w}mem_max`).
-const SOCKET_BUFFER: usize = 4 << 20;
+pub const SOCKET_BUFFER: usize = 4 << 20;
 
 /// What happened to a datagram handed to [`PacketIo::send`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
