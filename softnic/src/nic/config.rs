@@ -255,6 +255,12 @@ impl FaultConfig {
             && self.delay.is_zero()
             && self.drop_cm.is_none()
     }
+
+    /// True when every configured fault can be decided packet by packet as packets join
+    /// a GSO run: loss, corruption and `--drop-cm` only (no packet is doubled or held).
+    pub fn fits_runs(&self) -> bool {
+        self.duplicate == 0.0 && self.reorder == 0.0 && self.delay.is_zero()
+    }
 }
 
 /// A validated NIC configuration.

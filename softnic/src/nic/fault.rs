@@ -135,10 +135,10 @@ impl FaultInjector {
         self.cfg.is_none()
     }
 
-    /// True when every configured fault can be decided packet by packet as packets join
-    /// a GSO run: loss, corruption and `--drop-cm` only (no packet is doubled or held).
+    /// True when every configured fault can be decided as packets join a GSO run
+    /// ([`FaultConfig::fits_runs`]).
     pub fn fits_runs(&self) -> bool {
-        self.cfg.duplicate == 0.0 && self.cfg.reorder == 0.0 && self.cfg.delay.is_zero()
+        self.cfg.fits_runs()
     }
 
     /// Stages 0–1: whether `pkt` (a UDP payload, BTH … ICRC; the ICRC need not be filled

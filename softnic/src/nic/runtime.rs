@@ -857,7 +857,7 @@ fn log_offloads(cfg: &Config, got: Offloads) {
     if cfg.offloads.gro && !got.gro {
         tracing::warn!("the kernel refused UDP_GRO: one datagram per receive slot");
     }
-    if got.gso && !FaultInjector::new(cfg.fault).fits_runs() {
+    if got.gso && !cfg.fault.fits_runs() {
         tracing::info!("fault injection: packets are sent one by one, GSO unused");
     }
 }
@@ -942,11 +942,13 @@ fn rx_one(
                     e.qp.handle_packet_srq(now, peer, &pkt, &mut nic.mrs, &mut s.srq);
                     // A WQE the packet took frees its ring slot (before this
                     // iteration's completions are written: no walk over every SRQ).
-                    s.release_slots();
                     if s.backlog() {
                         // The pool was full with entries left in the ring; this packet
-                        // may have taken a WQE: top it up (the doorbell is spent).
+                        // may have taken a WQE: top it up (the doorbell is spent). The
+                        // drain releases the slots as it ends.
                         s.drain_ring(c);
+                    } else {
+                        s.release_slots();
                     }
                 }
                 None => {
