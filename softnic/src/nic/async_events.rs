@@ -63,8 +63,8 @@ pub struct EventList {
     qps: KeyMap<u64>,
     srqs: KeyMap<u64>,
     next: u64,
-    /// (read end, write end): the read end is kept to hand out again, and so that a
-    /// client closing its copy never turns a write into EPIPE.
+    /// The readiness pipe, made on first use. The NIC keeps the read end too, to hand
+    /// out again, and so that a client closing its copy never turns a write into EPIPE.
     pipe: Option<SignalPipe>,
 }
 
@@ -117,22 +117,22 @@ impl EventList {
     /// The read end of the readiness pipe (made on first use; readable at once if
     /// something is listed already).
     pub fn channel(&mut self) -> std::io::Result<OwnedFd> {
-        if self.pipe.is_none() {
-            self.pipe = Some(SignalPipe::new()?);
-            if !self.is_empty() {
-                self.signal();
+        let pipe = match self.pipe.take() {
+            Some(p) => p,
+            None => {
+                let p = SignalPipe::new()?;
+                if !self.is_empty() {
+                    p.notify();
+                }
+                p
             }
-        }
-        match &self.pipe {
-            Some(p) => p.reader(),
-            None => Err(std::io::ErrorKind::NotFound.into()),
-        }
+        };
+        self.pipe.insert(pipe).reader()
     }
 
     fn signal(&self) {
         if let Some(p) = &self.pipe {
-            // Never blocks (the NIC's own non-blocking end); a full pipe is skipped.
-            let _ = p.signal();
+            p.notify();
         }
     }
 }

@@ -175,8 +175,7 @@ impl CompletionQueue {
         }
         self.dirty = false;
         if self.ring.publish_and_take(CQ_ARMED) {
-            // Never blocks (the NIC's own non-blocking end); a full pipe is skipped.
-            let _ = self.event.signal();
+            self.event.notify();
             return true;
         }
         false

@@ -377,6 +377,13 @@ impl SignalPipe {
     pub fn signal(&self) -> io::Result<()> {
         pipe_signal(self.write.as_fd())
     }
+
+    /// [`SignalPipe::signal`] for a signaller with no one to report a failure to (the
+    /// NIC): never blocks (its own non-blocking write end), a full pipe is skipped, and
+    /// any other error is dropped — the reader then simply is not woken.
+    pub fn notify(&self) {
+        let _ = self.signal();
+    }
 }
 
 /// Writes one byte to the non-blocking write end of a pipe. A full pipe is not an

@@ -174,8 +174,7 @@ impl NicCm {
             return;
         }
         if ch.queue.is_empty() {
-            // Never blocks (the NIC's own non-blocking end); a full pipe is skipped.
-            let _ = ch.pipe.signal();
+            ch.pipe.notify();
         }
         ch.queue.push_back(m);
     }

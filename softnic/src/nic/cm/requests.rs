@@ -203,11 +203,9 @@ impl Nic {
                 ));
             }
             CmRequest::OpenChannel => {
-                let pipe = SignalPipe::new()
-                    .map_err(|e| fail(ErrorCode::NoResources, format!("CM event pipe: {e}")))?;
-                let reader = pipe
-                    .reader()
-                    .map_err(|e| fail(ErrorCode::NoResources, format!("CM event pipe: {e}")))?;
+                let no_pipe = |e| fail(ErrorCode::NoResources, format!("CM event pipe: {e}"));
+                let pipe = SignalPipe::new().map_err(no_pipe)?;
+                let reader = pipe.reader().map_err(no_pipe)?;
                 let h = self.cm.channel_handle();
                 self.cm.channels.insert(
                     h,
