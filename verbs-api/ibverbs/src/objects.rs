@@ -13,7 +13,7 @@
 //! another, of this process (`verbs_api::CompletionQueue::raise_event`).
 
 use std::ffi::{c_int, c_void};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
@@ -163,13 +163,11 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
     if context.is_null() {
         return errno::null(libc::EINVAL);
     }
-    // SAFETY: plain syscall; the descriptor is owned below.
-    let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    if fd < 0 {
-        return errno::null(last_errno());
-    }
-    // SAFETY: fresh descriptor.
-    let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
+    let epoll = match verbs_api::os::epoll() {
+        Ok(ep) => ep,
+        Err(e) => return errno::null(e.raw_os_error().unwrap_or(libc::EIO)),
+    };
+    let fd = epoll.as_raw_fd();
     let b = Box::new(SoftnicChannel {
         ch: ibv_comp_channel {
             context,
@@ -252,7 +250,6 @@ pub(crate) unsafe fn create_cq(
     pub_cq.cq_context = cq_context;
     pub_cq.handle = api.handle();
     pub_cq.cqe = capacity.min(c_int::MAX as u32) as c_int;
-    let event_fd = api.event_fd().as_raw_fd();
     // SAFETY: ibv_cq_ex is an ibv_cq, integers and Option<fn>s: all-zero is valid.
     let mut cqx: ibv_cq_ex = unsafe { std::mem::zeroed() };
     cqx.cq_base = pub_cq;
@@ -279,14 +276,14 @@ pub(crate) unsafe fn create_cq(
         );
     }
     if !channel.is_null() {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: b as u64,
+        // SAFETY: channel is a live SoftnicChannel (caller contract); b is the fresh box.
+        let (ep, cq) = unsafe { (&(*(channel as *mut SoftnicChannel)).epoll, &*b) };
+        let added = {
+            let api = cq.api.lock().unwrap_or_else(|e| e.into_inner());
+            verbs_api::os::epoll_add(ep.as_fd(), api.event_fd(), b as u64)
         };
-        // SAFETY: channel is a live SoftnicChannel (caller contract); ev is valid.
-        let rc = unsafe { libc::epoll_ctl((*channel).fd, libc::EPOLL_CTL_ADD, event_fd, &mut ev) };
-        if rc != 0 {
-            let e = last_errno();
+        if let Err(e) = added {
+            let e = e.raw_os_error().unwrap_or(libc::EIO);
             // SAFETY: reverses the Box::into_raw above; nothing else saw it.
             drop(unsafe { Box::from_raw(b) });
             return errno::null(e);
