@@ -229,15 +229,16 @@ impl IdSolver {
         Ok(())
     }
 
-    fn columns(&mut self, p0: &IcrcParams, roce: &[u8], base: u32) -> Option<Columns> {
-        match self.recent {
-            Some((len, c)) if len == roce.len() => Some(c),
-            _ => {
-                let c = self.columns_uncached(p0, roce, base)?;
-                self.recent = Some((roce.len(), c));
-                Some(c)
-            }
+    /// The ICRC change each IPv4 ID bit makes to a datagram of `roce.len()` bytes
+    /// (`base` = its ICRC under ID 0), by reference: looked up for every GSO segment
+    /// whose ICRC does not match under ID 0.
+    fn columns(&mut self, p0: &IcrcParams, roce: &[u8], base: u32) -> Option<&Columns> {
+        let len = roce.len();
+        if self.recent.as_ref().is_none_or(|(l, _)| *l != len) {
+            let c = self.columns_uncached(p0, roce, base)?;
+            self.recent = Some((len, c));
         }
+        self.recent.as_ref().map(|(_, c)| c)
     }
 
     fn columns_uncached(&mut self, p0: &IcrcParams, roce: &[u8], base: u32) -> Option<Columns> {
@@ -283,27 +284,6 @@ impl IdSolver {
         self.cache.insert(roce.len(), c);
         Some(c)
     }
-
-    /// The non-zero ID under which the ICRC of `roce` matches, given `base` = its ICRC
-    /// computed with ID 0 under `p0` and `carried` = the ICRC it carries: `guess` if it
-    /// matches (full 32-bit check, [`IcrcPath::Ipv4Segment`]), else the solved one
-    /// (16-bit check, [`IcrcPath::Ipv4Solved`]).
-    fn solve(
-        &mut self,
-        p0: &IcrcParams,
-        roce: &[u8],
-        base: u32,
-        carried: u32,
-        guess: u16,
-    ) -> Option<(u16, IcrcPath)> {
-        let c = self.columns(p0, roce, base)?;
-        let diff = base ^ carried;
-        if guess != 0 && c.of(guess) == diff {
-            return Some((guess, IcrcPath::Ipv4Segment));
-        }
-        let (rest, id) = c.basis.reduce(diff, 0);
-        (rest == 0).then_some((id, IcrcPath::Ipv4Solved))
-    }
 }
 
 /// Verifies the ICRC of `roce` (BTH … ICRC) received on `local` from `peer`. Returns
@@ -342,10 +322,18 @@ pub fn verify_segment(
         return Some((p0, path));
     }
     if let IpParams::V4 { .. } = p0.ip {
-        let guess = u16::try_from(position).unwrap_or(0);
-        if let Some((id, path)) = solver.solve(&p0, roce, base, carried, guess) {
-            return Some((params(local, peer, id)?, path));
-        }
+        // The non-zero ID under which the ICRC matches: the datagram's position if it
+        // does (a full 32-bit check), else the ID solved from the difference (16 bits).
+        let c = solver.columns(&p0, roce, base)?;
+        let diff = base ^ carried;
+        let (id, path) = match u16::try_from(position).ok().filter(|&g| g != 0) {
+            Some(g) if c.of(g) == diff => (g, IcrcPath::Ipv4Segment),
+            _ => match c.basis.reduce(diff, 0) {
+                (0, id) => (id, IcrcPath::Ipv4Solved),
+                _ => return None,
+            },
+        };
+        return Some((params(local, peer, id)?, path));
     }
     None
 }
