@@ -29,17 +29,16 @@ use crate::time::{Duration, Instant};
 /// few round trips, and drops that of a QP idle for longer (at the 100 µs floor: 0.8 ms).
 pub const STALE_RTOS: u32 = 8;
 
-/// Smoothed RTT and its mean deviation (RFC 6298 §2), and when the last sample came.
+/// Smoothed RTT and its mean deviation (RFC 6298 §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct RttEstimate {
     srtt: Duration,
     rttvar: Duration,
-    at: Instant,
 }
 
 impl RttEstimate {
-    /// `prev` updated with the round trip `r` measured at `now` (RFC 6298 §2.2, §2.3).
-    pub fn update(prev: Option<RttEstimate>, r: Duration, now: Instant) -> RttEstimate {
+    /// `prev` updated with the round trip `r` (RFC 6298 §2.2, §2.3).
+    pub fn update(prev: Option<RttEstimate>, r: Duration) -> RttEstimate {
         let (srtt, rttvar) = match prev {
             None => (r, r / 2),
             Some(e) => {
@@ -47,11 +46,7 @@ impl RttEstimate {
                 (e.srtt * 7 / 8 + r / 8, e.rttvar * 3 / 4 + dev / 4)
             }
         };
-        RttEstimate {
-            srtt,
-            rttvar,
-            at: now,
-        }
+        RttEstimate { srtt, rttvar }
     }
 
     /// The timeout it gives: smoothed RTT plus four deviations, at least [`MIN_RTO`].
@@ -59,10 +54,11 @@ impl RttEstimate {
         (self.srtt + self.rttvar * 4).max(MIN_RTO)
     }
 
-    /// True when [`STALE_RTOS`] of its timeouts passed before `now` since the later of
-    /// its last sample and `heard` (the last time its QP heard from the path).
+    /// True when [`STALE_RTOS`] of its timeouts passed before `now` since `heard`, the
+    /// last time its QP heard from the path (a sample only comes with forward progress,
+    /// so `heard` is never older than the last sample).
     pub fn is_stale_since(&self, heard: Instant, now: Instant) -> bool {
-        now.saturating_duration_since(heard.max(self.at)) > self.rto().saturating_mul(STALE_RTOS)
+        now.saturating_duration_since(heard) > self.rto().saturating_mul(STALE_RTOS)
     }
 }
 
@@ -109,7 +105,7 @@ impl PeerRtt {
     /// A QP measured the round trip `r` at `now`.
     pub(super) fn sample(&self, r: Duration, now: Instant) {
         let mut s = self.0.get();
-        s.estimate = Some(RttEstimate::update(s.estimate, r, now));
+        s.estimate = Some(RttEstimate::update(s.estimate, r));
         if now.saturating_duration_since(s.recent.start) >= WINDOW {
             s.recent = Recent {
                 cur: Duration::ZERO,

@@ -170,7 +170,7 @@ impl Rto {
             if acked(psn) {
                 self.sample = None;
                 let r = now.saturating_duration_since(sent);
-                self.own = Some(RttEstimate::update(self.own, r, now));
+                self.own = Some(RttEstimate::update(self.own, r));
                 self.peer.sample(r, now);
             }
         }
@@ -303,16 +303,18 @@ mod tests {
         }
     }
 
-    fn sharing(peer: &PeerRtt) -> Rto {
-        let mut r = Rto::default();
-        r.set_peer(peer.clone());
-        r
+    /// Two QPs to one peer NIC, sharing its estimate.
+    fn sharing_pair() -> (Rto, Rto) {
+        let peer = PeerRtt::new();
+        let (mut a, mut b) = (Rto::default(), Rto::default());
+        a.set_peer(peer.clone());
+        b.set_peer(peer);
+        (a, b)
     }
 
     #[test]
     fn an_idle_qp_times_its_burst_on_the_peers_current_estimate() {
-        let peer = PeerRtt::new();
-        let (mut idle, mut busy) = (sharing(&peer), sharing(&peer));
+        let (mut idle, mut busy) = sharing_pair();
         // A 20 µs sample from a quiet moment...
         feed(&mut idle, 1, Duration::from_micros(20), at(0));
         // ...then the path to that peer fills: other QPs see 5 ms.
@@ -337,8 +339,7 @@ mod tests {
     /// round trip for each tail-loss repair.
     #[test]
     fn progress_without_samples_keeps_the_own_estimate() {
-        let peer = PeerRtt::new();
-        let (mut stalled, mut repairing) = (sharing(&peer), sharing(&peer));
+        let (mut stalled, mut repairing) = sharing_pair();
         feed(&mut stalled, 1, Duration::from_millis(3), at(0));
         feed(&mut repairing, 80, Duration::from_micros(20), at(1_000));
         let base = repairing.rto(at(2_600), LAT);
@@ -356,8 +357,7 @@ mod tests {
 
     #[test]
     fn the_own_estimate_counts_while_fresh_then_gives_way_to_the_peers() {
-        let peer = PeerRtt::new();
-        let (mut slow, mut fast) = (sharing(&peer), sharing(&peer));
+        let (mut slow, mut fast) = sharing_pair();
         // 5 ms: own timeout 15 ms, stale 120 ms later.
         feed(&mut slow, 1, Duration::from_millis(5), at(0));
         feed(&mut fast, 80, Duration::from_micros(20), at(10_000));
