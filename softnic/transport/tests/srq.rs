@@ -326,6 +326,30 @@ fn a_qp_error_flushes_only_the_wqe_it_owns() {
     assert_eq!(p.a.qp.poll_event(), None);
 }
 
+/// The NIC's QP_FATAL comes after the move to Err that raised LAST_WQE_REACHED, yet
+/// is taken first (why the QP entered Err, then what that meant for the SRQ), and no
+/// event is given twice or lost whatever else is raised later.
+#[test]
+fn fatal_is_taken_before_last_wqe_and_each_event_once() {
+    let (mut p, _, _) = srq_pair(rc(256), 4, 7);
+    let now = p.now;
+    let to_err = QpAttr {
+        state: Some(QpState::Err),
+        ..Default::default()
+    };
+    p.b.qp.modify(now, &to_err).unwrap();
+    p.b.qp.raise_fatal();
+    assert!(p.b.qp.has_event());
+    // A second error and a second move to Err add nothing.
+    p.b.qp.raise_fatal();
+    p.b.qp.modify(now, &to_err).unwrap();
+    assert_eq!(p.b.qp.poll_event(), Some(QpEvent::Fatal));
+    p.b.qp.raise_fatal();
+    assert_eq!(p.b.qp.poll_event(), Some(QpEvent::LastWqeReached));
+    assert_eq!(p.b.qp.poll_event(), None);
+    assert!(!p.b.qp.has_event());
+}
+
 #[test]
 fn a_refused_request_gives_the_borrowed_wqe_back() {
     let (mut p, a, b) = srq_pair(rc(1024), 8, 6);

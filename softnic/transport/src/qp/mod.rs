@@ -15,6 +15,7 @@
 //!   PSN assignment, the outstanding window, the AckReq policy, go-back-N rewinds.
 //! * `responder` — the receive pipeline for requests, and the queue of responses.
 //! * `completer` — responses → retired WQEs → completions; retry and RNR counters.
+//! * `events` — the affiliated events raised and not yet taken, and their order.
 //! * `cwnd` — how many request PSNs may be outstanding (halved by each retry).
 //! * `timers` — the retransmission and RNR timers.
 //! * `rto` — when the retransmission timer fires (adaptive, bounded by the Local ACK
@@ -35,6 +36,7 @@
 mod completer;
 mod counters;
 mod cwnd;
+mod events;
 mod peer_rtt;
 mod requester;
 mod responder;
@@ -63,6 +65,7 @@ pub use state::{AttrMask, QpState, QpType, TransitionError};
 pub use ud::synth_grh;
 pub use window::{max_msg_len, MAX_MSG_BYTES};
 
+use events::QpEvents;
 use requester::Requester;
 use responder::Responder;
 use timers::Timers;
@@ -373,8 +376,8 @@ pub struct Qp {
     resp: Responder,
     timers: Timers,
     completions: VecDeque<Completion>,
-    /// At most one event (raised on entering Err, which only Reset leaves).
-    event: Option<QpEvent>,
+    /// Affiliated events raised and not yet taken.
+    events: QpEvents,
     counters: QpCounters,
     /// The last packet sent was a request that went ahead of a queued response
     /// ([`Qp::poll_transmit`]: the response goes next).
@@ -425,7 +428,7 @@ impl Qp {
             resp: Responder::new(caps.max_recv_wr),
             timers: Timers::default(),
             completions: VecDeque::new(),
-            event: None,
+            events: QpEvents::default(),
             counters: QpCounters::default(),
             request_ahead: false,
         }
@@ -647,7 +650,7 @@ impl Qp {
 
     fn enter_error_inner(&mut self, keep_responses: bool) {
         if self.srq.is_some() && self.state != QpState::Err {
-            self.event = Some(QpEvent::LastWqeReached);
+            self.events.raise(QpEvent::LastWqeReached);
         }
         self.state = QpState::Err;
         self.timers.cancel_all();
@@ -925,13 +928,13 @@ impl Qp {
     /// The oldest pending asynchronous event, if any (taken): COMM_EST, then the error
     /// that moved the QP to Err, then LAST_WQE_REACHED.
     pub fn poll_event(&mut self) -> Option<QpEvent> {
-        self.resp.events.pop_front().or_else(|| self.event.take())
+        self.events.poll()
     }
 
     /// Whether [`Qp::poll_event`] has an event to give (the NIC lists the QP for its
     /// client when this turns true; nothing is taken).
     pub fn has_event(&self) -> bool {
-        !self.resp.events.is_empty() || self.event.is_some()
+        self.events.any()
     }
 
     /// The next work completion.

@@ -232,13 +232,6 @@ pub(super) struct Responder {
     pub atomic_cache: AtomicCache,
     /// Recent READs served, for duplicates.
     pub served_reads: ServedReads,
-    /// Affiliated events not yet taken ([`Qp::poll_event`]); at most two, since each
-    /// kind is raised once (`comm_est`, `err_raised`).
-    pub events: VecDeque<QpEvent>,
-    /// COMM_EST was raised.
-    pub comm_est: bool,
-    /// An error event (REQ_ERR, ACCESS_ERR or FATAL) was raised.
-    pub err_raised: bool,
 }
 
 impl Responder {
@@ -252,9 +245,6 @@ impl Responder {
             responses: VecDeque::new(),
             atomic_cache: AtomicCache::default(),
             served_reads: ServedReads::default(),
-            events: VecDeque::new(),
-            comm_est: false,
-            err_raised: false,
         }
     }
 
@@ -328,22 +318,6 @@ fn map_remote(e: MemError) -> RespError {
 }
 
 impl Qp {
-    /// Raises the error event that tells why the QP entered Err (IBTA 11.6.3.2), once
-    /// per QP: later errors of a QP already in Err add nothing.
-    pub(super) fn raise_error_event(&mut self, ev: QpEvent) {
-        if !self.resp.err_raised {
-            self.resp.err_raised = true;
-            self.resp.events.push_back(ev);
-        }
-    }
-
-    /// IBV_EVENT_QP_FATAL: the NIC moved this QP to Err for a local catastrophic
-    /// reason the transport cannot see (its client's ring is corrupt, its CQ overran).
-    /// Call after moving it to Err; raised once, and not after another error event.
-    pub fn raise_fatal(&mut self) {
-        self.raise_error_event(QpEvent::Fatal);
-    }
-
     /// A request packet (state already checked).
     pub(super) fn handle_request(
         &mut self,
@@ -356,9 +330,8 @@ impl Qp {
         // IBTA 11.6.3.1: the first packet an RC/UC QP receives in RTR establishes
         // communication (a QP whose peer sends before the CM's RTU arrives learns it
         // here). A QP already in RTS raises nothing, as rdmavt does.
-        if self.state == QpState::Rtr && self.qp_type != QpType::Ud && !self.resp.comm_est {
-            self.resp.comm_est = true;
-            self.resp.events.push_back(QpEvent::CommEst);
+        if self.state == QpState::Rtr && self.qp_type != QpType::Ud {
+            self.events.raise(QpEvent::CommEst);
         }
         match self.qp_type {
             QpType::Rc => self.handle_rc_request(pkt, info, mem),
