@@ -135,13 +135,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 fn watch(api: &Context, fd: &OwnedFd, s: &Shared, stop: &OwnedFd) {
     let ready = api.async_event_channel().ok();
     loop {
-        let woke = match &ready {
-            Some(r) => os::wait_any_readable(&[stop.as_fd(), r.as_fd()], None),
-            None => os::wait_any_readable(&[stop.as_fd()], Some(POLL_INTERVAL)),
+        let stopped = match &ready {
+            Some(r) => os::wait_any_readable([stop.as_fd(), r.as_fd()], None).map(|[s, _]| s),
+            None => os::wait_readable(stop.as_fd(), Some(POLL_INTERVAL)),
         };
-        match woke.as_deref() {
-            Ok([false, ..]) => {}
-            _ => return, // stopped, or poll(2) failed
+        if stopped.unwrap_or(true) {
+            return; // stopped, or poll(2) failed
         }
         // Empty the pipe before asking: an event the NIC notices after the answer
         // writes it again. End of file: the NIC is gone.

@@ -286,25 +286,25 @@ pub fn eventfd_drain(fd: BorrowedFd<'_>) -> io::Result<u64> {
 /// Blocks until `fd` is readable or `timeout` passes (`None` = forever). Returns
 /// whether it became readable. EINTR is retried with the remaining time.
 pub fn wait_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bool> {
-    Ok(wait_any_readable(&[fd], timeout)?.first() == Some(&true))
+    let [ready] = wait_any_readable([fd], timeout)?;
+    Ok(ready)
 }
 
 /// Blocks until one of `fds` is readable (or its peer end is closed, which also makes
 /// a read return at once) or `timeout` passes (`None` = forever). Returns, per fd,
 /// whether it is; all false on timeout. EINTR is retried with the remaining time.
-pub fn wait_any_readable(
-    fds: &[BorrowedFd<'_>],
+/// Arrays in and out, so that a wait allocates nothing (a client's watcher waits in a
+/// loop).
+pub fn wait_any_readable<const N: usize>(
+    fds: [BorrowedFd<'_>; N],
     timeout: Option<Duration>,
-) -> io::Result<Vec<bool>> {
+) -> io::Result<[bool; N]> {
     let deadline = timeout.map(|t| Instant::now() + t);
-    let mut pfds: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|fd| libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
+    let mut pfds = fds.map(|fd| libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    });
     loop {
         let ms: libc::c_int = match deadline {
             None => -1,
@@ -325,10 +325,10 @@ pub fn wait_any_readable(
             return Err(e);
         }
         if r > 0 {
-            return Ok(pfds.iter().map(|p| p.revents != 0).collect());
+            return Ok(pfds.map(|p| p.revents != 0));
         }
         if ms >= 0 && deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(vec![false; pfds.len()]);
+            return Ok([false; N]);
         }
     }
 }
@@ -832,8 +832,8 @@ mod tests {
     #[test]
     fn a_pipe_reader_cannot_make_the_writer_block() {
         let (r, w) = pipe().unwrap();
-        let none = wait_any_readable(&[r.as_fd(), w.as_fd()], Some(Duration::ZERO)).unwrap();
-        assert_eq!(none, vec![false, false]);
+        let none = wait_any_readable([r.as_fd(), w.as_fd()], Some(Duration::ZERO)).unwrap();
+        assert_eq!(none, [false, false]);
         // The reader clears O_NONBLOCK on its end and never reads: the writer's end
         // keeps its own flag, so signalling past the pipe's capacity never blocks.
         set_nonblocking(r.as_fd(), false).unwrap();
@@ -843,8 +843,8 @@ mod tests {
         }
         set_nonblocking(r.as_fd(), true).unwrap();
         let e = eventfd().unwrap();
-        let ready = wait_any_readable(&[e.as_fd(), r.as_fd()], None).unwrap();
-        assert_eq!(ready, vec![false, true]);
+        let ready = wait_any_readable([e.as_fd(), r.as_fd()], None).unwrap();
+        assert_eq!(ready, [false, true]);
         assert!(pipe_drain(r.as_fd()).unwrap(), "write end open");
         assert!(!wait_readable(r.as_fd(), Some(Duration::ZERO)).unwrap());
         drop(w);
