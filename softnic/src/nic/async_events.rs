@@ -7,12 +7,15 @@
 //! [`EventList`]:
 //! * the runtime's completion pass over the active QPs ([`note_qp`], after the QP's
 //!   completions were delivered, since a CQ overrun or a corrupt CQ raises QP_FATAL
-//!   there; it also looks at the QP's SRQ, where a packet it took a WQE for may have
-//!   raised the limit event). Everything else that can raise a QP event makes the QP
-//!   active: a received packet (COMM_EST, the responder errors), a timer, a ring drain
-//!   that finds a bad entry or a corrupt ring (QP_FATAL), a move to ERR
-//!   (LAST_WQE_REACHED);
+//!   there). Everything else that can raise a QP event makes the QP active: a received
+//!   packet (COMM_EST, the responder errors), a timer, a ring drain that finds a bad
+//!   entry or a corrupt ring (QP_FATAL), a move to ERR (LAST_WQE_REACHED);
 //! * the drain of a rung SRQ ring ([`note_srq`]: a bad entry puts the SRQ in error);
+//! * a received packet for a QP on an SRQ ([`note_srq`] in the runtime's `rx_one`,
+//!   which has the SRQ in hand): the WQE the packet took may have crossed the SRQ's
+//!   limit, and the refill before it may have found a bad entry. The SRQ is then
+//!   listed before its QP's events of the same packet (COMM_EST), which the completion
+//!   pass notices; each object's own events keep their order.
 //! * ModifyQp itself, so an event it raises (LAST_WQE_REACHED) is in the answer to the
 //!   client's next request, as it was when GetAsyncEvents looked at every QP.
 //!
@@ -137,22 +140,12 @@ impl EventList {
     }
 }
 
-/// Lists QP `e` (and its SRQ) on its client's [`EventList`] if it has events waiting.
-/// O(1): called for every active QP on each completion pass.
-pub fn note_qp(e: &QpEntry, srqs: &KeyMap<SrqEntry>, clients: &mut KeyMap<Client>) {
-    let qp = e.qp.has_event();
-    let srq =
-        e.qp.srq()
-            .filter(|h| srqs.get(h).is_some_and(|s| s.srq.has_event()));
-    if !qp && srq.is_none() {
-        return;
-    }
-    if let Some(c) = clients.get_mut(&e.client) {
-        if qp {
+/// Lists QP `e` on its client's [`EventList`] if it has events waiting. O(1) and no
+/// lookup unless it has: called for every active QP on each completion pass.
+pub fn note_qp(e: &QpEntry, clients: &mut KeyMap<Client>) {
+    if e.qp.has_event() {
+        if let Some(c) = clients.get_mut(&e.client) {
             c.events.list(EventSource::Qp(e.qp.qpn()));
-        }
-        if let Some(h) = srq {
-            c.events.list(EventSource::Srq(h));
         }
     }
 }

@@ -715,7 +715,7 @@ impl Runtime {
                 }
             }
             // After delivery (a CQ overrun raises QP_FATAL), before the CQs are published.
-            async_events::note_qp(e, &self.nic.srqs, &mut self.nic.clients);
+            async_events::note_qp(e, &mut self.nic.clients);
             let keep = if settle {
                 self.nic.deadlines.arm(it.qpn, e.qp.poll_timeout());
                 e.pending() > 0 || e.tx_more || e.needs_drain()
@@ -936,8 +936,8 @@ fn rx_one(
     };
     match source::check(e.qp.qp_type(), e.qp.attrs().remote, peer) {
         Ok(()) => {
-            match e.qp.srq().and_then(|h| nic.srqs.get_mut(&h)) {
-                Some(s) => {
+            match e.qp.srq().and_then(|h| Some((h, nic.srqs.get_mut(&h)?))) {
+                Some((h, s)) => {
                     s.refill(c);
                     e.qp.handle_packet_srq(now, peer, &pkt, &mut nic.mrs, &mut s.srq);
                     // A WQE the packet took frees its ring slot (before this
@@ -950,6 +950,9 @@ fn rx_one(
                     } else {
                         s.release_slots();
                     }
+                    // The WQE taken may have crossed the limit, the refill or top-up
+                    // may have found a bad entry: list the SRQ while it is in hand.
+                    async_events::note_srq(h, s, &mut nic.clients);
                 }
                 None => {
                     e.refill_recv(now, c);

@@ -1099,7 +1099,7 @@ impl Nic {
         self.active.mark(qpn, &mut e.ticket);
         let modified = e.qp.modify(now, &to_transport_attr(attr));
         // A move to ERR may raise an event: listed now, so the next request sees it.
-        async_events::note_qp(e, &self.srqs, &mut self.clients);
+        async_events::note_qp(e, &mut self.clients);
         match modified {
             Ok(()) => {
                 if let Some(p) = peer {
