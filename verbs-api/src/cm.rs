@@ -505,34 +505,6 @@ fn event_kind(k: u32) -> Option<CmEventKind> {
     })
 }
 
-/// A connection's QP attributes as the NIC gives them (peer NIC as the address).
-fn from_control(c: &crate::abi::control::QpAttr) -> QpAttr {
-    QpAttr {
-        qp_state: c.state,
-        path_mtu: c.path_mtu.and_then(crate::qp::Mtu::from_bytes),
-        dest_qp_num: c.dest_qpn,
-        rq_psn: c.rq_psn,
-        sq_psn: c.sq_psn,
-        ah_attr: c.remote.map(|r| AhAttr {
-            dgid: crate::Gid::from_ip(r.ip()),
-            // Linux's RoCE route: the IP default TTL.
-            hop_limit: 64,
-            udp_port: r.port(),
-            ..AhAttr::default()
-        }),
-        timeout: c.timeout,
-        retry_cnt: c.retry_cnt,
-        rnr_retry: c.rnr_retry,
-        min_rnr_timer: c.min_rnr_timer,
-        max_rd_atomic: c.max_rd_atomic,
-        max_dest_rd_atomic: c.max_dest_rd_atomic,
-        qp_access_flags: c.access.map(AccessFlags),
-        qkey: c.qkey,
-        pkey_index: c.pkey_index,
-        port_num: c.port_num,
-    }
-}
-
 fn unexpected(what: &str, r: Reply) -> Error {
     Error::Protocol(format!("{what} answered with {r:?}"))
 }
@@ -818,7 +790,7 @@ impl CmId {
                     Reply::Cm(CmReply::QpAttrs { rtr, rts }) => (rtr, rts),
                     other => return Err(unexpected("QpAttrs", other)),
                 };
-                Ok(from_control(if state == QpState::Rtr {
+                Ok(QpAttr::from_control(if state == QpState::Rtr {
                     &rtr
                 } else {
                     &rts

@@ -292,6 +292,36 @@ impl QpAttr {
             port_num: self.port_num,
         }
     }
+
+    /// The inverse of [`QpAttr::to_control`], for attributes the NIC gives (the
+    /// connection's, from `rdma_init_qp_attr`): the peer NIC's UDP endpoint becomes an
+    /// address vector with its GID and port, and the IP default TTL as hop limit, as
+    /// Linux's RoCE route has it.
+    pub fn from_control(c: &control::QpAttr) -> QpAttr {
+        QpAttr {
+            qp_state: c.state,
+            path_mtu: c.path_mtu.and_then(Mtu::from_bytes),
+            dest_qp_num: c.dest_qpn,
+            rq_psn: c.rq_psn,
+            sq_psn: c.sq_psn,
+            ah_attr: c.remote.map(|r| AhAttr {
+                dgid: Gid::from_ip(r.ip()),
+                hop_limit: 64,
+                udp_port: r.port(),
+                ..AhAttr::default()
+            }),
+            timeout: c.timeout,
+            retry_cnt: c.retry_cnt,
+            rnr_retry: c.rnr_retry,
+            min_rnr_timer: c.min_rnr_timer,
+            max_rd_atomic: c.max_rd_atomic,
+            max_dest_rd_atomic: c.max_dest_rd_atomic,
+            qp_access_flags: c.access.map(AccessFlags),
+            qkey: c.qkey,
+            pkey_index: c.pkey_index,
+            port_num: c.port_num,
+        }
+    }
 }
 
 /// True when `from → to` is a transition of the QP state diagram (IBTA 10.3.1, figure
@@ -985,6 +1015,58 @@ mod tests {
             a.to_control().remote,
             Some("[fd00::1]:4792".parse().unwrap())
         );
+    }
+
+    /// `from_control` undoes `to_control` for every field, on both address families.
+    #[test]
+    fn control_form_round_trips() {
+        let full = QpAttr {
+            qp_state: Some(QpState::Rts),
+            path_mtu: Some(Mtu::Mtu4096),
+            dest_qp_num: Some(0xab_cdef),
+            rq_psn: Some(0x12_3456),
+            sq_psn: Some(0x65_4321),
+            ah_attr: Some(AhAttr {
+                dgid: "::ffff:127.0.0.2".parse().unwrap(),
+                hop_limit: 64,
+                udp_port: 4792,
+                ..AhAttr::default()
+            }),
+            timeout: Some(14),
+            retry_cnt: Some(7),
+            rnr_retry: Some(6),
+            min_rnr_timer: Some(12),
+            max_rd_atomic: Some(3),
+            max_dest_rd_atomic: Some(4),
+            qp_access_flags: Some(AccessFlags::ALL),
+            qkey: Some(0x0123_4567),
+            pkey_index: Some(0),
+            port_num: Some(1),
+        };
+        let mut v6 = full;
+        v6.ah_attr = Some(AhAttr {
+            dgid: "fd00::1".parse().unwrap(),
+            ..full.ah_attr.unwrap()
+        });
+        for a in [full, v6, rtr_attr_with_ttl(), QpAttr::default()] {
+            let c = a.to_control();
+            assert_eq!(QpAttr::from_control(&c), a);
+            assert_eq!(QpAttr::from_control(&c).to_control(), c);
+        }
+        // What the NIC sends: an endpoint and an MTU in bytes.
+        let c = full.to_control();
+        assert_eq!(c.remote, Some("127.0.0.2:4792".parse().unwrap()));
+        assert_eq!(c.path_mtu, Some(4096));
+    }
+
+    fn rtr_attr_with_ttl() -> QpAttr {
+        let mut a = rtr_attr();
+        a.ah_attr = Some(AhAttr {
+            hop_limit: 64,
+            udp_port: ROCE_V2_PORT,
+            ..a.ah_attr.unwrap()
+        });
+        a
     }
 
     #[test]

@@ -47,6 +47,14 @@ pub struct IdOwner {
     pub accept_psn: Option<u32>,
 }
 
+impl IdOwner {
+    /// The starting PSN of a passive connection's REP: drawn once, so that what
+    /// `rdma_init_qp_attr` answered before the accept is what the REP carries.
+    pub fn accept_psn(&mut self) -> u32 {
+        *self.accept_psn.get_or_insert_with(requests::draw_psn)
+    }
+}
+
 /// Drops and events of the NIC-side CM (the transport's [`softnic_transport::cm::CmCounters`]
 /// count the protocol's).
 #[derive(Debug, Clone, Copy, Default)]

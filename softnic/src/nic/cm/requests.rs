@@ -48,7 +48,7 @@ fn done() -> Answer {
 }
 
 /// A random starting PSN (24 bits): a guessable one lets an off-path forger inject.
-fn draw_psn() -> u32 {
+pub(super) fn draw_psn() -> u32 {
     crate::nic::secret::u32().unwrap_or(0) & wire::types::MASK_24
 }
 
@@ -68,10 +68,10 @@ fn params(qpn: u32, psn: u32, p: CmConnParam, private_data: Vec<u8>) -> ConnPara
 }
 
 impl Nic {
-    /// Whether `id` belongs to `client`.
-    fn cm_owned(&self, client: u32, id: Handle) -> Result<IdOwner, Box<Answer>> {
-        match self.cm.ids.get(&id) {
-            Some(o) if o.client == client => Ok(*o),
+    /// `id`'s owner record, if `id` belongs to `client`.
+    fn cm_owned(&mut self, client: u32, id: Handle) -> Result<&mut IdOwner, Box<Answer>> {
+        match self.cm.ids.get_mut(&id) {
+            Some(o) if o.client == client => Ok(o),
             _ => Err(Box::new(err(ErrorCode::NotFound, format!("no CM id {id}")))),
         }
     }
@@ -146,29 +146,20 @@ impl Nic {
         }
     }
 
-    /// Checks `qpn` may serve id `id`'s RC connection: a QP the CM moves itself is
-    /// prepared by [`Nic::cm_prepare_qp`]; the program's own QP (`OwnQp`) must only be
-    /// an RC QP of `client` (or its user), in whatever state the program put it.
+    /// Checks `qpn` may serve an RC connection: a QP the CM moves itself is prepared by
+    /// [`Nic::cm_prepare_qp`]; the program's own QP (`own_qp`: the id's `OwnQp`) must
+    /// only be an RC QP of `client` (or its user), in whatever state the program put it.
     fn cm_bind_qp(
         &mut self,
         now: Instant,
         client: u32,
-        id: Handle,
+        own_qp: bool,
         qpn: u32,
     ) -> Result<(), Box<Answer>> {
-        if !self.cm.ids.get(&id).is_some_and(|o| o.own_qp) {
+        if !own_qp {
             return self.cm_prepare_qp(now, client, qpn);
         }
         self.cm_qp_of_type(client, qpn, tqp::QpType::Rc, "RDMA_PS_TCP connects RC QPs")
-    }
-
-    /// The starting PSN of a passive connection's REP: drawn once, so that what
-    /// `rdma_init_qp_attr` answered before the accept is what the REP carries.
-    fn cm_accept_psn(&mut self, id: Handle) -> u32 {
-        let Some(o) = self.cm.ids.get_mut(&id) else {
-            return draw_psn();
-        };
-        *o.accept_psn.get_or_insert_with(draw_psn)
     }
 
     /// Handles one CM request of `client`.
@@ -289,7 +280,7 @@ impl Nic {
                 src_port,
                 param,
             } => {
-                self.cm_owned(client, id)?;
+                let own_qp = self.cm_owned(client, id)?.own_qp;
                 let ud = port_space == RDMA_PS_UDP;
                 let room = if ud {
                     SIDR_REQ_PRIVATE_DATA_LEN
@@ -333,7 +324,7 @@ impl Nic {
                         .map_err(cm_err)?;
                     return Ok(done());
                 }
-                self.cm_bind_qp(now, client, id, qpn)?;
+                self.cm_bind_qp(now, client, own_qp, qpn)?;
                 self.cm
                     .cm
                     .connect(now, id, route, sid, params(qpn, draw_psn(), param, pd))
@@ -341,8 +332,9 @@ impl Nic {
                 done()
             }
             CmRequest::Accept { id, qpn, param } => {
-                self.cm_owned(client, id)?;
-                if self.cm.cm.state(id) == Some(CmState::SidrReqRcvd) {
+                let sidr = self.cm.cm.state(id) == Some(CmState::SidrReqRcvd);
+                let owner = self.cm_owned(client, id)?;
+                if sidr {
                     self.cm_ud_qp(client, qpn)?;
                     let answer = Some((qpn, RDMA_UDP_QKEY));
                     self.cm
@@ -351,8 +343,8 @@ impl Nic {
                         .map_err(cm_err)?;
                     return Ok(done());
                 }
-                self.cm_bind_qp(now, client, id, qpn)?;
-                let psn = self.cm_accept_psn(id);
+                let (own_qp, psn) = (owner.own_qp, owner.accept_psn());
+                self.cm_bind_qp(now, client, own_qp, qpn)?;
                 let pd = param.private_data.clone();
                 self.cm
                     .cm
@@ -376,8 +368,7 @@ impl Nic {
                 done()
             }
             CmRequest::QpAttrs { id } => {
-                self.cm_owned(client, id)?;
-                let psn = self.cm_accept_psn(id);
+                let psn = self.cm_owned(client, id)?.accept_psn();
                 let Some([rtr, rts]) = self.cm.cm.qp_steps(id, psn) else {
                     return Err(fail(
                         ErrorCode::InvalidState,
@@ -390,10 +381,7 @@ impl Nic {
                 }))
             }
             CmRequest::OwnQp { id } => {
-                self.cm_owned(client, id)?;
-                if let Some(o) = self.cm.ids.get_mut(&id) {
-                    o.own_qp = true;
-                }
+                self.cm_owned(client, id)?.own_qp = true;
                 done()
             }
             CmRequest::GetEvents { channel } => match self.cm.channels.get_mut(&channel) {
