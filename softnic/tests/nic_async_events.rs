@@ -32,6 +32,13 @@ fn events(ctx: &Context) -> Vec<AsyncEvent> {
     }
 }
 
+/// Whether `ctx` has no event waiting now (asked once, not waited for).
+fn none_waiting(ctx: &Context) -> bool {
+    ctx.poll_async_events()
+        .expect("poll_async_events")
+        .is_empty()
+}
+
 /// Whether the readiness pipe becomes readable within `t`.
 fn readable(pipe: &OwnedFd, t: Duration) -> bool {
     os::wait_readable(pipe.as_fd(), Some(t)).expect("poll")
@@ -57,14 +64,13 @@ fn pair_with_y_in_rtr(a: &NicProc, b: &NicProc, qp_type: QpType) -> (Side, Side)
     y.qp.to_rtr(&a.endpoint(x.qp.qp_num(), 0x100), Mtu::Mtu1024)
         .expect("y rtr");
     x.qp.to_rts(0x100).expect("x rts");
-    assert!(y.ctx.poll_async_events().expect("events").is_empty());
+    assert!(none_waiting(&y.ctx));
     (x, y)
 }
 
 #[test]
 fn comm_est_in_rtr_then_access_error_as_responder() {
-    let a = NicProc::start("ae1-a", "127.0.0.1", 0, &[]);
-    let b = NicProc::start("ae1-b", "127.0.0.1", 0, &[]);
+    let (a, b) = NicProc::pair("ae1");
     let (mut x, mut y) = pair_with_y_in_rtr(&a, &b, QpType::Rc);
     let pipe = y.ctx.async_event_channel().expect("channel");
     assert!(!readable(&pipe, Duration::ZERO), "no event yet");
@@ -91,7 +97,7 @@ fn comm_est_in_rtr_then_access_error_as_responder() {
     assert_eq!(send(&mut x, 11, 16), WcStatus::Success);
     assert_eq!(poll_one(&mut y.cq).status, WcStatus::Success);
     assert!(!readable(&pipe, Duration::from_millis(50)));
-    assert!(y.ctx.poll_async_events().expect("events").is_empty());
+    assert!(none_waiting(&y.ctx));
 
     // A WRITE with an R_Key y never gave out: Remote Access NAK, y to ERR.
     let sge = [x.mr.sge(0, 8)];
@@ -104,20 +110,16 @@ fn comm_est_in_rtr_then_access_error_as_responder() {
     assert_eq!(poll_one(&mut x.cq).status, WcStatus::RemAccessErr);
     assert!(readable(&pipe, WAIT), "written again: the list was empty");
     assert_eq!(events(&y.ctx), vec![AsyncEvent::QpAccessErr { qpn }]);
+    assert!(none_waiting(&y.ctx), "once");
     assert!(
-        y.ctx.poll_async_events().expect("events").is_empty(),
-        "once"
-    );
-    assert!(
-        x.ctx.poll_async_events().expect("events").is_empty(),
+        none_waiting(&x.ctx),
         "the requester learns it from its completion, not an event"
     );
 }
 
 #[test]
 fn a_send_longer_than_the_receive_buffer_is_a_request_error() {
-    let a = NicProc::start("ae2-a", "127.0.0.1", 0, &[]);
-    let b = NicProc::start("ae2-b", "127.0.0.1", 0, &[]);
+    let (a, b) = NicProc::pair("ae2");
     let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
     let rsge = [y.mr.sge(0, 8)];
     y.qp.post_recv(&[RecvWr::new(1, &rsge)]).expect("post recv");
@@ -126,13 +128,12 @@ fn a_send_longer_than_the_receive_buffer_is_a_request_error() {
     let qpn = y.qp.qp_num();
     // Both QPs were in RTS before any packet: no COMM_EST.
     assert_eq!(events(&y.ctx), vec![AsyncEvent::QpReqErr { qpn }]);
-    assert!(x.ctx.poll_async_events().expect("events").is_empty());
+    assert!(none_waiting(&x.ctx));
 }
 
 #[test]
 fn a_full_cq_is_qp_fatal_and_loses_no_completion() {
-    let a = NicProc::start("ae3-a", "127.0.0.1", 0, &[]);
-    let b = NicProc::start("ae3-b", "127.0.0.1", 0, &[]);
+    let (a, b) = NicProc::pair("ae3");
     let mut x = side(&a, 4096, 16);
     let y = side(&b, 4096, 16);
     // y's QP completes to a CQ smaller than the receives it posts, and y never polls.
@@ -180,16 +181,12 @@ fn a_full_cq_is_qp_fatal_and_loses_no_completion() {
             "{w:?}"
         );
     }
-    assert!(
-        y.ctx.poll_async_events().expect("events").is_empty(),
-        "once"
-    );
+    assert!(none_waiting(&y.ctx), "once");
 }
 
 #[test]
 fn uc_raises_comm_est_but_no_error_event() {
-    let a = NicProc::start("ae4-a", "127.0.0.1", 0, &[]);
-    let b = NicProc::start("ae4-b", "127.0.0.1", 0, &[]);
+    let (a, b) = NicProc::pair("ae4");
     let (mut x, mut y) = pair_with_y_in_rtr(&a, &b, QpType::Uc);
     let rsge = [y.mr.sge(0, 8)];
     y.qp.post_recv(&[RecvWr::new(1, &rsge), RecvWr::new(2, &rsge)])
@@ -204,5 +201,5 @@ fn uc_raises_comm_est_but_no_error_event() {
     assert_eq!(send(&mut x, 12, 8), WcStatus::Success);
     let wc = poll_one(&mut y.cq);
     assert_eq!((wc.wr_id, wc.status), (2, WcStatus::Success));
-    assert!(y.ctx.poll_async_events().expect("events").is_empty());
+    assert!(none_waiting(&y.ctx));
 }

@@ -117,6 +117,26 @@ fn pair(a: &NicProc, b: &NicProc) -> (ManuallyDrop<Side>, ManuallyDrop<Side>) {
     (ManuallyDrop::new(x), ManuallyDrop::new(y))
 }
 
+/// The victim's RC pair: its WRITEs go from `.0` to `.1`.
+struct Victim(ManuallyDrop<Side>, ManuallyDrop<Side>);
+
+/// Two NICs, a control connection to the first (for [`sleeps`]), and a victim pair
+/// between them whose traffic must keep flowing whatever an attacker on the first NIC
+/// does.
+fn arena(tag: &str) -> (NicProc, NicProc, UnixStream, Victim) {
+    let (a, b) = NicProc::pair(tag);
+    let ctl = connect(&a);
+    let (x, y) = pair(&a, &b);
+    (a, b, ctl, Victim(x, y))
+}
+
+impl Victim {
+    /// One WRITE of the victim's, which must complete.
+    fn write(&mut self, wr_id: u64) {
+        write_once(&mut self.0, &self.1, wr_id);
+    }
+}
+
 /// One signaled 8-byte RDMA WRITE from `x` into `y`'s region, polled to completion.
 fn write_once(x: &mut Side, y: &Side, wr_id: u64) {
     let sge = [x.mr.sge(0, 8)];
@@ -132,10 +152,7 @@ fn write_once(x: &mut Side, y: &Side, wr_id: u64) {
 
 #[test]
 fn a_client_that_maxes_its_cq_event_descriptor_cannot_hang_the_nic() {
-    let a = NicProc::start("atkcqa", "127.0.0.1", 0, &[]);
-    let b = NicProc::start("atkcqb", "127.0.0.1", 0, &[]);
-    let ctl = connect(&a);
-    let (mut victim, victim_peer) = pair(&a, &b);
+    let (a, b, ctl, mut victim) = arena("atkcq");
     let (mut attacker, attacker_peer) = pair(&a, &b);
     let ev = attacker.cq.event_fd().as_raw_fd();
     // What used to stop the NIC: the counter one below its maximum (an eventfd's write
@@ -165,7 +182,7 @@ fn a_client_that_maxes_its_cq_event_descriptor_cannot_hang_the_nic() {
     sleeps(&ctl);
     // Another client's traffic still completes.
     for i in 0..16 {
-        write_once(&mut victim, &victim_peer, 100 + i);
+        victim.write(100 + i);
     }
     os::set_nonblocking(attacker.cq.event_fd(), true).unwrap();
     let held = os::pipe_take(attacker.cq.event_fd()).unwrap();
@@ -231,10 +248,7 @@ fn hostile_channel(sock: &UnixStream) -> (Handle, Vec<OwnedFd>) {
 
 #[test]
 fn a_client_that_blocks_its_cm_event_channel_cannot_hang_the_nic() {
-    let a = NicProc::start("atkcma", "127.0.0.1", 0, &[]);
-    let b = NicProc::start("atkcmb", "127.0.0.1", 0, &[]);
-    let ctl = connect(&a);
-    let (mut victim, victim_peer) = pair(&a, &b);
+    let (a, b, ctl, mut victim) = arena("atkcm");
     let (attacker, _wake) = open(&a);
     let (channel, _keep) = hostile_channel(&attacker);
     let id = match cm(&attacker, CmRequest::CreateId { channel }, &[]) {
@@ -284,7 +298,7 @@ fn a_client_that_blocks_its_cm_event_channel_cannot_hang_the_nic() {
         std::thread::sleep(Duration::from_millis(10));
     }
     for i in 0..16 {
-        write_once(&mut victim, &victim_peer, 200 + i);
+        victim.write(200 + i);
     }
     sleeps(&ctl);
 }

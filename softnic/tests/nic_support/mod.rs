@@ -106,6 +106,13 @@ impl NicProc {
         Self::start_in(None, name, addr, port, extra)
     }
 
+    /// Two NICs on 127.0.0.1 (ports the kernel chooses), named `{tag}-a` and
+    /// `{tag}-b`: the set-up of most two-NIC tests.
+    pub fn pair(tag: &str) -> (NicProc, NicProc) {
+        let start = |side: &str| NicProc::start(&format!("{tag}-{side}"), "127.0.0.1", 0, &[]);
+        (start("a"), start("b"))
+    }
+
     /// As [`NicProc::start`], inside network namespace `netns` when given (through
     /// `ip netns exec`, which execs the NIC in place: the child PID is the NIC's).
     pub fn start_in(
