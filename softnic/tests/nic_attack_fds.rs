@@ -1,10 +1,14 @@
 //! Attack: a client changes the flags of the descriptors the NIC shares with it.
 //!
-//! The wake eventfd the NIC hands out at OpenDevice travels over `SCM_RIGHTS`, so the
-//! client holds the NIC's own open file, and `O_NONBLOCK` is a flag of that file: the
-//! client can clear it. The NIC drains every client's wake eventfd each time it wakes
-//! from `poll(2)`; a blocking read of an empty one would hold the data plane forever
-//! (no packet, no control request, not even SIGTERM would get through). The readiness
+//! The wake descriptor the NIC hands out at OpenDevice travels over `SCM_RIGHTS`, and
+//! `O_NONBLOCK` is a flag of the open file, which the client can clear. The NIC drains
+//! every client's wake-up each time it wakes from `poll(2)`; a blocking read of an
+//! empty one would hold the data plane forever (no packet, no control request, not
+//! even SIGTERM would get through). It used to be an eventfd, one open file that the
+//! NIC read and the client held, so only `RWF_NOWAIT` kept that read from blocking,
+//! and on a kernel refusing the flag for eventfds the NIC fell back to a plain `read`.
+//! It is now the write end of a pipe whose read end only the NIC holds: the client
+//! can neither read it nor change the read end's flags, on any kernel. The readiness
 //! pipe of asynchronous events is handed out as a read end only, a separate open file
 //! from the NIC's write end, and the client makes it blocking too. Each Stats request
 //! below wakes the sleeping NIC and is answered within a bound, or the test fails.
@@ -48,7 +52,7 @@ fn connect(nic: &NicProc) -> UnixStream {
     s
 }
 
-/// Opens the device over a raw connection; returns it and the wake eventfd.
+/// Opens the device over a raw connection; returns it and the wake descriptor.
 fn open(nic: &NicProc) -> (UnixStream, OwnedFd) {
     let sock = connect(nic);
     let req = Request::OpenDevice {
@@ -84,6 +88,13 @@ fn a_client_that_makes_its_shared_descriptors_blocking_cannot_hang_the_nic() {
     let nic = NicProc::start("atkfd", "127.0.0.1", 0, &[]);
     let ctl = connect(&nic);
     let (attacker, wake) = open(&nic);
+    // SAFETY: F_GETFL on a descriptor this test owns; no memory is passed.
+    let flags = unsafe { libc::fcntl(wake.as_raw_fd(), libc::F_GETFL) };
+    assert_eq!(
+        flags & libc::O_ACCMODE,
+        libc::O_WRONLY,
+        "the client holds a write end only, not the open file the NIC reads"
+    );
     os::set_nonblocking(wake.as_fd(), false).unwrap();
     let pipe = match call(&attacker, &Request::AsyncEventChannel, &[]).expect("channel") {
         (Response::Ok(Reply::Done), mut fds) if fds.len() == 1 => fds.pop().unwrap(),
@@ -91,7 +102,7 @@ fn a_client_that_makes_its_shared_descriptors_blocking_cannot_hang_the_nic() {
     };
     os::set_nonblocking(pipe.as_fd(), false).unwrap();
     // Let the NIC fall asleep between requests, so that each one wakes it and it
-    // drains the attacker's (empty, now blocking) wake eventfd.
+    // drains the attacker's (empty) wake pipe.
     let first = sleeps(&ctl);
     let deadline = Instant::now() + WAIT;
     let mut last = first;

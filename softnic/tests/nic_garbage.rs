@@ -44,7 +44,7 @@ struct RawQp {
     qpn: u32,
 }
 
-/// Opens a raw connection: the socket, the wake eventfd and the doorbell page.
+/// Opens a raw connection: the socket, the wake pipe's write end and the doorbell page.
 fn raw_open(nic: &NicProc) -> (UnixStream, std::os::fd::OwnedFd, Doorbell) {
     let sock =
         UnixStream::connect(softnic_dir().join(format!("{}.sock", nic.name))).expect("connect");

@@ -22,7 +22,7 @@
 //! as a failure, so allowing it hides nothing.
 //!
 //! The NIC must not sleep during the loop: a sleeping NIC sets NEED_WAKEUP and the next
-//! post writes the wake eventfd — one legitimate syscall (contract seam 2). A NIC
+//! post writes the wake pipe — one legitimate syscall (contract seam 2). A NIC
 //! spins only 100 µs after its last work, and on a loaded 2-core host the poster can
 //! be descheduled for longer, so "traffic in flight" cannot keep it awake reliably.
 //! The NICs therefore run with `--busy-poll` (never sleep, never set NEED_WAKEUP), and
@@ -33,7 +33,7 @@
 //!   `getppid` half-way through; the child must die by SIGSYS.
 //! * `a_post_while_the_nic_sleeps_is_caught`: NICs without `--busy-poll`; the main
 //!   thread lets the NIC fall asleep before each single post; the post sees
-//!   NEED_WAKEUP, writes the eventfd and must die by SIGSYS.
+//!   NEED_WAKEUP, writes the wake pipe and must die by SIGSYS.
 #![cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
@@ -559,7 +559,7 @@ fn a_syscall_under_the_filter_kills_the_client() {
 #[test]
 fn a_post_while_the_nic_sleeps_is_caught() {
     // Default NICs sleep when idle: each paced post finds NEED_WAKEUP set, so
-    // post_send writes the wake eventfd, which the filter must kill.
+    // post_send writes the wake pipe, which the filter must kill.
     let (a, b) = nics("wakeup", &[]);
     let (st, out) = run_child("wakeup", &a, &b);
     assert_eq!(

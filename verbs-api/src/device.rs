@@ -166,10 +166,12 @@ impl ContextInner {
         }
     }
 
-    /// Rings doorbell `slot` after a ring was published, and writes the wake eventfd
+    /// Rings doorbell `slot` after a ring was published, and writes the wake pipe
     /// only if the NIC sleeps (NEED_WAKEUP): the usual post makes no syscall.
     pub(crate) fn ring_doorbell(&self, slot: u32) -> Result<()> {
         if self.doorbell.ring(slot) {
+            // 8 bytes, as to an eventfd: the NIC's `os::WakePipe` takes any write as a
+            // wake-up (and a test's mock NIC may hand out an eventfd).
             crate::os::eventfd_signal(self.wake.as_fd()).map_err(io("waking the NIC"))?;
         }
         Ok(())
@@ -242,7 +244,7 @@ impl Context {
         };
         if fds.len() != 1 {
             return Err(Error::Protocol(format!(
-                "OpenDevice reply carried {} descriptors, expected the wake eventfd",
+                "OpenDevice reply carried {} descriptors, expected the wake pipe",
                 fds.len()
             )));
         }

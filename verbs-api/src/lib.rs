@@ -8,7 +8,7 @@
 //! ```
 //!
 //! (A post that finds the NIC asleep — idle for 100 µs, unless it runs with
-//! `--busy-poll` — also writes the wake eventfd: one `write(2)`.)
+//! `--busy-poll` — also writes the wake pipe: one `write(2)`.)
 //!
 //! The names follow libibverbs: [`Device::list`] / [`Device::open`] → [`Context`] →
 //! [`ProtectionDomain`] → [`MemoryRegion`]; [`Context::create_cq`] →
@@ -43,7 +43,7 @@
 //! Modules:
 //! * [`abi`]: ring layout, slots, layout functions, control messages — shared with the
 //!   `softnic` NIC process, which depends on this crate for exactly that.
-//! * [`os`]: the Linux seam (memfd, eventfd, SCM_RIGHTS).
+//! * [`os`]: the Linux seam (memfd, eventfd, pipes, SCM_RIGHTS).
 //! * [`oob`]: the `ibv_rc_pingpong` TCP address exchange.
 
 pub mod abi;

@@ -4,7 +4,7 @@
 //! [`crate::abi::QpLayout`]). Posting validates each work request, writes its slot,
 //! publishes the ring, rings the QP's doorbell ([`crate::abi::doorbell`]: the NIC reads
 //! only rings that were rung), and — only if the NIC has set NEED_WAKEUP because it is
-//! about to sleep — writes the context's wake eventfd. The usual post makes no syscall.
+//! about to sleep — writes the context's wake pipe. The usual post makes no syscall.
 //!
 //! Ownership: a `QueuePair` is the single producer of both rings, so `post_send` and
 //! `post_recv` take `&mut self` (no lock on the data path). Move it to the thread that

@@ -129,7 +129,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub strict_ack_timeout: bool,
     /// Never sleep: keep polling (yielding the core when idle) instead of setting
-    /// NEED_WAKEUP and blocking in poll(2). Clients then never need the wake eventfd,
+    /// NEED_WAKEUP and blocking in poll(2). Clients then never need the wake pipe,
     /// so a post makes no syscall at all — what the no-syscall test relies on, and what
     /// a latency-bound user who can spare a core wants (io_uring SQPOLL without idle).
     #[arg(long)]

@@ -201,7 +201,7 @@ mod tests {
         assert!(!nic.arm(), "nothing rung: may sleep");
         assert!(
             client.ring(1),
-            "NEED_WAKEUP seen: the poster writes the eventfd"
+            "NEED_WAKEUP seen: the poster writes the wake pipe"
         );
         assert!(nic.arm(), "rung: do not sleep");
         nic.disarm();

@@ -42,9 +42,10 @@
 //! Sleeping follows io_uring's SQPOLL: after [`SPIN`] without work the runtime sets
 //! NEED_WAKEUP on every client's doorbell page, fences, re-checks the doorbells (a post
 //! that raced with the flag is seen here), and only then blocks in `poll(2)` on the UDP
-//! socket, the control wake eventfd and every client's wake eventfd, with the earliest
-//! QP timer (or held fault-injection packet) as timeout. A client post that sees
-//! NEED_WAKEUP writes its wake eventfd; one that does not see it needs no syscall
+//! socket, the control wake eventfd and every client's wake pipe (`os::WakePipe`: the
+//! client holds only a write end, so it cannot make the NIC's drain block), with the
+//! earliest QP timer (or held fault-injection packet) as timeout. A client post that
+//! sees NEED_WAKEUP writes its wake pipe; one that does not see it needs no syscall
 //! because the NIC is polling. With `--busy-poll` the loop never sleeps (it yields the
 //! core when idle), so NEED_WAKEUP is never set and no client post ever makes a syscall.
 
@@ -783,7 +784,7 @@ impl Runtime {
             fds.push(pollfd(self.path.io.poll_fd()));
             fds.push(pollfd(self.ctl_wake.as_raw_fd()));
             for c in self.nic.clients.values() {
-                fds.push(pollfd(c.wake.as_raw_fd()));
+                fds.push(pollfd(c.wake.read_end().as_raw_fd()));
             }
             let ms = timeout.as_micros().div_ceil(1000);
             let ms = libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX);
@@ -798,7 +799,7 @@ impl Runtime {
             self.path.counters.sleeps += 1;
             let _ = verbs_api::os::eventfd_drain(self.ctl_wake.as_fd());
             for c in self.nic.clients.values() {
-                let _ = verbs_api::os::eventfd_drain(c.wake.as_fd());
+                let _ = c.wake.drain();
             }
             if let Some(p) = self.path.pcap.as_mut() {
                 let _ = p.flush();

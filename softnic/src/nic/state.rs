@@ -28,6 +28,7 @@ use verbs_api::abi::{
     layout, Doorbell, QpLayout, RecvWqe, Ring, SendWqe, ABI_VERSION, DOORBELL_SEGMENT_LEN,
     DOORBELL_SLOTS, MAX_INLINE, MAX_RING_ENTRIES, MAX_SGE,
 };
+use verbs_api::os::WakePipe;
 
 use super::async_events::{self, EventList, EventSource};
 use super::counters::NicCounters;
@@ -54,8 +55,9 @@ pub struct Client {
     pub uid: u32,
     /// Program name it gave.
     pub program: String,
-    /// The eventfd it writes when it posts while the NIC sleeps (NEED_WAKEUP).
-    pub wake: OwnedFd,
+    /// The pipe it writes when it posts while the NIC sleeps (NEED_WAKEUP); it holds
+    /// a copy of the write end only, so it cannot make the NIC's drain block.
+    pub wake: WakePipe,
     /// Its doorbell page and the slot of each of its rings (`doorbells.rs`).
     pub doorbells: Doorbells,
     /// Its objects with asynchronous events waiting (`async_events.rs`).
@@ -520,11 +522,11 @@ impl Nic {
             Ok(p) => Doorbells::new(p),
             Err(e) => return err(ErrorCode::InvalidArgument, format!("doorbell page: {e}")),
         };
-        let wake = match verbs_api::os::eventfd() {
+        let wake = match WakePipe::new() {
             Ok(w) => w,
-            Err(e) => return err(ErrorCode::Internal, format!("eventfd: {e}")),
+            Err(e) => return err(ErrorCode::Internal, format!("wake pipe: {e}")),
         };
-        let dup = match wake.try_clone() {
+        let writer = match wake.writer() {
             Ok(d) => d,
             Err(e) => return err(ErrorCode::Internal, format!("dup: {e}")),
         };
@@ -546,7 +548,7 @@ impl Nic {
             Response::Ok(Reply::Opened {
                 device: self.device_attr(),
             }),
-            vec![dup],
+            vec![writer],
         )
     }
 

@@ -1,7 +1,7 @@
 /* Zero system calls per ibv_post_send / ibv_post_recv / ibv_poll_cq through softnic's
  * C ABI, shown with seccomp. Run by softnic/tests/ibverbs_stock.rs through
  * `softnic exec` against two NICs started with --busy-poll (a sleeping NIC would make
- * the next post write its wake eventfd: one legitimate syscall).
+ * the next post write its wake pipe: one legitimate syscall).
  *
  *   nosyscall DEV_A DEV_B clean|getppid|cqex|yield
  *

@@ -17,7 +17,7 @@
 //!
 //! | request            | fds sent by the client | fds in the reply       |
 //! |--------------------|------------------------|------------------------|
-//! | `OpenDevice`       | –                      | wake eventfd (1)       |
+//! | `OpenDevice`       | –                      | wake pipe (1)          |
 //! | `RegMr`            | region memfd (1)       | –                      |
 //! | `RegMrWindow`      | memfd (1) if a segment has no `share`, else – | – |
 //! | `RegMrSysv`        | –                      | –                      |
@@ -214,7 +214,7 @@ pub struct MrSegment {
 pub enum Request {
     /// First message on a connection; carries the client's doorbell memfd
     /// ([`super::doorbell::DOORBELL_SEGMENT_LEN`] bytes, zeroed). Reply:
-    /// [`Reply::Opened`] + wake eventfd.
+    /// [`Reply::Opened`] + the wake pipe's write end.
     OpenDevice {
         /// Must equal [`super::ABI_VERSION`].
         abi_version: u32,
@@ -524,7 +524,7 @@ pub enum AsyncEvent {
 /// A successful answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
-    /// To OpenDevice; the wake eventfd comes with this frame.
+    /// To OpenDevice; the wake pipe's write end comes with this frame.
     Opened {
         /// The device.
         device: DeviceAttr,

@@ -19,7 +19,7 @@
 //!    `summary[i / 64].fetch_or(1 << i % 64, Release)` (whoever turns a word from zero to
 //!    non-zero announces it, so a busy word costs one atomic per post);
 //! 2. `fence(SeqCst)`, then `flags.load(Relaxed)`: if NEED_WAKEUP is set, write(2) the
-//!    wake eventfd (io_uring SQPOLL's protocol, now per client instead of per ring).
+//!    wake pipe (io_uring SQPOLL's protocol, now per client instead of per ring).
 //!
 //! NIC, each loop iteration, per client: `summary[k].swap(0, Acquire)` for each k, then
 //! `words[i].swap(0, Acquire)` for each summary bit, then drains the slots' rings. The
@@ -122,7 +122,7 @@ impl Doorbell {
 
     /// Client: announces new entries in the rings of `slot`, after their producer
     /// index was published. Returns true when the NIC sleeps (NEED_WAKEUP): the caller
-    /// must write the wake eventfd. A slot out of range is ignored (the NIC never hands
+    /// must write the wake pipe. A slot out of range is ignored (the NIC never hands
     /// one out).
     pub fn ring(&self, slot: u32) -> bool {
         let p = self.page();

@@ -259,11 +259,12 @@ pub fn eventfd_signal(fd: BorrowedFd<'_>) -> io::Result<()> {
 
 /// Reads and resets an eventfd's counter; 0 when it was already 0 (EAGAIN).
 ///
-/// Never blocks, whatever the fd's `O_NONBLOCK` says: that flag belongs to the open
-/// file, which a peer given the fd over `SCM_RIGHTS` shares and can clear (a client
-/// doing so to its wake eventfd used to hang the NIC in this read for good). The read
-/// is a `preadv2` with `RWF_NOWAIT`, which eventfd honours on current kernels; one
-/// that refuses the flag (EOPNOTSUPP) gets a plain `read`.
+/// The read is a `preadv2` with `RWF_NOWAIT`, which eventfd honours on current
+/// kernels whatever the fd's `O_NONBLOCK` says; one that refuses the flag
+/// (EOPNOTSUPP) gets a plain `read`, which blocks on an empty counter if `O_NONBLOCK`
+/// is clear. That flag belongs to the open file, which anyone given the fd over
+/// `SCM_RIGHTS` shares and can clear: drain only eventfds no one else holds (a
+/// client's wake-up descriptor is a [`WakePipe`] for that reason).
 pub fn eventfd_drain(fd: BorrowedFd<'_>) -> io::Result<u64> {
     let mut v: u64 = 0;
     let iov = libc::iovec {
@@ -383,6 +384,60 @@ impl SignalPipe {
     /// any other error is dropped — the reader then simply is not woken.
     pub fn notify(&self) {
         let _ = self.signal();
+    }
+}
+
+/// A wake-up pipe whose read end stays with its creator (the NIC), the mirror of
+/// [`SignalPipe`]: [`Self::writer`] hands out copies of the write end, and the read end
+/// is a separate open file, so nothing a holder does to its flags can make
+/// [`Self::drain`] block, on any kernel. (An eventfd passed over `SCM_RIGHTS` is one open
+/// file: its receiver can clear `O_NONBLOCK` under the reader, and only `RWF_NOWAIT`,
+/// which older kernels refuse for eventfds, kept that read from blocking.) The write
+/// end is kept too, so a holder that closes its copy never leaves the pipe at end of
+/// file, which would make it readable for good.
+#[derive(Debug)]
+pub struct WakePipe {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+/// The most [`WakePipe::drain`] takes at once.
+const WAKE_DRAIN_MAX: usize = 4096;
+
+impl WakePipe {
+    /// A new, empty pipe ([`pipe`]).
+    pub fn new() -> io::Result<WakePipe> {
+        pipe().map(|(read, write)| WakePipe { read, write })
+    }
+
+    /// A copy of the write end, to hand out. Any write wakes the reader; 8 bytes (as
+    /// [`eventfd_signal`] writes) are as good as one.
+    pub fn writer(&self) -> io::Result<OwnedFd> {
+        self.write.try_clone()
+    }
+
+    /// The read end, to wait on.
+    pub fn read_end(&self) -> BorrowedFd<'_> {
+        self.read.as_fd()
+    }
+
+    /// Takes what is waiting, in one read of at most 4 KiB; returns how many bytes.
+    /// Never blocks (the read end's `O_NONBLOCK` is its creator's alone). A writer
+    /// that keeps the pipe full gets no loop: what is left keeps the read end readable,
+    /// so the next wait returns at once and the next drain takes more.
+    pub fn drain(&self) -> io::Result<usize> {
+        let mut buf = [0u8; WAKE_DRAIN_MAX];
+        loop {
+            // SAFETY: reads at most buf.len() bytes into a valid buffer from a valid fd.
+            let r =
+                unsafe { libc::read(self.read.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            return match cvt_size(r) {
+                Ok(n) => Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+                Err(e) => Err(e),
+            };
+        }
     }
 }
 
@@ -827,6 +882,45 @@ mod tests {
             Ok((0, 1)),
             "the drain of an empty blocking eventfd blocked"
         );
+    }
+
+    #[test]
+    fn a_wake_pipe_writer_cannot_make_the_drain_block_or_stop() {
+        let wake = WakePipe::new().unwrap();
+        let writer = wake.writer().unwrap();
+        // The holder makes its descriptor blocking: the read end keeps its own flag.
+        set_nonblocking(writer.as_fd(), false).unwrap();
+        assert!(is_nonblocking(wake.read_end()).unwrap());
+        // Bounded: a drain that blocks fails the test after 5 s instead of hanging it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let empty = wake.drain().unwrap();
+            eventfd_signal(writer.as_fd()).unwrap();
+            let one = wake.drain().unwrap();
+            let _ = tx.send((empty, one, wake, writer));
+        });
+        let (empty, one, wake, writer) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(
+            (empty, one),
+            (0, 8),
+            "a wake-up is 8 bytes, as for an eventfd"
+        );
+        // A writer that fills the pipe costs one bounded read per wake-up; the rest
+        // keeps the read end readable for the next.
+        set_nonblocking(writer.as_fd(), true).unwrap();
+        let page = [0u8; 4096];
+        for _ in 0..3 {
+            // SAFETY: writes from a live buffer to a non-blocking pipe this test owns.
+            let n = unsafe { libc::write(writer.as_raw_fd(), page.as_ptr().cast(), page.len()) };
+            assert_eq!(n, 4096);
+        }
+        assert_eq!(wake.drain().unwrap(), 4096);
+        assert!(wait_readable(wake.read_end(), Some(Duration::ZERO)).unwrap());
+        assert_eq!(wake.drain().unwrap() + wake.drain().unwrap(), 8192);
+        // The holder closing its copy leaves no end of file (readable for good).
+        drop(writer);
+        assert!(!wait_readable(wake.read_end(), Some(Duration::ZERO)).unwrap());
+        assert_eq!(wake.drain().unwrap(), 0);
     }
 
     #[test]

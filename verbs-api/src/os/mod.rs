@@ -5,7 +5,8 @@
 //! * wake-ups: `eventfd` ([`eventfd`], [`eventfd_signal`], [`eventfd_drain`],
 //!   [`wait_readable`], [`wait_any_readable`]) and a pipe where the reader must not
 //!   share the writer's open file ([`pipe`], [`pipe_signal`], [`pipe_drain`],
-//!   [`pipe_take`], [`pipe_reopen_write`]), and `epoll` to wait on several as one
+//!   [`pipe_take`], [`pipe_reopen_write`], [`SignalPipe`]) or the writer the reader's
+//!   ([`WakePipe`], a client's wake-up of the NIC), and `epoll` to wait on several as one
 //!   descriptor ([`epoll`], [`epoll_add`]);
 //! * fd passing: `sendmsg`/`recvmsg` with `SCM_RIGHTS` ([`send_with_fds`],
 //!   [`recv_with_fds`]).
