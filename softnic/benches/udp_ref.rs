@@ -48,13 +48,25 @@ fn bind(off: Offloads) -> UdpIo {
     UdpIo::bind_with("127.0.0.1:0".parse().expect("addr"), off).expect("bind 127.0.0.1")
 }
 
-/// Starts a receiver counting (datagrams, bytes) until `stop`; it yields when idle, as
-/// the NIC does.
-fn receiver(mut rx: UdpIo, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u64, u64)> {
-    std::thread::spawn(move || {
+/// A receiving socket and the thread counting what it gets, for [`timed`] to stop.
+struct Receiver {
+    /// Where to send.
+    dest: SocketAddr,
+    h: std::thread::JoinHandle<(u64, u64)>,
+    stop: Arc<AtomicBool>,
+}
+
+/// Binds a GRO socket on 127.0.0.1 and starts a thread counting (datagrams, bytes) on
+/// it until stopped; it yields when idle, as the NIC does.
+fn receiver() -> Receiver {
+    let mut rx = bind(BOTH);
+    let dest = rx.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let h = std::thread::spawn(move || {
         let mut batch = RecvBatch::with_slot(rx.recv_slot());
         let (mut n, mut bytes) = (0u64, 0u64);
-        while !stop.load(Ordering::Relaxed) {
+        while !flag.load(Ordering::Relaxed) {
             let got = rx.recv_batch(&mut batch).expect("recv");
             if got == 0 {
                 std::thread::yield_now();
@@ -67,7 +79,8 @@ fn receiver(mut rx: UdpIo, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u6
             }
         }
         (n, bytes)
-    })
+    });
+    Receiver { dest, h, stop }
 }
 
 /// What a stream measured: datagrams and bytes received, wall seconds, and the
@@ -82,10 +95,8 @@ struct Streamed {
 /// Repeats `sends` — each a buffer sent as `seg`-byte datagrams with one
 /// `send_segments` call — for `secs`.
 fn stream(secs: f64, tx_off: Offloads, sends: &[(&[u8], usize)]) -> Streamed {
-    let rx = bind(BOTH);
-    let dest: SocketAddr = rx.local_addr();
-    let stop = Arc::new(AtomicBool::new(false));
-    let h = receiver(rx, stop.clone());
+    let rx = receiver();
+    let dest = rx.dest;
     let mut tx = bind(tx_off);
     let send = || {
         for &(buf, seg) in sends {
@@ -94,16 +105,12 @@ fn stream(secs: f64, tx_off: Offloads, sends: &[(&[u8], usize)]) -> Streamed {
             }
         }
     };
-    timed(secs, send, h, stop)
+    timed(secs, send, rx)
 }
 
-/// Calls `send` for `secs`, then lets the receiver `h` drain what is queued and stops it.
-fn timed(
-    secs: f64,
-    mut send: impl FnMut(),
-    h: std::thread::JoinHandle<(u64, u64)>,
-    stop: Arc<AtomicBool>,
-) -> Streamed {
+/// Calls `send` for `secs`, then lets the receiver `rx` drain what is queued and stops
+/// it.
+fn timed(secs: f64, mut send: impl FnMut(), rx: Receiver) -> Streamed {
     let (t, cpu0) = (Instant::now(), thread_cpu_ns());
     let run = Duration::from_secs_f64(secs);
     while t.elapsed() < run {
@@ -112,8 +119,8 @@ fn timed(
     let tx_cpu = (thread_cpu_ns() - cpu0) as f64 / 1e9;
     std::thread::sleep(Duration::from_millis(20));
     let el = t.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Relaxed);
-    let (n, bytes) = h.join().expect("receiver");
+    rx.stop.store(true, Ordering::Relaxed);
+    let (n, bytes) = rx.h.join().expect("receiver");
     Streamed {
         n,
         bytes,
@@ -179,15 +186,12 @@ fn gso_cmsg(seg: u16) -> [u8; 24] {
 /// measures. The NIC cannot do this: Linux numbers a connected socket's IPv4 IDs from a
 /// random per-socket counter, which the sender must know for the ICRC (`udp.rs`).
 fn write64k_connected(secs: f64) {
-    let rx = bind(BOTH);
-    let dest = rx.local_addr();
-    let stop = Arc::new(AtomicBool::new(false));
-    let h = receiver(rx, stop.clone());
+    let rx = receiver();
     let tx =
         socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).expect("socket");
     tx.set_send_buffer_size(softnic::nic::udp::SOCKET_BUFFER)
         .expect("SO_SNDBUF");
-    tx.connect(&dest.into()).expect("connect");
+    tx.connect(&rx.dest.into()).expect("connect");
     let (first_run, rest) = write64k_bufs();
     let sends = [
         (&first_run[..], gso_cmsg(FIRST_4K as u16)),
@@ -200,7 +204,7 @@ fn write64k_connected(secs: f64) {
             tx.sendmsg(&msg, 0).expect("sendmsg");
         }
     };
-    print_write64k("connected", &timed(secs, send, h, stop));
+    print_write64k("connected", &timed(secs, send, rx));
 }
 
 fn msgrate(secs: f64) {
