@@ -919,16 +919,19 @@ fn rx_one(
             return;
         }
     }
-    let pkt = match PacketRepr::parse(bytes) {
+    // Borrowed from the `Result`, not moved out of it: moving the ~200-byte parsed
+    // packet cost a `memcpy` call per packet (2 % of the dataplane bench at 64 KiB).
+    let parsed = PacketRepr::parse(bytes);
+    let pkt = match &parsed {
         Ok(p) => p,
         Err(e) => {
-            counters::count_parse_error(c, &e);
+            counters::count_parse_error(c, e);
             return;
         }
     };
     let qpn = pkt.repr.bth.dest_qpn.value();
     if pkt.repr.bth.dest_qpn == wire::Qpn::GSI {
-        nic.cm.handle_packet(now, peer, &pkt);
+        nic.cm.handle_packet(now, peer, pkt);
         return;
     }
     let Some(e) = nic.qps.get_mut(&qpn) else {
@@ -940,7 +943,7 @@ fn rx_one(
             match e.qp.srq().and_then(|h| Some((h, nic.srqs.get_mut(&h)?))) {
                 Some((h, s)) => {
                     s.refill(c);
-                    e.qp.handle_packet_srq(now, peer, &pkt, &mut nic.mrs, &mut s.srq);
+                    e.qp.handle_packet_srq(now, peer, pkt, &mut nic.mrs, &mut s.srq);
                     // A WQE the packet took frees its ring slot (before this
                     // iteration's completions are written: no walk over every SRQ).
                     if s.backlog() {
@@ -957,7 +960,7 @@ fn rx_one(
                 }
                 None => {
                     e.refill_recv(now, c);
-                    e.qp.handle_packet(now, peer, &pkt, &mut nic.mrs)
+                    e.qp.handle_packet(now, peer, pkt, &mut nic.mrs)
                 }
             }
             // It may have a response, an ACK or a completion now: visit it.

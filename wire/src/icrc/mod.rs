@@ -104,8 +104,16 @@ fn crc_body(mut h: crc32fast::Hasher, body: &[u8]) -> Result<u32> {
             have: body.len(),
         });
     };
-    let mut masked = *bth;
-    masked[4] = 0xFF;
+    // Byte 4 masked as one 8-byte store: crc32fast reads the first 8 bytes as one
+    // word, and a word spanning an earlier 12-byte copy and a later 1-byte store
+    // cannot be forwarded from the store buffer (a ~15-cycle stall per packet).
+    let (head, tail) = bth.split_at(8);
+    let mut lo = [0u8; 8];
+    lo.copy_from_slice(head);
+    let lo = u64::from_le_bytes(lo) | 0xFF << 32;
+    let mut masked = [0u8; bth::HEADER_LEN];
+    masked[..8].copy_from_slice(&lo.to_le_bytes());
+    masked[8..].copy_from_slice(tail);
     h.update(&masked);
     h.update(rest);
     Ok(h.finalize())

@@ -900,18 +900,27 @@ impl Qp {
         mem: &dyn Memory,
     ) -> Option<Transmit> {
         let waiting = !self.resp.responses.is_empty();
-        let t = if waiting && self.request_ahead {
+        let response_first = waiting && self.request_ahead;
+        if response_first {
             self.request_ahead = false;
-            self.poll_response(buf, mem)
-                .or_else(|| self.poll_request(now, buf, mem))
-        } else {
-            let r = self.poll_request(now, buf, mem);
-            self.request_ahead = waiting && r.is_some();
-            r.or_else(|| self.poll_response(buf, mem))
-        };
-        if t.is_some() {
-            self.counters.packets_sent += 1;
+            if let Some(t) = self.poll_response(buf, mem) {
+                self.counters.packets_sent += 1;
+                return Some(t);
+            }
         }
+        // One call site, inlined, and the packet returned as it came: a `Transmit`
+        // moved from one stack slot to another cost a store-forwarding stall per
+        // packet (its `SocketAddr` is written as two overlapping halves; docs/perf.md).
+        let r = self.poll_request(now, buf, mem);
+        if !response_first {
+            self.request_ahead = waiting && r.is_some();
+        }
+        if r.is_some() || response_first {
+            self.counters.packets_sent += u64::from(r.is_some());
+            return r;
+        }
+        let t = self.poll_response(buf, mem);
+        self.counters.packets_sent += u64::from(t.is_some());
         t
     }
 
