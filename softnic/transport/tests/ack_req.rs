@@ -1,11 +1,13 @@
 //! The requester's AckReq policy (`qp/requester.rs`, IBTA 9.7.6.1.1): a stream of
-//! messages asks for an ACK once per interval, not once per message, every message
-//! still completes, and a message with nothing queued behind it asks at its end.
+//! messages from a deep send queue asks for an ACK once per interval, not once per
+//! message; every message still completes; a message near the end of the queue, or
+//! before a READ, asks at its end; and a timer expiry on packets that never asked asks
+//! rather than resends.
 
 mod common;
 
 use common::*;
-use softnic_transport::qp::QpState;
+use softnic_transport::qp::{QpAttr, QpState, ACK_REQ_INTERVAL, DEEP_QUEUE};
 use softnic_transport::testing::Pair;
 use softnic_transport::time::{Duration, Instant};
 use softnic_transport::wr::{SendOp, WcStatus};
@@ -39,50 +41,88 @@ fn one_by_one(p: &mut Pair) -> Seen {
         let req = PacketRepr::parse(&buf[..t.len]).expect("request parses");
         seen.ack_req.push(req.repr.bth.ack_req);
         p.b.qp.handle_packet(now, p.a.addr, &req, &mut p.b.mem);
-        let mut answers = Vec::new();
-        while let Some(t) = p.b.qp.poll_transmit(now, &mut buf, &p.b.mem) {
-            answers.push(buf[..t.len].to_vec());
-        }
-        for bytes in answers {
-            let ack = PacketRepr::parse(&bytes).expect("response parses");
-            if ack.repr.bth.opcode == Opcode::RC_ACKNOWLEDGE {
-                seen.acks += 1;
-            }
-            p.a.qp.handle_packet(now, p.b.addr, &ack, &mut p.a.mem);
-        }
+        seen.acks += answer(p, now);
     }
     p.now = now;
     seen
 }
 
+/// Hands B's queued responses to A at once; returns how many were ACKs.
+fn answer(p: &mut Pair, now: Instant) -> usize {
+    let mut buf = vec![0u8; 8192];
+    let mut answers = Vec::new();
+    while let Some(t) = p.b.qp.poll_transmit(now, &mut buf, &p.b.mem) {
+        answers.push(buf[..t.len].to_vec());
+    }
+    let mut acks = 0;
+    for bytes in answers {
+        let ack = PacketRepr::parse(&bytes).expect("response parses");
+        if ack.repr.bth.opcode == Opcode::RC_ACKNOWLEDGE {
+            acks += 1;
+        }
+        p.a.qp.handle_packet(now, p.b.addr, &ack, &mut p.a.mem);
+    }
+    acks
+}
+
+/// Sends A's next packet to B at `now`; returns (PSN, AckReq).
+fn send_one(p: &mut Pair, now: Instant) -> (u32, bool) {
+    let mut buf = vec![0u8; 8192];
+    let t =
+        p.a.qp
+            .poll_transmit(now, &mut buf, &p.a.mem)
+            .expect("a packet");
+    let req = PacketRepr::parse(&buf[..t.len]).expect("request parses");
+    p.b.qp.handle_packet(now, p.a.addr, &req, &mut p.b.mem);
+    (req.repr.bth.psn.value(), req.repr.bth.ack_req)
+}
+
+/// Posts `n` signaled WRITEs of `len` bytes (all from and to offset 0).
+fn post_writes(p: &mut Pair, a: &Buf, b: &Buf, first_id: u64, n: usize, len: usize) {
+    for i in 0..n as u64 {
+        p.a.qp
+            .post_send(rdma(first_id + i, SendOp::Write, &[a.sge(0, len)], b, 0))
+            .unwrap();
+    }
+}
+
 #[test]
 fn a_stream_of_writes_asks_once_per_interval_and_every_write_completes() {
     let (mut p, a, b) = pair(rc(1024), 21);
-    let data = pattern(21, 40 * 4096);
+    const N: usize = 100;
+    let data = pattern(21, N * 4096);
     fill(&mut p.a, &a, 0, &data);
-    // 40 WRITEs of 4 packets (160 PSNs), all queued before the first leaves.
-    for i in 0..40 {
+    // 100 WRITEs of 4 packets (400 PSNs), all queued before the first leaves.
+    for i in 0..N {
         let w = rdma(
-            i,
+            i as u64,
             SendOp::Write,
-            &[a.sge(i as usize * 4096, 4096)],
+            &[a.sge(i * 4096, 4096)],
             &b,
-            i as usize * 4096,
+            i * 4096,
         );
         p.a.qp.post_send(w).unwrap();
     }
     let seen = one_by_one(&mut p);
-    assert_eq!(seen.ack_req.len(), 160);
-    let asked: Vec<usize> = (0..160).filter(|&k| seen.ack_req[k]).collect();
-    // Every 64th packet (ACK_REQ_INTERVAL), and the last: the queue ends there. The old
-    // policy asked at each message's end: 40 AckReqs, 40 ACKs.
-    assert_eq!(asked, vec![63, 127, 159]);
-    assert_eq!(seen.acks, 3);
+    assert_eq!(seen.ack_req.len(), 4 * N);
+    let asked: Vec<usize> = (0..4 * N).filter(|&k| seen.ack_req[k]).collect();
+    // While DEEP_QUEUE WRITEs or more wait behind, one packet in ACK_REQ_INTERVAL asks
+    // (63, 127, 191, 255); the last DEEP_QUEUE WRITEs (68..99) each ask at their end.
+    // The old policy asked at every message's end: 100 AckReqs, 100 ACKs.
+    let deep = N - DEEP_QUEUE;
+    let interval = ACK_REQ_INTERVAL as usize;
+    let mut want: Vec<usize> = (1..)
+        .map(|k| k * interval - 1)
+        .take_while(|&k| k < 4 * deep)
+        .collect();
+    want.extend((deep..N).map(|m| 4 * m + 3));
+    assert_eq!(asked, want);
+    assert_eq!(seen.acks, want.len());
     let done = drain(&mut p.a);
     let ids: Vec<u64> = done.iter().map(|c| c.wr_id).collect();
     assert_eq!(
         ids,
-        (0..40).collect::<Vec<_>>(),
+        (0..N as u64).collect::<Vec<_>>(),
         "every WRITE completes, in order"
     );
     assert!(
@@ -98,9 +138,7 @@ fn a_message_posted_alone_asks_at_its_end() {
     let (mut p, a, b) = pair(rc(1024), 22);
     for i in 0..3 {
         // Each WRITE is posted after the one before completed: nothing follows it.
-        p.a.qp
-            .post_send(rdma(i, SendOp::Write, &[a.sge(0, 3000)], &b, 0))
-            .unwrap();
+        post_writes(&mut p, &a, &b, i, 1, 3000);
         let seen = one_by_one(&mut p);
         assert_eq!(seen.ack_req, vec![false, false, true], "WRITE {i}");
         assert_eq!(seen.acks, 1);
@@ -115,19 +153,16 @@ fn a_message_posted_alone_asks_at_its_end() {
 #[test]
 fn a_write_before_a_read_asks_at_its_end() {
     let (mut p, a, b) = pair(rc(1024), 23);
+    // WRITE, READ, then a deep queue of WRITEs: the first WRITE has DEEP_QUEUE + 1
+    // WQEs behind it, but the READ next waits on max_rd_atomic, so it asks anyway.
+    post_writes(&mut p, &a, &b, 0, 1, 100);
     p.a.qp
-        .post_send(rdma(1, SendOp::Write, &[a.sge(0, 100)], &b, 0))
+        .post_send(rdma(1, SendOp::Read, &[a.sge(4096, 100)], &b, 0))
         .unwrap();
-    p.a.qp
-        .post_send(rdma(2, SendOp::Read, &[a.sge(4096, 100)], &b, 0))
-        .unwrap();
-    p.a.qp
-        .post_send(rdma(3, SendOp::Write, &[a.sge(0, 100)], &b, 0))
-        .unwrap();
+    post_writes(&mut p, &a, &b, 2, DEEP_QUEUE, 100);
     let seen = one_by_one(&mut p);
-    // The READ waits on max_rd_atomic, so the WRITE before it does not count on it.
-    assert_eq!(seen.ack_req, vec![true, true, true]);
-    assert_eq!(drain(&mut p.a).len(), 3);
+    assert_eq!(&seen.ack_req[..2], &[true, true]);
+    assert_eq!(drain(&mut p.a).len(), 2 + DEEP_QUEUE);
 }
 
 /// Window-bound: 200 WRITEs of 4 packets over a link with latency, so the 128-PSN
@@ -137,11 +172,7 @@ fn a_write_before_a_read_asks_at_its_end() {
 fn a_full_window_reopens_without_the_timer() {
     let (mut p, a, b) = pair(rc(1024), 24);
     p.latency = Duration::from_micros(20);
-    for i in 0..200 {
-        p.a.qp
-            .post_send(rdma(i, SendOp::Write, &[a.sge(0, 4096)], &b, 0))
-            .unwrap();
-    }
+    post_writes(&mut p, &a, &b, 0, 200, 4096);
     p.drive(STEPS);
     let done = drain(&mut p.a);
     assert_eq!(done.len(), 200);
@@ -159,4 +190,66 @@ fn a_full_window_reopens_without_the_timer() {
         p.now
     );
     assert_eq!(p.a.qp.state(), QpState::Rts);
+}
+
+/// The requesting NIC stalls (descheduled) in the middle of a stream, after packets
+/// that did not ask for an ACK: the timer expires with nothing lost and nothing asked.
+/// It asks with the next packet instead of going back N (without
+/// `Qp::defer_unasked_timeout` all ten were resent).
+#[test]
+fn a_timeout_on_packets_that_did_not_ask_asks_instead_of_resending() {
+    let (mut p, a, b) = pair(rc(1024), 25);
+    post_writes(&mut p, &a, &b, 0, 40, 4096);
+    let now = p.now;
+    for k in 0..10 {
+        assert_eq!(send_one(&mut p, now), (100 + k, false));
+    }
+    assert_eq!(answer(&mut p, now), 0, "nothing asked, nothing answered");
+    let late =
+        p.a.qp
+            .poll_timeout()
+            .expect("the retransmission timer runs");
+    p.a.qp.handle_timeout(late);
+    assert_eq!(send_one(&mut p, late), (110, true), "the next packet asks");
+    assert_eq!(answer(&mut p, late), 1);
+    p.now = late;
+    one_by_one(&mut p);
+    assert_eq!(drain(&mut p.a).len(), 40);
+    let c = p.a.qp.counters();
+    assert_eq!(
+        (c.retransmitted_packets, c.early_retransmits),
+        (0, 0),
+        "{c:?}"
+    );
+}
+
+/// The same stall when nothing can be sent next (the QP was moved to SQD, which starts
+/// no new WQE): the expiry goes back at once and the resent packet asks, so the WRITE
+/// that did not ask completes and the send queue drains.
+#[test]
+fn a_timeout_with_nothing_to_send_next_goes_back_and_asks() {
+    let (mut p, a, b) = pair(rc(1024), 26);
+    post_writes(&mut p, &a, &b, 0, DEEP_QUEUE + 1, 100);
+    let now = p.now;
+    assert_eq!(send_one(&mut p, now), (100, false), "a deep queue follows");
+    let sqd = QpAttr {
+        state: Some(QpState::Sqd),
+        ..Default::default()
+    };
+    p.a.qp.modify(now, &sqd).unwrap();
+    let late =
+        p.a.qp
+            .poll_timeout()
+            .expect("the retransmission timer runs");
+    p.a.qp.handle_timeout(late);
+    assert_eq!(send_one(&mut p, late), (100, true), "resent, asking");
+    answer(&mut p, late);
+    let done = drain(&mut p.a);
+    assert_eq!(
+        done.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        vec![(0, WcStatus::Success)]
+    );
+    // Drained: the rest wait (SQD), nothing is outstanding, no timer runs.
+    assert_eq!(p.a.qp.send_queue_len(), DEEP_QUEUE);
+    assert_eq!(p.a.qp.poll_timeout(), None);
 }

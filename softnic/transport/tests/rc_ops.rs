@@ -298,10 +298,8 @@ fn segmentation_opcodes_psns_ackreq_and_msn() {
             (f(O::Send, P::First, false), 100, false),
             (f(O::Send, P::Middle, false), 101, false),
             (f(O::Send, P::Middle, false), 102, false),
-            // The next message is queued and follows at once: its packets ask.
-            (f(O::Send, P::Last, true), 103, false),
-            (f(O::Send, P::Only, false), 104, false),
-            // The next is a READ (bounded by max_rd_atomic): this end asks.
+            (f(O::Send, P::Last, true), 103, true),
+            (f(O::Send, P::Only, false), 104, true),
             (f(O::Write, P::First, false), 105, false),
             (f(O::Write, P::Last, false), 106, true),
             (f(O::ReadRequest, P::Only, false), 107, true),
@@ -313,8 +311,8 @@ fn segmentation_opcodes_psns_ackreq_and_msn() {
         .map(|e| (e.1, e.2, e.4))
         .collect();
     let ack = Opcode::RC_ACKNOWLEDGE;
-    // One AckReq (PSN 106) for three messages: ACKs are cumulative (IBTA 9.7.5.1.1),
-    // so the ACK of 106 completes all three. MSN counts completed messages;
+    // The three AckReqs (PSN 103, 104, 106) arrived in one burst: ACKs are cumulative,
+    // so one ACK of 106 answers all three (coalescing). MSN counts completed messages;
     // READ responses First/Last carry the AETH, Middle does not.
     assert_eq!(
         resps,

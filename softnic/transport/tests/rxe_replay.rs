@@ -513,7 +513,6 @@ fn requester_replay(name: &str, f: &Flow) {
     let mut buf = vec![0u8; 4096 + 128];
     let now = Instant::ZERO;
     let mut reqs = 0;
-    let mut last_ack_req = false;
     for p in &f.ordered {
         if is_request(p) {
             let t = qp
@@ -525,13 +524,11 @@ fn requester_replay(name: &str, f: &Flow) {
             // capture's choice was copied into the WR, so compare it too. MigReq is
             // APM state, which softnic always reports as rxe does.
             want.bth.mig_req = true;
-            // Where to ask for an ACK is each requester's policy (IBTA 9.7.6.1.1): rxe
-            // asks at every message's end, the hardware requester also on some First
-            // packets, and softnic at a message's end only when nothing follows at once
-            // (all WRs are posted up front here; `requester.rs`). Compared below: the
-            // last request asks.
-            want.bth.ack_req = ours.repr.bth.ack_req;
-            last_ack_req = ours.repr.bth.ack_req;
+            // The hardware requester also asks for an ACK on some First packets (its
+            // policy; IBTA 9.7.6.1.1 lets each requester choose). softnic follows rxe.
+            if name.contains("hw_") {
+                want.bth.ack_req = ours.repr.bth.ack_req;
+            }
             assert_eq!(ours.repr, want, "{name}: request {reqs}");
             if !name.contains("hw_") {
                 assert_eq!(t.src_port, p.sport, "{name}: UDP source port");
@@ -552,7 +549,6 @@ fn requester_replay(name: &str, f: &Flow) {
         msgs.len()
     );
     assert!(reqs > 0);
-    assert!(last_ack_req, "{name}: the last request must ask for an ACK");
     assert_eq!(qp.counters().retransmitted_packets, 0, "{name}");
     let done: Vec<_> = std::iter::from_fn(|| qp.poll_completion()).collect();
     assert!(

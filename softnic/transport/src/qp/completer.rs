@@ -400,6 +400,10 @@ impl Qp {
         if self.timers.retransmit.is_some_and(|t| t <= now) {
             self.timers.retransmit = None;
             if self.req.outstanding() && matches!(self.state, QpState::Rts | QpState::Sqd) {
+                if self.defer_unasked_timeout() {
+                    self.arm_retransmit(now);
+                    return;
+                }
                 let lat = ack_timeout(self.attrs.timeout).unwrap_or(Duration::MAX);
                 let cause = if self.req.rto.on_expiry(now, lat) {
                     RetryCause::Timeout

@@ -59,6 +59,7 @@ use crate::wr::{Completion, Queue, RecvWr, SendOp, SendWr, WcOpcode, WcStatus, M
 pub use counters::QpCounters;
 pub use cwnd::{MAX_OUTSTANDING_PSNS, MIN_CWND};
 pub use peer_rtt::{PeerRtt, STALE_RTOS};
+pub use requester::{ACK_REQ_INTERVAL, DEEP_QUEUE};
 pub use responder::{disposition, Disposition, NakKind, RespError};
 pub use rto::{AckTimer, MIN_RTO};
 pub use state::{AttrMask, QpState, QpType, TransitionError};

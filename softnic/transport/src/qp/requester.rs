@@ -14,13 +14,17 @@
 //! AckReq policy (IBTA 9.7.6.1.1 lets the requester choose): set on one packet in every
 //! [`ACK_REQ_INTERVAL`] (or half the in-flight window, when losses shrank it), on every
 //! resent packet, on READ and atomic requests, and on the last packet of a message
-//! unless the next WQE is already queued and can start at once ([`Qp::next_follows`]).
-//! An ACK covers every earlier PSN (IBTA 9.7.5.1.1), so a stream of messages needs one
-//! AckReq per interval, not one per message: each ACK costs the responder a `sendmsg`
-//! and the requester a receive (issue 12: 64 KiB WRITEs went from ≈ 0.74 to ≤ 0.25
-//! ACKs per message). A message that ends the queue, or one whose successor must wait
-//! (another QP state, a READ or atomic, a window that cannot take it), still asks at
-//! its end, so its completion is never left to the retransmission timer. Because an
+//! unless at least [`DEEP_QUEUE`] WQEs wait behind it and the next can start at once
+//! ([`Qp::next_follows`]). An ACK covers every earlier PSN (IBTA 9.7.5.1.1), so a
+//! stream of messages needs one AckReq per interval, not one per message: each ACK
+//! costs the responder a `sendmsg` and the requester a receive (issue 12: 64 KiB
+//! WRITEs from a deep send queue went from ≈ 0.74 to ≤ 0.25 ACKs per message). A
+//! message near the end of the queue asks at its end: its completion may be what the
+//! application waits for before it posts more (perftest's 8 B WRITEs wait for the
+//! 100th of 128), and an ACK held back to the end of the queue would leave the queue
+//! empty for a round trip. A message whose successor must wait (another QP state, a
+//! READ or atomic, a window that cannot take it) asks too, so its completion is never
+//! left to the retransmission timer. Because an
 //! AckReq goes out at least every interval ≤ half the window, a full window always
 //! holds one, whose ACK opens it again. Linux rxe acknowledges only packets with AckReq
 //! set, so this keeps the window moving against rxe as well as against hardware that
@@ -44,6 +48,11 @@ use crate::wr::{SendOp, SendWr, WcStatus};
 
 /// A packet with AckReq at least every this many request packets.
 pub const ACK_REQ_INTERVAL: u32 = 64;
+
+/// A message's last packet leaves out AckReq only when at least this many WQEs are
+/// queued behind it (module documentation): about an ACK's round trip of small
+/// messages, and far less than a streaming application keeps queued (perftest: 128).
+pub const DEEP_QUEUE: usize = 32;
 
 /// What a send WQE does, as far as packetisation is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +133,11 @@ pub(super) struct Requester {
     pub win: SendWindow,
     /// Request packets sent since the last one with AckReq.
     pub noack_pkts: u32,
+    /// PSN of the last packet sent with AckReq (none yet: `None`).
+    pub last_ask: Option<Psn>,
+    /// The next packet asks for an ACK whatever the policy says
+    /// ([`Qp::defer_unasked_timeout`]).
+    pub ask_next: bool,
     /// Started, uncompleted READ/atomic WQEs.
     pub rd_atomic: u32,
     /// Retries left before IBV_WC_RETRY_EXC_ERR.
@@ -166,6 +180,8 @@ impl Requester {
             cursor: 0,
             win: SendWindow::new(Psn::ZERO),
             noack_pkts: 0,
+            last_ask: None,
+            ask_next: false,
             rd_atomic: 0,
             retry_left: 0,
             rnr_left: 0,
@@ -222,6 +238,7 @@ impl Requester {
         self.cursor = 0;
         self.win.rewind();
         self.noack_pkts = 0;
+        self.ask_next = false;
     }
 }
 
@@ -322,11 +339,13 @@ impl Qp {
         }
         self.req.rto.on_send(em.psn, resend, now);
         self.req.win.record_sent(em.next_psn);
-        self.req.noack_pkts = if em.ack_req {
-            0
+        if em.ack_req {
+            self.req.noack_pkts = 0;
+            self.req.last_ask = Some(em.psn);
+            self.req.ask_next = false;
         } else {
-            self.req.noack_pkts + 1
-        };
+            self.req.noack_pkts += 1;
+        }
         if em.wqe_done {
             self.req.cursor += 1;
         }
@@ -359,18 +378,46 @@ impl Qp {
         }
     }
 
-    /// Whether the SEND or WRITE queued after `sq[idx]` can follow its last packet at
-    /// once, so that its packets will carry the AckReq `sq[idx]`'s end leaves out. Not
-    /// outside RTS (IBTA 10.3.1.2: SQD starts no new WQE), during an RNR wait, when it
-    /// is a READ or atomic (bounded by `max_rd_atomic`), or when its PSNs would not fit
-    /// the window now: then `sq[idx]`'s end asks for its own ACK.
+    /// Whether a deep queue follows `sq[idx]` ([`DEEP_QUEUE`] WQEs or more) and its next
+    /// WQE, a SEND or WRITE, can follow the last packet at once, so that the packets
+    /// behind will carry the AckReq `sq[idx]`'s end leaves out. Not outside RTS (IBTA
+    /// 10.3.1.2: SQD starts no new WQE), during an RNR wait, when the next is a READ or
+    /// atomic (bounded by `max_rd_atomic`), or when its PSNs would not fit the window
+    /// now: then `sq[idx]`'s end asks for its own ACK.
     fn next_follows(&self, idx: usize) -> bool {
-        if self.state != QpState::Rts || self.req.rnr_paused {
+        let behind = self.req.sq.len().saturating_sub(idx + 1);
+        if behind < DEEP_QUEUE || self.state != QpState::Rts || self.req.rnr_paused {
             return false;
         }
         self.req.sq.get(idx + 1).is_some_and(|n| {
             !n.kind.is_rd_atomic() && (n.started || self.req.win.can_assign(self.psns_of(n)))
         })
+    }
+
+    /// On a retransmission timeout: true (and the next packet will ask for an ACK) when
+    /// the expiry says nothing about the network — every packet that asked for an ACK
+    /// has been acknowledged, the packets since did not ask (more were to follow them
+    /// at once), and the requester can send the next one now. The expiry is then its
+    /// own delay in sending that next packet (on a loaded host the NIC thread can be
+    /// descheduled for milliseconds between two packets of a stream), and the
+    /// responder had no reason to answer: going back N would resend packets that
+    /// arrived. (Asking once per interval opened this case; with an AckReq on every
+    /// message's end it arose only inside long messages.) Only once in a row: if
+    /// nothing was sent since, the next expiry goes back as usual, so a lost packet is
+    /// still repaired (a gap is also NAKed by the responder when the next packet
+    /// arrives, IBTA 9.7.5.1.2).
+    pub(super) fn defer_unasked_timeout(&mut self) -> bool {
+        let r = &self.req;
+        let asked_all_acked = r.last_ask.is_none_or(|p| !r.win.contains(p));
+        let can_send = !r.rnr_paused
+            && r.sq
+                .get(r.cursor)
+                .is_some_and(|e| e.started || self.state == QpState::Rts);
+        if r.noack_pkts == 0 || r.ask_next || !asked_all_acked || !can_send {
+            return false;
+        }
+        self.req.ask_next = true;
+        true
     }
 
     /// Writes the packet of `sq[idx]` at `cursor_psn`. `Err` is a local error that
@@ -437,8 +484,8 @@ impl Qp {
         let interval = ACK_REQ_INTERVAL.min((self.req.cwnd.limit() / 2).max(1));
         // A message's end asks unless the next message follows at once (module docs).
         let at_end = pos.ends() && (e.kind.is_rd_atomic() || !self.next_follows(idx));
-        let ack_req =
-            self.qp_type == QpType::Rc && (at_end || self.req.noack_pkts + 1 >= interval || resend);
+        let ack_req = self.qp_type == QpType::Rc
+            && (at_end || self.req.noack_pkts + 1 >= interval || resend || self.req.ask_next);
         let dest_qpn = match &e.wr.ud {
             Some(ud) => ud.qpn,
             None => self.attrs.dest_qpn,
