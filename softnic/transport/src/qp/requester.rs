@@ -24,11 +24,10 @@
 //! 100th of 128), and an ACK held back to the end of the queue would leave the queue
 //! empty for a round trip. A message whose successor must wait (another QP state, a
 //! READ or atomic, a window that cannot take it) asks too, so its completion is never
-//! left to the retransmission timer. Because an
-//! AckReq goes out at least every interval ≤ half the window, a full window always
-//! holds one, whose ACK opens it again. Linux rxe acknowledges only packets with AckReq
-//! set, so this keeps the window moving against rxe as well as against hardware that
-//! coalesces.
+//! left to the retransmission timer. Because an AckReq goes out at least every interval
+//! ≤ half the window, a full window always holds one, whose ACK opens it again. Linux
+//! rxe acknowledges only packets with AckReq set, so this keeps the window moving
+//! against rxe as well as against hardware that coalesces.
 
 use std::collections::VecDeque;
 
@@ -482,7 +481,7 @@ impl Qp {
         // And at least twice per window, so ACKs come back before a window shrunk by
         // losses (`cwnd.rs`) fills up.
         let interval = ACK_REQ_INTERVAL.min((self.req.cwnd.limit() / 2).max(1));
-        // A message's end asks unless the next message follows at once (module docs).
+        // A message's end asks unless a deep queue follows at once (module docs).
         let at_end = pos.ends() && (e.kind.is_rd_atomic() || !self.next_follows(idx));
         let ack_req = self.qp_type == QpType::Rc
             && (at_end || self.req.noack_pkts + 1 >= interval || resend || self.req.ask_next);
