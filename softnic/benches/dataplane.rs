@@ -98,7 +98,8 @@ impl Rings {
     /// The NIC's side: takes every WQE from the SQ ring into the QP, as
     /// `rings.rs` does.
     fn drain(&mut self, s: &mut Side) {
-        while let Some(w) = self.sq_nic.pop().expect("ring") {
+        let mut w = SendWqe::default();
+        while self.sq_nic.pop_into(&mut w).expect("ring") {
             let wr = wqe::send_wr(&w, QpType::Rc, &s.caps, s.addr).expect("valid WQE");
             s.qp.post_send(wr).expect("post");
         }

@@ -808,9 +808,7 @@ impl Victim {
         }
         match u.int_in_range(0u8..=7)? {
             6 if len <= 64 && matches!(wr.op, SendOp::Send | SendOp::Write) => {
-                let mut data = [0u8; softnic_transport::wr::MAX_INLINE];
-                data[..len as usize].fill(0x5A);
-                wr.inline = Some((data, len as usize));
+                wr.inline = softnic_transport::wr::Inline::new(&[0x5A; 64][..len as usize]);
             }
             7 => wr.sges[0].lkey ^= 0x100, // a key that names nothing
             _ => {}

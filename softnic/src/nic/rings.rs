@@ -205,6 +205,8 @@ impl QpEntry {
     fn drain_send(&mut self, now: Instant, local: SocketAddr, n: &mut NicCounters) -> usize {
         let mut taken = 0;
         self.sq_more = true;
+        // One slot's copy, reused: each WQE is copied out of the ring straight into it.
+        let mut w = SendWqe::default();
         while taken < DRAIN_BUDGET && !self.ring_broken {
             let accepts = matches!(
                 self.qp.state(),
@@ -213,9 +215,9 @@ impl QpEntry {
             if !accepts || self.qp.send_queue_len() >= self.caps.max_send_wr as usize {
                 break;
             }
-            let w = match self.sq.pop() {
-                Ok(Some(w)) => w,
-                Ok(None) => {
+            match self.sq.pop_into(&mut w) {
+                Ok(true) => {}
+                Ok(false) => {
                     self.sq_more = false;
                     break;
                 }

@@ -11,7 +11,9 @@ use std::fmt;
 use std::net::SocketAddr;
 
 use softnic_transport::qp::{QpCaps, QpType};
-use softnic_transport::wr::{self, RecvWr, SendOp, SendWr, Sge, UdDest, MAX_INLINE, MAX_SGE};
+use softnic_transport::wr::{
+    self, Inline, RecvWr, SendOp, SendWr, Sge, UdDest, MAX_INLINE, MAX_SGE,
+};
 use verbs_api::abi::slots::{send_flags, wr_opcode};
 use verbs_api::abi::{RecvWqe, SendWqe};
 
@@ -121,7 +123,11 @@ pub fn send_wr(
         if n as usize > MAX_INLINE || n > caps.max_inline {
             return Err(WqeError::InlineTooLong(n));
         }
-        Some((w.inline_data, n as usize))
+        let data = w.inline_data.get(..n as usize);
+        Some(
+            data.and_then(Inline::new)
+                .ok_or(WqeError::InlineTooLong(n))?,
+        )
     } else {
         None
     };
@@ -284,8 +290,16 @@ mod tests {
         w.inline_len = u32::MAX;
         assert!(send_wr(&w, QpType::Rc, &CAPS, local()).is_err());
         w.inline_len = 64;
+        w.inline_data
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = i as u8);
         let wr = send_wr(&w, QpType::Rc, &CAPS, local()).unwrap();
-        assert_eq!(wr.inline.map(|(_, n)| n), Some(64));
+        assert_eq!(
+            wr.inline.as_ref().map(Inline::as_bytes),
+            Some(&w.inline_data[..64]),
+            "exactly the first inline_len bytes are kept"
+        );
         assert_eq!(wr.num_sge, 0);
         let mut w = wqe(wr_opcode::ATOMIC_FETCH_AND_ADD);
         w.sges[0].length = 4;

@@ -67,11 +67,11 @@ pub fn gather(
     dst: &mut [u8],
     mem: &dyn Memory,
 ) -> Result<(), MemError> {
-    if let Some((data, n)) = &wr.inline {
+    if let Some(data) = &wr.inline {
         let start = usize::try_from(offset).map_err(|_| MemError::OutOfRange)?;
         let src = data
-            .get(..*n)
-            .and_then(|d| d.get(start..start.checked_add(dst.len())?))
+            .as_bytes()
+            .get(start..start.checked_add(dst.len()).ok_or(MemError::OutOfRange)?)
             .ok_or(MemError::OutOfRange)?;
         dst.copy_from_slice(src);
         return Ok(());

@@ -61,7 +61,7 @@ pub struct SendWr {
     /// Entries used in `sges`.
     pub num_sge: usize,
     /// Inline data (IBV_SEND_INLINE): when `Some`, used instead of the gather list.
-    pub inline: Option<([u8; MAX_INLINE], usize)>,
+    pub inline: Option<Inline>,
     /// Remote address (WRITE, READ, atomics).
     pub remote_addr: u64,
     /// Remote key (WRITE, READ, atomics).
@@ -72,6 +72,38 @@ pub struct SendWr {
     pub solicited: bool,
     /// UD only: destination QP number, Q_Key and address (from the address handle).
     pub ud: Option<UdDest>,
+}
+
+/// The inline bytes of a send work request (IBV_SEND_INLINE), at most [`MAX_INLINE`].
+///
+/// Kept on the heap, apart from the [`SendWr`]: a WQE moves several times between the
+/// client's ring and the send queue (converted, posted, queued), and an inline array
+/// in place would make every WQE, inline or not, carry and copy 256 more bytes each
+/// time — most of the copying of an 8-byte WRITE (docs/perf.md, issue 12). A WQE with
+/// inline data pays one small allocation instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inline(Box<[u8]>);
+
+impl Inline {
+    /// Copies `data`; `None` when it is longer than [`MAX_INLINE`].
+    pub fn new(data: &[u8]) -> Option<Inline> {
+        (data.len() <= MAX_INLINE).then(|| Inline(data.into()))
+    }
+
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// Number of bytes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when there are none (a zero-length inline message).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// UD destination of a send work request.
@@ -89,7 +121,7 @@ impl SendWr {
     /// Total bytes of the gather list (or inline data).
     pub fn total_len(&self) -> u64 {
         match &self.inline {
-            Some((_, n)) => *n as u64,
+            Some(data) => data.len() as u64,
             None => self.sges[..self.num_sge.min(MAX_SGE)]
                 .iter()
                 .map(|s| u64::from(s.length))

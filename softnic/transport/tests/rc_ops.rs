@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use softnic_transport::qp::{QpState, PATH_MTUS};
 use softnic_transport::testing::{Pair, Verdict};
-use softnic_transport::wr::{Queue, SendOp, WcOpcode, WcStatus};
+use softnic_transport::wr::{Inline, Queue, SendOp, WcOpcode, WcStatus};
 use wire::{Opcode, Operation, Position};
 
 const STEPS: u64 = 1_000_000;
@@ -383,9 +383,7 @@ fn inline_send() {
     let (mut p, _a, b) = pair(rc(1024), 9);
     p.b.qp.post_recv(recv(1, &[b.sge(0, 64)])).unwrap();
     let mut w = wr(1, SendOp::Send, &[]);
-    let mut data = [0u8; 256];
-    data[..5].copy_from_slice(b"hello");
-    w.inline = Some((data, 5));
+    w.inline = Inline::new(b"hello");
     p.a.qp.post_send(w).unwrap();
     p.drive(STEPS);
     assert_eq!(read(&p.b, &b, 0, 5), b"hello");

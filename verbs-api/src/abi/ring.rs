@@ -296,20 +296,31 @@ const fn by_words<T>() -> bool {
 /// # Safety
 /// `p` must be valid for reads of a `T` and aligned.
 unsafe fn read_slot<T: Slot>(p: *const T) -> T {
+    let mut out = core::mem::MaybeUninit::<T>::uninit();
+    // SAFETY: `p` by the caller's contract; `out` is a local, aligned, apart from `p`.
+    unsafe { read_slot_into(p, out.as_mut_ptr()) };
+    // SAFETY: `read_slot_into` wrote every byte, and `T: Slot` has no padding and
+    // accepts every bit pattern, so `out` is a valid `T`.
+    unsafe { out.assume_init() }
+}
+
+/// [`read_slot`] into a place the caller owns, so that a large slot (a 400-byte
+/// `SendWqe`) is copied once, not once more on its way out of a return value.
+///
+/// # Safety
+/// `p` must be valid for reads of a `T` and aligned; `out` valid for writes of a `T`,
+/// aligned, and not overlapping `p`.
+unsafe fn read_slot_into<T: Slot>(p: *const T, out: *mut T) {
     if !by_words::<T>() {
         // SAFETY: the caller's contract.
-        return unsafe { core::ptr::read_volatile(p) };
+        return unsafe { out.write(core::ptr::read_volatile(p)) };
     }
-    let mut out = core::mem::MaybeUninit::<T>::uninit();
-    let (src, dst) = (p.cast::<u64>(), out.as_mut_ptr().cast::<u64>());
+    let (src, dst) = (p.cast::<u64>(), out.cast::<u64>());
     for i in 0..core::mem::size_of::<T>() / 8 {
         // SAFETY: i * 8 < size_of::<T>(), so both words are inside their `T`, and they
-        // are 8-byte aligned (by_words). Every word is written, and `T: Slot` has no
-        // padding and accepts every bit pattern, so `out` is then a valid `T`.
+        // are 8-byte aligned (by_words); every word of `out` is written.
         unsafe { dst.add(i).write(src.add(i).read_volatile()) };
     }
-    // SAFETY: every byte was written above.
-    unsafe { out.assume_init() }
 }
 
 /// Volatile copy of one slot into shared memory, a word at a time (see [`read_slot`]).
@@ -518,6 +529,21 @@ impl<T: Slot> Consumer<T> {
         let v = unsafe { read_slot(p) };
         self.head = self.head.wrapping_add(1);
         Ok(Some(v))
+    }
+
+    /// [`Consumer::pop`] into `out`: true when a slot was copied there, false (and
+    /// `out` untouched) when the ring is empty. Copies the slot exactly once.
+    pub fn pop_into(&mut self, out: &mut T) -> Result<bool, RingError> {
+        if self.available()? == 0 {
+            return Ok(false);
+        }
+        let p = self.ring.slot_ptr(self.head);
+        // SAFETY: `p` is an in-bounds, aligned slot (slot_ptr) in the shared mapping,
+        // `out` an exclusive reference to a `T` in this process, so they do not overlap.
+        // `T: Slot` makes every bit pattern valid (see `pop`).
+        unsafe { read_slot_into(p, out) };
+        self.head = self.head.wrapping_add(1);
+        Ok(true)
     }
 
     /// Returns consumed slots to the producer (`consumer.store(Release)`).

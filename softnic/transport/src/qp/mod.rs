@@ -743,8 +743,8 @@ impl Qp {
         if wr.num_sge > self.caps.max_sge as usize {
             return Err(PostError::TooManySge);
         }
-        if let Some((_, n)) = &wr.inline {
-            if *n > self.caps.max_inline as usize {
+        if let Some(data) = &wr.inline {
+            if data.len() > self.caps.max_inline as usize {
                 return Err(PostError::InlineTooLong);
             }
         }

@@ -293,8 +293,9 @@ fn release_except_frees_only_completed_slots_and_never_moves_back() {
     assert_eq!(p.free(4).unwrap(), 3);
 }
 
-/// Slots are copied in and out a word at a time (`read_slot`, `write_slot`): every
-/// byte of a full-size slot, the last inline byte included, survives the trip.
+/// Slots are copied in and out a word at a time (`read_slot`, `write_slot`), by `pop`
+/// and by `pop_into`: every byte of a full-size slot, the last inline byte included,
+/// survives the trip.
 #[test]
 fn word_copies_keep_every_byte_of_a_send_wqe() {
     use crate::abi::SendWqe;
@@ -319,7 +320,19 @@ fn word_copies_keep_every_byte_of_a_send_wqe() {
         w.sges[3].lkey = 0xDEAD_BEEF;
         p.push(&w).unwrap();
         p.publish();
-        assert_eq!(c.pop().unwrap(), Some(w));
+        if k % 2 == 0 {
+            assert_eq!(c.pop().unwrap(), Some(w));
+        } else {
+            // pop_into overwrites every byte of what was there before.
+            let mut out = SendWqe {
+                inline_data: [0xEE; 256],
+                ..SendWqe::default()
+            };
+            assert!(c.pop_into(&mut out).unwrap());
+            assert_eq!(out, w);
+            assert!(!c.pop_into(&mut out).unwrap(), "empty");
+            assert_eq!(out, w, "an empty ring leaves the place as it was");
+        }
         c.release();
     }
 }
