@@ -296,34 +296,55 @@ const fn by_words<T>() -> bool {
 /// # Safety
 /// `p` must be valid for reads of a `T` and aligned.
 unsafe fn read_slot<T: Slot>(p: *const T) -> T {
-    let mut out = core::mem::MaybeUninit::<T>::uninit();
-    // SAFETY: `p` by the caller's contract; `out` is a local, aligned, apart from `p`.
+    // Zeroed: the bytes past the value's `used_len` are not copied, and zero is a
+    // valid `T` (`T: Slot` accepts every bit pattern).
+    let mut out = core::mem::MaybeUninit::<T>::zeroed();
+    // SAFETY: `p` by the caller's contract; `out` is a local, aligned, apart from `p`,
+    // and holds a valid `T` (all zeros, see above).
     unsafe { read_slot_into(p, out.as_mut_ptr()) };
-    // SAFETY: `read_slot_into` wrote every byte, and `T: Slot` has no padding and
-    // accepts every bit pattern, so `out` is a valid `T`.
+    // SAFETY: every byte was zeroed or copied, and `T: Slot` accepts every bit pattern.
     unsafe { out.assume_init() }
 }
 
+/// Words of `v` a ring copies: its `used_len`, clamped to `[T::HEAD, size]`, rounded up.
+fn used_words<T: Slot>(v: &T) -> usize {
+    let size = core::mem::size_of::<T>();
+    v.used_len().clamp(T::HEAD.min(size), size).div_ceil(8)
+}
+
 /// [`read_slot`] into a place the caller owns, so that a large slot (a 400-byte
-/// `SendWqe`) is copied once, not once more on its way out of a return value.
+/// `SendWqe`) is copied once, not once more on its way out of a return value. Copies
+/// the value's head first, then as much more as that copy's `used_len` asks for (so a
+/// producer changing the slot meanwhile changes nothing but which bytes are copied);
+/// the rest of `out` keeps what it held.
 ///
 /// # Safety
-/// `p` must be valid for reads of a `T` and aligned; `out` valid for writes of a `T`,
-/// aligned, and not overlapping `p`.
+/// `p` must be valid for reads of a `T` and aligned; `out` valid for reads and writes
+/// of a `T`, aligned, holding a valid `T`, and not overlapping `p`.
 unsafe fn read_slot_into<T: Slot>(p: *const T, out: *mut T) {
     if !by_words::<T>() {
         // SAFETY: the caller's contract.
         return unsafe { out.write(core::ptr::read_volatile(p)) };
     }
     let (src, dst) = (p.cast::<u64>(), out.cast::<u64>());
-    for i in 0..core::mem::size_of::<T>() / 8 {
-        // SAFETY: i * 8 < size_of::<T>(), so both words are inside their `T`, and they
-        // are 8-byte aligned (by_words); every word of `out` is written.
+    let head = T::HEAD.min(core::mem::size_of::<T>()).div_ceil(8);
+    for i in 0..head {
+        // SAFETY: i * 8 < size_of::<T>() (head ≤ size / 8, as the size is a multiple of
+        // 8), so both words are inside their `T`, and they are 8-byte aligned (by_words).
+        unsafe { dst.add(i).write(src.add(i).read_volatile()) };
+    }
+    // SAFETY: `out` holds a valid `T` (the caller's contract, and a word of a `Slot`
+    // copied over another keeps it valid); nothing else refers to it meanwhile.
+    let words = used_words(unsafe { &*out });
+    for i in head..words {
+        // SAFETY: as above: words ≤ size / 8.
         unsafe { dst.add(i).write(src.add(i).read_volatile()) };
     }
 }
 
-/// Volatile copy of one slot into shared memory, a word at a time (see [`read_slot`]).
+/// Volatile copy of one slot into shared memory, a word at a time (see [`read_slot`]),
+/// only the value's used words (`Slot::used_len`): the rest of the slot keeps what an
+/// earlier value left there, which no consumer reads as part of this one.
 ///
 /// # Safety
 /// `p` must be valid for writes of a `T` and aligned.
@@ -333,9 +354,10 @@ unsafe fn write_slot<T: Slot>(p: *mut T, value: &T) {
         return unsafe { core::ptr::write_volatile(p, *value) };
     }
     let (src, dst) = ((value as *const T).cast::<u64>(), p.cast::<u64>());
-    for i in 0..core::mem::size_of::<T>() / 8 {
-        // SAFETY: both words lie inside their `T` and are 8-byte aligned (by_words);
-        // `T: Slot` has no padding, so every word of `value` is initialised.
+    for i in 0..used_words(value) {
+        // SAFETY: both words lie inside their `T` (used_words ≤ size / 8) and are 8-byte
+        // aligned (by_words); `T: Slot` has no padding, so every word of `value` is
+        // initialised.
         unsafe { dst.add(i).write_volatile(src.add(i).read()) };
     }
 }
@@ -532,15 +554,16 @@ impl<T: Slot> Consumer<T> {
     }
 
     /// [`Consumer::pop`] into `out`: true when a slot was copied there, false (and
-    /// `out` untouched) when the ring is empty. Copies the slot exactly once.
+    /// `out` untouched) when the ring is empty. Copies the slot's used part
+    /// (`Slot::used_len`) exactly once; the rest of `out` keeps what it held.
     pub fn pop_into(&mut self, out: &mut T) -> Result<bool, RingError> {
         if self.available()? == 0 {
             return Ok(false);
         }
         let p = self.ring.slot_ptr(self.head);
         // SAFETY: `p` is an in-bounds, aligned slot (slot_ptr) in the shared mapping,
-        // `out` an exclusive reference to a `T` in this process, so they do not overlap.
-        // `T: Slot` makes every bit pattern valid (see `pop`).
+        // `out` an exclusive reference to a valid `T` in this process, so they do not
+        // overlap. `T: Slot` makes every bit pattern valid (see `pop`).
         unsafe { read_slot_into(p, out) };
         self.head = self.head.wrapping_add(1);
         Ok(true)

@@ -18,7 +18,18 @@ use super::{MAX_INLINE, MAX_SGE};
 /// and nothing with a validity invariant (plain integers and arrays of them), so that
 /// every bit pattern written by a peer is a valid value and copying one in or out of
 /// shared memory never exposes uninitialised bytes.
-pub unsafe trait Slot: Copy + 'static {}
+pub unsafe trait Slot: Copy + 'static {
+    /// Bytes at the start of every value that a ring always copies.
+    const HEAD: usize = core::mem::size_of::<Self>();
+
+    /// Bytes from the start of this value that carry meaning; a ring copies only
+    /// these (in whole words, at least [`Slot::HEAD`], at most the size) and leaves
+    /// the rest of the slot as it was. Read from a copy already taken, never from
+    /// shared memory. Default: all of it.
+    fn used_len(&self) -> usize {
+        core::mem::size_of::<Self>()
+    }
+}
 
 // SAFETY: u64 is plain data without padding; used by ring tests.
 unsafe impl Slot for u64 {}
@@ -269,7 +280,21 @@ impl Default for SendWqe {
 }
 
 // SAFETY: repr(C), integers and integer arrays only, no implicit padding (asserted below).
-unsafe impl Slot for SendWqe {}
+unsafe impl Slot for SendWqe {
+    /// Everything but the inline area.
+    const HEAD: usize = core::mem::offset_of!(SendWqe, inline_data);
+
+    /// The inline area only with [`send_flags::INLINE`], and only its first
+    /// `inline_len` bytes: most WQEs carry no inline data, and copying the 256-byte
+    /// area in and out of the ring anyway cost more than the rest of the slot
+    /// (docs/perf.md, "Per-message cost").
+    fn used_len(&self) -> usize {
+        if self.flags & send_flags::INLINE == 0 {
+            return Self::HEAD;
+        }
+        Self::HEAD + (self.inline_len as usize).min(MAX_INLINE)
+    }
+}
 // SAFETY: as above.
 unsafe impl Slot for RecvWqe {}
 // SAFETY: as above.
@@ -292,6 +317,7 @@ const _: () = assert!(
         == 8 + 4 + 4 + 8 + 4 + 4 + 8 + 8 + 32 + 16 * MAX_SGE + MAX_INLINE
 );
 const _: () = assert!(core::mem::size_of::<SendWqe>() == SEND_WQE_SIZE);
+const _: () = assert!(<SendWqe as Slot>::HEAD.is_multiple_of(8));
 const _: () = assert!(core::mem::align_of::<SendWqe>() == 8);
 const _: () = assert!(core::mem::size_of::<RecvWqe>() == 8 + 4 + 4 + 16 * MAX_SGE);
 const _: () = assert!(core::mem::size_of::<RecvWqe>() == RECV_WQE_SIZE);

@@ -294,10 +294,13 @@ fn release_except_frees_only_completed_slots_and_never_moves_back() {
 }
 
 /// Slots are copied in and out a word at a time (`read_slot`, `write_slot`), by `pop`
-/// and by `pop_into`: every byte of a full-size slot, the last inline byte included,
-/// survives the trip.
+/// and by `pop_into`: every byte a send WQE uses, the last inline byte included,
+/// survives the trip; without IBV_SEND_INLINE the inline area is neither written into
+/// the slot nor copied out of it (`Slot::used_len`), and with it only `inline_len`
+/// bytes (rounded up to a word) are.
 #[test]
-fn word_copies_keep_every_byte_of_a_send_wqe() {
+fn word_copies_keep_every_used_byte_of_a_send_wqe() {
+    use crate::abi::slots::send_flags;
     use crate::abi::SendWqe;
     let cap = 4;
     let map = anon(crate::abi::layout::ring_bytes::<SendWqe>(cap).unwrap());
@@ -307,11 +310,15 @@ fn word_copies_keep_every_byte_of_a_send_wqe() {
         r.into_producer(),
         Ring::<SendWqe>::new(map, 0, cap).unwrap().into_consumer(),
     );
-    for k in 0..6u8 {
+    let head = core::mem::offset_of!(SendWqe, inline_data);
+    for k in 0..12u8 {
+        let inline_len = [256, 0, 1, 13][usize::from(k % 4)];
+        let inline = k % 3 != 1;
         let mut w = SendWqe {
             wr_id: 0x0102_0304_0506_0708 ^ u64::from(k),
             remote_addr: u64::MAX - u64::from(k),
-            inline_len: 256,
+            flags: if inline { send_flags::INLINE } else { 0 },
+            inline_len,
             ..SendWqe::default()
         };
         for (i, b) in w.inline_data.iter_mut().enumerate() {
@@ -320,19 +327,35 @@ fn word_copies_keep_every_byte_of_a_send_wqe() {
         w.sges[3].lkey = 0xDEAD_BEEF;
         p.push(&w).unwrap();
         p.publish();
-        if k % 2 == 0 {
-            assert_eq!(c.pop().unwrap(), Some(w));
+        // What a copy keeps: the head, and the used inline bytes rounded up to a word.
+        let copied = if inline {
+            (inline_len as usize).div_ceil(8) * 8
         } else {
-            // pop_into overwrites every byte of what was there before.
+            0
+        };
+        let got = if k % 2 == 0 {
+            let got = c.pop().unwrap().unwrap();
+            assert!(got.inline_data[copied..].iter().all(|&b| b == 0), "zeroed");
+            got
+        } else {
+            // pop_into overwrites what is used and leaves the rest as it was.
             let mut out = SendWqe {
                 inline_data: [0xEE; 256],
                 ..SendWqe::default()
             };
             assert!(c.pop_into(&mut out).unwrap());
-            assert_eq!(out, w);
+            assert!(out.inline_data[copied..].iter().all(|&b| b == 0xEE), "kept");
+            let before = out;
             assert!(!c.pop_into(&mut out).unwrap(), "empty");
-            assert_eq!(out, w, "an empty ring leaves the place as it was");
-        }
+            assert_eq!(out, before, "an empty ring leaves the place as it was");
+            out
+        };
+        let bytes = |v: &SendWqe| -> Vec<u8> {
+            // SAFETY: SendWqe is plain data without padding (a `Slot`).
+            unsafe { core::slice::from_raw_parts((v as *const SendWqe).cast::<u8>(), 400) }.to_vec()
+        };
+        assert_eq!(bytes(&got)[..head], bytes(&w)[..head], "the head, exactly");
+        assert_eq!(got.inline_data[..copied], w.inline_data[..copied]);
         c.release();
     }
 }
