@@ -164,3 +164,49 @@ fn loss_and_corruption_keep_gso_runs_and_exactly_once() {
         "losses repaired by retransmission"
     );
 }
+
+/// A peer that never answers (every packet its NIC sends is dropped) fails the WRITE
+/// with RETRY_EXC_ERR after `retry_cnt + 1` Local ACK Timeouts (IBTA 9.7.6.1.3), and
+/// the NIC keeps that schedule to well under a millisecond: at `timeout` 5 (131 µs)
+/// eight expiries take ≈ 1 ms. A NIC that sleeps in whole milliseconds between
+/// expiries (poll(2)'s timeout, rounded up) took over 8 ms — at 5 % loss that wait,
+/// not the timer, decided how long each timer-repaired loss cost (issue 12).
+#[test]
+fn local_ack_timeouts_are_kept_to_the_microsecond_while_the_nic_sleeps() {
+    let a = NicProc::start("faulttmo-a", "127.0.0.115", 0, &[]);
+    let b = NicProc::start("faulttmo-b", "127.0.0.116", 0, &["--loss", "1"]);
+    const TIMEOUT: u8 = 5;
+    let lat = std::time::Duration::from_nanos(4096 << TIMEOUT);
+    // retry_cnt 7 (`connect_rc`): the first send and seven resends, each waited out.
+    let spec = lat * 8;
+    let mut best = std::time::Duration::MAX;
+    for attempt in 0..3 {
+        let (mut x, y) = rc_pair_with_timeout(&a, &b, Mtu::Mtu1024, 4096, 4, TIMEOUT);
+        let sge = [x.mr.sge(0, 64)];
+        let op = WrOpcode::RdmaWrite {
+            remote_addr: y.mr.addr(),
+            rkey: y.mr.rkey(),
+        };
+        let t0 = std::time::Instant::now();
+        x.qp.post_send(&[SendWr::new(attempt, op, &sge).signaled()])
+            .expect("post");
+        let c = poll_one(&mut x.cq);
+        let took = t0.elapsed();
+        assert_eq!(
+            (c.wr_id, c.status),
+            (attempt, WcStatus::RetryExcErr),
+            "{c:?}"
+        );
+        assert!(took >= spec, "gave up after {took:?}, before {spec:?}");
+        best = best.min(took);
+    }
+    // The best of three, so that a loaded host's scheduling delays do not decide.
+    assert!(
+        best < spec * 4,
+        "eight {lat:?} timeouts took {best:?} at best"
+    );
+    assert!(
+        a.stat("qp_retransmit_timeouts") >= 3 * 7,
+        "every expiry charged"
+    );
+}

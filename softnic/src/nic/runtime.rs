@@ -786,10 +786,20 @@ impl Runtime {
             for c in self.nic.clients.values() {
                 fds.push(pollfd(c.wake.read_end().as_raw_fd()));
             }
-            let ms = timeout.as_micros().div_ceil(1000);
-            let ms = libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX);
-            // SAFETY: `fds` is a live array of pollfd of the given length.
-            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            // To the microsecond (ppoll), not poll(2)'s whole milliseconds: a
+            // retransmission timer 100 µs away must not wait 1 ms (issue 12: at 5 %
+            // loss the timer-repaired losses waited ≈ 1.2 ms, a fifth of the run).
+            let ts = sleep_timespec(timeout);
+            // SAFETY: `fds` is a live array of pollfd of the given length, `ts` a live
+            // timespec; a null signal mask leaves the thread's mask as it is.
+            let r = unsafe {
+                libc::ppoll(
+                    fds.as_mut_ptr(),
+                    fds.len() as libc::nfds_t,
+                    &ts,
+                    std::ptr::null(),
+                )
+            };
             if r < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -860,6 +870,14 @@ fn log_offloads(cfg: &Config, got: Offloads) {
     }
     if got.gso && !cfg.fault.fits_runs() {
         tracing::info!("fault injection: packets are sent one by one, GSO unused");
+    }
+}
+
+/// `ppoll`'s timeout for a sleep of `d` (at most [`MAX_SLEEP`] in practice).
+fn sleep_timespec(d: Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
     }
 }
 
