@@ -98,6 +98,52 @@ fn lost_middle_packet() {
     assert_eq!(p.b.qp.counters().out_of_sequence, 3);
 }
 
+/// The responder NAKs a gap once and then drops silently until the missing PSN
+/// arrives (IBTA 9.7.5.1.3), so a lost first resend used to wait for the timer. The
+/// requester sends that one packet twice: losing one copy costs nothing more.
+#[test]
+fn lost_packet_and_its_first_resend_are_repaired_without_the_timer() {
+    let (mut p, a, b) = pair(rc(256), 1);
+    let size = 7 * 256 + 100;
+    let data = pattern(8, size);
+    fill(&mut p.a, &a, 0, &data);
+    let mut dropped = 0;
+    let lost = from_a_psn(102);
+    p.filter = Some(Box::new(move |s| {
+        if dropped < 2 && lost(s) {
+            dropped += 1;
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    p.b.qp.post_recv(recv(1, &[b.sge(0, size)])).unwrap();
+    p.a.qp
+        .post_send(wr(1, SendOp::Send, &[a.sge(0, size)]))
+        .unwrap();
+    p.drive(STEPS);
+    assert_eq!(drain(&mut p.a)[0].status, WcStatus::Success);
+    let rc = drain(&mut p.b);
+    assert_eq!(rc.len(), 1, "delivered exactly once: {rc:?}");
+    assert!(read(&p.b, &b, 0, size) == data);
+    let c = p.a.qp.counters();
+    assert_eq!(c.seq_nak_retries, 1);
+    assert_eq!(
+        (c.early_retransmits, c.retransmit_timeouts),
+        (0, 0),
+        "no timer ran"
+    );
+}
+
+/// When the first resend arrives, its second copy is a duplicate: re-acknowledged,
+/// never executed twice.
+#[test]
+fn the_repeated_first_resend_is_a_harmless_duplicate() {
+    let p = send_with_loss(2, 8);
+    assert_eq!(p.b.qp.counters().duplicate_requests, 1);
+    assert_eq!(p.a.qp.counters().early_retransmits, 0);
+}
+
 #[test]
 fn lost_last_packet() {
     // Nothing follows the last packet, so only the Local ACK Timeout recovers it.

@@ -165,6 +165,7 @@ impl Qp {
             RetryCause::ImpliedNak => self.counters.implied_nak_retries += 1,
         }
         self.req.rewind();
+        self.req.repeat_head = cause == RetryCause::SeqNak;
         self.req.cwnd.on_retry();
         self.req.in_retry = true;
         self.timers.retransmit = None;
