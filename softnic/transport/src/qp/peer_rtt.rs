@@ -43,7 +43,7 @@ impl RttEstimate {
     /// running to fire it: on a loaded host it measures how long that thread waited for
     /// a core, not the path. Taken whole, one such sample (up to 9 ms among 40 µs
     /// ones, logged in issue 12 at 5 % loss) raised smoothed RTT + 4 deviations to
-    /// 1–9 ms for the next thousand round trips, and every tail-loss repair in them
+    /// 1–9 ms until later samples wore it down, and every tail-loss repair meanwhile
     /// waited that long. Clamped, it still raises the timeout (≈ 1.6× per such
     /// sample), so a path that really slows down is followed within a few samples.
     pub fn update(prev: Option<RttEstimate>, r: Duration) -> RttEstimate {
