@@ -331,6 +331,11 @@ impl Runtime {
 
     /// Runs until SIGINT/SIGTERM.
     pub fn run(mut self) -> io::Result<()> {
+        // Sleeps end when asked, not up to 50 µs later (the default timer slack of a
+        // normal thread, prctl(2)): the retransmission timers are ~100–250 µs.
+        if let Err(e) = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1_000)) {
+            tracing::debug!(error = %e, "timer slack not set");
+        }
         let mut last_work = self.clock.now();
         while !signals::stop_requested() {
             let now = self.clock.now();
