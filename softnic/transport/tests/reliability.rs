@@ -392,6 +392,17 @@ fn reordered_packets() {
     );
 }
 
+/// Steps until the first RNR NAK has arrived and A waits it out.
+fn until_the_first_rnr_wait(p: &mut Pair) {
+    for _ in 0..1000 {
+        p.step();
+        if p.a.qp.counters().rnr_retries == 1 {
+            return;
+        }
+    }
+    panic!("no RNR wait: {p:?}");
+}
+
 #[test]
 fn rnr_then_recovery() {
     let (mut p, a, b) = pair(rc(1024), 11);
@@ -399,13 +410,7 @@ fn rnr_then_recovery() {
     p.a.qp
         .post_send(wr(1, SendOp::Send, &[a.sge(0, 3000)]))
         .unwrap();
-    // Run until the first RNR NAK has arrived and the requester is waiting.
-    for _ in 0..1000 {
-        p.step();
-        if p.a.qp.counters().rnr_retries == 1 {
-            break;
-        }
-    }
+    until_the_first_rnr_wait(&mut p);
     assert_eq!(p.b.qp.counters().nak_rnr_sent, 1);
     let t0 = p.now;
     p.b.qp.post_recv(recv(1, &[b.sge(0, 3000)])).unwrap();
@@ -416,6 +421,46 @@ fn rnr_then_recovery() {
     assert_eq!(read(&p.b, &b, 0, 3000), pattern(8, 3000));
     // min_rnr_timer 1 = 10 µs (IBTA table 45) before the resend.
     assert!(p.now - t0 >= Duration::from_micros(9), "{:?}", p.now - t0);
+}
+
+/// The first resend after a PSN sequence NAK goes out twice (`repeat_head`); when both
+/// copies meet an empty receive queue the responder RNR-NAKs each. The second NAK
+/// arrives while the requester already waits out the first: it is an echo, not a
+/// second retry, so `rnr_retry` 1 still gives the one retry it promises (the old code
+/// charged both NAKs and failed with RNR_RETRY_EXC_ERR without retrying at all).
+#[test]
+fn an_rnr_nak_echo_during_the_wait_is_not_charged_again() {
+    let cfg = PairConfig {
+        rnr_retry: 1,
+        ..rc(1024)
+    };
+    let (mut p, a, b) = pair(cfg, 14);
+    // The first SEND's packet is lost; the second's draws the NAK.
+    p.filter = Some(once(from_a_psn(100), Verdict::Drop));
+    for id in 1..=2 {
+        p.a.qp
+            .post_send(wr(id, SendOp::Send, &[a.sge(0, 10)]))
+            .unwrap();
+    }
+    until_the_first_rnr_wait(&mut p);
+    assert_eq!(p.a.qp.counters().seq_nak_retries, 1);
+    for id in 1..=2 {
+        p.b.qp.post_recv(recv(id, &[b.sge(0, 10)])).unwrap();
+    }
+    p.drive(STEPS);
+    let sc: Vec<_> = drain(&mut p.a)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(sc, vec![(1, WcStatus::Success), (2, WcStatus::Success)]);
+    assert_eq!(drain(&mut p.b).len(), 2, "each SEND delivered once");
+    assert_eq!(
+        p.b.qp.counters().nak_rnr_sent,
+        2,
+        "both copies of the resend met an empty queue"
+    );
+    let c = p.a.qp.counters();
+    assert_eq!((c.nak_rnr_received, c.rnr_retries), (2, 1), "{c:?}");
 }
 
 #[test]

@@ -12,7 +12,8 @@
 //! response never arrived, or a READ response that skips response PSNs — IBTA
 //! 9.7.5.1.4), and a Local ACK Timeout all rewind the requester to the oldest
 //! unacknowledged PSN and count against `retry_cnt`. An RNR NAK (IBTA 9.7.5.2.8)
-//! pauses for the RNR timer and counts against `rnr_retry` (7 = infinite). Forward
+//! pauses for the RNR timer and counts against `rnr_retry` (7 = infinite), once per
+//! wait: an RNR NAK that arrives during the wait is an echo and is ignored. Forward
 //! progress resets both counters, as in Linux rxe.
 
 use wire::aeth::rnr_timer_us;
@@ -238,6 +239,16 @@ impl Qp {
                 }
                 if blocked {
                     self.implied_nak();
+                    return;
+                }
+                if self.req.rnr_paused {
+                    // Nothing is sent during the wait, so this answers a packet sent
+                    // before it: the repeated first resend after a NAK
+                    // (`Requester::repeat_head`) or a network duplicate that met the
+                    // same empty receive queue. The wait under way is its retry
+                    // (`rnr_retry` counts retries, IBTA 9.7.5.2.8): not charged again.
+                    self.counters.retries_suppressed += 1;
+                    self.timers.retransmit = None;
                     return;
                 }
                 if self.req.rnr_left == 0 {

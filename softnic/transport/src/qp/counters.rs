@@ -47,7 +47,8 @@ pub struct QpCounters {
     /// Go-back-N retries caused by an implied NAK (a response skipping PSNs).
     pub implied_nak_retries: u64,
     /// NAKs and implied NAKs ignored because a go-back-N is already under way with no
-    /// progress since (echoes of traffic sent before the rewind).
+    /// progress since (echoes of traffic sent before the rewind), and RNR NAKs that
+    /// arrive while an RNR wait is under way (echoes of packets sent before it).
     pub retries_suppressed: u64,
     /// RNR NAKs received that led to a retry after the RNR timer.
     pub rnr_retries: u64,
