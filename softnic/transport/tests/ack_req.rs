@@ -1,14 +1,14 @@
 //! The requester's AckReq policy (`qp/requester.rs`, IBTA 9.7.6.1.1): a stream of
 //! messages from a deep send queue asks for an ACK once per interval, not once per
 //! message; every message still completes; a message near the end of the queue, or
-//! before a READ, asks at its end; and a timer expiry on packets that never asked asks
-//! rather than resends.
+//! before a READ, asks at its end; a timer expiry on packets that never asked asks
+//! rather than resends; and a move to SQD after a message that did not ask asks at once.
 
 mod common;
 
 use common::*;
 use softnic_transport::qp::{QpAttr, QpState, ACK_REQ_INTERVAL, DEEP_QUEUE};
-use softnic_transport::testing::Pair;
+use softnic_transport::testing::{Pair, PairConfig};
 use softnic_transport::time::{Duration, Instant};
 use softnic_transport::wr::{SendOp, WcStatus};
 use wire::{Opcode, PacketRepr};
@@ -223,33 +223,54 @@ fn a_timeout_on_packets_that_did_not_ask_asks_instead_of_resending() {
     );
 }
 
-/// The same stall when nothing can be sent next (the QP was moved to SQD, which starts
-/// no new WQE): the expiry goes back at once and the resent packet asks, so the WRITE
-/// that did not ask completes and the send queue drains.
+/// A message that did not ask for its ACK (a deep queue was to follow), then a move to
+/// SQD, which starts no new WQE: nothing would ask for that ACK any more, so the move
+/// resends the message's last packet, asking, at once (`ask_before_draining`), and the
+/// send queue drains without a timer. With `timeout` 0 no timer ever runs: the old
+/// code had nothing to send and waited forever; with a timer it went back N when the
+/// timer expired, and that expiry was charged against `retry_cnt` once a whole Local
+/// ACK Timeout had passed.
 #[test]
-fn a_timeout_with_nothing_to_send_next_goes_back_and_asks() {
-    let (mut p, a, b) = pair(rc(1024), 26);
-    post_writes(&mut p, &a, &b, 0, DEEP_QUEUE + 1, 100);
-    let now = p.now;
-    assert_eq!(send_one(&mut p, now), (100, false), "a deep queue follows");
-    let sqd = QpAttr {
-        state: Some(QpState::Sqd),
-        ..Default::default()
-    };
-    p.a.qp.modify(now, &sqd).unwrap();
-    let late =
-        p.a.qp
-            .poll_timeout()
-            .expect("the retransmission timer runs");
-    p.a.qp.handle_timeout(late);
-    assert_eq!(send_one(&mut p, late), (100, true), "resent, asking");
-    answer(&mut p, late);
-    let done = drain(&mut p.a);
-    assert_eq!(
-        done.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
-        vec![(0, WcStatus::Success)]
-    );
-    // Drained: the rest wait (SQD), nothing is outstanding, no timer runs.
-    assert_eq!(p.a.qp.send_queue_len(), DEEP_QUEUE);
-    assert_eq!(p.a.qp.poll_timeout(), None);
+fn moving_to_sqd_after_a_message_that_did_not_ask_asks_at_once() {
+    for timeout in [0, 10] {
+        let cfg = PairConfig {
+            timeout,
+            ..rc(1024)
+        };
+        let (mut p, a, b) = pair(cfg, 26);
+        post_writes(&mut p, &a, &b, 0, DEEP_QUEUE + 1, 100);
+        let now = p.now;
+        assert_eq!(send_one(&mut p, now), (100, false), "a deep queue follows");
+        assert_eq!(answer(&mut p, now), 0, "nothing asked, nothing answered");
+        let sqd = QpAttr {
+            state: Some(QpState::Sqd),
+            ..Default::default()
+        };
+        p.a.qp.modify(now, &sqd).unwrap();
+        assert_eq!(
+            send_one(&mut p, now),
+            (100, true),
+            "resent at once, asking (timeout {timeout})"
+        );
+        assert_eq!(answer(&mut p, now), 1, "the duplicate is re-acknowledged");
+        let done = drain(&mut p.a);
+        assert_eq!(
+            done.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+            vec![(0, WcStatus::Success)]
+        );
+        // Drained: the rest wait (SQD), nothing is outstanding, no timer runs.
+        assert_eq!(p.a.qp.send_queue_len(), DEEP_QUEUE);
+        assert_eq!(p.a.qp.poll_timeout(), None);
+        let c = p.a.qp.counters();
+        assert_eq!(
+            (
+                c.retransmitted_packets,
+                c.early_retransmits,
+                c.retransmit_timeouts
+            ),
+            (1, 0, 0),
+            "{c:?}"
+        );
+        assert_eq!(p.b.qp.counters().duplicate_requests, 1);
+    }
 }

@@ -559,6 +559,12 @@ impl Qp {
                     self.attrs.rnr_retry,
                 );
             }
+            QpState::Sqd if from == QpState::Rts => {
+                self.state = QpState::Sqd;
+                if self.qp_type == QpType::Rc {
+                    self.req.ask_before_draining();
+                }
+            }
             s => self.state = s,
         }
         let _ = now;

@@ -24,10 +24,12 @@
 //! 100th of 128), and an ACK held back to the end of the queue would leave the queue
 //! empty for a round trip. A message whose successor must wait (another QP state, a
 //! READ or atomic, a window that cannot take it) asks too, so its completion is never
-//! left to the retransmission timer. Because an AckReq goes out at least every interval
-//! ≤ half the window, a full window always holds one, whose ACK opens it again. Linux
-//! rxe acknowledges only packets with AckReq set, so this keeps the window moving
-//! against rxe as well as against hardware that coalesces.
+//! left to the retransmission timer; a move to SQD after an end that did not ask
+//! resends that end, asking ([`Requester::ask_before_draining`]). Because an AckReq
+//! goes out at least every interval ≤ half the window, a full window always holds one,
+//! whose ACK opens it again. Linux rxe acknowledges only packets with AckReq set, so
+//! this keeps the window moving against rxe as well as against hardware that
+//! coalesces.
 
 use std::collections::VecDeque;
 
@@ -261,6 +263,33 @@ impl Requester {
         {
             self.cursor = 0;
             self.win.rewind();
+        }
+    }
+
+    /// Entering SQD, which starts no new WQE (IBTA 10.3.1.2): if the packets sent last
+    /// left out AckReq because the next WQE was to follow at once
+    /// ([`Qp::next_follows`]), nothing will now ask for them, so the last one goes out
+    /// once more, asking. The responder re-acknowledges a duplicate SEND or WRITE
+    /// (IBTA 9.7.5.1.3, as rxe), and that ACK covers every earlier PSN. Without it
+    /// those messages waited for the retransmission timer: forever with `timeout` 0,
+    /// and charged against `retry_cnt` once a Local ACK Timeout had passed.
+    pub fn ask_before_draining(&mut self) {
+        let unasked_tail = self.noack_pkts > 0
+            && self.outstanding()
+            && self.win.cursor() == self.win.sent_end()
+            && self.sq.get(self.cursor).is_none_or(|e| !e.started);
+        let Some(idx) = self.cursor.checked_sub(1).filter(|_| unasked_tail) else {
+            return;
+        };
+        let last = self.win.sent_end().wrapping_sub(1);
+        let ends_there = self
+            .sq
+            .get(idx)
+            .is_some_and(|e| e.started && !e.kind.is_rd_atomic() && e.last_psn() == last);
+        if ends_there && self.win.seek(last) {
+            // Karn's rule: an ACK after the resend times neither send.
+            self.rto.on_rewind();
+            self.cursor = idx;
         }
     }
 }
