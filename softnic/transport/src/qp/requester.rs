@@ -314,16 +314,12 @@ impl Qp {
         buf: &mut [u8],
         mem: &dyn Memory,
     ) -> Option<Transmit> {
-        if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_paused {
-            return None;
-        }
         let idx = self.req.cursor;
         let e = self.req.sq.get(idx)?;
+        if !self.may_send(e) {
+            return None;
+        }
         if !e.started {
-            // IBTA 10.3.1.2: in SQD no new WQE is started.
-            if self.state != QpState::Rts {
-                return None;
-            }
             let npkts = self.psns_of(e);
             if self.qp_type == QpType::Rc {
                 let in_flight = self.req.win.span();
@@ -432,19 +428,31 @@ impl Qp {
         }
     }
 
+    /// Whether the QP's state lets `e`'s next packet go now: RTS, or SQD for a WQE
+    /// already started (IBTA 10.3.1.2: SQD starts no new WQE), and no RNR wait under
+    /// way. (A WQE that starts is also bounded by the window, `cwnd` and
+    /// `max_rd_atomic`, checked in `poll_request`.)
+    #[inline(always)]
+    fn may_send(&self, e: &SqEntry) -> bool {
+        !self.req.rnr_paused
+            && (self.state == QpState::Rts || (self.state == QpState::Sqd && e.started))
+    }
+
     /// Whether a deep queue follows `sq[idx]` ([`DEEP_QUEUE`] WQEs or more) and its next
     /// WQE, a SEND or WRITE, can follow the last packet at once, so that the packets
-    /// behind will carry the AckReq `sq[idx]`'s end leaves out. Not outside RTS (IBTA
-    /// 10.3.1.2: SQD starts no new WQE), during an RNR wait, when the next is a READ or
-    /// atomic (bounded by `max_rd_atomic`), or when its PSNs would not fit the window
-    /// now: then `sq[idx]`'s end asks for its own ACK.
+    /// behind will carry the AckReq `sq[idx]`'s end leaves out. Not when the state does
+    /// not let it go ([`Qp::may_send`]), when the next is a READ or atomic (bounded by
+    /// `max_rd_atomic`), or when its PSNs would not fit the window now: then
+    /// `sq[idx]`'s end asks for its own ACK.
     fn next_follows(&self, idx: usize) -> bool {
         let behind = self.req.sq.len().saturating_sub(idx + 1);
-        if behind < DEEP_QUEUE || self.state != QpState::Rts || self.req.rnr_paused {
+        if behind < DEEP_QUEUE {
             return false;
         }
         self.req.sq.get(idx + 1).is_some_and(|n| {
-            !n.kind.is_rd_atomic() && (n.started || self.req.win.can_assign(self.psns_of(n)))
+            self.may_send(n)
+                && !n.kind.is_rd_atomic()
+                && (n.started || self.req.win.can_assign(self.psns_of(n)))
         })
     }
 
@@ -463,10 +471,7 @@ impl Qp {
     pub(super) fn defer_unasked_timeout(&mut self) -> bool {
         let r = &self.req;
         let asked_all_acked = r.last_ask.is_none_or(|p| !r.win.contains(p));
-        let can_send = !r.rnr_paused
-            && r.sq
-                .get(r.cursor)
-                .is_some_and(|e| e.started || self.state == QpState::Rts);
+        let can_send = r.sq.get(r.cursor).is_some_and(|e| self.may_send(e));
         if r.noack_pkts == 0 || r.ask_next || !asked_all_acked || !can_send {
             return false;
         }
