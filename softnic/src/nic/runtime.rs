@@ -12,7 +12,7 @@
 //!        (a receive completion after an idle iteration: yield the core once, drain the rings again)
 //!    active QPs: Qp::poll_transmit ─► ICRC (DF; ID 0, or k in a GSO run) ─► fault ─► pcap ─► UDP
 //!    active QPs: completions transmit made ─► CQ rings; timers re-armed; active set kept
-//!    idle ≥ SPIN: NEED_WAKEUP on every client's doorbell page, re-check, poll(2)
+//!    idle ≥ SPIN: NEED_WAKEUP on every client's doorbell page, re-check, ppoll(2)
 //! ```
 //!
 //! Readiness decides what is visited; an idle QP costs nothing per iteration (issue 12).
@@ -41,12 +41,12 @@
 //!
 //! Sleeping follows io_uring's SQPOLL: after [`SPIN`] without work the runtime sets
 //! NEED_WAKEUP on every client's doorbell page, fences, re-checks the doorbells (a post
-//! that raced with the flag is seen here), and only then blocks in `poll(2)` on the UDP
+//! that raced with the flag is seen here), and only then blocks in `ppoll(2)` on the UDP
 //! socket, the control wake eventfd and every client's wake pipe (`os::WakePipe`: the
 //! client holds only a write end, so it cannot make the NIC's drain block), with the
-//! earliest QP timer (or held fault-injection packet) as timeout. A client post that
-//! sees NEED_WAKEUP writes its wake pipe; one that does not see it needs no syscall
-//! because the NIC is polling. With `--busy-poll` the loop never sleeps (it yields the
+//! earliest QP timer (or held fault-injection packet) as timeout, to the microsecond.
+//! A client post that sees NEED_WAKEUP writes its wake pipe; one that does not see it
+//! needs no syscall because the NIC is polling. With `--busy-poll` the loop never sleeps (it yields the
 //! core when idle), so NEED_WAKEUP is never set and no client post ever makes a syscall.
 
 use std::io;
