@@ -9,7 +9,8 @@
 //!
 //! Differences from the C program: the GID index defaults to 1 (the NIC's address; index 0
 //! is the link-local GID, as in rxe's table), since RoCE needs a GID; `-o`/`-t` are refused; `-P` gives the peer NIC's UDP port when it is
-//! not 4791. `-c` is rdma-core's check, so it pairs with a stock `ibv_rc_pingpong -c`:
+//! not 4791; `--linger-ms` keeps the QP after the last completion (so a lost final ACK
+//! can be answered again). `-c` is rdma-core's check, so it pairs with a stock `ibv_rc_pingpong -c`:
 //! the sender sets the first byte of every 4 KiB page to `page % sizeof(char)` (that is,
 //! 0) in a buffer otherwise filled with 0x7b, and the receiver checks those bytes.
 //! `--chk-all` (a softnic extension, for two softnic peers) checks every byte against a
@@ -47,6 +48,12 @@ struct Args {
     /// get CQE with timestamp (not supported)
     #[arg(short = 't', long = "ts")]
     ts: bool,
+    /// keep the QP this many milliseconds after the last completion before tearing it
+    /// down (softnic extension; default 0, as the C program). The ACK of the peer's last
+    /// message can be lost; a QP that still exists answers the peer's resend with a new
+    /// ACK, where a destroyed one leaves the peer retrying (rxe: forever at retry_cnt 7)
+    #[arg(long = "linger-ms", default_value_t = 0)]
+    linger_ms: u64,
 }
 
 /// The byte at offset `j` of message `k` with `--chk-all`.
@@ -164,7 +171,10 @@ fn run(args: Args) -> std::result::Result<(), String> {
     pp::exchange(c, &my, &mut qp, |qp, rem| {
         pp::connect(c, qp, rem, mtu, my.psn)
     })?;
-    pp::ping_pong(c, args.size, &mut qp, &mut b.cq, routs, &mut ex)
+    pp::ping_pong(c, args.size, &mut qp, &mut b.cq, routs, &mut ex)?;
+    // The QP (still in scope) keeps answering duplicates while this sleeps.
+    std::thread::sleep(std::time::Duration::from_millis(args.linger_ms));
+    Ok(())
 }
 
 fn main() -> ExitCode {

@@ -171,10 +171,14 @@ SCENARIOS = [
           guest_setup=NETEM, guest_post=NETEM_SHOW, timeout=90),
     _perf("loss_guest_read_bw", "ib_read_bw", BW, "read_bw", group="loss-guest",
           guest_setup=NETEM, guest_post=NETEM_SHOW, timeout=90),
-    # 5% loss from softnic's own fault injection (seeded: reproducible)
+    # 5% loss from softnic's own fault injection (seeded: reproducible). The softnic side
+    # keeps its QP for 1 s after its last completion (--linger-ms): softnic drops 5 % of
+    # the ACKs it sends too, and when the ACK of rxe's last SEND is one of them, rxe
+    # (retry_cnt 7: no limit) resends that SEND until the scenario times out unless a QP
+    # is still there to acknowledge the duplicate (IBTA 9.7.5.1.3).
     Scenario(name="loss_softnic_pingpong", group="loss-softnic",
              rxe="ibv_rc_pingpong -d rxe0 -g 1 -s 3000 -m 1024 -n 100 -c",
-             softnic="{rc_pingpong} -d {dev} -g 1 -s 3000 -m 1024 -n 100 -c",
+             softnic="{rc_pingpong} -d {dev} -g 1 -s 3000 -m 1024 -n 100 -c --linger-ms 1000",
              needs=("run", "rc_pingpong", "loss"), nic_args=("--loss", "0.05", "--seed", "1"),
              expect_rxe=PINGPONG_OK, timeout=90),
     _perf("loss_softnic_write_bw", "ib_write_bw", BW, "write_bw", extra_needs=("loss",),
