@@ -176,20 +176,20 @@ impl Rto {
     /// the peer's largest recent round trip, which keeps every sample whole, so the
     /// stalls of a busy host still count for QPs that send only now and then.
     pub fn on_progress(&mut self, now: Instant, acked: impl Fn(Psn) -> bool) {
-        let running = self.rto(now, Duration::MAX);
+        let taken = self.sample.take_if(|&mut (psn, _)| acked(psn));
+        // The timeout that was running, read before this progress resets it; only a
+        // sample needs it (most ACKs carry none).
+        let running = taken.map(|_| self.rto(now, Duration::MAX));
         self.epoch = Some(now);
         self.progress = Some(now);
         // The path answers: drop the backoff at once rather than waiting for a clean
         // sample, which go-back-N recovery (all resends, Karn's rule) rarely yields.
         self.backoff = 0;
-        if let Some((psn, sent)) = self.sample {
-            if acked(psn) {
-                self.sample = None;
-                let r = now.saturating_duration_since(sent);
-                let counted = r.min(running);
-                self.own = Some(RttEstimate::update(self.own, counted));
-                self.peer.sample(counted, r, now);
-            }
+        if let (Some((_, sent)), Some(running)) = (taken, running) {
+            let r = now.saturating_duration_since(sent);
+            let counted = r.min(running);
+            self.own = Some(RttEstimate::update(self.own, counted));
+            self.peer.sample(counted, r, now);
         }
     }
 
