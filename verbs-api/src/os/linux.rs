@@ -380,8 +380,9 @@ impl SignalPipe {
     }
 
     /// [`SignalPipe::signal`] for a signaller with no one to report a failure to (the
-    /// NIC): never blocks (its own non-blocking write end), a full pipe is skipped, and
-    /// any other error is dropped — the reader then simply is not woken.
+    /// NIC): never blocks (its own non-blocking write end), a full pipe needs no byte
+    /// more (its reader has bytes to wake it already), and any other error is dropped —
+    /// the reader then simply is not woken.
     pub fn notify(&self) {
         let _ = self.signal();
     }
