@@ -59,6 +59,7 @@ use std::time::Duration;
 use crossbeam::channel::{unbounded, Receiver};
 use softnic_transport::time::Instant;
 use verbs_api::abi::control::{Reply, Request, Response};
+use verbs_api::os::PollSet;
 use wire::icrc::{IcrcParams, IpParams};
 use wire::PacketRepr;
 
@@ -247,6 +248,8 @@ pub struct Runtime {
     was_idle: bool,
     /// The last receive found the socket empty.
     rx_empty: bool,
+    /// What `sleep` waits on (kept: a sleep allocates nothing).
+    polls: PollSet,
     _server: ControlServer,
 }
 
@@ -325,6 +328,7 @@ impl Runtime {
             busy_poll: cfg.busy_poll,
             was_idle: true,
             rx_empty: true,
+            polls: PollSet::new(),
             _server: server,
         })
     }
@@ -785,32 +789,19 @@ impl Runtime {
                 .map(|d| d.saturating_duration_since(now))
                 .unwrap_or(MAX_SLEEP)
                 .min(cap);
-            let mut fds = Vec::with_capacity(2 + self.nic.clients.len());
-            fds.push(pollfd(self.path.io.poll_fd()));
-            fds.push(pollfd(self.ctl_wake.as_raw_fd()));
+            // Rebuilt in place: the set keeps its allocation from sleep to sleep.
+            let polls = &mut self.polls;
+            polls.clear();
+            polls.push(self.path.io.poll_fd());
+            polls.push(self.ctl_wake.as_fd());
             for c in self.nic.clients.values() {
-                fds.push(pollfd(c.wake.read_end().as_raw_fd()));
+                polls.push(c.wake.read_end());
             }
             // To the microsecond (ppoll), not poll(2)'s whole milliseconds: a
             // retransmission timer 100 µs away must not wait 1 ms (issue 12: at 5 %
             // loss the timer-repaired losses waited ≈ 1.2 ms, a fifth of the run).
-            let ts = sleep_timespec(timeout);
-            // SAFETY: `fds` is a live array of pollfd of the given length, `ts` a live
-            // timespec; a null signal mask leaves the thread's mask as it is.
-            let r = unsafe {
-                libc::ppoll(
-                    fds.as_mut_ptr(),
-                    fds.len() as libc::nfds_t,
-                    &ts,
-                    std::ptr::null(),
-                )
-            };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
+            // A signal ends the wait early; the loop then sees the stop flag.
+            polls.wait(timeout)?;
             self.path.counters.sleeps += 1;
             let _ = verbs_api::os::eventfd_drain(self.ctl_wake.as_fd());
             for c in self.nic.clients.values() {
@@ -875,22 +866,6 @@ fn log_offloads(cfg: &Config, got: Offloads) {
     }
     if got.gso && !cfg.fault.fits_runs() {
         tracing::info!("fault injection: packets are sent one by one, GSO unused");
-    }
-}
-
-/// `ppoll`'s timeout for a sleep of `d` (at most [`MAX_SLEEP`] in practice).
-fn sleep_timespec(d: Duration) -> libc::timespec {
-    libc::timespec {
-        tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
-    }
-}
-
-fn pollfd(fd: std::os::fd::RawFd) -> libc::pollfd {
-    libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
     }
 }
 

@@ -23,7 +23,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
@@ -135,7 +135,7 @@ pub trait PacketIo {
     /// The bound address.
     fn local_addr(&self) -> SocketAddr;
     /// A descriptor that polls readable when datagrams are waiting.
-    fn poll_fd(&self) -> RawFd;
+    fn poll_fd(&self) -> BorrowedFd<'_>;
     /// Receives up to [`RECV_BATCH`] datagrams without blocking; 0 when none waits.
     fn recv_batch(&mut self, batch: &mut RecvBatch) -> io::Result<usize>;
     /// Sends one datagram to `dest`.
@@ -457,8 +457,8 @@ impl PacketIo for UdpIo {
         SendOutcome::DroppedFull
     }
 
-    fn poll_fd(&self) -> RawFd {
-        self.socket.as_raw_fd()
+    fn poll_fd(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
     }
 
     fn recv_batch(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {

@@ -6,8 +6,9 @@
 //!   [`wait_readable`], [`wait_any_readable`]) and a pipe where the reader must not
 //!   share the writer's open file ([`pipe`], [`pipe_signal`], [`pipe_drain`],
 //!   [`pipe_take`], [`pipe_reopen_write`], [`SignalPipe`]) or the writer the reader's
-//!   ([`WakePipe`], a client's wake-up of the NIC), and `epoll` to wait on several as one
-//!   descriptor ([`epoll`], [`epoll_add`]);
+//!   ([`WakePipe`], a client's wake-up of the NIC), `epoll` to wait on several as one
+//!   descriptor ([`epoll`], [`epoll_add`]), and `ppoll` to wait on several to the
+//!   microsecond and learn which are ready ([`PollSet`], the NIC's sleep);
 //! * fd passing: `sendmsg`/`recvmsg` with `SCM_RIGHTS` ([`send_with_fds`],
 //!   [`recv_with_fds`]).
 //!
@@ -23,6 +24,10 @@
 mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::*;
+#[cfg(target_os = "linux")]
+mod poll_set;
+#[cfg(target_os = "linux")]
+pub use poll_set::PollSet;
 
 #[cfg(not(target_os = "linux"))]
 compile_error!("verbs-api's os seam is implemented for Linux only (see src/os/mod.rs)");
