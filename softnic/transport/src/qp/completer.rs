@@ -1,7 +1,7 @@
 //! The completer: responses → retired WQEs → completions (IBTA 9.7.5.2 "Requester
 //! Side — Response Processing", 10.7.3 completions).
 //!
-//! Acknowledgements are cumulative by PSN (IBTA 9.7.5.1.1): an ACK, a READ response
+//! Acknowledgements are cumulative by PSN (IBTA 9.7.5.1.2): an ACK, a READ response
 //! or an atomic ACK with PSN `p` acknowledges every request packet up to `p`. WQEs
 //! retire strictly from the head of the send queue, so completions come out in
 //! posting order; a WQE yields a completion if it was signaled or if it failed
@@ -166,7 +166,7 @@ impl Qp {
             RetryCause::ImpliedNak => self.counters.implied_nak_retries += 1,
         }
         self.req.rewind();
-        self.req.repeat_head = cause == RetryCause::SeqNak;
+        self.req.head_twice = cause == RetryCause::SeqNak;
         self.req.cwnd.on_retry();
         self.req.in_retry = true;
         self.timers.retransmit = None;

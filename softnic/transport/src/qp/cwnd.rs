@@ -1,7 +1,7 @@
 //! How many request PSNs an RC requester keeps in flight: the one owner of that limit.
 //!
 //! IBTA RC has no selective repeat: a responder drops every packet after a gap (IBTA
-//! 9.7.5.1.2) and the requester goes back to the oldest unacknowledged PSN (9.7.5.2.1),
+//! 9.7.5.1.3) and the requester goes back to the oldest unacknowledged PSN (9.7.5.2.1),
 //! so each loss costs everything sent after it. With a fixed window of
 //! [`MAX_OUTSTANDING_PSNS`] (Linux rxe's 128) and 5 % loss, nearly every go-back-N
 //! resends the whole window and most of it is lost again behind the next gap: softnic

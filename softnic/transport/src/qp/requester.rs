@@ -15,7 +15,7 @@
 //! [`ACK_REQ_INTERVAL`] (or half the in-flight window, when losses shrank it), on every
 //! resent packet, on READ and atomic requests, and on the last packet of a message
 //! unless at least [`DEEP_QUEUE`] WQEs wait behind it and the next can start at once
-//! ([`Qp::next_follows`]). An ACK covers every earlier PSN (IBTA 9.7.5.1.1), so a
+//! ([`Qp::next_follows`]). An ACK covers every earlier PSN (IBTA 9.7.5.1.2), so a
 //! stream of messages needs one AckReq per interval, not one per message: each ACK
 //! costs the responder a `sendmsg` and the requester a receive (issue 12: 64 KiB
 //! WRITEs from a deep send queue went from ≈ 0.74 to ≤ 0.25 ACKs per message). A
@@ -156,7 +156,7 @@ pub(super) struct Requester {
     pub cwnd: Cwnd,
     /// Gone back on a PSN sequence NAK: the next packet, the oldest unacknowledged,
     /// goes out twice ([`Requester::repeat_head`]).
-    pub repeat_head: bool,
+    pub head_twice: bool,
 }
 
 /// Position of packet `k` of an `n`-packet message (IBTA 9.4: First/Middle/Last/Only).
@@ -193,7 +193,7 @@ impl Requester {
             in_retry: false,
             rto: Rto::default(),
             cwnd: Cwnd::default(),
-            repeat_head: false,
+            head_twice: false,
         }
     }
 
@@ -257,13 +257,22 @@ impl Requester {
     /// timer, where a NAK round trip took ~60 µs. READ and atomic requests are never
     /// repeated: a duplicate READ is served again, whole.
     fn repeat_head(&mut self, psn: Psn, kind: Kind) {
-        if std::mem::take(&mut self.repeat_head)
+        if std::mem::take(&mut self.head_twice)
             && matches!(kind, Kind::Send | Kind::Write)
             && psn == self.win.oldest_unacked()
         {
             self.cursor = 0;
             self.win.rewind();
         }
+    }
+
+    /// Packets are outstanding and the last ones sent did not ask for an ACK (more
+    /// were to follow them at once, or the policy's interval had not run out): only a
+    /// packet sent later, asking, or the retransmission timer will get them
+    /// acknowledged. The one test of that, for [`Requester::ask_before_draining`] and
+    /// [`Qp::defer_unasked_timeout`].
+    pub fn unasked_tail(&self) -> bool {
+        self.noack_pkts > 0 && self.outstanding()
     }
 
     /// Entering SQD, which starts no new WQE (IBTA 10.3.1.2): if the packets sent last
@@ -274,8 +283,7 @@ impl Requester {
     /// those messages waited for the retransmission timer: forever with `timeout` 0,
     /// and charged against `retry_cnt` once a Local ACK Timeout had passed.
     pub fn ask_before_draining(&mut self) {
-        let unasked_tail = self.noack_pkts > 0
-            && self.outstanding()
+        let unasked_tail = self.unasked_tail()
             && self.win.cursor() == self.win.sent_end()
             && self.sq.get(self.cursor).is_none_or(|e| !e.started);
         let Some(idx) = self.cursor.checked_sub(1).filter(|_| unasked_tail) else {
@@ -467,12 +475,12 @@ impl Qp {
     /// message's end it arose only inside long messages.) Only once in a row: if
     /// nothing was sent since, the next expiry goes back as usual, so a lost packet is
     /// still repaired (a gap is also NAKed by the responder when the next packet
-    /// arrives, IBTA 9.7.5.1.2).
+    /// arrives, IBTA 9.7.5.1.3).
     pub(super) fn defer_unasked_timeout(&mut self) -> bool {
         let r = &self.req;
         let asked_all_acked = r.last_ask.is_none_or(|p| !r.win.contains(p));
         let can_send = r.sq.get(r.cursor).is_some_and(|e| self.may_send(e));
-        if r.noack_pkts == 0 || r.ask_next || !asked_all_acked || !can_send {
+        if !r.unasked_tail() || r.ask_next || !asked_all_acked || !can_send {
             return false;
         }
         self.req.ask_next = true;

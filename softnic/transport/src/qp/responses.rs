@@ -28,7 +28,7 @@ impl Qp {
     }
 
     /// Queues a positive ACK of every PSN up to `psn`, replacing an unsent positive
-    /// ACK at the tail (ACKs are cumulative, IBTA 9.7.5.1.1: coalescing loses nothing).
+    /// ACK at the tail (ACKs are cumulative, IBTA 9.7.5.1.2: coalescing loses nothing).
     pub(super) fn queue_ack(&mut self, psn: Psn) {
         if self.qp_type != QpType::Rc {
             return;
