@@ -44,7 +44,10 @@
 //! that raced with the flag is seen here), and only then blocks in `ppoll(2)` on the UDP
 //! socket, the control wake eventfd and every client's wake pipe (`os::WakePipe`: the
 //! client holds only a write end, so it cannot make the NIC's drain block), with the
-//! earliest QP timer (or held fault-injection packet) as timeout, to the microsecond.
+//! earliest QP timer (or held fault-injection packet) as timeout, to the microsecond
+//! (`os::PollSet`, kept from sleep to sleep). Of those descriptors only the ones that
+//! woke it are drained, one `read(2)` each, and only after the next pass's transmit,
+//! so the packet of the post that woke the NIC leaves first.
 //! A client post that sees NEED_WAKEUP writes its wake pipe; one that does not see it
 //! needs no syscall because the NIC is polling. With `--busy-poll` the loop never sleeps (it yields the
 //! core when idle), so NEED_WAKEUP is never set and no client post ever makes a syscall.
@@ -250,6 +253,10 @@ pub struct Runtime {
     rx_empty: bool,
     /// What `sleep` waits on (kept: a sleep allocates nothing).
     polls: PollSet,
+    /// The control eventfd was readable when the last sleep ended: drain it.
+    wake_ctl: bool,
+    /// Clients whose wake pipe was readable when the last sleep ended: drain those.
+    wake_clients: Vec<u32>,
     _server: ControlServer,
 }
 
@@ -329,6 +336,8 @@ impl Runtime {
             was_idle: true,
             rx_empty: true,
             polls: PollSet::new(),
+            wake_ctl: false,
+            wake_clients: Vec::new(),
             _server: server,
         })
     }
@@ -415,6 +424,7 @@ impl Runtime {
             work += self.drain(now);
         }
         work += self.transmit(now);
+        self.drain_wakes();
         self.path.release(now);
         work += self.complete(now);
         self.was_idle = work == 0;
@@ -768,6 +778,23 @@ impl Runtime {
         }
     }
 
+    /// Empties the wake-up descriptors the last sleep found readable, and only those
+    /// (one `read(2)` each): called after the first pass's transmit, so the packet of
+    /// the post that woke the NIC leaves before this bookkeeping. Nothing is lost by
+    /// waiting: a wake-up only ends a sleep, and before the next one `sleep` re-checks
+    /// the control channel and every doorbell page. A descriptor not drained (it
+    /// became readable after the wait) ends the next sleep at once, which drains it.
+    fn drain_wakes(&mut self) {
+        if std::mem::take(&mut self.wake_ctl) {
+            let _ = verbs_api::os::eventfd_drain(self.ctl_wake.as_fd());
+        }
+        for id in self.wake_clients.drain(..) {
+            if let Some(c) = self.nic.clients.get(&id) {
+                let _ = c.wake.drain();
+            }
+        }
+    }
+
     fn sleep(&mut self, now: Instant) -> io::Result<()> {
         let mut busy = !self.ctl_rx.is_empty() || !self.srq_carry.is_empty();
         // NEED_WAKEUP on each client's doorbell page, fence, re-check its doorbells.
@@ -793,7 +820,7 @@ impl Runtime {
             let polls = &mut self.polls;
             polls.clear();
             polls.push(self.path.io.poll_fd());
-            polls.push(self.ctl_wake.as_fd());
+            let ctl = polls.push(self.ctl_wake.as_fd());
             for c in self.nic.clients.values() {
                 polls.push(c.wake.read_end());
             }
@@ -803,9 +830,13 @@ impl Runtime {
             // A signal ends the wait early; the loop then sees the stop flag.
             polls.wait(timeout)?;
             self.path.counters.sleeps += 1;
-            let _ = verbs_api::os::eventfd_drain(self.ctl_wake.as_fd());
-            for c in self.nic.clients.values() {
-                let _ = c.wake.drain();
+            // Note what woke it; `drain_wakes` empties those, after the next transmit.
+            // (The client map is unchanged since the pushes: the same order.)
+            self.wake_ctl = polls.readable(ctl);
+            for (i, (&id, _)) in self.nic.clients.iter().enumerate() {
+                if polls.readable(ctl + 1 + i) {
+                    self.wake_clients.push(id);
+                }
             }
             if let Some(p) = self.path.pcap.as_mut() {
                 let _ = p.flush();
