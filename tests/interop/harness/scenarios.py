@@ -210,9 +210,14 @@ SCENARIOS += _uc_ud_srq() + [
 ] + [
     # UC under 5 % loss on rxe's egress: softnic must drop every message that lost a
     # packet, whole (harness/ucloss.py). Only rxe sends, so only softnic-server.
+    # `--timeout` bounds the receiver's wait for messages that never come (the run ends
+    # on it) and also its wait for rxe's TCP connection to the exchange, whose packets
+    # netem drops too: with 3 s, a lost SYN (or ARP) and a lost first SYN retransmission
+    # (TCP retries after 1 s, then 3 s) left rxe "Couldn't connect" and the capture
+    # empty (session 6). 10 s covers SYN retries at 1, 3 and 7 s.
     Scenario(name="loss_guest_uc_send", group="loss-guest",
              rxe="ib_send_bw -d rxe0 -x 1 -F -c UC -s 8192 -n 200",
-             softnic="{softnic} perf send_bw -d {dev} -x 1 -F -c UC -s 8192 -n 200 --timeout 3",
+             softnic="{softnic} perf send_bw -d {dev} -x 1 -F -c UC -s 8192 -n 200 --timeout 10",
              needs=("run", "perf", "stats"), guest_setup=NETEM, guest_post=NETEM_SHOW,
              directions=("softnic-server",), judge=ucloss.judge, timeout=45),
 ]
