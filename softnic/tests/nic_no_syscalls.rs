@@ -21,6 +21,11 @@
 //! loop would end it before the "done" pointer is published, which the child reports
 //! as a failure, so allowing it hides nothing.
 //!
+//! A poll that finds completions also notes it for hybrid polling
+//! (`verbs_api::poll_idle`: a load and a store), under the filter like the rest; the
+//! loop never calls `CompletionQueue::idle`, whose yield and sleep are syscalls by
+//! design and happen only after empty polls.
+//!
 //! The NIC must not sleep during the loop: a sleeping NIC sets NEED_WAKEUP and the next
 //! post writes the wake pipe — one legitimate syscall (contract seam 2). A NIC
 //! spins only 100 µs after its last work, and on a loaded 2-core host the poster can
@@ -543,6 +548,11 @@ fn post_and_poll_make_no_syscalls_against_real_nics() {
     // Busy-polling NICs never slept, so NEED_WAKEUP was never set during the loop.
     assert_eq!(a.stat("sleeps"), 0, "NIC A slept");
     assert_eq!(b.stat("sleeps"), 0, "NIC B slept");
+    // No poller slept (the loop never idles: hybrid polling's sleep is a syscall by
+    // design), so the NICs' CQ flushes only bumped the completion sequence and never
+    // made their `futex_wake` either.
+    assert_eq!(a.stat("poller_wakes"), 0, "NIC A woke a poller");
+    assert_eq!(b.stat("poller_wakes"), 0, "NIC B woke a poller");
 }
 
 #[test]

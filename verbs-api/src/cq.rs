@@ -21,20 +21,9 @@ use crate::abi::{Consumer, CqLayout, Cqe, Ring, CQ_ARMED};
 use crate::device::Context;
 use crate::error::{io, Error, Result};
 use crate::os;
+use crate::poll_idle::IdleState;
 
-/// Empty polls in a row after which a program polling a CQ in a loop should yield the
-/// core once (`sched_yield`), when the NIC is softnic rather than hardware.
-///
-/// Why: the NIC is a process on the same cores. On a host with fewer cores than busy
-/// threads (two NICs and two ping-pong clients on two cores) a poller that spins on
-/// keeps the NIC, or the peer, off the core until the scheduler preempts it, and every
-/// hand-off of a round trip waits for a time slice. Measured on a 2-vCPU VM
-/// (docs/perf.md, "Latency"): `softnic perf send_lat -s 8` round trip 78–83 µs when
-/// its loops yielded after 256 empty polls, 51–53 µs after 64, 41–42 µs after 4 or 1;
-/// stock `ib_send_lat` likewise. A poll that finds a completion never yields, so a busy
-/// data path makes no system call. `softnic perf`'s loops and the C library's
-/// `ibv_poll_cq` (`SOFTNIC_IBV_POLL_YIELD`) use this value.
-pub const POLL_YIELD_EVERY: u32 = 4;
+pub use crate::poll_idle::{POLL_SPIN_ENV, POLL_YIELD_EVERY};
 
 /// Completion status (`enum ibv_wc_status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -260,6 +249,34 @@ pub(crate) struct CqShared {
     pub ctx: Context,
     pub handle: Handle,
     event: OwnedFd,
+    /// Hybrid polling's state for this CQ (`poll_idle`).
+    idle: IdleState,
+}
+
+impl CqShared {
+    fn after_empty(&self) -> bool {
+        let ctx = &self.ctx.inner;
+        self.idle.after_empty(&ctx.poll, &ctx.doorbell)
+    }
+}
+
+/// A handle on a CQ's hybrid polling ([`CompletionQueue::idle`]) that can be used
+/// without the CQ itself: the C library keeps one beside the lock around its CQ, so
+/// that a thread sleeping in `ibv_poll_cq` does not hold that lock.
+#[derive(Clone)]
+pub struct PollIdle(Arc<CqShared>);
+
+impl fmt::Debug for PollIdle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("PollIdle").field(&self.0.handle).finish()
+    }
+}
+
+impl PollIdle {
+    /// As [`CompletionQueue::idle`].
+    pub fn idle(&self) -> bool {
+        self.0.after_empty()
+    }
 }
 
 impl Drop for CqShared {
@@ -313,6 +330,7 @@ impl CompletionQueue {
                 ctx: ctx.clone(),
                 handle,
                 event: fds.remove(0),
+                idle: IdleState::default(),
             }),
             raise: None,
         })
@@ -376,8 +394,32 @@ impl CompletionQueue {
         }
         if n > 0 {
             self.ring.release();
+            self.shared.ctx.inner.poll.note_found();
+            self.shared.idle.note_found();
         }
         Ok(n)
+    }
+
+    /// Call after a [`Self::poll`] that found nothing, in a busy-poll loop: spins,
+    /// yields the core every [`POLL_YIELD_EVERY`] empty polls, and once no completion
+    /// came to any CQ of this context for the spin window (50 µs, [`POLL_SPIN_ENV`]),
+    /// sleeps up to 1 ms until the NIC publishes one (hybrid polling,
+    /// `verbs_api::poll_idle`). Returns whether it slept. Never needed for
+    /// correctness; a loop that spins without it burns the core the NIC shares.
+    pub fn idle(&self) -> bool {
+        self.shared.after_empty()
+    }
+
+    /// Empty polls between [`Self::idle`]'s yield points (default
+    /// [`POLL_YIELD_EVERY`]); 0 = never yield nor sleep (spin as on hardware, for a
+    /// program that owns a core).
+    pub fn set_poll_yield(&self, every: u32) {
+        self.shared.idle.set_yield_every(every);
+    }
+
+    /// [`Self::idle`] without the CQ (see [`PollIdle`]).
+    pub fn poll_idle(&self) -> PollIdle {
+        PollIdle(self.shared.clone())
     }
 
     /// Blocks until at least one completion is ready or `timeout` passes (`None` =

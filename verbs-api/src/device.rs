@@ -11,12 +11,14 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::abi::control::{self, DeviceAttr, Reply, Request, Response};
 use crate::abi::{Doorbell, ABI_VERSION, DOORBELL_SEGMENT_LEN};
 use crate::error::{io, Error, Result};
 use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
+use crate::poll_idle::ContextPoll;
 
 /// A device that can be opened: a NIC control socket found in `$SOFTNIC_DIR`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,8 +141,11 @@ pub fn gid_at(attr: &DeviceAttributes, index: u32) -> Result<Gid> {
 pub(crate) struct ContextInner {
     sock: Mutex<UnixStream>,
     wake: OwnedFd,
-    /// This connection's doorbell page (`abi::doorbell`), shared by all its QPs/SRQs.
-    doorbell: Doorbell,
+    /// This connection's doorbell page (`abi::doorbell`), shared by all its QPs/SRQs,
+    /// and the line its CQ pollers sleep on (`poll_idle`).
+    pub(crate) doorbell: Doorbell,
+    /// Hybrid polling's per-context state.
+    pub(crate) poll: ContextPoll,
     attr: DeviceAttr,
 }
 
@@ -254,6 +259,7 @@ impl Context {
                 sock: Mutex::new(sock),
                 wake,
                 doorbell,
+                poll: ContextPoll::from_env(),
                 attr: device_attr,
             }),
         })
@@ -267,6 +273,14 @@ impl Context {
     /// Attributes as of OpenDevice (no round trip).
     pub fn attributes(&self) -> &DeviceAttributes {
         &self.inner.attr
+    }
+
+    /// Hybrid polling of this context's CQs ([`crate::CompletionQueue::idle`]): how long
+    /// an idle poller spins after the last completion before it sleeps (`None`: never
+    /// sleep; default 50 µs or `SOFTNIC_POLL_SPIN_US`), and the longest single sleep
+    /// (default 1 ms). Takes effect at the next yield point of every poller.
+    pub fn set_poll_spin(&self, window: Option<Duration>, max_sleep: Duration) {
+        self.inner.poll.set(window, max_sleep);
     }
 
     /// Asks the NIC for its attributes (`ibv_query_device` + `ibv_query_port`).

@@ -58,12 +58,13 @@ pub mod mw;
 pub mod oob;
 pub mod os;
 pub mod pd;
+pub mod poll_idle;
 pub mod qp;
 pub mod srq;
 pub mod wr;
 
 pub use abi::control::{AsyncEvent, SrqAttr};
-pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+pub use cq::{CompletionQueue, PollIdle, WcOpcode, WcStatus, WorkCompletion};
 pub use device::{Context, Device, DeviceAttributes};
 pub use error::{Error, PostError, Result};
 pub use fd_mr::FdMemoryRegion;

@@ -89,6 +89,9 @@ counters! {
         cq_overrun,
         /// Times the runtime went to sleep in poll(2).
         sleeps,
+        /// Clients' CQ pollers woken from their hybrid-polling sleep (one `futex_wake`
+        /// each, at a CQ flush; `verbs_api::poll_idle`).
+        poller_wakes,
         /// Control requests served.
         control_requests,
         /// GetAsyncEvents requests served (the C library asks only when the NIC has

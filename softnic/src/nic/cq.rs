@@ -16,8 +16,15 @@
 //! good (eventfd ignores `RWF_NOWAIT` on writes; `softnic/tests/nic_attack_fds.rs`). A
 //! client that arms and never reads fills its pipe at worst, and later writes are
 //! skipped: a full pipe is a wake-up already pending.
+//!
+//! Hybrid polling (`verbs_api::poll_idle`): every flush also bumps the client's
+//! completion sequence on its doorbell page and, if a poller of that client sleeps on
+//! it, wakes it with one `futex_wake` — one load when nobody sleeps. A client that
+//! keeps the flag set costs one wake per flush of its own CQs, counted in
+//! `poller_wakes`.
 
 use std::os::fd::BorrowedFd;
+use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 use memmap2::MmapRaw;
@@ -25,7 +32,7 @@ use softnic_transport::qp::QpType;
 use softnic_transport::wr::{Completion, Queue, WcOpcode, WcStatus};
 use verbs_api::abi::ring::Producer;
 use verbs_api::abi::slots::{wc_flags, wc_opcode};
-use verbs_api::abi::{CqLayout, Cqe, LayoutError, Ring, RingError, CQ_ARMED};
+use verbs_api::abi::{CqLayout, Cqe, Doorbell, LayoutError, Ring, RingError, CQ_ARMED};
 use verbs_api::os::SignalPipe;
 
 /// Result of [`CompletionQueue::push`].
@@ -46,6 +53,10 @@ pub struct CompletionQueue {
     pub qp_users: u32,
     ring: Producer<Cqe>,
     event: SignalPipe,
+    /// The owning client's doorbell page: its completion sequence and sleeping poller.
+    page: Doorbell,
+    /// Pollers woken since [`CompletionQueue::take_poller_wakes`].
+    poller_wakes: u64,
     dirty: bool,
 }
 
@@ -87,12 +98,13 @@ pub fn cqe_of(c: &Completion, vendor_err: u32) -> Cqe {
 impl CompletionQueue {
     /// Attaches the CQ ring in `map` (laid out as `layout`), checking the header the
     /// client initialised; `event` is the pipe the NIC created for it (the client
-    /// gets its read end).
+    /// gets its read end); `page` is the client's doorbell page.
     pub fn attach(
         client: u32,
         map: Arc<MmapRaw>,
         layout: &CqLayout,
         event: SignalPipe,
+        page: Doorbell,
     ) -> Result<Self, LayoutError> {
         let ring = Ring::<Cqe>::new(map, layout.offset, layout.capacity)?;
         ring.check_header()?;
@@ -101,6 +113,8 @@ impl CompletionQueue {
             qp_users: 0,
             ring: ring.into_producer(),
             event,
+            page,
+            poller_wakes: 0,
             dirty: false,
         })
     }
@@ -168,17 +182,34 @@ impl CompletionQueue {
         Ok(())
     }
 
-    /// Publishes written CQEs and wakes an armed client. Returns whether it woke one.
+    /// Publishes written CQEs, wakes a sleeping poller of the client (hybrid polling)
+    /// and an armed client (CQ_ARMED). Returns whether it wrote the event pipe.
     pub fn flush(&mut self) -> bool {
         if !self.dirty {
             return false;
         }
         self.dirty = false;
-        if self.ring.publish_and_take(CQ_ARMED) {
+        self.ring.publish();
+        self.page.note_completions();
+        // Orders the producer index and the sequence before the loads of CQ_ARMED and
+        // of the sleeping flag (both handshakes in `verbs_api::abi`).
+        fence(Ordering::SeqCst);
+        if self.page.take_sleeper() {
+            // An error (none is expected of FUTEX_WAKE) leaves the sleeper to its
+            // timeout (≤ 1 ms).
+            let _ = verbs_api::os::futex_wake(self.page.poll_seq());
+            self.poller_wakes += 1;
+        }
+        if self.ring.take_flags(CQ_ARMED) {
             self.event.notify();
             return true;
         }
         false
+    }
+
+    /// Pollers woken since the last call (for the `poller_wakes` counter).
+    pub fn take_poller_wakes(&mut self) -> u64 {
+        std::mem::take(&mut self.poller_wakes)
     }
 }
 
@@ -188,8 +219,27 @@ mod tests {
     use softnic_transport::wr::WcOpcode;
     use std::os::fd::{AsFd, OwnedFd};
 
+    /// A doorbell page as the client and the NIC each map it.
+    fn page() -> (Doorbell, Doorbell) {
+        let len = verbs_api::abi::DOORBELL_SEGMENT_LEN;
+        let fd = verbs_api::os::memfd("db", len).unwrap();
+        let map = || Arc::new(verbs_api::os::map_shared(fd.as_fd(), len).unwrap());
+        (Doorbell::new(map()).unwrap(), Doorbell::new(map()).unwrap())
+    }
+
     fn cq(
         depth: u32,
+    ) -> (
+        CompletionQueue,
+        verbs_api::abi::ring::Consumer<Cqe>,
+        OwnedFd,
+    ) {
+        cq_on(depth, page().1)
+    }
+
+    fn cq_on(
+        depth: u32,
+        page: Doorbell,
     ) -> (
         CompletionQueue,
         verbs_api::abi::ring::Consumer<Cqe>,
@@ -203,7 +253,7 @@ mod tests {
         let nic_map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), layout.len).unwrap());
         let ev = SignalPipe::new().unwrap();
         let ev2 = ev.reader().unwrap();
-        let q = CompletionQueue::attach(1, nic_map, &layout, ev).unwrap();
+        let q = CompletionQueue::attach(1, nic_map, &layout, ev, page).unwrap();
         (q, client_ring.into_consumer(), ev2)
     }
 
@@ -238,6 +288,30 @@ mod tests {
         assert_eq!(verbs_api::os::pipe_take(ev.as_fd()).unwrap(), Some(1));
         q.push(&cqe_of(&completion(3), 0)).unwrap();
         assert!(!q.flush(), "one wake-up per arm");
+    }
+
+    /// Hybrid polling: each flush moves the client's completion sequence; a flush
+    /// wakes a sleeping poller once (and counts it), and costs nothing when none
+    /// sleeps; any CQ of the client wakes it.
+    #[test]
+    fn a_flush_of_any_cq_of_the_client_wakes_its_sleeping_poller_once() {
+        let (client, nic) = page();
+        let (mut a, _ca, _ea) = cq_on(4, nic.clone());
+        let (mut b, _cb, _eb) = cq_on(4, nic);
+        let seq = || client.poll_seq().load(std::sync::atomic::Ordering::Acquire);
+        let e = seq();
+        a.push(&cqe_of(&completion(1), 0)).unwrap();
+        a.flush();
+        assert_eq!(seq(), e.wrapping_add(1), "a flush moves the sequence");
+        assert_eq!(a.take_poller_wakes(), 0, "nobody sleeps");
+        assert!(client.set_sleeper(seq()));
+        b.push(&cqe_of(&completion(2), 0)).unwrap();
+        b.flush();
+        assert_eq!(b.take_poller_wakes(), 1, "the other CQ wakes the sleeper");
+        a.push(&cqe_of(&completion(3), 0)).unwrap();
+        a.flush();
+        assert_eq!(a.take_poller_wakes(), 0, "one wake per sleep");
+        assert!(!b.flush(), "not dirty: nothing");
     }
 
     /// The client makes its end of the event pipe blocking and never reads it, and

@@ -74,6 +74,11 @@ impl Doorbells {
         }
     }
 
+    /// The page (its CQs bump the completion sequence on it and wake pollers).
+    pub fn page(&self) -> &Doorbell {
+        &self.page
+    }
+
     /// Slots in use (for the memory figure).
     pub fn in_use(&self) -> usize {
         self.slots.len() - self.free.len()

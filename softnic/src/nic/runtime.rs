@@ -757,6 +757,7 @@ impl Runtime {
         for h in self.dirty_cqs.drain(..) {
             if let Some(cq) = self.nic.cqs.get_mut(&h) {
                 cq.flush();
+                self.path.counters.poller_wakes += cq.take_poller_wakes();
             }
         }
     }

@@ -747,7 +747,12 @@ impl Nic {
         let dup = event
             .reader()
             .map_err(|e| boxed(ErrorCode::Internal, format!("dup: {e}")))?;
-        let cq = CompletionQueue::attach(client, map, l, event)
+        let page = self
+            .clients
+            .get(&client)
+            .map(|c| c.doorbells.page().clone())
+            .ok_or_else(|| boxed(ErrorCode::NotFound, format!("no client {client}")))?;
+        let cq = CompletionQueue::attach(client, map, l, event, page)
             .map_err(|e| boxed(ErrorCode::InvalidArgument, format!("CQ segment: {e}")))?;
         let capacity = cq.capacity();
         let h = self.handle().ok_or_else(|| {

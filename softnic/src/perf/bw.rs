@@ -134,15 +134,16 @@ pub fn run_requester(
                 .map_err(|e| format!("poll CQ: {e}"))?;
             if ne == 0 {
                 idle += 1;
-                if idle.is_multiple_of(super::resources::YIELD_EVERY) {
-                    if last_progress.elapsed() > p.timeout {
-                        return Err(format!(
-                            "no completion within {:?}: posted {totscnt}, completed {totccnt} of {tot}",
-                            p.timeout
-                        ));
-                    }
-                    std::thread::yield_now();
+                if idle.is_multiple_of(super::resources::YIELD_EVERY)
+                    && last_progress.elapsed() > p.timeout
+                {
+                    return Err(format!(
+                        "no completion within {:?}: posted {totscnt}, completed {totccnt} of {tot}",
+                        p.timeout
+                    ));
                 }
+                // Spin, yield, or sleep until the NIC publishes (hybrid polling).
+                r.send_cq.idle();
                 continue;
             }
             idle = 0;

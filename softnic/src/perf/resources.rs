@@ -351,12 +351,14 @@ impl Resources {
 }
 
 /// Empty polls (or spins) in a row after which the loops yield the core once
-/// ([`verbs_api::cq::POLL_YIELD_EVERY`]: the NIC shares the cores).
+/// ([`verbs_api::cq::POLL_YIELD_EVERY`]: the NIC shares the cores); the CQ loops also
+/// check their timeout this often.
 pub const YIELD_EVERY: u64 = verbs_api::cq::POLL_YIELD_EVERY as u64;
 
 /// Busy-polls `cq` for up to `out.len()` completions; fails after `timeout` without
-/// any. Yields the CPU after every [`YIELD_EVERY`] empty polls (2-core machines run the
-/// NICs too).
+/// any. Between empty polls, [`CompletionQueue::idle`]: yields every [`YIELD_EVERY`],
+/// and sleeps until the NIC signals a completion once none came for the spin window
+/// (hybrid polling, the code the C library's `ibv_poll_cq` runs too).
 pub fn poll_some(
     cq: &mut CompletionQueue,
     out: &mut [WorkCompletion],
@@ -364,21 +366,19 @@ pub fn poll_some(
     what: &str,
 ) -> Result<usize, String> {
     let mut start: Option<Instant> = None;
-    // Bounded by `timeout` (checked at each yield).
-    for spin in 0u64.. {
+    // Bounded by `timeout` (checked every YIELD_EVERY empty polls).
+    for spin in 1u64.. {
         let n = cq.poll(out).map_err(|e| format!("poll CQ: {e}"))?;
         if n > 0 {
             return Ok(n);
         }
-        if spin % YIELD_EVERY == YIELD_EVERY - 1 {
+        if spin.is_multiple_of(YIELD_EVERY) {
             let t0 = *start.get_or_insert_with(Instant::now);
             if t0.elapsed() > timeout {
                 return Err(format!("no completion within {timeout:?} while {what}"));
             }
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
         }
+        cq.idle();
     }
     unreachable!("the loop returns")
 }

@@ -17,7 +17,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
-use verbs_api::{CompletionQueue, ProtectionDomain, WcOpcode, WorkCompletion};
+use verbs_api::{CompletionQueue, PollIdle, ProtectionDomain, WcOpcode, WorkCompletion};
 
 use crate::abi::*;
 use crate::device::softnic_context;
@@ -101,36 +101,28 @@ pub struct SoftnicCq {
     pub api: Mutex<CompletionQueue>,
     /// QPs using this CQ (EBUSY on destroy while non-zero).
     pub users: AtomicU32,
-    /// Empty polls in a row (see [`SoftnicCq::note_poll`]).
-    pub(crate) empty_polls: AtomicU32,
-    /// [`yield_every`], read at creation (not in the poll: reading the environment
-    /// allocates, and a thread's first `malloc` may make a system call).
-    yield_every: u32,
+    /// The CQ's hybrid polling, usable without the `api` lock (see
+    /// [`SoftnicCq::note_poll`]).
+    pub(crate) idle: PollIdle,
 }
 
 impl SoftnicCq {
-    /// Counts a poll; after [`yield_every`] empty polls in a row, yields the core once.
+    /// After a poll that found nothing: spin, yield the core every
+    /// `SOFTNIC_IBV_POLL_YIELD` empty polls, and sleep once the context saw no
+    /// completion for the spin window (hybrid polling, `verbs_api::poll_idle`).
+    /// Called without the `api` lock held, so a sleeper does not block other threads.
     ///
     /// Why: perftest, the pingpongs and most verbs programs busy-poll their CQs without
     /// ever yielding, which is right on a host with a hardware NIC. Here the NIC is a
     /// process that needs the same cores: with the program spinning, the NIC (and the
     /// peer) ran only when the scheduler preempted it, and a stock `ib_send_lat -s 8`
     /// round trip took milliseconds instead of tens of microseconds (docs/ibverbs.md,
-    /// "Speed"). `softnic perf` yields likewise (after as many). A poll that finds
-    /// completions never yields, so a busy data path still makes no system call.
+    /// "Speed"); and a program waiting milliseconds for its next completion burned a
+    /// core the NIC needed. `softnic perf` runs the same code. A poll that finds
+    /// completions never gets here, so a busy data path makes no system call.
     pub(crate) fn note_poll(&self, found: bool) {
-        if found {
-            if self.empty_polls.load(Ordering::Relaxed) != 0 {
-                self.empty_polls.store(0, Ordering::Relaxed);
-            }
-            return;
-        }
-        let n = self
-            .empty_polls
-            .fetch_add(1, Ordering::Relaxed)
-            .wrapping_add(1);
-        if self.yield_every != 0 && n.is_multiple_of(self.yield_every) {
-            std::thread::yield_now();
+        if !found {
+            self.idle.idle();
         }
     }
 }
@@ -242,6 +234,8 @@ pub(crate) unsafe fn create_cq(
         Err(e) => return errno::null(errno::of(&e)),
     };
     let capacity = api.capacity();
+    api.set_poll_yield(yield_every());
+    let idle = api.poll_idle();
     // SAFETY: ibv_cq is pointers, integers, a mutex and a condvar: all-zero is valid
     // before pthread_*_init below.
     let mut pub_cq: ibv_cq = unsafe { std::mem::zeroed() };
@@ -261,8 +255,7 @@ pub(crate) unsafe fn create_cq(
         current: Mutex::new(WorkCompletion::default()),
         api: Mutex::new(api),
         users: AtomicU32::new(0),
-        empty_polls: AtomicU32::new(0),
-        yield_every: yield_every(),
+        idle,
     }));
     // SAFETY: b is a fresh box; the mutex and condvar are at their final addresses.
     unsafe {
@@ -402,6 +395,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut c_void, num_entries: c_int, wc: *mut c
             break;
         }
     }
+    drop(api);
     if want > 0 {
         c.note_poll(done > 0);
     }
@@ -410,7 +404,9 @@ pub unsafe extern "C" fn poll_cq(cq: *mut c_void, num_entries: c_int, wc: *mut c
 
 /// The environment variable that sets how many empty polls in a row make a CQ poll
 /// yield the core once: default 4 (measured: see docs/ibverbs.md, "Speed"); 0 = never
-/// yield, spin as on hardware (for a program that owns a core).
+/// yield nor sleep, spin as on hardware (for a program that owns a core). The spin
+/// window before an idle poller sleeps is `SOFTNIC_POLL_SPIN_US`
+/// ([`verbs_api::cq::POLL_SPIN_ENV`]).
 pub const POLL_YIELD_ENV: &str = "SOFTNIC_IBV_POLL_YIELD";
 
 /// Default of [`POLL_YIELD_ENV`]: the streak `softnic perf` uses too, so the two are

@@ -9,6 +9,7 @@
 //!  offset    0  flags    u32 (own cache line)  NEED_WAKEUP: set and cleared by the NIC
 //!  offset   64  summary  8 × u64 (one line)    bit i: bitmap word i has a bit set
 //!  offset  128  words  512 × u64               bit j of word i: slot 64·i + j was rung
+//!  offset 4224  poll     seq u32, sleeping u32 (own cache line): hybrid CQ polling
 //! ```
 //!
 //! Every QP and SRQ of the client has a slot (0 … [`DOORBELL_SLOTS`] − 1), chosen by the
@@ -32,6 +33,24 @@
 //! re-read every summary word; any non-zero means work (do not sleep). Dekker as for the
 //! rings (see [`crate::abi`]): the client stores bits then loads the flag, the NIC
 //! stores the flag then loads the bits; one of them sees the other.
+//!
+//! Hybrid polling (the `poll` line; the other direction, NIC → client): `seq` counts
+//! the NIC's CQ flushes for this client (any CQ), `sleeping` says a poller of this
+//! client is about to sleep on `seq` (a futex word; `crate::poll_idle` is the client).
+//! io_uring's NEED_WAKEUP in reverse, Dekker again:
+//! * NIC, flushing a CQ ([`Doorbell::note_completions`]): publish the CQ's producer
+//!   index, `seq.store(seq + 1, Release)`, `fence(SeqCst)` (the one the CQ_ARMED check
+//!   needs anyway), `sleeping.load(Relaxed)`; only if set, `swap(0)` and, if this call
+//!   cleared it, `futex_wake(seq)` ([`Doorbell::take_sleeper`]).
+//! * Client, after a spin window with `seq` unchanged at `e`: `sleeping.store(1)`,
+//!   `fence(SeqCst)`, re-load `seq`; if it is still `e`, `futex_wait(seq, e, ≤ 1 ms)`
+//!   (the kernel re-checks `seq == e` atomically with queueing the waiter), then
+//!   `sleeping.store(0)`. Either the client sees the new `seq` or the NIC sees
+//!   `sleeping`; a flush between the re-load and the wait makes the wait return at once.
+//!
+//! A client that sets `sleeping` and never sleeps costs the NIC one `futex_wake` per
+//! flush of its own CQs (counted: `poller_wakes`); one that writes `seq` only confuses
+//! its own pollers, whose sleeps are bounded by their timeout.
 //!
 //! Trust: the page is the client's memory. The NIC never takes an address, length or
 //! count from it: a bit names a slot index that the NIC looks up in its own table of
@@ -67,19 +86,34 @@ pub struct DoorbellPage {
     pub summary: [AtomicU64; SUMMARY_WORDS],
     /// One bit per slot.
     pub words: [AtomicU64; DOORBELL_WORDS],
+    /// Hybrid polling: completion sequence and sleeping poller (module docs).
+    pub poll: CachePadded<PollLine>,
+}
+
+/// The doorbell page's hybrid-polling line (see the module docs).
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct PollLine {
+    /// CQ flushes of this client so far (NIC writes, wrapping); the futex word.
+    pub seq: AtomicU32,
+    /// Non-zero: a poller may sleep on `seq` (client sets, NIC or client clears).
+    pub sleeping: AtomicU32,
 }
 
 /// Bytes of [`DoorbellPage`].
 pub const DOORBELL_PAGE_SIZE: usize = core::mem::size_of::<DoorbellPage>();
-const _: () = assert!(DOORBELL_PAGE_SIZE == 64 + 64 + DOORBELL_WORDS * 8);
+const _: () = assert!(DOORBELL_PAGE_SIZE == 64 + 64 + DOORBELL_WORDS * 8 + 64);
 const _: () = assert!(core::mem::offset_of!(DoorbellPage, summary) == 64);
 const _: () = assert!(core::mem::offset_of!(DoorbellPage, words) == 128);
+const _: () = assert!(core::mem::offset_of!(DoorbellPage, poll) == 4224);
+const _: () = assert!(core::mem::offset_of!(PollLine, sleeping) == 4);
 
 /// Length of the doorbell memfd (the page rounded up to [`SEGMENT_ALIGN`]).
 pub const DOORBELL_SEGMENT_LEN: usize = DOORBELL_PAGE_SIZE.div_ceil(SEGMENT_ALIGN) * SEGMENT_ALIGN;
 
-/// A view of the doorbell page at offset 0 of a mapping. Holds the mapping alive.
-#[derive(Debug)]
+/// A view of the doorbell page at offset 0 of a mapping. Holds the mapping alive;
+/// clones share it (the NIC's CQs hold one each, for [`Doorbell::note_completions`]).
+#[derive(Debug, Clone)]
 pub struct Doorbell {
     _map: Arc<MmapRaw>,
     page: NonNull<DoorbellPage>,
@@ -186,6 +220,43 @@ impl Doorbell {
     pub fn need_wakeup(&self) -> bool {
         self.page().flags.0.load(Ordering::Acquire) & NEED_WAKEUP != 0
     }
+
+    /// The futex word of hybrid polling: the client's completion sequence.
+    pub fn poll_seq(&self) -> &AtomicU32 {
+        &self.page().poll.0.seq
+    }
+
+    /// NIC, after publishing a CQ of this client and before the `fence(SeqCst)` that
+    /// precedes [`Doorbell::take_sleeper`]: bumps the completion sequence. A plain
+    /// load and store: the NIC is its only honest writer.
+    pub fn note_completions(&self) {
+        let seq = self.poll_seq();
+        seq.store(
+            seq.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Release,
+        );
+    }
+
+    /// NIC, after the fence: whether a poller sleeps (or is about to), clearing the
+    /// flag; true means `futex_wake` the sequence word. One load when nobody sleeps.
+    pub fn take_sleeper(&self) -> bool {
+        let s = &self.page().poll.0.sleeping;
+        s.load(Ordering::Relaxed) != 0 && s.swap(0, Ordering::SeqCst) != 0
+    }
+
+    /// Client, before sleeping on the sequence word: announces the sleeper, fences,
+    /// and returns whether the sequence is still `seen` (then sleep; otherwise a
+    /// completion came: call [`Doorbell::clear_sleeper`] and poll).
+    pub fn set_sleeper(&self, seen: u32) -> bool {
+        self.page().poll.0.sleeping.store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        self.poll_seq().load(Ordering::Acquire) == seen
+    }
+
+    /// Client, after sleeping: clears the flag (the NIC may have already).
+    pub fn clear_sleeper(&self) {
+        self.page().poll.0.sleeping.store(0, Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]
@@ -238,6 +309,23 @@ mod tests {
         // Taken: the next poster announces again.
         client.ring(2);
         assert_eq!(nic.take_summary(0), 1);
+    }
+
+    #[test]
+    fn a_flush_wakes_only_a_sleeper_and_once() {
+        let (client, nic) = pair();
+        let e = client.poll_seq().load(Ordering::Acquire);
+        nic.note_completions();
+        fence(Ordering::SeqCst);
+        assert!(!nic.take_sleeper(), "nobody sleeps: no wake");
+        assert!(!client.set_sleeper(e), "the sequence moved: do not sleep");
+        let e = client.poll_seq().load(Ordering::Acquire);
+        assert!(client.set_sleeper(e), "nothing new: sleep");
+        nic.note_completions();
+        fence(Ordering::SeqCst);
+        assert!(nic.take_sleeper(), "a sleeper: wake it");
+        assert!(!nic.take_sleeper(), "one wake per sleep");
+        client.clear_sleeper();
     }
 
     #[test]

@@ -59,6 +59,10 @@
 //!    one byte to the CQ's event pipe (so one arm gives at most one wake-up, as
 //!    `ibv_req_notify_cq`; a full pipe is skipped, never waited on).
 //!
+//! NIC flushing any CQ of a client also bumps that client's completion sequence on its
+//! doorbell page before the fence, and after it wakes a poller that sleeps on the
+//! sequence (hybrid polling, [`doorbell`]'s module docs).
+//!
 //! # Trust
 //! The NIC treats every byte of a client segment as hostile: it never uses the header's
 //! `capacity`/`entry_size` except to check them against the values it computed itself
@@ -92,7 +96,9 @@ pub const CQ_ARMED: u32 = 1 << 1;
 /// 2: the doorbell page (OpenDevice carries it; CreateQp/CreateSrq return a slot).
 /// 3: CreateCq returns the read end of a pipe the NIC writes, not an eventfd (which the
 /// client shared with the NIC and could make block it).
-pub const ABI_VERSION: u32 = 3;
+/// 4: the doorbell page's hybrid-polling line (a CQ flush bumps the client's completion
+/// sequence and wakes a poller sleeping on it).
+pub const ABI_VERSION: u32 = 4;
 
 /// Most scatter/gather entries in one work request (the same as the transport's limit).
 pub const MAX_SGE: usize = 4;

@@ -478,6 +478,14 @@ impl<T: Slot> Producer<T> {
     pub fn publish_and_take(&mut self, bits: u32) -> bool {
         self.publish();
         fence(Ordering::SeqCst);
+        self.take_flags(bits)
+    }
+
+    /// Clears `bits` in `flags` if set; returns whether this call cleared any. The
+    /// second half of [`Self::publish_and_take`], for a producer that stores more
+    /// between its publish and the `fence(SeqCst)` (the NIC's CQ flush also bumps the
+    /// client's completion sequence, [`super::doorbell::Doorbell::note_completions`]).
+    pub fn take_flags(&self, bits: u32) -> bool {
         let h = self.ring.header();
         if h.flags.load(Ordering::Relaxed) & bits == 0 {
             return false;

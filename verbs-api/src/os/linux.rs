@@ -3,6 +3,7 @@
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
 
 use memmap2::{MmapOptions, MmapRaw};
@@ -332,6 +333,60 @@ pub fn wait_any_readable<const N: usize>(
             return Ok([false; N]);
         }
     }
+}
+
+/// Sleeps while `*word == expected`, for at most `timeout` (`FUTEX_WAIT`, shared: the
+/// word may sit in memory mapped by another process, and a waker there must reach
+/// us, so not `FUTEX_PRIVATE_FLAG`). Returns when woken, when the word differs (at
+/// once: the kernel compares atomically with queueing the waiter), on a signal, or
+/// at the timeout; the caller re-checks what it waits for in every case.
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> io::Result<()> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `word` is a live, aligned u32 for the whole call; `ts` is a live timespec
+    // (a relative timeout for FUTEX_WAIT); the last two arguments are unused by it.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            0u32,
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EINTR) | Some(libc::ETIMEDOUT) => Ok(()),
+            _ => Err(e),
+        };
+    }
+    Ok(())
+}
+
+/// Wakes every thread (of any process) in [`futex_wait`] on `word` (`FUTEX_WAKE`,
+/// shared). Returns how many woke.
+pub fn futex_wake(word: &AtomicU32) -> io::Result<u32> {
+    // SAFETY: `word` is a live, aligned u32; FUTEX_WAKE reads no other argument.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0u32,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r as u32)
 }
 
 /// Creates a close-on-exec pipe, both ends non-blocking: `(read end, write end)`. The

@@ -9,11 +9,14 @@
 //!   ([`WakePipe`], a client's wake-up of the NIC), `epoll` to wait on several as one
 //!   descriptor ([`epoll`], [`epoll_add`]), and `ppoll` to wait on several to the
 //!   microsecond and learn which are ready ([`PollSet`], the NIC's sleep);
+//! * hybrid CQ polling: a shared (cross-process) futex on a word of the doorbell page
+//!   ([`futex_wait`], [`futex_wake`]);
 //! * fd passing: `sendmsg`/`recvmsg` with `SCM_RIGHTS` ([`send_with_fds`],
 //!   [`recv_with_fds`]).
 //!
 //! A macOS port would substitute `shm_open` + `shm_unlink`, a pipe or kqueue user event,
-//! and the same SCM_RIGHTS (which BSD has) behind these signatures.
+//! and the same SCM_RIGHTS (which BSD has) behind these signatures, and for the futex
+//! `os_sync_wait_on_address` / `os_sync_wake_by_address_all` (macOS 14.4, shared flag).
 //!
 //! Written directly against `libc` (already a workspace dependency) rather than `nix` or
 //! `rustix`: it is a dozen calls, and each wrapper here returns `OwnedFd` as soon as the

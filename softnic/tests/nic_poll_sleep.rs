@@ -1,0 +1,200 @@
+//! Hybrid polling against two real NICs (`verbs_api::poll_idle`): a program polling an
+//! empty CQ sleeps once nothing came for the spin window, and the NIC wakes it when it
+//! publishes a completion — to the CQ it sleeps on or to *another* CQ of its context.
+//!
+//! How each test can fail: the pollers' contexts get a single-sleep bound of 5 s
+//! (`Context::set_poll_spin`), so without the NIC's `futex_wake` a sleeper would see
+//! its completion only after its sleep times out, and the bound of [`WOKEN_WITHIN`]
+//! fails; the NIC's `poller_wakes` counter must also have moved. The poller must have
+//! slept before the completion was sent (it counts its sleeps), or the test proves
+//! nothing and fails.
+
+mod nic_support;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nic_support::*;
+use verbs_api::{
+    CompletionQueue, Device, Mtu, QpCap, QpInitAttr, QpType, RecvWr, SendWr, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
+};
+
+/// Spin window of the sleeping side (short, so the test reaches the sleep at once).
+const WINDOW: Duration = Duration::from_micros(50);
+/// Single-sleep bound of the sleeping side: far longer than [`WOKEN_WITHIN`].
+const LONG_SLEEP: Duration = Duration::from_secs(5);
+/// A woken poller has its completion this soon after the SEND was posted (a loopback
+/// round trip is tens of µs; the rest is slack for a loaded 2-core host).
+const WOKEN_WITHIN: Duration = Duration::from_millis(1500);
+/// Longest wait for anything in these tests.
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// The receiving side: its QP completes sends into `send_cq` and receives into
+/// `recv_cq` (two CQs of one context).
+struct Receiver {
+    _side: Side,
+    send_cq: CompletionQueue,
+    recv_cq: CompletionQueue,
+    qp: verbs_api::QueuePair,
+}
+
+/// x on NIC `a` (two CQs, a RECV posted) connected to y on NIC `b`.
+fn setup(a: &NicProc, b: &NicProc) -> (Receiver, Side) {
+    let side_x = side(a, 4096, 4);
+    let mut y = side(b, 4096, 4);
+    let send_cq = side_x.ctx.create_cq(4).expect("send cq");
+    let recv_cq = side_x.ctx.create_cq(4).expect("recv cq");
+    let mut qp = side_x
+        .pd
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: &send_cq,
+            recv_cq: &recv_cq,
+            cap: QpCap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        })
+        .expect("create qp");
+    connect_rc(
+        (&mut qp, a),
+        (&mut y.qp, b),
+        Mtu::Mtu1024,
+        (0x100, 0x200),
+        14,
+    );
+    let rsge = [side_x.mr.sge(0, 64)];
+    qp.post_recv(&[RecvWr::new(7, &rsge)]).expect("recv");
+    side_x.ctx.set_poll_spin(Some(WINDOW), LONG_SLEEP);
+    (
+        Receiver {
+            _side: side_x,
+            send_cq,
+            recv_cq,
+            qp,
+        },
+        y,
+    )
+}
+
+/// Runs `poller` (which returns the receive completion) on its own thread, waits
+/// until it has slept twice, sends one SEND from `y`, and checks the completion came
+/// within [`WOKEN_WITHIN`] and that NIC `a` counted a wake.
+fn sleeps_then_is_woken(
+    a: &NicProc,
+    y: &mut Side,
+    poller: impl FnOnce(Arc<AtomicU32>) -> WorkCompletion + Send + 'static,
+) {
+    let wakes_before = a.stat("poller_wakes");
+    let slept = Arc::new(AtomicU32::new(0));
+    let t = {
+        let slept = slept.clone();
+        thread::spawn(move || {
+            let wc = poller(slept);
+            (wc, Instant::now())
+        })
+    };
+    let start = Instant::now();
+    while slept.load(Ordering::Acquire) < 2 {
+        assert!(start.elapsed() < LIMIT, "the poller never slept");
+        thread::sleep(Duration::from_millis(1));
+    }
+    let sge = [y.mr.sge(0, 8)];
+    let posted = Instant::now();
+    y.qp.post_send(&[SendWr::new(1, WrOpcode::Send, &sge).signaled()])
+        .expect("send");
+    let (wc, seen) = t.join().expect("poller thread");
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (7, WcStatus::Success, WcOpcode::Recv)
+    );
+    let took = seen.duration_since(posted);
+    assert!(
+        took < WOKEN_WITHIN,
+        "the sleeping poller saw its completion {took:?} after the SEND (not woken?)"
+    );
+    assert_eq!(poll_one(&mut y.cq).status, WcStatus::Success);
+    let wakes = a.stat("poller_wakes") - wakes_before;
+    assert!(wakes >= 1, "NIC a woke no poller");
+    println!("completion seen {took:?} after the SEND; NIC a woke {wakes} poller(s)");
+}
+
+/// Polls `cqs` in turn until one yields a completion, calling `idle` on `cqs[0]` after
+/// each round that found nothing, and counting the sleeps in `slept`.
+fn poll_in_turn(cqs: &mut [CompletionQueue], slept: &AtomicU32) -> WorkCompletion {
+    let start = Instant::now();
+    let mut wc = [WorkCompletion::default(); 1];
+    loop {
+        for cq in cqs.iter_mut() {
+            if cq.poll(&mut wc).expect("poll") == 1 {
+                return wc[0];
+            }
+        }
+        if cqs[0].idle() {
+            slept.fetch_add(1, Ordering::Release);
+        }
+        assert!(start.elapsed() < LIMIT, "no completion within {LIMIT:?}");
+    }
+}
+
+/// Sets up NICs `{tag}-a`/`-b` and runs [`sleeps_then_is_woken`] with a poller that
+/// polls x's receive CQ, after x's send CQ first when `send_cq_first` (then it sleeps
+/// in the send CQ's idle step, and the completion comes to the other CQ).
+fn woken(tag: &str, send_cq_first: bool) {
+    let (a, b) = NicProc::pair(tag);
+    let (x, mut y) = setup(&a, &b);
+    let Receiver {
+        _side,
+        send_cq,
+        recv_cq,
+        qp,
+    } = x;
+    sleeps_then_is_woken(&a, &mut y, move |slept| {
+        let _qp = qp;
+        if send_cq_first {
+            poll_in_turn(&mut [send_cq, recv_cq], &slept)
+        } else {
+            poll_in_turn(&mut [recv_cq], &slept)
+        }
+    });
+}
+
+#[test]
+fn a_sleeping_poller_is_woken_by_a_completion_on_its_cq() {
+    woken("psleep1", false);
+}
+
+/// The poller sleeps in the idle step of its (empty) send CQ; the completion goes to
+/// the receive CQ of the same context, which the program polls in turn.
+#[test]
+fn a_completion_on_the_other_cq_of_the_context_wakes_the_sleeper() {
+    woken("psleep2", true);
+}
+
+/// Control: with the default spin window but sleeping turned off, the poller never
+/// sleeps (so the tests above do measure the sleep).
+#[test]
+fn a_poller_with_sleep_off_never_sleeps() {
+    let (a, _b) = NicProc::pair("psleep3");
+    let ctx = Device::open(&a.name).expect("open");
+    ctx.set_poll_spin(None, LONG_SLEEP);
+    let cq = ctx.create_cq(4).expect("cq");
+    let start = Instant::now();
+    let mut slept = 0;
+    while start.elapsed() < Duration::from_millis(20) {
+        slept += u32::from(cq.idle());
+    }
+    assert_eq!(slept, 0);
+    ctx.set_poll_spin(Some(WINDOW), Duration::from_millis(1));
+    while start.elapsed() < Duration::from_millis(40) {
+        slept += u32::from(cq.idle());
+    }
+    assert!(slept > 0, "with a window, an idle poller sleeps");
+}

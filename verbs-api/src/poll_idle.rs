@@ -1,0 +1,217 @@
+//! Hybrid polling: what a program busy-polling an empty CQ does between polls, so that
+//! an idle poller gives its core back without slowing a ping-pong.
+//!
+//! Why: softnic's NIC is a process on the same cores as its clients. A program that
+//! spins on an empty CQ (perftest, the pingpongs, `softnic perf`) took the core the NIC
+//! needed: during `softnic perf write_bw -s 65536` the client, waiting ≈ 1.5 ms for each
+//! signaled completion (one per 100 WRITEs), used 66 % of a core polling and yielding,
+//! beside a sending NIC that needed a whole one (docs/perf.md, "64 KiB"). `sched_yield`
+//! gives the core away for very little time under EEVDF.
+//!
+//! What, after each empty poll ([`IdleState::after_empty`]):
+//! 1. spin; every [`POLL_YIELD_EVERY`] empty polls in a row, a *yield point*;
+//! 2. at a yield point, `sched_yield` — unless nothing happened for the spin window
+//!    ([`DEFAULT_SPIN_WINDOW`]): no poll of this context found a completion and the
+//!    NIC flushed none of its CQs (the completion sequence on the doorbell page did not
+//!    move) since the window began;
+//! 3. then sleep on the sequence word (a shared futex) for at most [`MAX_SLEEP`]: the
+//!    NIC wakes the sleeper when it next publishes a completion to *any* CQ of this
+//!    context, so a program that polls its send CQ and its receive CQ in turn wakes
+//!    for either. The handshake and its proof are in `abi::doorbell`'s module docs.
+//!
+//! A poll that finds completions makes no system call (it stores a counter), so a busy
+//! data path stays syscall-free (`softnic/tests/nic_no_syscalls.rs`). The window (50 µs)
+//! is longer than an 8 B round trip's p99 on a loaded 2-core host (≈ 38 µs, docs/perf.md,
+//! "Latency"), so a ping-pong never sleeps; the sleep is bounded so that a loop that
+//! also watches something else (a socket, a flag in memory) is delayed by ≤ 1 ms.
+//! Several threads sleeping on one context at once: one that wakes by timeout clears
+//! the shared flag, and the others then sleep out their timeout (bounded).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::abi::Doorbell;
+
+/// Empty polls in a row after which a program polling a CQ in a loop should yield the
+/// core once (`sched_yield`), when the NIC is softnic rather than hardware.
+///
+/// Why: the NIC is a process on the same cores. On a host with fewer cores than busy
+/// threads (two NICs and two ping-pong clients on two cores) a poller that spins on
+/// keeps the NIC, or the peer, off the core until the scheduler preempts it, and every
+/// hand-off of a round trip waits for a time slice. Measured on a 2-vCPU VM
+/// (docs/perf.md, "Latency"): `softnic perf send_lat -s 8` round trip 78–83 µs when
+/// its loops yielded after 256 empty polls, 51–53 µs after 64, 41–42 µs after 4 or 1;
+/// stock `ib_send_lat` likewise. A poll that finds a completion never yields, so a busy
+/// data path makes no system call. `softnic perf`'s loops and the C library's
+/// `ibv_poll_cq` (`SOFTNIC_IBV_POLL_YIELD`) use this value.
+pub const POLL_YIELD_EVERY: u32 = 4;
+
+/// The environment variable that sets the spin window in microseconds (read once per
+/// context, at open): `off` never sleeps (spin and yield only, as before hybrid
+/// polling). Default [`DEFAULT_SPIN_WINDOW`].
+pub const POLL_SPIN_ENV: &str = "SOFTNIC_POLL_SPIN_US";
+
+/// How long a poller spins (and yields) after the last sign of a completion before it
+/// sleeps: longer than an 8 B round trip's p99 on a loaded 2-core host (≈ 38 µs).
+pub const DEFAULT_SPIN_WINDOW: Duration = Duration::from_micros(50);
+
+/// Longest single sleep: a poll loop that waits for something the NIC does not signal
+/// (memory written by a peer, another descriptor) is delayed by at most this.
+pub const MAX_SLEEP: Duration = Duration::from_millis(1);
+
+/// The spin window [`POLL_SPIN_ENV`] asks for; `None` = never sleep.
+pub fn spin_window_from(value: Option<&str>) -> Option<Duration> {
+    match value.map(str::trim) {
+        None => Some(DEFAULT_SPIN_WINDOW),
+        Some(v) if v.eq_ignore_ascii_case("off") => None,
+        Some(v) => Some(
+            v.parse()
+                .map(Duration::from_micros)
+                .unwrap_or(DEFAULT_SPIN_WINDOW),
+        ),
+    }
+}
+
+/// A context's share of hybrid polling: its spin window and whether any of its polls
+/// found completions lately.
+#[derive(Debug)]
+pub(crate) struct ContextPoll {
+    /// Bumped by every poll that finds completions (any CQ of the context).
+    found: AtomicU32,
+    /// The spin window in nanoseconds; [`NEVER`] = never sleep.
+    window_ns: AtomicU64,
+    /// The longest single sleep in nanoseconds.
+    max_sleep_ns: AtomicU64,
+    base: Instant,
+}
+
+/// `window_ns` of a context that never sleeps.
+const NEVER: u64 = u64::MAX;
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(NEVER - 1)
+}
+
+impl ContextPoll {
+    /// Reads [`POLL_SPIN_ENV`] (at open: reading the environment allocates).
+    pub(crate) fn from_env() -> Self {
+        let v = std::env::var(POLL_SPIN_ENV).ok();
+        let p = ContextPoll {
+            found: AtomicU32::new(0),
+            window_ns: AtomicU64::new(NEVER),
+            max_sleep_ns: AtomicU64::new(0),
+            base: Instant::now(),
+        };
+        p.set(spin_window_from(v.as_deref()), MAX_SLEEP);
+        p
+    }
+
+    /// Sets the spin window (`None`: never sleep) and the longest single sleep.
+    pub(crate) fn set(&self, window: Option<Duration>, max_sleep: Duration) {
+        self.window_ns
+            .store(window.map_or(NEVER, nanos), Ordering::Relaxed);
+        self.max_sleep_ns.store(nanos(max_sleep), Ordering::Relaxed);
+    }
+
+    /// A poll found completions: a load and a store, no read-modify-write (racing
+    /// threads only need to see that the value moved).
+    pub(crate) fn note_found(&self) {
+        let f = self.found.load(Ordering::Relaxed);
+        self.found.store(f.wrapping_add(1), Ordering::Relaxed);
+    }
+}
+
+/// One CQ's idle state. Atomics, so that the C library can use it through `&self`
+/// without a lock; threads polling one CQ at once only blur the heuristic.
+#[derive(Debug)]
+pub(crate) struct IdleState {
+    empty: AtomicU32,
+    yield_every: AtomicU32,
+    /// The completion sequence and found counter at the last yield point, and when
+    /// (nanoseconds after the context's base) either last moved.
+    seq: AtomicU32,
+    found: AtomicU32,
+    since: AtomicU64,
+}
+
+impl Default for IdleState {
+    fn default() -> Self {
+        IdleState {
+            empty: AtomicU32::new(0),
+            yield_every: AtomicU32::new(POLL_YIELD_EVERY),
+            seq: AtomicU32::new(0),
+            found: AtomicU32::new(0),
+            since: AtomicU64::new(0),
+        }
+    }
+}
+
+impl IdleState {
+    /// Empty polls between yield points; 0 = never yield nor sleep (spin as on hardware).
+    pub(crate) fn set_yield_every(&self, n: u32) {
+        self.yield_every.store(n, Ordering::Relaxed);
+    }
+
+    /// This CQ's poll found completions: ends the empty streak.
+    pub(crate) fn note_found(&self) {
+        if self.empty.load(Ordering::Relaxed) != 0 {
+            self.empty.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// After a poll that found nothing: spin, yield or sleep (module docs). Returns
+    /// whether it slept.
+    pub(crate) fn after_empty(&self, ctx: &ContextPoll, page: &Doorbell) -> bool {
+        let n = self.empty.load(Ordering::Relaxed).wrapping_add(1);
+        self.empty.store(n, Ordering::Relaxed);
+        let every = self.yield_every.load(Ordering::Relaxed);
+        if every == 0 || !n.is_multiple_of(every) {
+            std::hint::spin_loop();
+            return false;
+        }
+        let window = ctx.window_ns.load(Ordering::Relaxed);
+        if window == NEVER {
+            std::thread::yield_now();
+            return false;
+        }
+        let seq = page.poll_seq().load(Ordering::Acquire);
+        let found = ctx.found.load(Ordering::Relaxed);
+        let now = ctx.base.elapsed().as_nanos() as u64;
+        if seq != self.seq.load(Ordering::Relaxed) || found != self.found.load(Ordering::Relaxed) {
+            self.seq.store(seq, Ordering::Relaxed);
+            self.found.store(found, Ordering::Relaxed);
+            self.since.store(now, Ordering::Relaxed);
+            std::thread::yield_now();
+            return false;
+        }
+        if now.saturating_sub(self.since.load(Ordering::Relaxed)) < window {
+            std::thread::yield_now();
+            return false;
+        }
+        if page.set_sleeper(seq) {
+            // An error (none is expected of FUTEX_WAIT) only means no sleep: the loop
+            // goes on polling and yielding.
+            let max = Duration::from_nanos(ctx.max_sleep_ns.load(Ordering::Relaxed));
+            let _ = crate::os::futex_wait(page.poll_seq(), seq, max);
+        }
+        page.clear_sleeper();
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_comes_from_the_environment_value() {
+        assert_eq!(spin_window_from(None), Some(DEFAULT_SPIN_WINDOW));
+        assert_eq!(spin_window_from(Some("off")), None);
+        assert_eq!(spin_window_from(Some(" OFF ")), None);
+        assert_eq!(
+            spin_window_from(Some("20")),
+            Some(Duration::from_micros(20))
+        );
+        assert_eq!(spin_window_from(Some("junk")), Some(DEFAULT_SPIN_WINDOW));
+    }
+}
