@@ -425,8 +425,8 @@ fn compile_c(name: &str, extra: &[&str]) -> PathBuf {
 /// `--busy-poll` NICs in a thread under a seccomp filter that kills the process on any
 /// syscall but `exit`, once with classic CQs and once polling one side with the
 /// `ibv_cq_ex` API, both with the idle yield off (`SOFTNIC_IBV_POLL_YIELD=0`); and with
-/// the default (an empty poll streak yields) under a filter that allows only
-/// `sched_yield`. Control: the same loop with one `getppid` must die by SIGSYS.
+/// the default (an empty poll streak yields, and sleeps on a futex after the spin
+/// window: hybrid polling) under a filter that allows only `sched_yield` and `futex`. Control: the same loop with one `getppid` must die by SIGSYS.
 #[test]
 fn post_and_poll_make_no_syscalls_through_the_c_abi() {
     use std::os::unix::process::ExitStatusExt;
@@ -467,11 +467,11 @@ fn post_and_poll_make_no_syscalls_through_the_c_abi() {
         "{}",
         text(&o)
     );
-    // The library's default under a filter that allows sched_yield and nothing else.
+    // The library's default under a filter that allows sched_yield and futex only.
     let o = run("yield");
     assert!(o.status.success(), "{}", text(&o));
     assert!(
-        text(&o).contains("ok 1000 rounds without a system call but sched_yield"),
+        text(&o).contains("ok 1000 rounds without a system call but sched_yield and futex"),
         "{}",
         text(&o)
     );
