@@ -314,6 +314,24 @@ mod tests {
         assert!(!b.flush(), "not dirty: nothing");
     }
 
+    /// A hostile client sets its sleeping flag again after every flush and never
+    /// sleeps: one wake per flush of its own CQs, each counted, and nothing more.
+    #[test]
+    fn a_client_that_keeps_its_sleeping_flag_set_costs_one_wake_per_flush() {
+        let (client, nic) = page();
+        let (mut q, mut c, _ev) = cq_on(2, nic);
+        for i in 0..1000 {
+            client.set_sleeper(0);
+            q.push(&cqe_of(&completion(i), 0)).unwrap();
+            q.flush();
+            assert_eq!(q.take_poller_wakes(), 1);
+            assert!(!q.flush(), "nothing written: no flush, no wake");
+            assert_eq!(q.take_poller_wakes(), 0);
+            assert_eq!(c.pop().unwrap().unwrap().wr_id, i);
+            c.release();
+        }
+    }
+
     /// The client makes its end of the event pipe blocking and never reads it, and
     /// arms again after every completion: the pipe fills, and the NIC's writes are
     /// skipped instead of blocking.
