@@ -2,11 +2,12 @@
 //! an idle poller gives its core back without slowing a ping-pong.
 //!
 //! Why: softnic's NIC is a process on the same cores as its clients. A program that
-//! spins on an empty CQ (perftest, the pingpongs, `softnic perf`) took the core the NIC
-//! needed: during `softnic perf write_bw -s 65536` the client, waiting ≈ 1.5 ms for each
-//! signaled completion (one per 100 WRITEs), used 66 % of a core polling and yielding,
-//! beside a sending NIC that needed a whole one (docs/perf.md, "64 KiB"). `sched_yield`
-//! gives the core away for very little time under EEVDF.
+//! spins on an empty CQ (perftest, the pingpongs, `softnic perf`) takes cores the NICs
+//! need: during `softnic perf write_bw -s 65536` on a quiet host the client used 66 % of
+//! a core polling and yielding, beside a sending NIC that needed a whole one
+//! (docs/perf.md, "Hybrid polling"), and a server waiting between requests spins for
+//! as long as it waits. `sched_yield` gives the core away for very little time under
+//! EEVDF.
 //!
 //! What, after each empty poll ([`IdleState::after_empty`]):
 //! 1. spin; every [`POLL_YIELD_EVERY`] empty polls in a row, a *yield point*;
@@ -22,10 +23,12 @@
 //!    for either. The handshake and its proof are in `abi::doorbell`'s module docs.
 //!
 //! A poll that finds completions makes no system call (it stores a counter), so a busy
-//! data path stays syscall-free (`softnic/tests/nic_no_syscalls.rs`). The window (50 µs)
-//! is longer than an 8 B round trip's p99 on a loaded 2-core host (≈ 38 µs, docs/perf.md,
-//! "Latency"), so a ping-pong never sleeps; the sleep is bounded so that a loop that
-//! also watches something else (a socket, a flag in memory) is delayed by ≤ 1 ms.
+//! data path stays syscall-free (`softnic/tests/nic_no_syscalls.rs`). The window (at
+//! least 50 µs, and twice the recent gap between completions) is longer than an 8 B
+//! round trip on a quiet 2-core host (≈ 20 µs, docs/perf.md, "Last table"), so a
+//! ping-pong sleeps only on its slow tail; the sleep is bounded so that
+//! a loop that also watches something else (a socket, a flag in memory) is delayed by
+//! ≤ 1 ms.
 //! Several threads sleeping on one context at once: one that wakes by timeout clears
 //! the shared flag, and the others then sleep out their timeout (bounded).
 
@@ -53,8 +56,9 @@ pub const POLL_YIELD_EVERY: u32 = 4;
 /// polling). Default [`DEFAULT_SPIN_WINDOW`].
 pub const POLL_SPIN_ENV: &str = "SOFTNIC_POLL_SPIN_US";
 
-/// How long a poller spins (and yields) after the last sign of a completion before it
-/// sleeps: longer than an 8 B round trip's p99 on a loaded 2-core host (≈ 38 µs).
+/// The shortest spin window: how long a poller spins (and yields) after the last sign
+/// of a completion before it sleeps, at least. 2.5× an 8 B round trip on a quiet
+/// 2-core host (≈ 20 µs); [`spin_window`] lengthens it for slower paces.
 pub const DEFAULT_SPIN_WINDOW: Duration = Duration::from_micros(50);
 
 /// Longest single sleep: a poll loop that waits for something the NIC does not signal
