@@ -192,6 +192,57 @@ fn a_full_window_reopens_without_the_timer() {
     assert_eq!(p.a.qp.state(), QpState::Rts);
 }
 
+/// Once a loss has shrunk the window (`cwnd.rs`), the packet that fills it asks for
+/// an ACK: the ACK that reopens the window then answers everything sent, and if the
+/// NAK of a gap before it was lost, the responder NAKs again on that packet instead of
+/// leaving the requester to its timer. Every burst the window cuts short ends with
+/// a packet that asks (before, only when the interval happened to fall there).
+#[test]
+fn the_packet_that_fills_a_shrunk_window_asks() {
+    use softnic_transport::testing::{Side, Verdict};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let (mut p, a, b) = pair(rc(1024), 25);
+    p.latency = Duration::from_micros(20);
+    post_writes(&mut p, &a, &b, 0, 200, 4096);
+    let sent: Rc<RefCell<Vec<(u32, bool)>>> = Rc::default();
+    let log = sent.clone();
+    let mut dropped = false;
+    p.filter = Some(Box::new(move |s| {
+        if s.from != Side::A {
+            return Verdict::Pass;
+        }
+        let psn = s.repr.bth.psn.value();
+        log.borrow_mut().push((psn, s.repr.bth.ack_req));
+        if psn == 110 && !dropped {
+            dropped = true;
+            return Verdict::Drop;
+        }
+        Verdict::Pass
+    }));
+    // The last packet of each burst A sends (one `transmit` pass sends all it may).
+    let mut ends = Vec::new();
+    for _ in 0..STEPS {
+        let before = sent.borrow().len();
+        if !p.step() {
+            break;
+        }
+        let now = sent.borrow().len();
+        if now > before {
+            ends.push(sent.borrow()[now - 1]);
+        }
+    }
+    let done = drain(&mut p.a);
+    assert_eq!(done.len(), 200);
+    assert!(done.iter().all(|c| c.status == WcStatus::Success));
+    assert_eq!(p.a.qp.counters().seq_nak_retries, 1);
+    // The first burst filled the whole window; the last ran out of WRITEs.
+    let cut = &ends[1..ends.len() - 1];
+    assert!(cut.len() > 10, "{ends:?}");
+    let unasked: Vec<_> = cut.iter().filter(|(_, ask)| !ask).collect();
+    assert!(unasked.is_empty(), "bursts ending unasked: {unasked:?}");
+}
+
 /// The requesting NIC stalls (descheduled) in the middle of a stream, after packets
 /// that did not ask for an ACK: the timer expires with nothing lost and nothing asked.
 /// It asks with the next packet instead of going back N (without

@@ -485,6 +485,49 @@ fn requests_far_ahead_and_behind_the_expected_psn() {
     assert_eq!(read(&p.b, &b, 0, 300), pattern(5, 300));
 }
 
+/// After its PSN sequence NAK has left, the responder answers an out-of-sequence
+/// packet that asks for an ACK with the NAK again (a lost NAK is then repaired
+/// without the requester's timer); packets that do not ask stay unanswered, and
+/// packets read while the NAK is still queued add none (IBTA 9.7.5.1.3).
+#[test]
+fn a_gap_is_naked_again_for_a_packet_that_asks_once_the_nak_has_left() {
+    let (mut p, _a, b) = pair(rc(256), 63);
+    p.b.qp.post_recv(recv(1, &[b.sge(0, 4096)])).unwrap();
+    let (qpn, from, now) = (p.b.qp.qpn(), p.a.addr, p.now);
+    let send = |psn: u32, ack_req: bool| {
+        let mut r = packet(Opcode::RC_SEND_ONLY, qpn, psn);
+        r.bth.ack_req = ack_req;
+        r
+    };
+    let syndromes = |p: &mut softnic_transport::testing::Pair| -> Vec<(u32, Syndrome)> {
+        collect(&mut p.b, now)
+            .iter()
+            .map(|(r, _)| (r.bth.psn.value(), r.aeth.unwrap().syndrome))
+            .collect()
+    };
+    let nak = (100, Syndrome::Nak(NakCode::PsnSequenceError));
+    // PSN 100 is lost: 101 and 102 (asking) arrive in one batch: one NAK.
+    inject(&mut p.b, now, from, send(101, false), b"x");
+    inject(&mut p.b, now, from, send(102, true), b"x");
+    assert_eq!(syndromes(&mut p), vec![nak]);
+    // Later packets that do not ask: silence.
+    inject(&mut p.b, now, from, send(103, false), b"x");
+    assert_eq!(syndromes(&mut p), vec![]);
+    // One that asks: the NAK again (the first may have been lost).
+    inject(&mut p.b, now, from, send(104, true), b"x");
+    inject(&mut p.b, now, from, send(105, true), b"x");
+    assert_eq!(syndromes(&mut p), vec![nak]);
+    let c = *p.b.qp.counters();
+    assert_eq!((c.out_of_sequence, c.nak_psn_seq_sent), (5, 2));
+    // The gap filled, the next packets are new requests.
+    inject(&mut p.b, now, from, send(100, true), b"y");
+    assert_eq!(
+        syndromes(&mut p),
+        vec![(100, Syndrome::Ack { credits: 31 })]
+    );
+    assert_eq!(drain(&mut p.b).len(), 1, "delivered once");
+}
+
 /// ACKs, NAKs, READ responses and atomic ACKs for PSNs never sent, or long
 /// acknowledged, are dropped and counted (`drop_unexpected_response`); nothing
 /// completes, nothing is retried, and the genuine ACK then completes the WQE.

@@ -103,13 +103,9 @@ fn lost_middle_packet() {
 /// requester sends that one packet twice: losing one copy costs nothing more.
 #[test]
 fn lost_packet_and_its_first_resend_are_repaired_without_the_timer() {
-    let (mut p, a, b) = pair(rc(256), 1);
-    let size = 7 * 256 + 100;
-    let data = pattern(8, size);
-    fill(&mut p.a, &a, 0, &data);
     let mut dropped = 0;
     let lost = from_a_psn(102);
-    p.filter = Some(Box::new(move |s| {
+    send_repaired_by_one_nak(Box::new(move |s| {
         if dropped < 2 && lost(s) {
             dropped += 1;
             Verdict::Drop
@@ -117,6 +113,17 @@ fn lost_packet_and_its_first_resend_are_repaired_without_the_timer() {
             Verdict::Pass
         }
     }));
+}
+
+/// An 8-packet SEND at MTU 256 through `filter` arrives once and intact, repaired by
+/// one go-back-N on a PSN sequence NAK without any retransmission timer; returns the
+/// pair.
+fn send_repaired_by_one_nak(filter: Filter) -> Pair {
+    let (mut p, a, b) = pair(rc(256), 1);
+    let size = 7 * 256 + 100;
+    let data = pattern(8, size);
+    fill(&mut p.a, &a, 0, &data);
+    p.filter = Some(filter);
     p.b.qp.post_recv(recv(1, &[b.sge(0, size)])).unwrap();
     p.a.qp
         .post_send(wr(1, SendOp::Send, &[a.sge(0, size)]))
@@ -133,6 +140,32 @@ fn lost_packet_and_its_first_resend_are_repaired_without_the_timer() {
         (0, 0),
         "no timer ran"
     );
+    p
+}
+
+/// A lost packet whose NAK is lost too: the responder NAKs once per gap, so the
+/// requester used to wait for its retransmission timer. A packet that asks for an
+/// ACK and arrives after the NAK left (here the message's last, in a later batch) is
+/// NAKed again, and the requester goes back on that NAK instead.
+#[test]
+fn a_lost_nak_is_repaired_by_the_next_packet_that_asks() {
+    let (mut lost_data, mut lost_nak) = (false, false);
+    let p = send_repaired_by_one_nak(Box::new(move |s| {
+        let psn = s.repr.bth.psn.value();
+        if s.from == Side::A && psn == 102 && !lost_data {
+            lost_data = true;
+            Verdict::Drop
+        } else if s.from == Side::B && op(s) == Operation::Acknowledge && !lost_nak {
+            lost_nak = true;
+            Verdict::Drop
+        } else if s.from == Side::A && psn == 107 {
+            // The last packet, asking, arrives after the NAK has left.
+            Verdict::Delay(Duration::from_micros(5))
+        } else {
+            Verdict::Pass
+        }
+    }));
+    assert_eq!(p.b.qp.counters().nak_psn_seq_sent, 2);
 }
 
 /// When the first resend arrives, its second copy is a duplicate: re-acknowledged,

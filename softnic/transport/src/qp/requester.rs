@@ -12,8 +12,9 @@
 //! operation and position; none is written by hand.
 //!
 //! AckReq policy (IBTA 9.7.6.1.1 lets the requester choose): set on one packet in every
-//! [`ACK_REQ_INTERVAL`] (or half the in-flight window, when losses shrank it), on every
-//! resent packet, on READ and atomic requests, and on the last packet of a message
+//! [`ACK_REQ_INTERVAL`] (or half the in-flight window, when losses shrank it, and on
+//! the packet that fills such a window), on every resent packet, on READ and atomic
+//! requests, and on the last packet of a message
 //! unless at least [`DEEP_QUEUE`] WQEs wait behind it and the next can start at once
 //! ([`Qp::next_follows`]). An ACK covers every earlier PSN (IBTA 9.7.5.1.2), so a
 //! stream of messages needs one AckReq per interval, not one per message: each ACK
@@ -38,7 +39,7 @@ use wire::{
     Position, Psn, Qpn, RethRepr,
 };
 
-use super::cwnd::Cwnd;
+use super::cwnd::{Cwnd, MAX_OUTSTANDING_PSNS};
 use super::rto::Rto;
 use super::window::{forward, SendWindow};
 use super::{Qp, QpState, QpType, Transmit};
@@ -487,6 +488,17 @@ impl Qp {
         true
     }
 
+    /// Whether the packet with `psn` is the last a window shrunk by losses
+    /// (`cwnd.rs`) lets out before an ACK: it asks, so that the ACK that opens the
+    /// window answers everything sent, and, when the NAK of a gap before it was lost,
+    /// the responder NAKs again (`responder.rs`) instead of the requester waiting for
+    /// its timer. A lossless QP's window (the maximum) keeps the interval alone, so
+    /// its ACKs per message do not change.
+    fn fills_shrunk_window(&self, psn: Psn) -> bool {
+        let limit = self.req.cwnd.limit();
+        limit < MAX_OUTSTANDING_PSNS && self.req.win.offset(psn) == Some(limit - 1)
+    }
+
     /// Writes the packet of `sq[idx]` at `cursor_psn`. `Err` is a local error that
     /// completes the WQE (IBTA 10.7.3.1: local protection error when a gather fails).
     fn emit_request(
@@ -552,7 +564,11 @@ impl Qp {
         // A message's end asks unless a deep queue follows at once (module docs).
         let at_end = pos.ends() && (e.kind.is_rd_atomic() || !self.next_follows(idx));
         let ack_req = self.qp_type == QpType::Rc
-            && (at_end || self.req.noack_pkts + 1 >= interval || resend || self.req.ask_next);
+            && (at_end
+                || self.req.noack_pkts + 1 >= interval
+                || resend
+                || self.req.ask_next
+                || self.fills_shrunk_window(psn));
         let dest_qpn = match &e.wr.ud {
             Some(ud) => ud.qpn,
             None => self.attrs.dest_qpn,

@@ -20,7 +20,17 @@
 //! a READ this responder served, and an identical atomic from the cache of recent
 //! atomic results, never executed twice (`served`); other duplicates are dropped and
 //! counted. PSN ahead → out of sequence: one PSN sequence error NAK, then silence
-//! until the expected PSN arrives (IBTA 9.7.5.1.3).
+//! until the expected PSN arrives (IBTA 9.7.5.1.3, as rxe), except for a packet with
+//! AckReq once that NAK has left: it gets the NAK again. A lost NAK used to leave the
+//! requester to its retransmission timer, since nothing else answers it until the gap
+//! is filled: about one go-back-N in twenty at 5 % loss, each waiting 150–250 µs
+//! where a NAK round trip takes ~70 µs (issue 12, docs/perf.md "Goodput under loss").
+//! The requester asks at least twice per window and with the packet that fills it,
+//! so after a lost NAK some packet that asks follows the gap. A repeated NAK the
+//! requester already acted on is ignored there (softnic: `retries_suppressed`; rxe's
+//! completer starts no second retry while one is under way, `comp.started_retry`),
+//! and a NAK still queued is not repeated, so a burst of packets read at once costs
+//! one.
 //!
 //! Length (IBTA 9.7.4.2.5): besides each packet's length for its position, a READ
 //! asks for at most [`super::max_msg_len`] at the path MTU (2^31 bytes, and at most
@@ -224,6 +234,8 @@ pub(super) struct Responder {
     pub msn: Msn,
     /// A PSN sequence NAK was sent for `epsn` and no packet at `epsn` came since.
     pub nak_sent: bool,
+    /// PSN sequence NAKs in `responses`: one still queued is not repeated.
+    pub seq_naks_queued: u32,
     /// Message in progress.
     pub cur: Option<InMsg>,
     /// Responses to send, in PSN order.
@@ -241,6 +253,7 @@ impl Responder {
             epsn: Psn::ZERO,
             msn: Msn::ZERO,
             nak_sent: false,
+            seq_naks_queued: 0,
             cur: None,
             responses: VecDeque::new(),
             atomic_cache: AtomicCache::default(),
@@ -267,6 +280,7 @@ impl Responder {
         self.served_reads.clear();
         if !keep_queued {
             self.responses.clear();
+            self.seq_naks_queued = 0;
         }
     }
 
@@ -354,7 +368,9 @@ impl Qp {
         }
         if d > 0 {
             self.counters.out_of_sequence += 1;
-            if !self.resp.nak_sent {
+            // One NAK per gap, and again for a packet that asks once it has left
+            // (module documentation: a lost NAK is repaired without the timer).
+            if !self.resp.nak_sent || (pkt.repr.bth.ack_req && self.resp.seq_naks_queued == 0) {
                 self.resp.nak_sent = true;
                 self.queue_nak(self.resp.epsn, Syndrome::Nak(NakCode::PsnSequenceError));
             }

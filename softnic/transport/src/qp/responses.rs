@@ -17,6 +17,8 @@ use crate::wr::{Completion, Queue, WcOpcode};
 /// 9.7.7.2.5), what rxe sends (`AETH_ACK_UNLIMITED`).
 const CREDITS_UNLIMITED: u8 = 0x1F;
 
+const SEQ_NAK: Syndrome = Syndrome::Nak(NakCode::PsnSequenceError);
+
 impl Qp {
     /// Queues a response, dropping (and counting) it if the queue is full.
     pub(super) fn push_response(&mut self, r: Response) {
@@ -66,11 +68,15 @@ impl Qp {
             Syndrome::Nak(NakCode::RemoteOperationalError) => self.counters.nak_remote_op_sent += 1,
             _ => {}
         }
+        let queued = self.resp.responses.len();
         self.push_response(Response::Ack {
             psn,
             msn: self.resp.msn,
             syndrome,
         });
+        if self.resp.responses.len() > queued && syndrome == SEQ_NAK {
+            self.resp.seq_naks_queued += 1;
+        }
     }
 
     /// Applies [`disposition`] to an RC request error at PSN `p`.
@@ -186,6 +192,9 @@ impl Qp {
         match front {
             Response::Ack { psn, msn, syndrome } => {
                 self.resp.responses.pop_front();
+                if syndrome == SEQ_NAK {
+                    self.resp.seq_naks_queued = self.resp.seq_naks_queued.saturating_sub(1);
+                }
                 bth.opcode = find(Operation::Acknowledge, Position::Only)?;
                 bth.psn = psn;
                 let mut r = PacketRepr::new(bth);
