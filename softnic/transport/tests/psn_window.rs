@@ -425,8 +425,8 @@ fn write_announcing_more_than_2_pow_31_bytes_is_an_invalid_request() {
 
 // ------------------------------------------------- PSN-window abuse, on a live pair
 
-/// Requests far ahead of the expected PSN: one PSN sequence error NAK for the whole
-/// gap (IBTA 9.7.5.1.3), then silence; far behind (up to 2^23): duplicates, SENDs
+/// Requests far ahead of the expected PSN, read in one batch: one PSN sequence error
+/// NAK for the whole gap (IBTA 9.7.5.1.3), then silence; far behind (up to 2^23): duplicates, SENDs
 /// re-acknowledged and not executed again (IBTA 9.7.5.1.3 duplicate handling). No
 /// receive is consumed, memory is untouched, and the connection then works.
 #[test]

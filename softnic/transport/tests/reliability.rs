@@ -99,7 +99,8 @@ fn lost_middle_packet() {
 }
 
 /// The responder NAKs a gap once and then drops silently until the missing PSN
-/// arrives (IBTA 9.7.5.1.3), so a lost first resend used to wait for the timer. The
+/// arrives (IBTA 9.7.5.1.3; a repeated NAK for a later packet that asks is ignored
+/// while the requester goes back), so a lost first resend used to wait for the timer. The
 /// requester sends that one packet twice: losing one copy costs nothing more.
 #[test]
 fn lost_packet_and_its_first_resend_are_repaired_without_the_timer() {

@@ -18,12 +18,18 @@
 //! trip. A go-back-N costs what is in flight past the loss *and* a round trip; the
 //! window only trades the first against idle time. Measured (`softnic perf write_bw -s
 //! 65536`, 5 % loss on both NICs, alternating builds on one loaded 2-core host): floor
-//! 8 / 16 / 32 / 64 (fixed) / 128 (fixed) gave median 161 / 273 / 344 / 247 / 83 MB/s.
-//! A 128-packet window resends most of itself into the next gap (and overran slow rxe
-//! peers, see [`MAX_OUTSTANDING_PSNS`]), so halving from the top stays; the floor is
-//! 32, about one loopback bandwidth-delay product of 4 KiB packets. Reducing once per
-//! loss episode (RFC 6582's recovery point) made no measurable difference at 5 % loss:
-//! the window sits at the floor either way.
+//! 8 / 16 / 32 / 64 (fixed) / 128 (fixed) gave median 161 / 273 / 344 / 247 / 83 MB/s
+//! while a recovery still often waited for a millisecond timer (issue 12, session 5).
+//! Re-measured in session 7, with NAK recoveries of ~75 µs and lost NAKs NAKed again
+//! (ten alternating rounds, load ~5): floors 16 / 24 / 32 / 48 gave median 585 / 585 /
+//! 612 / 647 MB/s, per-round ratios to 32 of 0.84 / 1.01 / 0.91 — no difference this
+//! host can show. A 128-packet window resends most of itself into the next gap (and
+//! overran slow rxe peers, see [`MAX_OUTSTANDING_PSNS`]), so halving from the top
+//! stays; the floor is 32, about one loopback bandwidth-delay product of 4 KiB
+//! packets. Reducing once per loss episode (RFC 6582's recovery point) made no
+//! measurable difference at 5 % loss: the window sits at the floor either way. The
+//! requester asks for an ACK at least twice per window and with the packet that fills
+//! a shrunk one (`requester.rs`), so a full window always has an ACK coming.
 
 use super::window::forward;
 use wire::Psn;

@@ -249,9 +249,10 @@ impl Requester {
 
     /// After a SEND or WRITE packet with `psn` went out: sends it once more when it
     /// is the first resend after a PSN sequence NAK. The responder NAKs a gap once and
-    /// then drops silently until the missing PSN arrives (IBTA 9.7.5.1.3, as rxe), so
-    /// that one resend is the packet whose loss only the retransmission timer repairs
-    /// (a NAK repairs any later one). Two copies back to back make that p² instead of
+    /// then drops silently until the missing PSN arrives (IBTA 9.7.5.1.3, as rxe; it
+    /// NAKs again for a packet that asks, but the requester, still going back on the
+    /// first NAK, ignores that), so that one resend is the packet whose loss only the
+    /// retransmission timer repairs (a NAK repairs any later one). Two copies back to back make that p² instead of
     /// p; the second is a duplicate the responder re-acknowledges without executing
     /// (9.7.5.1.3). Measured in issue 12 (5 % loss on both NICs, traced): about one NAK
     /// in twenty-five was followed by a lost first resend and waited 100–540 µs for the

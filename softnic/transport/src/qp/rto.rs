@@ -45,11 +45,13 @@ use wire::Psn;
 /// RTT + 4 deviations decides alone. On a loaded host (two NIC processes and two
 /// applications on two cores) the scheduler sometimes delays an ACK longer; such a
 /// spurious resend costs bandwidth, never a retry, and each one doubles the next
-/// timeout until the path answers. At 5 % loss about one go-back-N in twenty is
+/// timeout until the path answers. At 5 % loss about one go-back-N in twenty was
 /// repaired by the timer (a lost NAK: the responder NAKs a gap once, IBTA 9.7.5.1.3 as
 /// rxe; a lost first resend was as frequent until the requester sent it twice,
-/// `Requester::repeat_head`), so the floor is paid often. Measured, 64 KiB WRITEs at 5 %
-/// loss on both NICs, window floor 32, alternating builds on a loaded 2-core host
+/// `Requester::repeat_head`), so the floor was paid often; since the responder NAKs
+/// again for a packet that asks (`responder.rs`), about one in sixty to a hundred.
+/// Measured, 64 KiB WRITEs at 5 % loss on both NICs, window floor 32, alternating
+/// builds on a loaded 2-core host
 /// (while the NIC still slept in whole milliseconds, so a deadline that outlived its
 /// 100 µs of spinning cost ~1.2 ms: docs/perf.md "Goodput under loss"):
 /// 300 / 100 / 50 µs gave median 380 / 505 / 470 MB/s, with as many timer resends
