@@ -611,6 +611,84 @@ fn adaptive_timer_resends_early_but_gives_up_on_the_spec_schedule() {
     );
 }
 
+/// A responder whose ACKs come late (its NIC descheduled) makes the adaptive timer
+/// expire with nothing lost. The requester resends only the oldest packet, asking;
+/// the late ACKs, and the answer to that duplicate, acknowledge everything sent
+/// before the expiry, so it goes on with its window whole instead of resending the
+/// window it had out (`Requester::probe`). Before, all 24 packets went out again.
+#[test]
+fn a_spurious_early_expiry_resends_one_packet_and_keeps_the_window() {
+    let cfg = PairConfig {
+        timeout: 14,
+        ..rc(1024)
+    };
+    let (mut p, a, b) = sampled_pair(cfg);
+    // B's ACKs are held up for 2 ms, far past the adaptive timeout.
+    let mut held = 0;
+    p.filter = Some(Box::new(move |s| {
+        if s.from == Side::B && held < 1 {
+            held += 1;
+            Verdict::Delay(Duration::from_millis(2))
+        } else {
+            Verdict::Pass
+        }
+    }));
+    let data = pattern(16, 24 * 1024);
+    fill(&mut p.a, &a, 0, &data);
+    p.a.qp
+        .post_send(rdma(9, SendOp::Write, &[a.sge(0, data.len())], &b, 0))
+        .unwrap();
+    p.drive(STEPS);
+    let done = drain(&mut p.a);
+    assert_eq!((done.len(), done[0].status), (1, WcStatus::Success));
+    assert!(read(&p.b, &b, 0, data.len()) == data);
+    let c = *p.a.qp.counters();
+    assert_eq!(c.early_retransmits, 1, "{c:?}");
+    assert_eq!(c.spurious_timeouts, 1, "{c:?}");
+    assert_eq!(c.retransmitted_packets, 1, "only the probe: {c:?}");
+    assert_eq!(p.b.qp.counters().duplicate_requests, 1);
+}
+
+/// A pair whose requester has RTT samples (eight answered WRITEs, a round trip of
+/// 2 µs), so its timer is the adaptive one.
+fn sampled_pair(cfg: PairConfig) -> (Pair, Buf, Buf) {
+    let (mut p, a, b) = pair(cfg, 16);
+    for id in 0..8 {
+        p.a.qp
+            .post_send(rdma(id, SendOp::Write, &[a.sge(0, 10)], &b, 0))
+            .unwrap();
+        p.drive(STEPS);
+    }
+    assert_eq!(drain(&mut p.a).len(), 8);
+    (p, a, b)
+}
+
+/// A real tail loss after the probe: the duplicate's ACK stops short of what was
+/// sent, so go-back-N resumes from the first PSN not acknowledged (one packet here).
+#[test]
+fn an_early_expiry_on_a_lost_tail_probes_then_resends_the_rest() {
+    let (mut p, a, b) = sampled_pair(PairConfig {
+        timeout: 14,
+        ..rc(1024)
+    });
+    // The WRITE's last packet (PSN 108 + 23), asking, is lost once.
+    p.filter = Some(once(from_a_psn(108 + 23), Verdict::Drop));
+    let data = pattern(17, 24 * 1024);
+    fill(&mut p.a, &a, 0, &data);
+    p.a.qp
+        .post_send(rdma(9, SendOp::Write, &[a.sge(0, data.len())], &b, 0))
+        .unwrap();
+    p.drive(STEPS);
+    assert_eq!(drain(&mut p.a)[0].status, WcStatus::Success);
+    assert!(read(&p.b, &b, 0, data.len()) == data);
+    let c = *p.a.qp.counters();
+    assert_eq!((c.early_retransmits, c.spurious_timeouts), (1, 0), "{c:?}");
+    assert_eq!(
+        c.retransmitted_packets, 2,
+        "the probe and the lost packet: {c:?}"
+    );
+}
+
 #[test]
 fn retry_cnt_7_is_seven_unless_rxe_compat() {
     let cfg = PairConfig {

@@ -19,7 +19,7 @@
 use wire::aeth::rnr_timer_us;
 use wire::{NakCode, OpcodeInfo, Operation, ParsedPacket, Psn, Syndrome};
 
-use super::requester::{position, Kind};
+use super::requester::{position, Kind, Probe};
 use super::timers::ack_timeout;
 use super::window::forward;
 use super::{Qp, QpState, QpType};
@@ -95,6 +95,18 @@ impl Qp {
         self.req.retry_left = self.attrs.retry_cnt;
         self.req.rnr_left = self.attrs.rnr_retry;
         let win = self.req.win;
+        if let Some(probe) = self.req.probe.take() {
+            // Everything sent before the expiry is acknowledged: it was spurious.
+            if win.offset(probe.resume).is_none_or(|o| o == 0) {
+                self.req.cwnd = probe.cwnd;
+                self.counters.spurious_timeouts += 1;
+            } else {
+                self.req.probe = Some(Probe {
+                    answered: true,
+                    ..probe
+                });
+            }
+        }
         self.req.rto.on_progress(now, |p| !win.contains(p));
         self.req.cwnd.on_progress(win.oldest_unacked());
         if self.req.outstanding() {
@@ -159,6 +171,24 @@ impl Qp {
         if charged {
             self.req.retry_left -= 1;
         }
+        // An early expiry probes first (`Probe`); a second one keeps the first's undo.
+        let head_plain = self
+            .req
+            .sq
+            .front()
+            .is_some_and(|e| matches!(e.kind, Kind::Send | Kind::Write));
+        let probe =
+            (cause == RetryCause::EarlyTimeout && head_plain).then(|| match self.req.probe {
+                Some(p) => Probe {
+                    answered: false,
+                    ..p
+                },
+                None => Probe {
+                    cwnd: self.req.cwnd,
+                    resume: self.req.win.sent_end(),
+                    answered: false,
+                },
+            });
         match cause {
             RetryCause::Timeout => self.counters.retransmit_timeouts += 1,
             RetryCause::EarlyTimeout => self.counters.early_retransmits += 1,
@@ -166,6 +196,7 @@ impl Qp {
             RetryCause::ImpliedNak => self.counters.implied_nak_retries += 1,
         }
         self.req.rewind();
+        self.req.probe = probe;
         self.req.head_twice = cause == RetryCause::SeqNak;
         self.req.cwnd.on_retry();
         self.req.in_retry = true;

@@ -42,6 +42,9 @@ pub struct QpCounters {
     pub retransmit_timeouts: u64,
     /// Adaptive-timer expiries that went back without costing a retry (`rto.rs`).
     pub early_retransmits: u64,
+    /// Of those, expiries whose one-packet probe was answered by an ACK of everything
+    /// sent before them: nothing was lost, the window is restored (`Requester::probe`).
+    pub spurious_timeouts: u64,
     /// Go-back-N retries caused by a PSN sequence error NAK.
     pub seq_nak_retries: u64,
     /// Go-back-N retries caused by an implied NAK (a response skipping PSNs).
