@@ -49,7 +49,7 @@ use wire::Psn;
 /// repaired by the timer (a lost NAK: the responder NAKs a gap once, IBTA 9.7.5.1.3 as
 /// rxe; a lost first resend was as frequent until the requester sent it twice,
 /// `Requester::repeat_head`), so the floor was paid often; since the responder NAKs
-/// again for a packet that asks (`responder.rs`), about one in sixty to a hundred.
+/// again for a packet that asks (`responder.rs`), one in sixty or fewer.
 /// Measured, 64 KiB WRITEs at 5 % loss on both NICs, window floor 32, alternating
 /// builds on a loaded 2-core host
 /// (while the NIC still slept in whole milliseconds, so a deadline that outlived its
