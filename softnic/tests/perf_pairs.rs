@@ -113,6 +113,27 @@ fn run_pair_on(
 ) -> (String, String, NicProc, NicProc) {
     let a = NicProc::start(&format!("perf-{tag}-a"), "127.0.0.2", 0, nic_extra[0]);
     let b = NicProc::start(&format!("perf-{tag}-b"), "127.0.0.3", 0, nic_extra[1]);
+    let (srv, cli) = spawn_pair(&a, &b, test, server, client);
+    let (cok, cout, cerr) = cli.finish();
+    let (sok, sout, serr) = srv.finish();
+    assert!(
+        sok && cok,
+        "{test} {tag}: server ok={sok} client ok={cok}\n--- server stdout\n{sout}\n--- server stderr\n{serr}\
+         \n--- client stdout\n{cout}\n--- client stderr\n{cerr}\n--- NIC a\n{}\n--- NIC b\n{}",
+        a.log_text(),
+        b.log_text()
+    );
+    (sout, cout, a, b)
+}
+
+/// Starts a `softnic perf` server on NIC `a` and its client on NIC `b`.
+fn spawn_pair(
+    a: &NicProc,
+    b: &NicProc,
+    test: &str,
+    server: &[&str],
+    client: &[&str],
+) -> (PerfProc, PerfProc) {
     let port = free_port().to_string();
     let common = |nic: &NicProc, peer: &NicProc| -> Vec<String> {
         vec![
@@ -127,23 +148,12 @@ fn run_pair_on(
             "30".into(),
         ]
     };
-    let mut sargs = common(&a, &b);
+    let mut sargs = common(a, b);
     sargs.extend(server.iter().map(|s| s.to_string()));
-    let mut cargs = common(&b, &a);
+    let mut cargs = common(b, a);
     cargs.extend(client.iter().map(|s| s.to_string()));
     cargs.push("127.0.0.1".into());
-    let srv = PerfProc::spawn(&sargs);
-    let cli = PerfProc::spawn(&cargs);
-    let (cok, cout, cerr) = cli.finish();
-    let (sok, sout, serr) = srv.finish();
-    assert!(
-        sok && cok,
-        "{test} {tag}: server ok={sok} client ok={cok}\n--- server stdout\n{sout}\n--- server stderr\n{serr}\
-         \n--- client stdout\n{cout}\n--- client stderr\n{cerr}\n--- NIC a\n{}\n--- NIC b\n{}",
-        a.log_text(),
-        b.log_text()
-    );
-    (sout, cout, a, b)
+    (PerfProc::spawn(&sargs), PerfProc::spawn(&cargs))
 }
 
 /// The rows under the table header `header_start`, split into numbers.
@@ -322,6 +332,31 @@ fn send_lat() {
     );
     check_lat(&s, 8, 100);
     check_lat(&c, 8, 100);
+}
+
+/// A side waiting for its peer's SEND sees its receive queue flushed (IBV_WC_WR_FLUSH_ERR)
+/// whatever moved the QP to ERR, and so both sides of a ping-pong report status 5; the
+/// tool then names the cause from the send queue. Here the server's NIC drops every
+/// packet it sends (`--loss 1`): each side's SEND goes unacknowledged and runs out of
+/// retries (IBV_WC_RETRY_EXC_ERR, 12) after 8 Local ACK Timeouts of 67 ms, while that
+/// side waits for a SEND that never comes.
+#[test]
+fn send_lat_names_the_cause_of_a_flushed_receive() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let a = NicProc::start("perf-fl-a", "127.0.0.2", 0, &["--loss", "1"]);
+    let b = NicProc::start("perf-fl-b", "127.0.0.3", 0, &[]);
+    let lat = ["-s", "8", "-n", "100"];
+    let (srv, cli) = spawn_pair(&a, &b, "send_lat", &lat, &lat);
+    let (cok, cout, cerr) = cli.finish();
+    let (sok, sout, serr) = srv.finish();
+    for (who, ok, text) in [("client", cok, cout + &cerr), ("server", sok, sout + &serr)] {
+        assert!(
+            !ok && text.contains("Completion with error at recv")
+                && text.contains("Failed status 5")
+                && text.contains("Cause on the send queue: status 12"),
+            "{who} ok={ok}:\n{text}"
+        );
+    }
 }
 
 #[test]

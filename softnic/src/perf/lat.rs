@@ -10,7 +10,7 @@ use verbs_api::{RecvWr, SendWr, WorkCompletion, WrOpcode};
 use super::args::Params;
 use super::bw::Clock;
 use super::exchange::Dest;
-use super::resources::{check_wc, poll_some, Resources};
+use super::resources::{check_recv_wc, check_wc, poll_some, Resources};
 
 /// Spins until `cond` holds, failing after `timeout`.
 fn spin_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Result<(), String> {
@@ -129,7 +129,7 @@ pub fn run_send_lat(
                 p.timeout,
                 "waiting for the peer's SEND",
             )?;
-            check_wc(&wc[0], &format!("recv: rcnt={rcnt}"))?;
+            check_recv_wc(&wc[0], &format!("recv: rcnt={rcnt}"), &mut r.send_cq)?;
             stamps.note("seen", rcnt + 1);
             if u64::from(wc[0].byte_len) != size {
                 return Err(format!(

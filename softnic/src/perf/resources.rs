@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use verbs_api::{
     AccessFlags, AhAttr, CompletionQueue, Context, Device, MemoryRegion, Mtu, ProtectionDomain,
     QpAttr, QpCap, QpInitAttr, QpState, QpType, QueuePair, RecvWr, Sge, SharedReceiveQueue,
-    SrqInitAttr, WorkCompletion,
+    SrqInitAttr, WcStatus, WorkCompletion,
 };
 
 use super::args::{Params, Verb};
@@ -397,3 +397,49 @@ pub fn check_wc(wc: &WorkCompletion, what: &str) -> Result<(), String> {
         ))
     }
 }
+
+/// As [`check_wc`] for a receive completion; when it is a flush, the message also names
+/// what moved the QP to ERR if its send queue knows. A receive queue is flushed whatever
+/// the cause (IBTA 10.3.1.7), so a side waiting for its peer's SEND reports
+/// IBV_WC_WR_FLUSH_ERR for a retry counter used up, a NAK or a local error alike; the
+/// cause is the first send completion that is neither a success nor a flush. The NIC
+/// writes it with the flush, but may publish the send CQ a moment after the receive
+/// CQ, so the send CQ is read for up to [`CAUSE_WAIT`].
+pub fn check_recv_wc(
+    wc: &WorkCompletion,
+    what: &str,
+    send_cq: &mut CompletionQueue,
+) -> Result<(), String> {
+    let Err(mut msg) = check_wc(wc, what) else {
+        return Ok(());
+    };
+    if wc.status != WcStatus::WrFlushErr {
+        return Err(msg);
+    }
+    let mut sends = [WorkCompletion::default(); 16];
+    let t0 = Instant::now();
+    // Bounded by CAUSE_WAIT.
+    while t0.elapsed() < CAUSE_WAIT {
+        let n = send_cq.poll(&mut sends).unwrap_or(0);
+        let cause = sends[..n]
+            .iter()
+            .find(|c| !c.status.is_success() && c.status != WcStatus::WrFlushErr);
+        if let Some(c) = cause {
+            msg += &format!(
+                "\n Cause on the send queue: status {}: wr_id {:#x} syndrom 0x{:x}",
+                c.status.raw(),
+                c.wr_id,
+                c.vendor_err
+            );
+            return Err(msg);
+        }
+        if n == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    msg += "\n No error on the send queue (the NIC moved the QP to ERR: see softnic stats)";
+    Err(msg)
+}
+
+/// How long [`check_recv_wc`] looks for the cause of a flush on the send queue.
+const CAUSE_WAIT: Duration = Duration::from_millis(200);
