@@ -226,7 +226,8 @@ impl IdleState {
             std::thread::yield_now();
             return false;
         }
-        if page.set_sleeper(seq) {
+        let sleeps = page.set_sleeper(seq);
+        if sleeps {
             // An error (none is expected of FUTEX_WAIT) only means no sleep: the loop
             // goes on polling and yielding.
             let max = Duration::from_nanos(ctx.max_sleep_ns.load(Ordering::Relaxed));
@@ -236,7 +237,7 @@ impl IdleState {
         // page may have set it too and still sleep, and clearing it here would hide
         // that sleeper from the next flush. Costs the NIC one futex_wake for a sleep
         // that ended by its timeout.
-        true
+        sleeps
     }
 }
 
