@@ -29,8 +29,10 @@
 //! ping-pong sleeps only on its slow tail; the sleep is bounded so that
 //! a loop that also watches something else (a socket, a flag in memory) is delayed by
 //! ≤ 1 ms.
-//! Several threads sleeping on one context at once: one that wakes by timeout clears
-//! the shared flag, and the others then sleep out their timeout (bounded).
+//! Several threads may sleep on one context (one page) at once: only the NIC clears
+//! the shared flag, when it wakes them all, so a sleep that ends by its timeout leaves
+//! it set rather than hide the others (the NIC's next flush then makes one
+//! `futex_wake` that wakes nobody).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -224,14 +226,18 @@ impl IdleState {
             std::thread::yield_now();
             return false;
         }
-        if page.set_sleeper(seq) {
+        let sleeps = page.set_sleeper(seq);
+        if sleeps {
             // An error (none is expected of FUTEX_WAIT) only means no sleep: the loop
             // goes on polling and yielding.
             let max = Duration::from_nanos(ctx.max_sleep_ns.load(Ordering::Relaxed));
             let _ = crate::os::futex_wait(page.poll_seq(), seq, max);
         }
-        page.clear_sleeper();
-        true
+        // The flag is left for the NIC to clear: another thread (or process) on this
+        // page may have set it too and still sleep, and clearing it here would hide
+        // that sleeper from the next flush. Costs the NIC one futex_wake for a sleep
+        // that ended by its timeout.
+        sleeps
     }
 }
 
@@ -253,6 +259,56 @@ mod tests {
             spin_window(us(2000), us(900)),
             us(2000),
             "never below the minimum"
+        );
+    }
+
+    /// Two pollers sleep on one doorbell page (two threads of a context, or of two
+    /// contexts sharing it): the one whose sleep times out first must not hide the
+    /// other from the NIC. The old code cleared the shared flag after every sleep, so
+    /// the NIC's next flush saw nobody sleeping and the other poller slept out its
+    /// whole timeout (5 s here) with its completion published.
+    #[test]
+    fn a_sleep_that_times_out_does_not_hide_another_sleeper() {
+        use std::os::fd::AsFd;
+        use std::sync::Arc;
+        let len = crate::abi::DOORBELL_SEGMENT_LEN;
+        let fd = crate::os::memfd("db", len).unwrap();
+        let map = || Arc::new(crate::os::map_shared(fd.as_fd(), len).unwrap());
+        let (page_b, page_a, nic) = (
+            Doorbell::new(map()).unwrap(),
+            Doorbell::new(map()).unwrap(),
+            Doorbell::new(map()).unwrap(),
+        );
+        // B sleeps up to 5 s; A (same page) up to 1 ms. Window 0: sleep at once.
+        let (ctx_b, ctx_a) = (ContextPoll::from_env(), ContextPoll::from_env());
+        ctx_b.set(Some(Duration::ZERO), Duration::from_secs(5));
+        ctx_a.set(Some(Duration::ZERO), Duration::from_millis(1));
+        let b = std::thread::spawn(move || {
+            let idle = IdleState::default();
+            while !idle.after_empty(&ctx_b, &page_b) {}
+            Instant::now()
+        });
+        let flag = || nic.page().poll.0.sleeping.load(Ordering::SeqCst);
+        let start = Instant::now();
+        while flag() == 0 {
+            assert!(start.elapsed() < Duration::from_secs(5), "B never slept");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(20)); // B is in FUTEX_WAIT
+        let idle = IdleState::default();
+        while !idle.after_empty(&ctx_a, &page_a) {} // A's sleep times out
+                                                    // The NIC's flush (as `CompletionQueue::flush` in softnic/src/nic/cq.rs).
+        nic.note_completions();
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let flushed = Instant::now();
+        if nic.take_sleeper() {
+            crate::os::futex_wake(nic.poll_seq()).unwrap();
+        }
+        let woke = b.join().unwrap();
+        let took = woke.saturating_duration_since(flushed);
+        assert!(
+            took < Duration::from_secs(2),
+            "B slept {took:?} past the flush: A's sleep hid it from the NIC"
         );
     }
 

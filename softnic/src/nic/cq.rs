@@ -19,8 +19,10 @@
 //!
 //! Hybrid polling (`verbs_api::poll_idle`): every flush also bumps the client's
 //! completion sequence on its doorbell page and, if a poller of that client sleeps on
-//! it, wakes it with one `futex_wake` — one load when nobody sleeps. A client that
-//! keeps the flag set costs one wake per flush of its own CQs, counted in
+//! it, wakes it with one `futex_wake` — one load when nobody sleeps. Only the NIC
+//! clears the sleeping flag (one thread's timed-out sleep must not hide another's):
+//! so a sleep that timed out costs the next flush one wake that finds nobody. A client
+//! that keeps the flag set costs one wake per flush of its own CQs, counted in
 //! `poller_wakes`.
 
 use std::os::fd::BorrowedFd;

@@ -365,7 +365,9 @@ pub(crate) fn to_ibv_wc(w: &WorkCompletion) -> ibv_wc {
 }
 
 /// The `poll_cq` op behind the inline `ibv_poll_cq`: loads and stores on the shared
-/// ring, no syscall. Returns the number of completions, or a negative value on error.
+/// ring, no syscall when it finds completions; a poll that finds none may yield the
+/// core or sleep up to 1 ms (`SoftnicCq::note_poll`). Returns the number of
+/// completions, or a negative value on error.
 ///
 /// # Safety
 /// `cq` came from [`ibv_create_cq`]; `wc` is writable for `num_entries` entries.

@@ -44,9 +44,13 @@
 //!   cleared it, `futex_wake(seq)` ([`Doorbell::take_sleeper`]).
 //! * Client, after a spin window with `seq` unchanged at `e`: `sleeping.store(1)`,
 //!   `fence(SeqCst)`, re-load `seq`; if it is still `e`, `futex_wait(seq, e, ≤ 1 ms)`
-//!   (the kernel re-checks `seq == e` atomically with queueing the waiter), then
-//!   `sleeping.store(0)`. Either the client sees the new `seq` or the NIC sees
-//!   `sleeping`; a flush between the re-load and the wait makes the wait return at once.
+//!   (the kernel re-checks `seq == e` atomically with queueing the waiter). Either
+//!   the client sees the new `seq` or the NIC sees `sleeping`; a flush between the
+//!   re-load and the wait makes the wait return at once. Only the NIC clears
+//!   `sleeping` (and then wakes every waiter): a client that cleared it after its own
+//!   sleep could hide another thread sleeping on the same page, which would then miss
+//!   its wake-up for a whole timeout. A sleep that ended by its timeout thus costs the
+//!   NIC's next flush one `futex_wake` that wakes nobody.
 //!
 //! A client that sets `sleeping` and never sleeps costs the NIC one `futex_wake` per
 //! flush of its own CQs (counted: `poller_wakes`); one that writes `seq` only confuses
@@ -96,7 +100,7 @@ pub struct DoorbellPage {
 pub struct PollLine {
     /// CQ flushes of this client so far (NIC writes, wrapping); the futex word.
     pub seq: AtomicU32,
-    /// Non-zero: a poller may sleep on `seq` (client sets, NIC or client clears).
+    /// Non-zero: a poller may sleep on `seq` (client sets, NIC clears).
     pub sleeping: AtomicU32,
 }
 
@@ -146,7 +150,7 @@ impl Doorbell {
         Ok(Doorbell { _map: map, page })
     }
 
-    fn page(&self) -> &DoorbellPage {
+    pub(crate) fn page(&self) -> &DoorbellPage {
         // SAFETY: `page` points at the start of the live mapping (kept alive by `_map`),
         // which is at least DOORBELL_PAGE_SIZE bytes and 64-byte aligned (checked in
         // `new`); DoorbellPage consists of atomics only, which may be shared with
@@ -246,16 +250,11 @@ impl Doorbell {
 
     /// Client, before sleeping on the sequence word: announces the sleeper, fences,
     /// and returns whether the sequence is still `seen` (then sleep; otherwise a
-    /// completion came: call [`Doorbell::clear_sleeper`] and poll).
+    /// completion came: poll). The client never clears the flag (module docs).
     pub fn set_sleeper(&self, seen: u32) -> bool {
         self.page().poll.0.sleeping.store(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         self.poll_seq().load(Ordering::Acquire) == seen
-    }
-
-    /// Client, after sleeping: clears the flag (the NIC may have already).
-    pub fn clear_sleeper(&self) {
-        self.page().poll.0.sleeping.store(0, Ordering::Relaxed);
     }
 }
 
@@ -325,7 +324,6 @@ mod tests {
         fence(Ordering::SeqCst);
         assert!(nic.take_sleeper(), "a sleeper: wake it");
         assert!(!nic.take_sleeper(), "one wake per sleep");
-        client.clear_sleeper();
     }
 
     #[test]
