@@ -234,14 +234,51 @@ impl IdSolver {
 
     /// Computes the ICRC of `roce` under `p` and writes it into its last four bytes,
     /// through the [`PreparedCache`] (the send path's fill).
+    ///
+    /// Under a non-zero IPv4 ID (segment k of a GSO send carries ID k, `udp.rs`) the
+    /// ICRC is the ID-0 ICRC XOR the columns of k's bits, as on receive
+    /// ([`verify_segment`]): the cache keeps one entry per peer, not one per segment
+    /// position — a run of 64 positions would otherwise fill, and thrash, the whole
+    /// direct-mapped cache.
     pub fn fill(&mut self, p: &IcrcParams, roce: &mut [u8]) -> wire::Result<()> {
-        let c = self.prepared.compute(p, roce)?;
+        let c = match p.ip {
+            IpParams::V4 { id, .. } if id != 0 => self.compute_under_id(p, id, roce)?,
+            _ => self.prepared.compute(p, roce)?,
+        };
         // compute checked that the ICRC slot exists; stored least-significant byte first.
         let n = roce.len();
         if let Some(slot) = roce.get_mut(n.saturating_sub(wire::ICRC_LEN)..) {
             slot.copy_from_slice(&c.to_le_bytes());
         }
         Ok(())
+    }
+
+    /// The ICRC of `roce` under `p`, whose IPv4 ID is `id`: the ID-0 ICRC, prepared,
+    /// and the change `id`'s bits make to it.
+    fn compute_under_id(&mut self, p: &IcrcParams, id: u16, roce: &[u8]) -> wire::Result<u32> {
+        let IpParams::V4 {
+            src,
+            dst,
+            dont_fragment,
+            ..
+        } = p.ip
+        else {
+            return p.compute(roce);
+        };
+        let p0 = IcrcParams {
+            ip: IpParams::V4 {
+                src,
+                dst,
+                id: 0,
+                dont_fragment,
+            },
+            ..*p
+        };
+        let base = self.prepared.compute(&p0, roce)?;
+        match self.columns(&p0, roce, base) {
+            Some(c) => Ok(base ^ c.of(id)),
+            None => p.compute(roce),
+        }
     }
 
     /// The ICRC change each IPv4 ID bit makes to a datagram of `roce.len()` bytes
@@ -434,6 +471,30 @@ mod tests {
             assert_eq!(p, params(local, peer, id).unwrap(), "id {id} at {position}");
             assert_eq!(path, want, "id {id} at {position}");
         }
+    }
+
+    /// The send path's fill of segment k (ID k) of a GSO run: the ICRC under ID k, to
+    /// the bit, made from the peer's one ID-0 entry in the cache — not an entry per
+    /// position, which would take most of the 64 slots for one run of 64.
+    #[test]
+    fn a_gso_run_is_filled_through_one_cache_entry_per_peer() {
+        let (local, peer) = addrs();
+        let mut solver = IdSolver::new();
+        for payload in [8usize, 1024] {
+            let mut pkt = packet();
+            pkt.resize(12 + payload + 4, 0xA5);
+            for round in 0..2 {
+                for id in (0u16..64).chain([0x100, 0x8000, 0xFFFF]) {
+                    let p = params(local, peer, id).unwrap();
+                    let mut want = pkt.clone();
+                    p.fill(&mut want).unwrap();
+                    solver.fill(&p, &mut pkt).unwrap();
+                    assert_eq!(pkt, want, "payload {payload} round {round} id {id}");
+                }
+            }
+        }
+        let entries = solver.prepared.slots.iter().filter(|s| s.entry.is_some());
+        assert_eq!(entries.count(), 1, "one prepared entry: the peer's, ID 0");
     }
 
     #[test]

@@ -42,9 +42,13 @@ const UDP_NO_CHECK6_RX: libc::c_int = 102;
 /// Datagrams received per `recvmmsg` call.
 pub const RECV_BATCH: usize = 32;
 
-/// Most datagrams in one GSO send. The kernel accepts 64; the 64 KiB datagram limit
-/// binds first (15 segments of a 4096-byte-MTU packet).
-pub const GSO_MAX_SEGMENTS: usize = 16;
+/// Most datagrams in one GSO send: the kernel's `UDP_MAX_SEGMENTS` (64 since Linux
+/// 4.18; later kernels accept more) and, on receive, `UDP_GRO_CNT_MAX`, the most
+/// segments GRO merges. For full-sized packets the 64 KiB datagram limit binds first
+/// ([`GSO_MAX_BYTES`]: 15 segments of a 4096-byte-MTU packet); small packets fill runs
+/// of 64, so an 8 B WRITE pays a quarter of a `sendmsg` of 16 (≈ 3 µs on loopback,
+/// nearly all of it per call, not per segment: docs/perf.md, issue 12).
+pub const GSO_MAX_SEGMENTS: usize = 64;
 
 /// Most bytes in one GSO send: the largest IPv4 UDP payload (65,535 − 20 − 8), rounded
 /// down a little for safety.
