@@ -15,6 +15,7 @@
 //! ```text
 //! cargo bench -p softnic --bench dataplane            # ns per 8 B WRITE, GB/s at 64 KiB
 //! cargo bench -p softnic --bench dataplane -- small   # only the 8 B figure (or `big`)
+//! cargo bench -p softnic --bench dataplane -- inline  # only the 8 B figure, IBV_SEND_INLINE
 //! cargo bench -p softnic --bench dataplane -- floor   # only the 64 KiB data-work floor
 //! ```
 //! Beside the 64 KiB figure it measures its floor in the same run ([`floor`]): the
@@ -43,6 +44,7 @@ use softnic_transport::memory::Access;
 use softnic_transport::qp::{Qp, QpCaps, QpType};
 use softnic_transport::testing::{connect_qp, MemVec, PairConfig};
 use softnic_transport::time::Instant;
+use softnic_transport::wr;
 use verbs_api::abi::layout::ring_bytes;
 use verbs_api::abi::slots::{send_flags, wc_status, wr_opcode};
 use verbs_api::abi::{Consumer, Cqe, Producer, Ring, SendWqe, Sge, Slot};
@@ -153,7 +155,7 @@ fn pair(msg: usize, depth: usize) -> (Side, Side) {
             max_send_wr: DEPTH,
             max_recv_wr: 16,
             max_sge: 1,
-            max_inline: 0,
+            max_inline: wr::MAX_INLINE as u32,
         },
         ..PairConfig::default()
     };
@@ -207,8 +209,9 @@ fn best_of_7(rounds: usize, msgs: usize, mut round: impl FnMut()) -> Best {
 
 /// Runs `rounds` × `depth` WRITEs of `msg` bytes from A to B (the last of each batch
 /// signaled, as perftest's `write_bw` does with its CQ moderation); returns the best
-/// seconds per message over 7 tries.
-fn run(msg: usize, depth: usize, rounds: usize) -> Best {
+/// seconds per message over 7 tries. `inline`: the bytes travel in the WQE
+/// (IBV_SEND_INLINE), as perftest posts every message up to its default 220 bytes.
+fn run(msg: usize, depth: usize, rounds: usize, inline: bool) -> Best {
     let (mut a, mut b) = pair(msg, depth);
     let mut rings = Rings::new();
     let mut buf = vec![0u8; 4096 + 256];
@@ -234,6 +237,13 @@ fn run(msg: usize, depth: usize, rounds: usize) -> Best {
                 length: msg as u32,
                 lkey: a.key,
             };
+            if inline {
+                w.flags |= send_flags::INLINE;
+                w.num_sge = 0;
+                w.inline_len = msg as u32;
+                let from = &a.mem.bytes(a.key)[i * msg..(i + 1) * msg];
+                w.inline_data[..msg].copy_from_slice(from);
+            }
             rings.sq_client.push(&w).expect("SQ room");
         }
         rings.sq_client.publish();
@@ -305,12 +315,17 @@ fn main() {
         .collect();
     let want = |w: &str| only.is_empty() || only.iter().any(|a| a == w);
     if want("small") {
-        let small = run(8, 64, 16_000);
+        let small = run(8, 64, 16_000, false);
         println!("dataplane_write_8b_ns {:.1}", small.cpu * 1e9);
         println!("dataplane_write_8b_ns_wall {:.1}", small.wall * 1e9);
     }
+    if want("inline") {
+        let small = run(8, 64, 16_000, true);
+        println!("dataplane_write_8b_inline_ns {:.1}", small.cpu * 1e9);
+        println!("dataplane_write_8b_inline_ns_wall {:.1}", small.wall * 1e9);
+    }
     let gbytes = |b: Best| 65536.0 / b.cpu / 1e9;
-    let big = want("big").then(|| run(64 << 10, 16, 3_000));
+    let big = want("big").then(|| run(64 << 10, 16, 3_000, false));
     if let Some(big) = big {
         println!("dataplane_write_64k_gbytes_per_s {:.2}", gbytes(big));
         println!(
