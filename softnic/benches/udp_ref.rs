@@ -7,7 +7,7 @@
 //! cargo bench -p softnic --bench udp_ref -- gso SECONDS    # 64 KiB-ish GSO sends → GRO receiver
 //! cargo bench -p softnic --bench udp_ref -- write64k SECONDS # a 64 KiB WRITE's packets, as the NIC sends them
 //! cargo bench -p softnic --bench udp_ref -- write64k-connected SECONDS # the same from a connected socket
-//! cargo bench -p softnic --bench udp_ref -- msgrate SECONDS # small datagrams, one send each, and GSO runs of 16
+//! cargo bench -p softnic --bench udp_ref -- msgrate SECONDS # small datagrams, one send each, and GSO runs of 16 and of 64
 //! cargo bench -p softnic --bench udp_ref -- pingpong ITERS  # 8 B round trip, both sides spinning
 //! ```
 //!
@@ -214,6 +214,10 @@ fn msgrate(secs: f64) {
     let run = vec![0x5a; SMALL * 16];
     let Streamed { n, el, .. } = stream(secs, BOTH, &[(&run, SMALL)]);
     println!("udp_small_gso16_mpps {:.3}", n as f64 / el / 1e6);
+    // The NIC's longest run of small packets.
+    let run = vec![0x5a; SMALL * softnic::nic::udp::GSO_MAX_SEGMENTS];
+    let Streamed { n, el, .. } = stream(secs, BOTH, &[(&run, SMALL)]);
+    println!("udp_small_gso64_mpps {:.3}", n as f64 / el / 1e6);
 }
 
 /// Spins on `io` until one datagram arrives (bounded by `limit`).
