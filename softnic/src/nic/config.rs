@@ -102,8 +102,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 4096)]
     pub mtu: u32,
     /// Turn UDP segmentation offload off: one system call per sent packet. By default
-    /// the NIC hands the kernel up to 64 packets (64 KiB) per `sendmsg` (`UDP_SEGMENT`; segment k
-    /// carries IPv4 ID k and its ICRC is computed so) where the kernel has it, probed at
+    /// the NIC hands the kernel up to 64 packets (64 KiB) per `sendmsg` (`UDP_SEGMENT`;
+    /// segment k carries IPv4 ID k and its ICRC is computed so) where the kernel has it, probed at
     /// start. Injected loss and corruption keep the runs (a lost packet does not join
     /// one); while `--duplicate`, `--reorder` or `--delay-us` is on, packets are sent one
     /// by one anyway, so each RoCE packet is duplicated or held on its own.
