@@ -210,7 +210,9 @@ fn best_of_7(rounds: usize, msgs: usize, mut round: impl FnMut()) -> Best {
 /// Runs `rounds` × `depth` WRITEs of `msg` bytes from A to B (the last of each batch
 /// signaled, as perftest's `write_bw` does with its CQ moderation); returns the best
 /// seconds per message over 7 tries. `inline`: the bytes travel in the WQE
-/// (IBV_SEND_INLINE), as perftest posts every message up to its default 220 bytes.
+/// (IBV_SEND_INLINE), as perftest's latency tests post every message up to their
+/// default 220 bytes (its bandwidth tests, and `softnic perf`'s, send inline only with
+/// `-I`).
 fn run(msg: usize, depth: usize, rounds: usize, inline: bool) -> Best {
     let (mut a, mut b) = pair(msg, depth);
     let mut rings = Rings::new();
