@@ -143,10 +143,7 @@ fn a_message_posted_alone_asks_at_its_end() {
         assert_eq!(seen.ack_req, vec![false, false, true], "WRITE {i}");
         assert_eq!(seen.acks, 1);
         let done = drain(&mut p.a);
-        assert_eq!(
-            done.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
-            vec![(i, WcStatus::Success)]
-        );
+        assert_eq!(ids(&done), vec![(i, WcStatus::Success)]);
     }
 }
 
@@ -305,10 +302,7 @@ fn moving_to_sqd_after_a_message_that_did_not_ask_asks_at_once() {
         );
         assert_eq!(answer(&mut p, now), 1, "the duplicate is re-acknowledged");
         let done = drain(&mut p.a);
-        assert_eq!(
-            done.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
-            vec![(0, WcStatus::Success)]
-        );
+        assert_eq!(ids(&done), vec![(0, WcStatus::Success)]);
         // Drained: the rest wait (SQD), nothing is outstanding, no timer runs.
         assert_eq!(p.a.qp.send_queue_len(), DEEP_QUEUE);
         assert_eq!(p.a.qp.poll_timeout(), None);

@@ -42,7 +42,7 @@ fn expect_remote_error(mut p: Pair, w: SendWr, status: WcStatus, nak_counter: fn
     p.drive(STEPS);
     let sc = drain(&mut p.a);
     assert_eq!(
-        sc.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        ids(&sc),
         vec![(w.wr_id, status), (1000, WcStatus::WrFlushErr)],
         "{:?}",
         w.op
@@ -201,7 +201,7 @@ fn bad_local_key_is_a_local_protection_error_and_sends_nothing() {
     p.drive(STEPS);
     let sc = drain(&mut p.a);
     assert_eq!(
-        sc.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        ids(&sc),
         vec![(1, WcStatus::LocProtErr), (2, WcStatus::WrFlushErr)]
     );
     assert_eq!(p.stats.sent, 0);

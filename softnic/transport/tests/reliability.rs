@@ -64,10 +64,7 @@ fn send_with_loss(lost: u32, n: u32) -> Pair {
         .unwrap();
     p.drive(STEPS);
     let sc = drain(&mut p.a);
-    assert_eq!(
-        sc.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
-        vec![(1, WcStatus::Success)]
-    );
+    assert_eq!(ids(&sc), vec![(1, WcStatus::Success)]);
     let rc = drain(&mut p.b);
     assert_eq!(rc.len(), 1, "delivered exactly once: {rc:?}");
     assert_eq!((rc[0].wr_id, rc[0].byte_len as usize), (1, size));
@@ -287,10 +284,7 @@ fn read_response_lost_then_later_ack_is_an_implied_nak() {
         .post_send(wr(2, SendOp::Send, &[a.sge(100, 10)]))
         .unwrap();
     p.drive(STEPS);
-    let ids: Vec<_> = drain(&mut p.a)
-        .iter()
-        .map(|c| (c.wr_id, c.status))
-        .collect();
+    let ids = ids(&drain(&mut p.a));
     assert_eq!(ids, vec![(1, WcStatus::Success), (2, WcStatus::Success)]);
     assert_eq!(read(&p.a, &a, 0, 64), pattern(3, 64));
     assert_eq!(p.a.qp.counters().implied_nak_retries, 1);
@@ -482,10 +476,7 @@ fn an_rnr_nak_echo_during_the_wait_is_not_charged_again() {
         p.b.qp.post_recv(recv(id, &[b.sge(0, 10)])).unwrap();
     }
     p.drive(STEPS);
-    let sc: Vec<_> = drain(&mut p.a)
-        .iter()
-        .map(|c| (c.wr_id, c.status))
-        .collect();
+    let sc = ids(&drain(&mut p.a));
     assert_eq!(sc, vec![(1, WcStatus::Success), (2, WcStatus::Success)]);
     assert_eq!(drain(&mut p.b).len(), 2, "each SEND delivered once");
     assert_eq!(
@@ -511,10 +502,7 @@ fn rnr_retry_exhausted() {
         .post_send(wr(2, SendOp::Send, &[a.sge(0, 10)]))
         .unwrap();
     p.drive(STEPS);
-    let sc: Vec<_> = drain(&mut p.a)
-        .iter()
-        .map(|c| (c.wr_id, c.status))
-        .collect();
+    let sc = ids(&drain(&mut p.a));
     assert_eq!(
         sc,
         vec![(1, WcStatus::RnrRetryExcErr), (2, WcStatus::WrFlushErr)]
@@ -557,10 +545,7 @@ fn retry_exhausted() {
         .post_send(rdma(2, SendOp::Read, &[a.sge(0, 10)], &b, 0))
         .unwrap();
     p.drive(STEPS);
-    let sc: Vec<_> = drain(&mut p.a)
-        .iter()
-        .map(|c| (c.wr_id, c.status))
-        .collect();
+    let sc = ids(&drain(&mut p.a));
     assert_eq!(
         sc,
         vec![(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]
@@ -767,10 +752,7 @@ fn flush_on_err_with_work_in_flight() {
         )
         .unwrap();
     p.drive(STEPS);
-    let sc: Vec<_> = drain(&mut p.a)
-        .iter()
-        .map(|c| (c.wr_id, c.status))
-        .collect();
+    let sc = ids(&drain(&mut p.a));
     // Every WQE, signaled or not, once, in order.
     assert_eq!(
         sc,
@@ -823,14 +805,8 @@ fn psn_wraps_at_2_pow_24() {
         .unwrap();
     p.drive(STEPS);
     assert_eq!(seen.borrow().len(), 2);
-    let sa: Vec<_> = drain(&mut p.a)
-        .iter()
-        .map(|c| (c.wr_id, c.status))
-        .collect();
-    let sb: Vec<_> = drain(&mut p.b)
-        .iter()
-        .map(|c| (c.wr_id, c.status))
-        .collect();
+    let sa = ids(&drain(&mut p.a));
+    let sb = ids(&drain(&mut p.b));
     assert_eq!(sa, vec![(1, WcStatus::Success), (2, WcStatus::Success)]);
     assert_eq!(sb, vec![(1, WcStatus::Success), (3, WcStatus::Success)]);
     assert!(read(&p.b, &b, 0, 4000) == data);
@@ -907,10 +883,7 @@ fn reads_beyond_max_dest_rd_atomic_are_invalid_requests() {
             .unwrap();
     }
     p.drive(STEPS);
-    let sc: Vec<_> = drain(&mut p.a)
-        .iter()
-        .map(|c| (c.wr_id, c.status))
-        .collect();
+    let sc = ids(&drain(&mut p.a));
     assert_eq!(
         sc,
         vec![(0, WcStatus::Success), (1, WcStatus::RemInvReqErr)]

@@ -12,7 +12,7 @@ use softnic_transport::qp::{PostError, Qp, QpAttr, QpCaps, QpEvent, QpState, QpT
 use softnic_transport::srq::{Srq, SrqAttr, SrqCaps, SrqEvent, SrqModifyError, SrqQuery};
 use softnic_transport::testing::{connect_qp, MemVec, Pair, PairConfig, Verdict};
 use softnic_transport::time::Instant;
-use softnic_transport::wr::{Completion, SendOp, WcOpcode, WcStatus};
+use softnic_transport::wr::{SendOp, WcOpcode, WcStatus};
 
 const STEPS: u64 = 1_000_000;
 
@@ -31,10 +31,6 @@ fn srq_pair(cfg: PairConfig, max_wr: u32, seed: u64) -> (Pair, Buf, Buf) {
 
 fn srq(p: &mut Pair) -> &mut Srq {
     p.b.srq.as_mut().expect("B has an SRQ")
-}
-
-fn ids(cs: &[Completion]) -> Vec<(u64, WcStatus)> {
-    cs.iter().map(|c| (c.wr_id, c.status)).collect()
 }
 
 #[test]

@@ -50,7 +50,7 @@ fn uc_send_and_write_every_size() {
             p.drive(STEPS);
             let sc = drain(&mut p.a);
             assert_eq!(
-                sc.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+                ids(&sc),
                 vec![(10, WcStatus::Success), (11, WcStatus::Success)]
             );
             let rc = drain(&mut p.b);
@@ -258,10 +258,7 @@ fn ud_send_error_moves_to_sqe_and_rts_resumes() {
         ))
         .unwrap();
     p.drive(STEPS);
-    let sc: Vec<_> = drain(&mut p.a)
-        .iter()
-        .map(|c| (c.wr_id, c.status))
-        .collect();
+    let sc = ids(&drain(&mut p.a));
     assert_eq!(
         sc,
         vec![(1, WcStatus::LocLenErr), (2, WcStatus::WrFlushErr)]

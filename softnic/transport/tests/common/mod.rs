@@ -3,7 +3,7 @@
 
 use softnic_transport::memory::Access;
 use softnic_transport::testing::{Node, Pair, PairConfig};
-use softnic_transport::wr::{Completion, RecvWr, SendOp, SendWr, Sge, UdDest, MAX_SGE};
+use softnic_transport::wr::{Completion, RecvWr, SendOp, SendWr, Sge, UdDest, WcStatus, MAX_SGE};
 
 /// A registered buffer.
 #[derive(Debug, Clone, Copy)]
@@ -93,6 +93,11 @@ pub fn recv(wr_id: u64, sges: &[Sge]) -> RecvWr {
 
 pub fn drain(node: &mut Node) -> Vec<Completion> {
     std::iter::from_fn(|| node.qp.poll_completion()).collect()
+}
+
+/// Each completion's work request id and status, in order.
+pub fn ids(cs: &[Completion]) -> Vec<(u64, WcStatus)> {
+    cs.iter().map(|c| (c.wr_id, c.status)).collect()
 }
 
 /// A connected pair with a 2 MiB + 64 KiB data region on each side, all access.
