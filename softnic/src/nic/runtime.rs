@@ -187,19 +187,25 @@ impl PacketPath {
     /// lets the fault injector corrupt it (its losses were decided as the run was
     /// built), records them, and sends them with one GSO call.
     fn transmit_run(&mut self, now: Instant, run: &mut [u8], seg: usize, dest: SocketAddr) {
+        let Some(params) = tx_params(self.local, dest, 0) else {
+            self.counters.tx_drop_bad_dest += 1;
+            return;
+        };
+        // The peer's prepared ICRC state is looked up once for the whole run.
+        let io = &self.io;
+        if self
+            .solver
+            .fill_run(&params, run, seg, |k| io.ipv4_id(k))
+            .is_err()
+        {
+            self.counters.tx_drop_send_error += 1;
+            return;
+        }
         for (k, pkt) in run.chunks_mut(seg.max(1)).enumerate() {
-            let Some(params) = tx_params(self.local, dest, self.io.ipv4_id(k)) else {
-                self.counters.tx_drop_bad_dest += 1;
-                return;
-            };
-            // Prepared per (peer, ID): one cache entry per segment position.
-            if self.solver.fill(&params, pkt).is_err() {
-                self.counters.tx_drop_send_error += 1;
-                return;
-            }
             self.fault.corrupt(pkt);
             if let Some(p) = self.pcap.as_mut() {
-                if p.record(&params, pkt).is_err() {
+                let params = tx_params(self.local, dest, self.io.ipv4_id(k));
+                if params.is_none_or(|params| p.record(&params, pkt).is_err()) {
                     self.pcap = None;
                 }
             }

@@ -47,6 +47,36 @@ pub enum IcrcPath {
     Ipv6,
 }
 
+/// `p` with its IPv4 ID replaced by `id` (IPv6 has none: `p` itself).
+fn with_id(p: &IcrcParams, id: u16) -> IcrcParams {
+    match p.ip {
+        IpParams::V4 {
+            src,
+            dst,
+            dont_fragment,
+            ..
+        } => IcrcParams {
+            ip: IpParams::V4 {
+                src,
+                dst,
+                id,
+                dont_fragment,
+            },
+            ..*p
+        },
+        IpParams::V6 { .. } => *p,
+    }
+}
+
+/// Writes the ICRC `c` into the last four bytes of `roce` (whose compute checked that
+/// the slot exists), least-significant byte first.
+fn store_icrc(roce: &mut [u8], c: u32) {
+    let n = roce.len();
+    if let Some(slot) = roce.get_mut(n.saturating_sub(wire::ICRC_LEN)..) {
+        slot.copy_from_slice(&c.to_le_bytes());
+    }
+}
+
 /// The ICRC parameters a packet from `peer` to `local` was sent with, for IPv4 ID `id`.
 pub fn params(local: SocketAddr, peer: SocketAddr, id: u16) -> Option<IcrcParams> {
     let ip = match (peer.ip(), local.ip()) {
@@ -245,10 +275,39 @@ impl IdSolver {
             IpParams::V4 { id, .. } if id != 0 => self.compute_under_id(p, id, roce)?,
             _ => self.prepared.compute(p, roce)?,
         };
-        // compute checked that the ICRC slot exists; stored least-significant byte first.
-        let n = roce.len();
-        if let Some(slot) = roce.get_mut(n.saturating_sub(wire::ICRC_LEN)..) {
-            slot.copy_from_slice(&c.to_le_bytes());
+        store_icrc(roce, c);
+        Ok(())
+    }
+
+    /// [`IdSolver::fill`] for every `seg`-byte segment of a GSO run (the last may be
+    /// shorter), segment k under `p` with the IPv4 ID `id(k)`. The per-peer look-ups —
+    /// the prepared ID-0 form, compared field by field, and the ID columns — are made
+    /// once per run instead of once per segment (issue 12: with one look-up per segment
+    /// they took ≈ 2 % of a 64 KiB sender's samples beside the CRC itself). A new peer is
+    /// prepared on its second run, as [`PreparedCache::get`] prepares on its second ask.
+    pub fn fill_run(
+        &mut self,
+        p: &IcrcParams,
+        run: &mut [u8],
+        seg: usize,
+        id: impl Fn(usize) -> u16,
+    ) -> wire::Result<()> {
+        let p0 = with_id(p, 0);
+        let prep = self.prepared.get(&p0);
+        for (k, roce) in run.chunks_mut(seg.max(1)).enumerate() {
+            let base = match &prep {
+                Some(prep) => prep.compute(roce)?,
+                None => p0.compute(roce)?,
+            };
+            // IPv6 has no ID: every segment is `base`.
+            let c = match id(k) {
+                i if i == 0 || !matches!(p.ip, IpParams::V4 { .. }) => base,
+                i => match self.columns(&p0, roce, base) {
+                    Some(c) => base ^ c.of(i),
+                    None => with_id(p, i).compute(roce)?,
+                },
+            };
+            store_icrc(roce, c);
         }
         Ok(())
     }
@@ -256,24 +315,10 @@ impl IdSolver {
     /// The ICRC of `roce` under `p`, whose IPv4 ID is `id`: the ID-0 ICRC, prepared,
     /// and the change `id`'s bits make to it.
     fn compute_under_id(&mut self, p: &IcrcParams, id: u16, roce: &[u8]) -> wire::Result<u32> {
-        let IpParams::V4 {
-            src,
-            dst,
-            dont_fragment,
-            ..
-        } = p.ip
-        else {
+        if !matches!(p.ip, IpParams::V4 { .. }) {
             return p.compute(roce);
-        };
-        let p0 = IcrcParams {
-            ip: IpParams::V4 {
-                src,
-                dst,
-                id: 0,
-                dont_fragment,
-            },
-            ..*p
-        };
+        }
+        let p0 = with_id(p, 0);
         let base = self.prepared.compute(&p0, roce)?;
         match self.columns(&p0, roce, base) {
             Some(c) => Ok(base ^ c.of(id)),
@@ -495,6 +540,44 @@ mod tests {
         }
         let entries = solver.prepared.slots.iter().filter(|s| s.entry.is_some());
         assert_eq!(entries.count(), 1, "one prepared entry: the peer's, ID 0");
+    }
+
+    /// A run filled at once matches each segment filled on its own under its ID, for
+    /// the peer's first run (unprepared), its second (prepared there) and later ones,
+    /// with a shorter last segment, and over IPv6 (no ID).
+    #[test]
+    fn a_run_is_filled_as_its_segments_one_by_one() {
+        let (local, peer) = addrs();
+        let v6: (SocketAddr, SocketAddr) = (
+            "[::1]:4791".parse().unwrap(),
+            "[::1]:49441".parse().unwrap(),
+        );
+        for (local, peer) in [(local, peer), v6] {
+            let mut solver = IdSolver::new();
+            for (round, (seg, n, last)) in
+                [(60, 5, 60), (60, 5, 40), (1040, 17, 1040), (1040, 3, 20)]
+                    .into_iter()
+                    .enumerate()
+            {
+                let mut pkt = packet();
+                pkt.resize(seg, 0);
+                let mut run = Vec::new();
+                for k in 0..n {
+                    let mut p = pkt.clone();
+                    p[11] = k as u8; // another PSN per segment
+                    p[12..seg - 4].fill(k as u8 ^ 0x5A);
+                    run.extend_from_slice(&p);
+                }
+                run.truncate((n - 1) * seg + last);
+                let mut want = run.clone();
+                for (k, s) in want.chunks_mut(seg).enumerate() {
+                    params(peer, local, k as u16).unwrap().fill(s).unwrap();
+                }
+                let p = params(peer, local, 0).unwrap();
+                solver.fill_run(&p, &mut run, seg, |k| k as u16).unwrap();
+                assert_eq!(run, want, "{local} round {round}");
+            }
+        }
     }
 
     #[test]
