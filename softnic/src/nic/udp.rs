@@ -82,6 +82,12 @@ pub struct RecvBatch {
     truncated: [bool; RECV_BATCH],
     peers: [Option<SocketAddr>; RECV_BATCH],
     count: usize,
+    /// The senders' addresses as the kernel writes them, and the control buffers for
+    /// the UDP_GRO segment size (u64 storage aligns cmsghdr): kept, not zeroed for
+    /// every `recvmmsg` (5 KiB of memset a call). Only what a call's header says the
+    /// kernel wrote is read (`msg_namelen`, `msg_controllen`).
+    names: Box<[libc::sockaddr_storage; RECV_BATCH]>,
+    ctrl: [[u64; 4]; RECV_BATCH],
 }
 
 impl RecvBatch {
@@ -100,6 +106,9 @@ impl RecvBatch {
             truncated: [false; RECV_BATCH],
             peers: [None; RECV_BATCH],
             count: 0,
+            // SAFETY: an all-zero sockaddr_storage is a valid value (family AF_UNSPEC).
+            names: Box::new(unsafe { std::mem::zeroed() }),
+            ctrl: [[0u64; 4]; RECV_BATCH],
         }
     }
 
@@ -386,8 +395,20 @@ impl UdpIo {
             (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
             std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg_len);
         }
-        // SAFETY: msg points to live iovec, address and control buffers.
-        let r = unsafe { libc::sendmsg(self.socket.as_raw_fd(), &msg, 0) };
+        // The system call itself, not glibc's `sendmsg`: that one is a thread
+        // cancellation point and brackets every call with `__pthread_enable_asynccancel`
+        // / `__pthread_disable_asynccancel` (≈ 0.6 % of a 64 KiB sender's samples,
+        // issue 12); the NIC's threads are never cancelled.
+        // SAFETY: msg points to live iovec, address and control buffers; SYS_sendmsg
+        // takes (fd, const struct msghdr *, flags), as sendmsg(2).
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_sendmsg,
+                libc::c_long::from(self.socket.as_raw_fd()),
+                &msg as *const libc::msghdr,
+                0 as libc::c_long,
+            )
+        };
         if r < 0 {
             Err(io::Error::last_os_error())
         } else {
@@ -467,14 +488,11 @@ impl PacketIo for UdpIo {
 
     fn recv_batch(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {
         batch.count = 0;
-        // SAFETY: zeroed iovec/mmsghdr/sockaddr_storage are valid "empty" values.
+        // SAFETY: zeroed iovec/mmsghdr are valid "empty" values.
         let mut iov: [libc::iovec; RECV_BATCH] = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
-        let mut names: [libc::sockaddr_storage; RECV_BATCH] = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
         let mut hdrs: [libc::mmsghdr; RECV_BATCH] = unsafe { std::mem::zeroed() };
-        // Control buffers for the UDP_GRO segment size (u64 storage aligns cmsghdr).
-        let mut ctrl = [[0u64; 4]; RECV_BATCH];
+        let (names, ctrl) = (&mut *batch.names, &mut batch.ctrl);
         let base = batch.storage.as_mut_ptr();
         let slot = batch.slot;
         if batch.storage.len() < slot * RECV_BATCH {
@@ -496,13 +514,16 @@ impl PacketIo for UdpIo {
         }
         // SAFETY: every header points at live buffers of the stated sizes that outlive
         // the call; MSG_DONTWAIT makes it non-blocking regardless of the socket mode.
+        // The system call itself, as in `sendmsg_gso` (no cancellation-point wrapper);
+        // SYS_recvmmsg takes (fd, struct mmsghdr *, vlen, flags, struct timespec *).
         let n = unsafe {
-            libc::recvmmsg(
-                self.socket.as_raw_fd(),
+            libc::syscall(
+                libc::SYS_recvmmsg,
+                libc::c_long::from(self.socket.as_raw_fd()),
                 hdrs.as_mut_ptr(),
-                RECV_BATCH as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
+                RECV_BATCH as libc::c_long,
+                libc::c_long::from(libc::MSG_DONTWAIT),
+                std::ptr::null_mut::<libc::timespec>(),
             )
         };
         if n < 0 {
