@@ -3,7 +3,7 @@
 //! classes follow IBTA 9.7.5.1 (AETH syndromes: ACK, RNR NAK, the five NAK codes) and
 //! the response opcodes of table 38; two more are inferred from what did *not* come
 //! back: silence (no answer to a sequence) and QP death (the QP stopped answering even
-//! a duplicate, which a live RC responder must re-acknowledge, IBTA 9.7.5.1.1).
+//! a duplicate, which a live RC responder must re-acknowledge, IBTA 9.7.5.1).
 
 use std::fmt;
 

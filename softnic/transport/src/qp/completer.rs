@@ -172,11 +172,7 @@ impl Qp {
             self.req.retry_left -= 1;
         }
         // An early expiry probes first (`Probe`); a second one keeps the first's undo.
-        let head_plain = self
-            .req
-            .sq
-            .front()
-            .is_some_and(|e| matches!(e.kind, Kind::Send | Kind::Write));
+        let head_plain = self.req.sq.front().is_some_and(|e| e.kind.is_plain());
         let probe =
             (cause == RetryCause::EarlyTimeout && head_plain).then(|| match self.req.probe {
                 Some(p) => Probe {

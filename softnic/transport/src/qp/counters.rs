@@ -83,7 +83,7 @@ pub struct QpCounters {
     pub read_responses_sent: u64,
     /// Atomic acknowledges sent (including replays from the atomic cache).
     pub atomic_acks_sent: u64,
-    /// Duplicate requests received (IBTA 9.7.5.1.3).
+    /// Duplicate requests received (IBTA 9.7.5.1).
     pub duplicate_requests: u64,
     /// Duplicate atomics answered from the atomic result cache.
     pub atomic_replays: u64,

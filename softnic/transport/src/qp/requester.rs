@@ -81,7 +81,15 @@ impl Kind {
 
     /// READ and atomics use responder resources (IBTA 9.4.4, `max_rd_atomic`).
     pub fn is_rd_atomic(self) -> bool {
-        matches!(self, Kind::Read | Kind::Atomic)
+        !self.is_plain()
+    }
+
+    /// SEND or WRITE: acknowledged by ACKs alone, and a duplicate is re-acknowledged
+    /// without being executed again (IBTA 9.7.5.1), so such a packet may be sent twice
+    /// or resent just to ask for an ACK. A duplicate READ is served again, whole, and
+    /// an atomic's answer is the responder's saved result.
+    pub fn is_plain(self) -> bool {
+        matches!(self, Kind::Send | Kind::Write)
     }
 }
 
@@ -290,7 +298,7 @@ impl Requester {
     /// repeated: a duplicate READ is served again, whole.
     fn repeat_head(&mut self, psn: Psn, kind: Kind) {
         if std::mem::take(&mut self.head_twice)
-            && matches!(kind, Kind::Send | Kind::Write)
+            && kind.is_plain()
             && psn == self.win.oldest_unacked()
         {
             self.cursor = 0;
@@ -315,17 +323,17 @@ impl Requester {
     /// those messages waited for the retransmission timer: forever with `timeout` 0,
     /// and charged against `retry_cnt` once a Local ACK Timeout had passed.
     pub fn ask_before_draining(&mut self) {
-        let unasked_tail = self.unasked_tail()
+        let nothing_asks = self.unasked_tail()
             && self.win.cursor() == self.win.sent_end()
             && self.sq.get(self.cursor).is_none_or(|e| !e.started);
-        let Some(idx) = self.cursor.checked_sub(1).filter(|_| unasked_tail) else {
+        let Some(idx) = self.cursor.checked_sub(1).filter(|_| nothing_asks) else {
             return;
         };
         let last = self.win.sent_end().wrapping_sub(1);
         let ends_there = self
             .sq
             .get(idx)
-            .is_some_and(|e| e.started && !e.kind.is_rd_atomic() && e.last_psn() == last);
+            .is_some_and(|e| e.started && e.kind.is_plain() && e.last_psn() == last);
         if ends_there && self.win.seek(last) {
             // Karn's rule: an ACK after the resend times neither send.
             self.rto.on_rewind();
