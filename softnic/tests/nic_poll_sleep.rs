@@ -198,3 +198,81 @@ fn a_poller_with_sleep_off_never_sleeps() {
     }
     assert!(slept > 0, "with a window, an idle poller sleeps");
 }
+
+/// Keeps `depth` RDMA WRITEs of `len` bytes from x to y outstanding (every one
+/// signaled, as `write_bw` above 8 KiB) until `total` completed, polling x's CQ with
+/// `idle` between empty polls; returns the naps x's context took.
+fn write_stream(x: &mut Side, y: &Side, len: u32, depth: u32, total: u32) -> u64 {
+    let before = x.ctx.poll_naps();
+    let op = WrOpcode::RdmaWrite {
+        remote_addr: y.mr.addr(),
+        rkey: y.mr.rkey(),
+    };
+    let sge = [x.mr.sge(0, len)];
+    let (mut posted, mut done) = (0u32, 0u32);
+    let mut wc = [WorkCompletion::default(); 16];
+    let start = Instant::now();
+    while done < total {
+        while posted < total && posted - done < depth {
+            x.qp.post_send(&[SendWr::new(u64::from(posted), op, &sge).signaled()])
+                .expect("post write");
+            posted += 1;
+        }
+        let n = x.cq.poll(&mut wc).expect("poll");
+        for c in &wc[..n] {
+            assert_eq!(c.status, WcStatus::Success, "write {}", c.wr_id);
+        }
+        done += n as u32;
+        if n == 0 {
+            x.cq.idle();
+        }
+        assert!(
+            start.elapsed() < LIMIT,
+            "{done} of {total} writes in {LIMIT:?}"
+        );
+    }
+    let naps = x.ctx.poll_naps() - before;
+    println!(
+        "{total} × {len} B, {depth} outstanding: {:?}, {naps} naps",
+        start.elapsed()
+    );
+    naps
+}
+
+/// A poller with deep queued work naps (`verbs_api::poll_idle::nap_for`): 64 KiB
+/// WRITEs, 128 outstanding, are milliseconds of work for the NIC. Fails when the NIC
+/// does not count retired sends on the doorbell page (no rate: no nap) or the poller
+/// does not nap; and with naps turned off, it must not nap.
+#[test]
+fn a_poller_with_deep_queued_work_naps() {
+    let (a, b) = NicProc::pair("pnap1");
+    let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu4096, 64 << 10, 128);
+    assert!(
+        write_stream(&mut x, &y, 64 << 10, 128, 3000) > 0,
+        "a deep queue of 64 KiB WRITEs: the poller never napped"
+    );
+    x.ctx.set_poll_nap(None);
+    assert_eq!(write_stream(&mut x, &y, 64 << 10, 128, 1000), 0, "naps off");
+    x.ctx
+        .set_poll_nap(Some(verbs_api::poll_idle::DEFAULT_NAP_MIN));
+    x.ctx.set_poll_spin(None, Duration::from_millis(1));
+    assert_eq!(
+        write_stream(&mut x, &y, 64 << 10, 128, 1000),
+        0,
+        "sleep off (SOFTNIC_POLL_SPIN_US=off): no naps either"
+    );
+}
+
+/// Control: a ping-pong (one WRITE at a time) and a stream of 8 B WRITEs with 32
+/// outstanding (≈ 30 µs of work for the NIC, as `write_bw -s 8` has after a
+/// completion) never nap, so that the test above measures the queue's depth. (With
+/// 128 outstanding, ≈ 130 µs of work, a nap is one preempted NIC away: a NIC slowed
+/// 3× for a millisecond makes it 400 µs of work, and the poller naps 100 µs. That
+/// case is measured as a rate, docs/perf.md "Naps while deep work is queued".)
+#[test]
+fn a_ping_pong_and_a_small_write_stream_do_not_nap() {
+    let (a, b) = NicProc::pair("pnap2");
+    let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu4096, 64 << 10, 128);
+    assert_eq!(write_stream(&mut x, &y, 8, 1, 2000), 0, "ping-pong");
+    assert_eq!(write_stream(&mut x, &y, 8, 32, 50_000), 0, "8 B stream");
+}

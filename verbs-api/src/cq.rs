@@ -23,7 +23,7 @@ use crate::error::{io, Error, Result};
 use crate::os;
 use crate::poll_idle::IdleState;
 
-pub use crate::poll_idle::{POLL_SPIN_ENV, POLL_YIELD_EVERY};
+pub use crate::poll_idle::{POLL_NAP_ENV, POLL_SPIN_ENV, POLL_YIELD_EVERY};
 
 /// Completion status (`enum ibv_wc_status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -404,8 +404,10 @@ impl CompletionQueue {
     /// yields the core every [`POLL_YIELD_EVERY`] empty polls, and once no completion
     /// came to any CQ of this context for the spin window (50 µs, [`POLL_SPIN_ENV`]),
     /// sleeps up to 1 ms until the NIC publishes one (hybrid polling,
-    /// `verbs_api::poll_idle`). Returns whether it slept. Never needed for
-    /// correctness; a loop that spins without it burns the core the NIC shares.
+    /// `verbs_api::poll_idle`); while much send work is queued ahead of the NIC it
+    /// naps instead of yielding ([`POLL_NAP_ENV`]). Returns whether it slept or
+    /// napped. Never needed for correctness; a loop that spins without it burns the
+    /// core the NIC shares.
     pub fn idle(&self) -> bool {
         self.shared.after_empty()
     }

@@ -283,6 +283,19 @@ impl Context {
         self.inner.poll.set(window, max_sleep);
     }
 
+    /// Hybrid polling's naps ([`crate::poll_idle::nap_for`]): the shortest nap a poller
+    /// of this context takes while much send work is queued ahead of the NIC (`None`:
+    /// never nap; default 100 µs or `SOFTNIC_POLL_NAP_US`). No nap happens while
+    /// [`Self::set_poll_spin`]'s window is `None`. Takes effect at the next yield point.
+    pub fn set_poll_nap(&self, min: Option<Duration>) {
+        self.inner.poll.set_nap(min);
+    }
+
+    /// Naps this context's pollers have taken so far (hybrid polling).
+    pub fn poll_naps(&self) -> u64 {
+        self.inner.poll.naps()
+    }
+
     /// Asks the NIC for its attributes (`ibv_query_device` + `ibv_query_port`).
     pub fn query_device(&self) -> Result<DeviceAttributes> {
         match self

@@ -22,6 +22,13 @@
 //!    context, so a program that polls its send CQ and its receive CQ in turn wakes
 //!    for either. The handshake and its proof are in `abi::doorbell`'s module docs.
 //!
+//! 4. at a yield point, instead of `sched_yield`, *nap* (a timed sleep nobody ends
+//!    early) when much send work is queued ahead of the NIC for this context: the
+//!    estimated time the NIC needs to get through it (queued send WQEs × the recent
+//!    time per retired WQE) ÷ [`NAP_SHARE`], if that is at least the shortest nap
+//!    ([`DEFAULT_NAP_MIN`], [`POLL_NAP_ENV`]), capped at the longest single sleep
+//!    ([`nap_for`] says why).
+//!
 //! A poll that finds completions makes no system call (it stores a counter), so a busy
 //! data path stays syscall-free (`softnic/tests/nic_no_syscalls.rs`). The window (at
 //! least 50 µs, and twice the recent gap between completions) is longer than an 8 B
@@ -58,6 +65,33 @@ pub const POLL_YIELD_EVERY: u32 = 4;
 /// polling). Default [`DEFAULT_SPIN_WINDOW`].
 pub const POLL_SPIN_ENV: &str = "SOFTNIC_POLL_SPIN_US";
 
+/// The environment variable that sets the shortest nap in microseconds (read once per
+/// context, at open): `off` never naps. Default [`DEFAULT_NAP_MIN`]. With
+/// [`POLL_SPIN_ENV`] `off` a poller never naps either (it never sleeps at all).
+pub const POLL_NAP_ENV: &str = "SOFTNIC_POLL_NAP_US";
+
+/// The shortest nap worth taking: twice a normal thread's timer slack (50 µs, which a
+/// short sleep oversleeps by), so that a nap is mostly nap.
+pub const DEFAULT_NAP_MIN: Duration = Duration::from_micros(100);
+
+/// A nap lasts this fraction (1/`NAP_SHARE`) of the estimated time the NIC needs for
+/// the send work queued ahead of it, so that a nap overslept by a loaded scheduler
+/// still ends long before the NIC runs dry.
+pub const NAP_SHARE: u32 = 4;
+
+/// Fewest queued send WQEs for a nap: with one or two outstanding (a ping-pong) the
+/// time per WQE is a round trip, which says how long the *peer* takes, not how much
+/// work the NIC has; such a poller spins, yields and sleeps as before.
+pub const NAP_MIN_QUEUED: u32 = 4;
+
+/// The retirement rate is sampled at yield points at least this far apart (a dozen
+/// 64 KiB WRITEs, hundreds of 8 B ones).
+const RATE_PERIOD: Duration = Duration::from_micros(200);
+
+/// A rate sample older than this (the program did something else meanwhile) says
+/// nothing about the NIC's pace now: it is dropped and measured again.
+const RATE_STALE: Duration = Duration::from_millis(5);
+
 /// The shortest spin window: how long a poller spins (and yields) after the last sign
 /// of a completion before it sleeps, at least. 2.5× an 8 B round trip on a quiet
 /// 2-core host (≈ 20 µs); [`spin_window`] lengthens it for slower paces.
@@ -69,27 +103,88 @@ pub const MAX_SLEEP: Duration = Duration::from_millis(1);
 
 /// The spin window [`POLL_SPIN_ENV`] asks for; `None` = never sleep.
 pub fn spin_window_from(value: Option<&str>) -> Option<Duration> {
+    micros_or_off(value, DEFAULT_SPIN_WINDOW)
+}
+
+/// The shortest nap [`POLL_NAP_ENV`] asks for; `None` = never nap.
+pub fn nap_min_from(value: Option<&str>) -> Option<Duration> {
+    micros_or_off(value, DEFAULT_NAP_MIN)
+}
+
+/// An environment value in microseconds: unset or unreadable = `default`, `off` = `None`.
+fn micros_or_off(value: Option<&str>, default: Duration) -> Option<Duration> {
     match value.map(str::trim) {
-        None => Some(DEFAULT_SPIN_WINDOW),
+        None => Some(default),
         Some(v) if v.eq_ignore_ascii_case("off") => None,
-        Some(v) => Some(
-            v.parse()
-                .map(Duration::from_micros)
-                .unwrap_or(DEFAULT_SPIN_WINDOW),
-        ),
+        Some(v) => Some(v.parse().map(Duration::from_micros).unwrap_or(default)),
     }
 }
 
-/// A context's share of hybrid polling: its spin window and whether any of its polls
-/// found completions lately.
+/// How long a poller at a yield point naps, if at all: `queued` send WQEs wait for
+/// the NIC, which recently took `per_wqe` for each (`None`: no recent measure), so it
+/// is busy for about `queued × per_wqe`; the nap is a [`NAP_SHARE`] of that, when it
+/// is at least `min`, at most `max`.
+///
+/// Why: a poller whose completions come a few tens of µs apart never reaches a sleep
+/// (the spin window grows with the gap, [`spin_window`]) and spins and yields between
+/// them, taking up to two thirds of a core beside NICs that each need a whole one
+/// (docs/perf.md, "Hybrid polling"). When the NIC has milliseconds of work queued
+/// (`write_bw -s 65536`: ≈ 128 WRITEs of ≈ 16 µs each) nothing the poller does before
+/// it wakes can speed the NIC up, so it may as well give its core away. The NIC is
+/// not asked to end the nap (a futex wake per completion would cost the sending NIC,
+/// the bottleneck, a system call per message); the nap ends early enough by itself.
+/// With little queued (8 B WRITEs, ≈ 0.5 µs each, at most 128 queued) the share is
+/// far below `min` and nothing changes: a fixed nap there would starve the NIC
+/// ([`spin_window`] tells of a 50 µs window costing 8–17 %).
+pub fn nap_for(
+    queued: u32,
+    per_wqe: Option<Duration>,
+    min: Duration,
+    max: Duration,
+) -> Option<Duration> {
+    let per_wqe = per_wqe?;
+    if queued < NAP_MIN_QUEUED {
+        return None;
+    }
+    let nap = per_wqe.saturating_mul(queued) / NAP_SHARE;
+    (nap >= min && !min.is_zero()).then(|| nap.min(max))
+}
+
+/// The pace kept after a rate sample of `sample` ns per WQE, when it was `per` (0 =
+/// none): a faster sample is taken at once, a slower one raises it by at most a
+/// quarter.
+///
+/// Why fast down, slow up: the pace sizes a nap that the NIC cannot cut short, so it
+/// errs fast. A slow period is often not the NIC's own pace but a moment in which
+/// the other processes on its cores preempted it: measured in an 8 B stream at
+/// ≈ 1 µs per WQE, single 200 µs periods of 7–22 µs per WQE came every few ms, and
+/// a moving average that followed them a quarter of the way napped 100–700 µs with
+/// ≈ 130 µs of work queued. Only a slowness that lasts (≈ 1 ms for 3×) sets the pace.
+pub fn pace(per: u64, sample: u64) -> u64 {
+    if per == 0 {
+        sample
+    } else {
+        sample.min(per + per / 4)
+    }
+}
+
+/// A context's share of hybrid polling: its spin window, whether any of its polls
+/// found completions lately, and the send work it has queued.
 #[derive(Debug)]
 pub(crate) struct ContextPoll {
     /// Bumped by every poll that finds completions (any CQ of the context).
     found: AtomicU32,
+    /// Send WQEs posted to this context's QPs (wrapping; less those a destroyed QP
+    /// left unretired): `posted − sends_retired` (doorbell page) are queued.
+    posted: AtomicU32,
     /// The spin window in nanoseconds; [`NEVER`] = never sleep.
     window_ns: AtomicU64,
     /// The longest single sleep in nanoseconds.
     max_sleep_ns: AtomicU64,
+    /// The shortest nap in nanoseconds; [`NEVER`] = never nap.
+    nap_min_ns: AtomicU64,
+    /// Naps taken (for tests and tools).
+    naps: AtomicU64,
     base: Instant,
 }
 
@@ -104,14 +199,51 @@ impl ContextPoll {
     /// Reads [`POLL_SPIN_ENV`] (at open: reading the environment allocates).
     pub(crate) fn from_env() -> Self {
         let v = std::env::var(POLL_SPIN_ENV).ok();
+        let nap = std::env::var(POLL_NAP_ENV).ok();
         let p = ContextPoll {
             found: AtomicU32::new(0),
+            posted: AtomicU32::new(0),
             window_ns: AtomicU64::new(NEVER),
             max_sleep_ns: AtomicU64::new(0),
+            nap_min_ns: AtomicU64::new(NEVER),
+            naps: AtomicU64::new(0),
             base: Instant::now(),
         };
         p.set(spin_window_from(v.as_deref()), MAX_SLEEP);
+        p.set_nap(nap_min_from(nap.as_deref()));
         p
+    }
+
+    /// Sets the shortest nap (`None`: never nap).
+    pub(crate) fn set_nap(&self, min: Option<Duration>) {
+        self.nap_min_ns
+            .store(min.map_or(NEVER, nanos), Ordering::Relaxed);
+    }
+
+    /// `n` send WQEs were posted (published to an SQ ring of this context).
+    pub(crate) fn note_posted(&self, n: u32) {
+        self.posted.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A destroyed QP left `n` send WQEs that the NIC never retired: they are no
+    /// longer queued.
+    pub(crate) fn note_abandoned(&self, n: u32) {
+        self.posted.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Naps taken by this context's pollers so far.
+    pub(crate) fn naps(&self) -> u64 {
+        self.naps.load(Ordering::Relaxed)
+    }
+
+    /// Send WQEs queued ahead of the NIC, and the NIC's count of retired ones. The
+    /// retired count is read first, so it never includes a WQE posted after `posted`
+    /// was read; a difference that is still "negative" (a destroyed QP's WQEs
+    /// subtracted while a racing post is not yet counted) reads as 0.
+    fn queued(&self, page: &Doorbell) -> (u32, u32) {
+        let retired = page.sends_retired();
+        let q = self.posted.load(Ordering::Relaxed).wrapping_sub(retired);
+        (if q > u32::MAX / 2 { 0 } else { q }, retired)
     }
 
     /// Sets the spin window (`None`: never sleep) and the longest single sleep.
@@ -143,6 +275,13 @@ pub(crate) struct IdleState {
     /// Moving average (1/8 weight) of the time between those moves, each capped at
     /// [`MAX_WINDOW`], in nanoseconds.
     gap: AtomicU64,
+    /// The NIC's retired-send count at the last rate sample, and when (nanoseconds
+    /// after the context's base; 0 = none yet).
+    rate_retired: AtomicU32,
+    rate_at: AtomicU64,
+    /// The NIC's recent pace in nanoseconds per retired send WQE ([`pace`]); 0 = no
+    /// recent measure (none yet, stale, or the NIC retired nothing in a period).
+    per_wqe: AtomicU64,
 }
 
 /// The spin window never grows past this, however far apart completions come.
@@ -172,6 +311,9 @@ impl Default for IdleState {
             found: AtomicU32::new(0),
             since: AtomicU64::new(0),
             gap: AtomicU64::new(0),
+            rate_retired: AtomicU32::new(0),
+            rate_at: AtomicU64::new(0),
+            per_wqe: AtomicU64::new(0),
         }
     }
 }
@@ -215,16 +357,14 @@ impl IdleState {
             self.since.store(now, Ordering::Relaxed);
             let sample = now.saturating_sub(since).min(nanos(MAX_WINDOW));
             self.gap.store((gap * 7 + sample) / 8, Ordering::Relaxed);
-            std::thread::yield_now();
-            return false;
+            return self.nap_or_yield(ctx, page, now);
         }
         let window = nanos(spin_window(
             Duration::from_nanos(window),
             Duration::from_nanos(gap),
         ));
         if now.saturating_sub(since) < window {
-            std::thread::yield_now();
-            return false;
+            return self.nap_or_yield(ctx, page, now);
         }
         let sleeps = page.set_sleeper(seq);
         if sleeps {
@@ -238,6 +378,64 @@ impl IdleState {
         // that sleeper from the next flush. Costs the NIC one futex_wake for a sleep
         // that ended by its timeout.
         sleeps
+    }
+
+    /// A yield point before the spin window ran out: naps while much send work is
+    /// queued ([`nap_for`]), else `sched_yield`. Returns whether it napped.
+    fn nap_or_yield(&self, ctx: &ContextPoll, page: &Doorbell, now: u64) -> bool {
+        let (queued, retired) = ctx.queued(page);
+        let per_wqe = self.sample_rate(queued, retired, now);
+        let min = ctx.nap_min_ns.load(Ordering::Relaxed);
+        let max = Duration::from_nanos(ctx.max_sleep_ns.load(Ordering::Relaxed));
+        let nap = (min != NEVER)
+            .then(|| nap_for(queued, per_wqe, Duration::from_nanos(min), max))
+            .flatten();
+        match nap {
+            Some(d) => {
+                ctx.naps.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(d);
+                true
+            }
+            None => {
+                std::thread::yield_now();
+                false
+            }
+        }
+    }
+
+    /// The NIC's recent time per retired send WQE, from its `retired` count `now`
+    /// (ns after the context's base), re-sampled at most every [`RATE_PERIOD`], and
+    /// only over periods that began and ended with at least [`NAP_MIN_QUEUED`] send
+    /// WQEs `queued`: a NIC with little to do retires at the pace of its work, not of
+    /// its own (a ping-pong's round trips), which would make a stream that follows
+    /// look slow.
+    fn sample_rate(&self, queued: u32, retired: u32, now: u64) -> Option<Duration> {
+        let at = self.rate_at.load(Ordering::Relaxed);
+        if queued < NAP_MIN_QUEUED {
+            if at != 0 {
+                self.rate_at.store(0, Ordering::Relaxed);
+                self.per_wqe.store(0, Ordering::Relaxed);
+            }
+            return None;
+        }
+        let per = self.per_wqe.load(Ordering::Relaxed);
+        let dt = now.saturating_sub(at);
+        if at != 0 && dt < nanos(RATE_PERIOD) {
+            return (per != 0).then(|| Duration::from_nanos(per));
+        }
+        let done = retired.wrapping_sub(self.rate_retired.load(Ordering::Relaxed));
+        let fresh = at != 0 && dt <= nanos(RATE_STALE);
+        let per = match (fresh, done) {
+            // None retired in a period (a stalled or idle NIC), or a stale sample or a
+            // count gone backwards (the NIC is the only honest writer): no measure.
+            (false, _) | (true, 0) => 0,
+            (true, d) if d > u32::MAX / 2 => 0,
+            (true, d) => pace(per, dt / u64::from(d)),
+        };
+        self.rate_retired.store(retired, Ordering::Relaxed);
+        self.rate_at.store(now.max(1), Ordering::Relaxed);
+        self.per_wqe.store(per, Ordering::Relaxed);
+        (per != 0).then(|| Duration::from_nanos(per))
     }
 }
 
@@ -310,6 +508,100 @@ mod tests {
             took < Duration::from_secs(2),
             "B slept {took:?} past the flush: A's sleep hid it from the NIC"
         );
+    }
+
+    #[test]
+    fn a_nap_is_a_share_of_the_queued_work_within_bounds() {
+        let us = Duration::from_micros;
+        let (min, max) = (DEFAULT_NAP_MIN, MAX_SLEEP);
+        // 64 KiB WRITEs: 128 queued, 16 µs each: 2 ms of work, a 512 µs nap.
+        assert_eq!(nap_for(128, Some(us(16)), min, max), Some(us(512)));
+        // 8 B WRITEs: 128 queued, 0.5 µs each: 16 µs, too short to nap.
+        let half = Duration::from_nanos(500);
+        assert_eq!(nap_for(128, Some(half), min, max), None);
+        // A ping-pong: one outstanding, however slow the peer.
+        assert_eq!(nap_for(1, Some(us(5000)), min, max), None);
+        assert_eq!(
+            nap_for(NAP_MIN_QUEUED, Some(us(100)), min, max),
+            Some(us(100))
+        );
+        assert_eq!(nap_for(10_000, Some(us(16)), min, max), Some(max), "capped");
+        assert_eq!(nap_for(10_000, None, min, max), None, "no measure: no nap");
+        assert_eq!(nap_for(10_000, Some(us(16)), Duration::ZERO, max), None);
+    }
+
+    #[test]
+    fn the_pace_follows_a_faster_sample_at_once_and_a_slower_one_slowly() {
+        assert_eq!(pace(0, 16_000), 16_000, "the first sample");
+        assert_eq!(pace(30_000, 500), 500, "faster: at once");
+        assert_eq!(pace(800, 20_000), 1_000, "slower: a quarter more at most");
+        assert_eq!(pace(800, 900), 900);
+    }
+
+    #[test]
+    fn the_shortest_nap_comes_from_the_environment_value() {
+        assert_eq!(nap_min_from(None), Some(DEFAULT_NAP_MIN));
+        assert_eq!(nap_min_from(Some("off")), None);
+        assert_eq!(nap_min_from(Some("250")), Some(Duration::from_micros(250)));
+        assert_eq!(nap_min_from(Some("junk")), Some(DEFAULT_NAP_MIN));
+    }
+
+    /// A client page and the NIC's view of it, as in the test below.
+    fn pages() -> (Doorbell, Doorbell) {
+        use std::os::fd::AsFd;
+        use std::sync::Arc;
+        let len = crate::abi::DOORBELL_SEGMENT_LEN;
+        let fd = crate::os::memfd("db", len).unwrap();
+        let map = || Arc::new(crate::os::map_shared(fd.as_fd(), len).unwrap());
+        (Doorbell::new(map()).unwrap(), Doorbell::new(map()).unwrap())
+    }
+
+    /// Polls idly for `run` with `queued` send WQEs posted while a "NIC" thread
+    /// retires one every ~20 µs (keeping `queued` outstanding); returns the naps.
+    fn naps_with(queued: u32, set: impl Fn(&ContextPoll), run: Duration) -> u64 {
+        let (client, nic) = pages();
+        let ctx = ContextPoll::from_env();
+        set(&ctx);
+        ctx.note_posted(queued);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let nic_thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_micros(20));
+                    nic.note_sends_retired(1);
+                }
+            })
+        };
+        let idle = IdleState::default();
+        let start = Instant::now();
+        while start.elapsed() < run {
+            // Re-post what the NIC retired, as a bandwidth test does.
+            let retired = client.sends_retired();
+            let outstanding = ctx.posted.load(Ordering::Relaxed).wrapping_sub(retired);
+            ctx.note_posted(queued.saturating_sub(outstanding));
+            ctx.note_found();
+            idle.note_found();
+            for _ in 0..POLL_YIELD_EVERY {
+                idle.after_empty(&ctx, &client);
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        nic_thread.join().unwrap();
+        ctx.naps()
+    }
+
+    #[test]
+    fn a_poller_naps_only_while_much_work_is_queued() {
+        let run = Duration::from_millis(100);
+        let defaults = |_: &ContextPoll| {};
+        // 128 queued at ≥ 20 µs each: ≥ 2.5 ms of work, naps of ≥ 640 µs.
+        assert!(naps_with(128, defaults, run) > 0, "deep work: naps");
+        assert_eq!(naps_with(2, defaults, run), 0, "a ping-pong never naps");
+        let no_naps = |c: &ContextPoll| c.set_nap(None);
+        assert_eq!(naps_with(128, no_naps, run), 0, "naps off");
+        let never_sleep = |c: &ContextPoll| c.set(None, MAX_SLEEP);
+        assert_eq!(naps_with(128, never_sleep, run), 0, "sleep off: no naps");
     }
 
     #[test]

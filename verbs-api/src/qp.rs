@@ -743,7 +743,9 @@ impl QueuePair {
         }
         if pushed > 0 {
             self.sq.publish();
-            self.pd.ctx.inner.ring_doorbell(self.doorbell)?;
+            let ctx = &self.pd.ctx.inner;
+            ctx.poll.note_posted(pushed as u32);
+            ctx.ring_doorbell(self.doorbell)?;
         }
         result
     }
@@ -819,6 +821,7 @@ impl QueuePair {
             .push(&wqe)
             .map_err(|e| full(push_error(e, capacity)))?;
         self.sq.publish();
+        self.pd.ctx.inner.poll.note_posted(1);
         self.pd.ctx.inner.ring_doorbell(self.doorbell)?;
         Ok(())
     }
@@ -826,11 +829,13 @@ impl QueuePair {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
-        let _ =
-            self.pd
-                .ctx
-                .inner
-                .call("ibv_destroy_qp", &Request::DestroyQp { qpn: self.qpn }, &[]);
+        let ctx = &self.pd.ctx.inner;
+        let _ = ctx.call("ibv_destroy_qp", &Request::DestroyQp { qpn: self.qpn }, &[]);
+        // Send WQEs the NIC never retired (their slots were not given back) are no
+        // longer queued ahead of it: hybrid polling's count must not keep them.
+        if let Ok(n) = self.sq.unconsumed() {
+            ctx.poll.note_abandoned(n);
+        }
     }
 }
 

@@ -33,7 +33,7 @@ use softnic_transport::qp::{PostError, Qp, QpAttr, QpCaps, QpState, QpType};
 use softnic_transport::time::Instant;
 use softnic_transport::wr::{Completion, Queue, WcOpcode, WcStatus};
 use verbs_api::abi::ring::Consumer;
-use verbs_api::abi::{RecvWqe, SendWqe};
+use verbs_api::abi::{Doorbell, RecvWqe, SendWqe};
 
 use super::counters::NicCounters;
 use super::cq::{cqe_of, grh_flag, CompletionQueue, PushError};
@@ -81,6 +81,9 @@ pub struct QpEntry {
     pub tx_more: bool,
     /// Its slot on the client's doorbell page (set by the owner).
     pub doorbell: u32,
+    /// The client's doorbell page, where released SQ slots are counted
+    /// (`sends_retired`, hybrid polling; set by the owner).
+    pub page: Option<Doorbell>,
 }
 
 impl QpEntry {
@@ -110,6 +113,7 @@ impl QpEntry {
             ticket: Ticket::new(0),
             tx_more: false,
             doorbell: 0,
+            page: None,
         }
     }
 
@@ -311,8 +315,13 @@ impl QpEntry {
     /// flushed), so the client never has more than the ring's capacity outstanding and
     /// the post after that is ENOMEM, as on rxe (pyverbs' `test_full_rq_bad_flow`).
     /// Runs before the completions are written, so a client that polled one can post.
+    /// Released SQ slots are counted on the client's doorbell page (`sends_retired`):
+    /// its pollers nap while much work is queued (`verbs_api::poll_idle`).
     fn release_slots(&mut self) {
-        self.sq.release_except(self.qp.send_queue_len() as u32);
+        let sent = self.sq.release_except(self.qp.send_queue_len() as u32);
+        if let (Some(page), 1..) = (&self.page, sent) {
+            page.note_sends_retired(sent);
+        }
         self.rq.release_except(self.qp.recv_queue_len() as u32);
     }
 

@@ -1034,6 +1034,10 @@ impl Nic {
         );
         entry.ticket = Ticket::new(self.next_serial);
         entry.doorbell = doorbell;
+        entry.page = self
+            .clients
+            .get(&client)
+            .map(|c| c.doorbells.page().clone());
         self.qps.insert(qpn, entry);
         Ok((qpn, granted))
     }

@@ -9,7 +9,8 @@
 //!  offset    0  flags    u32 (own cache line)  NEED_WAKEUP: set and cleared by the NIC
 //!  offset   64  summary  8 × u64 (one line)    bit i: bitmap word i has a bit set
 //!  offset  128  words  512 × u64               bit j of word i: slot 64·i + j was rung
-//!  offset 4224  poll     seq u32, sleeping u32 (own cache line): hybrid CQ polling
+//!  offset 4224  poll     seq u32, sleeping u32, sends_retired u32 (own cache line):
+//!                          hybrid CQ polling
 //! ```
 //!
 //! Every QP and SRQ of the client has a slot (0 … [`DOORBELL_SLOTS`] − 1), chosen by the
@@ -51,6 +52,13 @@
 //!   sleep could hide another thread sleeping on the same page, which would then miss
 //!   its wake-up for a whole timeout. A sleep that ended by its timeout thus costs the
 //!   NIC's next flush one `futex_wake` that wakes nobody.
+//!
+//! `sends_retired` counts the send WQEs whose ring slots the NIC has given back to this
+//! client (any QP: each advance of an SQ ring's consumer index adds its step; NIC
+//! writes, wrapping). With its own count of posted send WQEs the client knows how much
+//! work is queued ahead of the NIC in O(1) however many QPs it has, and how fast the
+//! NIC gets through it: a poller with deep queued work naps (`crate::poll_idle`). The
+//! NIC never reads it back.
 //!
 //! A client that sets `sleeping` and never sleeps costs the NIC one `futex_wake` per
 //! flush of its own CQs (counted: `poller_wakes`); one that writes `seq` only confuses
@@ -102,6 +110,8 @@ pub struct PollLine {
     pub seq: AtomicU32,
     /// Non-zero: a poller may sleep on `seq` (client sets, NIC clears).
     pub sleeping: AtomicU32,
+    /// Send WQEs the NIC has retired for this client so far (NIC writes, wrapping).
+    pub sends_retired: AtomicU32,
 }
 
 /// Bytes of [`DoorbellPage`].
@@ -111,6 +121,7 @@ const _: () = assert!(core::mem::offset_of!(DoorbellPage, summary) == 64);
 const _: () = assert!(core::mem::offset_of!(DoorbellPage, words) == 128);
 const _: () = assert!(core::mem::offset_of!(DoorbellPage, poll) == 4224);
 const _: () = assert!(core::mem::offset_of!(PollLine, sleeping) == 4);
+const _: () = assert!(core::mem::offset_of!(PollLine, sends_retired) == 8);
 
 /// Length of the doorbell memfd (the page rounded up to [`SEGMENT_ALIGN`]).
 pub const DOORBELL_SEGMENT_LEN: usize = DOORBELL_PAGE_SIZE.div_ceil(SEGMENT_ALIGN) * SEGMENT_ALIGN;
@@ -246,6 +257,18 @@ impl Doorbell {
     pub fn take_sleeper(&self) -> bool {
         let s = &self.page().poll.0.sleeping;
         s.load(Ordering::Relaxed) != 0 && s.swap(0, Ordering::SeqCst) != 0
+    }
+
+    /// Send WQEs the NIC has retired for this client (module docs; wrapping).
+    pub fn sends_retired(&self) -> u32 {
+        self.page().poll.0.sends_retired.load(Ordering::Acquire)
+    }
+
+    /// NIC: `n` more send WQEs of this client retired (their SQ slots were given
+    /// back). A plain load and store, as [`Doorbell::note_completions`].
+    pub fn note_sends_retired(&self, n: u32) {
+        let r = &self.page().poll.0.sends_retired;
+        r.store(r.load(Ordering::Relaxed).wrapping_add(n), Ordering::Release);
     }
 
     /// Client, before sleeping on the sequence word: announces the sleeper, fences,

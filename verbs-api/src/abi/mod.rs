@@ -98,7 +98,9 @@ pub const CQ_ARMED: u32 = 1 << 1;
 /// client shared with the NIC and could make block it).
 /// 4: the doorbell page's hybrid-polling line (a CQ flush bumps the client's completion
 /// sequence and wakes a poller sleeping on it).
-pub const ABI_VERSION: u32 = 4;
+/// 5: the hybrid-polling line also counts the client's send WQEs the NIC retired
+/// (`sends_retired`: a poller with deep queued work naps).
+pub const ABI_VERSION: u32 = 5;
 
 /// Most scatter/gather entries in one work request (the same as the transport's limit).
 pub const MAX_SGE: usize = 4;

@@ -587,15 +587,18 @@ impl<T: Slot> Consumer<T> {
     /// frees only when its work request has completed, as in rxe's queues: the
     /// producer then never has more outstanding than the capacity it was granted
     /// (the post after that is ENOMEM). The published index only moves forward: a
-    /// `held` larger than what is unreleased publishes nothing.
-    pub fn release_except(&mut self, held: u32) {
+    /// `held` larger than what is unreleased publishes nothing. Returns how many slots
+    /// it released.
+    pub fn release_except(&mut self, held: u32) -> u32 {
         let to = self.head.wrapping_sub(held);
         let unreleased = self.head.wrapping_sub(self.released);
         if held > unreleased || to == self.released {
-            return;
+            return 0;
         }
+        let n = to.wrapping_sub(self.released);
         self.released = to;
         self.ring.header().consumer.0.store(to, Ordering::Release);
+        n
     }
 
     /// Sets `bits` (e.g. [`super::CQ_ARMED`]), `fence(SeqCst)`, then re-checks the

@@ -278,16 +278,16 @@ fn release_except_frees_only_completed_slots_and_never_moves_back() {
         c.pop().unwrap().unwrap();
     }
     // All four popped, three still outstanding (e.g. receive WQEs not yet completed).
-    c.release_except(3);
+    assert_eq!(c.release_except(3), 1, "one slot released");
     assert_eq!(p.free(4).unwrap(), 1);
     p.push(&4).unwrap();
     assert_eq!(p.push(&5), Err(RingError::Full));
     // More held than unreleased (or a stale, larger count): nothing moves back.
-    c.release_except(4);
-    c.release_except(9);
+    assert_eq!(c.release_except(4), 0);
+    assert_eq!(c.release_except(9), 0);
     assert_eq!(header_of(c.ring()).consumer.0.load(Ordering::Relaxed), 1);
     assert_eq!(p.free(4).unwrap(), 0);
-    c.release_except(1);
+    assert_eq!(c.release_except(1), 2);
     assert_eq!(p.free(4).unwrap(), 2);
     c.release();
     assert_eq!(p.free(4).unwrap(), 3);
