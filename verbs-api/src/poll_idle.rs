@@ -21,13 +21,14 @@
 //!    NIC wakes the sleeper when it next publishes a completion to *any* CQ of this
 //!    context, so a program that polls its send CQ and its receive CQ in turn wakes
 //!    for either. The handshake and its proof are in `abi::doorbell`'s module docs.
-//!
-//! 4. at a yield point, instead of `sched_yield`, *nap* (a timed sleep nobody ends
-//!    early) when much send work is queued ahead of the NIC for this context: the
-//!    estimated time the NIC needs to get through it (queued send WQEs × the recent
-//!    time per retired WQE) ÷ [`NAP_SHARE`], if that is at least the shortest nap
-//!    ([`DEFAULT_NAP_MIN`], [`POLL_NAP_ENV`]), capped at the longest single sleep
-//!    ([`nap_for`] says why).
+//! 4. but at a yield point before the window ran out, *nap* instead of `sched_yield`
+//!    (a timed sleep that the NIC does not end early) when much send work is queued
+//!    ahead of the NIC for this context: for a [`NAP_SHARE`] of the time the NIC
+//!    needs for it (send WQEs queued × the NIC's recent time per retired WQE), if
+//!    that is at least the shortest nap ([`DEFAULT_NAP_MIN`], [`POLL_NAP_ENV`]), at
+//!    most the longest single sleep ([`nap_for`] says why). Queued = the context's
+//!    posted send WQEs less those the NIC retired, which it counts on the doorbell
+//!    page: two loads, O(1) however many QPs; the pace is sampled at yield points.
 //!
 //! A poll that finds completions makes no system call (it stores a counter), so a busy
 //! data path stays syscall-free (`softnic/tests/nic_no_syscalls.rs`). The window (at

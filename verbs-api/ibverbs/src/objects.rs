@@ -108,8 +108,9 @@ pub struct SoftnicCq {
 
 impl SoftnicCq {
     /// After a poll that found nothing: spin, yield the core every
-    /// `SOFTNIC_IBV_POLL_YIELD` empty polls, and sleep once the context saw no
-    /// completion for the spin window (hybrid polling, `verbs_api::poll_idle`).
+    /// `SOFTNIC_IBV_POLL_YIELD` empty polls (or nap while much send work is queued),
+    /// and sleep once the context saw no completion for the spin window (hybrid
+    /// polling, `verbs_api::poll_idle`).
     /// Called without the `api` lock held, so a sleeper does not block other threads.
     ///
     /// Why: perftest, the pingpongs and most verbs programs busy-poll their CQs without
@@ -408,7 +409,8 @@ pub unsafe extern "C" fn poll_cq(cq: *mut c_void, num_entries: c_int, wc: *mut c
 /// yield the core once: default 4 (measured: see docs/ibverbs.md, "Speed"); 0 = never
 /// yield nor sleep, spin as on hardware (for a program that owns a core). The spin
 /// window before an idle poller sleeps is `SOFTNIC_POLL_SPIN_US`
-/// ([`verbs_api::cq::POLL_SPIN_ENV`]).
+/// ([`verbs_api::cq::POLL_SPIN_ENV`]); the shortest nap while much send work is
+/// queued, `SOFTNIC_POLL_NAP_US` ([`verbs_api::cq::POLL_NAP_ENV`]).
 pub const POLL_YIELD_ENV: &str = "SOFTNIC_IBV_POLL_YIELD";
 
 /// Default of [`POLL_YIELD_ENV`]: the streak `softnic perf` uses too, so the two are
