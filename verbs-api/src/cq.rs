@@ -383,9 +383,13 @@ impl CompletionQueue {
     /// (`ibv_poll_cq`). No syscalls. An error means the NIC corrupted the ring.
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize> {
         let mut n = 0;
+        // Any receive completion (IBV_WC_RECV and IBV_WC_RECV_RDMA_WITH_IMM have
+        // bit 7 set): a receiving poller does not nap (`poll_idle`).
+        let mut recv = 0;
         for slot in out.iter_mut() {
             match self.ring.pop().map_err(Error::Ring)? {
                 Some(cqe) => {
+                    recv |= cqe.opcode;
                     *slot = WorkCompletion::from(cqe);
                     n += 1;
                 }
@@ -394,7 +398,11 @@ impl CompletionQueue {
         }
         if n > 0 {
             self.ring.release();
-            self.shared.ctx.inner.poll.note_found();
+            let ctx = &self.shared.ctx.inner.poll;
+            ctx.note_found();
+            if recv & wc_opcode::RECV != 0 {
+                ctx.note_received();
+            }
             self.shared.idle.note_found();
         }
         Ok(n)

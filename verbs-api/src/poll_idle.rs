@@ -29,6 +29,7 @@
 //!    most the longest single sleep ([`nap_for`] says why). Queued = the context's
 //!    posted send WQEs less those the NIC retired, which it counts on the doorbell
 //!    page: two loads, O(1) however many QPs; the pace is sampled at yield points.
+//!    A context that received a message within [`RECV_QUIET`] (2 ms) does not nap.
 //!
 //! A poll that finds completions makes no system call (it stores a counter), so a busy
 //! data path stays syscall-free (`softnic/tests/nic_no_syscalls.rs`). The window (at
@@ -88,6 +89,11 @@ pub const NAP_MIN_QUEUED: u32 = 4;
 /// The retirement rate is sampled at yield points at least this far apart (a dozen
 /// 64 KiB WRITEs, hundreds of 8 B ones).
 const RATE_PERIOD: Duration = Duration::from_micros(200);
+
+/// A poller that received a message this recently does not nap: what arrives is not
+/// bounded by its own send queue, and its receive queue (or its peer, waiting for an
+/// answer) may need it sooner than the nap would end.
+const RECV_QUIET: Duration = Duration::from_millis(2);
 
 /// A rate sample older than this (the program did something else meanwhile) says
 /// nothing about the NIC's pace now: it is dropped and measured again.
@@ -175,6 +181,8 @@ pub fn pace(per: u64, sample: u64) -> u64 {
 pub(crate) struct ContextPoll {
     /// Bumped by every poll that finds completions (any CQ of the context).
     found: AtomicU32,
+    /// Bumped by every poll that finds a receive completion (any CQ of the context).
+    received: AtomicU32,
     /// Send WQEs posted to this context's QPs (wrapping; less those a destroyed QP
     /// left unretired): `posted − sends_retired` (doorbell page) are queued.
     posted: AtomicU32,
@@ -203,6 +211,7 @@ impl ContextPoll {
         let nap = std::env::var(POLL_NAP_ENV).ok();
         let p = ContextPoll {
             found: AtomicU32::new(0),
+            received: AtomicU32::new(0),
             posted: AtomicU32::new(0),
             window_ns: AtomicU64::new(NEVER),
             max_sleep_ns: AtomicU64::new(0),
@@ -260,6 +269,12 @@ impl ContextPoll {
         let f = self.found.load(Ordering::Relaxed);
         self.found.store(f.wrapping_add(1), Ordering::Relaxed);
     }
+
+    /// A poll found a receive completion (as [`Self::note_found`]).
+    pub(crate) fn note_received(&self) {
+        let r = self.received.load(Ordering::Relaxed);
+        self.received.store(r.wrapping_add(1), Ordering::Relaxed);
+    }
 }
 
 /// One CQ's idle state. Atomics, so that the C library can use it through `&self`
@@ -283,6 +298,10 @@ pub(crate) struct IdleState {
     /// The NIC's recent pace in nanoseconds per retired send WQE ([`pace`]); 0 = no
     /// recent measure (none yet, stale, or the NIC retired nothing in a period).
     per_wqe: AtomicU64,
+    /// The context's receive count at the last yield point, and when it last moved
+    /// (nanoseconds after the context's base; see [`RECV_QUIET`]).
+    received: AtomicU32,
+    received_at: AtomicU64,
 }
 
 /// The spin window never grows past this, however far apart completions come.
@@ -315,6 +334,8 @@ impl Default for IdleState {
             rate_retired: AtomicU32::new(0),
             rate_at: AtomicU64::new(0),
             per_wqe: AtomicU64::new(0),
+            received: AtomicU32::new(0),
+            received_at: AtomicU64::new(0),
         }
     }
 }
@@ -386,7 +407,10 @@ impl IdleState {
     fn nap_or_yield(&self, ctx: &ContextPoll, page: &Doorbell, now: u64) -> bool {
         let (queued, retired) = ctx.queued(page);
         let per_wqe = self.sample_rate(queued, retired, now);
-        let min = ctx.nap_min_ns.load(Ordering::Relaxed);
+        let min = match self.receiving(ctx, now) {
+            true => NEVER,
+            false => ctx.nap_min_ns.load(Ordering::Relaxed),
+        };
         let max = Duration::from_nanos(ctx.max_sleep_ns.load(Ordering::Relaxed));
         let nap = (min != NEVER)
             .then(|| nap_for(queued, per_wqe, Duration::from_nanos(min), max))
@@ -402,6 +426,19 @@ impl IdleState {
                 false
             }
         }
+    }
+
+    /// Whether a poll of this context found a receive completion within [`RECV_QUIET`]
+    /// (as seen at this CQ's yield points).
+    fn receiving(&self, ctx: &ContextPoll, now: u64) -> bool {
+        let r = ctx.received.load(Ordering::Relaxed);
+        if r != self.received.load(Ordering::Relaxed) {
+            self.received.store(r, Ordering::Relaxed);
+            self.received_at.store(now.max(1), Ordering::Relaxed);
+            return true;
+        }
+        let at = self.received_at.load(Ordering::Relaxed);
+        at != 0 && now.saturating_sub(at) < nanos(RECV_QUIET)
     }
 
     /// The NIC's recent time per retired send WQE, from its `retired` count `now`
@@ -558,8 +595,9 @@ mod tests {
     }
 
     /// Polls idly for `run` with `queued` send WQEs posted while a "NIC" thread
-    /// retires one every ~20 µs (keeping `queued` outstanding); returns the naps.
-    fn naps_with(queued: u32, set: impl Fn(&ContextPoll), run: Duration) -> u64 {
+    /// retires one every ~20 µs (keeping `queued` outstanding), the program also
+    /// receiving messages if `receives`; returns the naps.
+    fn naps_with(queued: u32, set: impl Fn(&ContextPoll), run: Duration, receives: bool) -> u64 {
         let (client, nic) = pages();
         let ctx = ContextPoll::from_env();
         set(&ctx);
@@ -582,6 +620,9 @@ mod tests {
             let outstanding = ctx.posted.load(Ordering::Relaxed).wrapping_sub(retired);
             ctx.note_posted(queued.saturating_sub(outstanding));
             ctx.note_found();
+            if receives {
+                ctx.note_received();
+            }
             idle.note_found();
             for _ in 0..POLL_YIELD_EVERY {
                 idle.after_empty(&ctx, &client);
@@ -597,12 +638,21 @@ mod tests {
         let run = Duration::from_millis(100);
         let defaults = |_: &ContextPoll| {};
         // 128 queued at ≥ 20 µs each: ≥ 2.5 ms of work, naps of ≥ 640 µs.
-        assert!(naps_with(128, defaults, run) > 0, "deep work: naps");
-        assert_eq!(naps_with(2, defaults, run), 0, "a ping-pong never naps");
+        assert!(naps_with(128, defaults, run, false) > 0, "deep work: naps");
+        assert_eq!(
+            naps_with(2, defaults, run, false),
+            0,
+            "a ping-pong never naps"
+        );
         let no_naps = |c: &ContextPoll| c.set_nap(None);
-        assert_eq!(naps_with(128, no_naps, run), 0, "naps off");
+        assert_eq!(naps_with(128, no_naps, run, false), 0, "naps off");
         let never_sleep = |c: &ContextPoll| c.set(None, MAX_SLEEP);
-        assert_eq!(naps_with(128, never_sleep, run), 0, "sleep off: no naps");
+        assert_eq!(
+            naps_with(128, never_sleep, run, false),
+            0,
+            "sleep off: no naps"
+        );
+        assert_eq!(naps_with(128, defaults, run, true), 0, "receiving: no naps");
     }
 
     #[test]
