@@ -9,7 +9,7 @@
 //! as long as it waits. `sched_yield` gives the core away for very little time under
 //! EEVDF.
 //!
-//! What, after each empty poll ([`IdleState::after_empty`]):
+//! What, after each empty poll (`IdleState::after_empty`):
 //! 1. spin; every [`POLL_YIELD_EVERY`] empty polls in a row, a *yield point*;
 //! 2. at a yield point, `sched_yield` — unless nothing happened for the spin window:
 //!    no poll of this context found a completion and the NIC flushed none of its CQs
@@ -93,7 +93,7 @@ const RATE_PERIOD: Duration = Duration::from_micros(200);
 /// A poller that received a message this recently does not nap: what arrives is not
 /// bounded by its own send queue, and its receive queue (or its peer, waiting for an
 /// answer) may need it sooner than the nap would end.
-const RECV_QUIET: Duration = Duration::from_millis(2);
+pub const RECV_QUIET: Duration = Duration::from_millis(2);
 
 /// A rate sample older than this (the program did something else meanwhile) says
 /// nothing about the NIC's pace now: it is dropped and measured again.
