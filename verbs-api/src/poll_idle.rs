@@ -68,7 +68,7 @@ pub const POLL_YIELD_EVERY: u32 = 4;
 pub const POLL_SPIN_ENV: &str = "SOFTNIC_POLL_SPIN_US";
 
 /// The environment variable that sets the shortest nap in microseconds (read once per
-/// context, at open): `off` never naps. Default [`DEFAULT_NAP_MIN`]. With
+/// context, at open): `off` (or 0) never naps. Default [`DEFAULT_NAP_MIN`]. With
 /// [`POLL_SPIN_ENV`] `off` a poller never naps either (it never sleeps at all).
 pub const POLL_NAP_ENV: &str = "SOFTNIC_POLL_NAP_US";
 
@@ -353,8 +353,8 @@ impl IdleState {
         }
     }
 
-    /// After a poll that found nothing: spin, yield or sleep (module docs). Returns
-    /// whether it slept.
+    /// After a poll that found nothing: spin, yield, nap or sleep (module docs).
+    /// Returns whether it slept or napped.
     pub(crate) fn after_empty(&self, ctx: &ContextPoll, page: &Doorbell) -> bool {
         let n = self.empty.load(Ordering::Relaxed).wrapping_add(1);
         self.empty.store(n, Ordering::Relaxed);
