@@ -332,3 +332,50 @@ fn a_ping_pong_and_a_small_write_stream_do_not_nap() {
     assert_eq!(write_stream(&mut x, &y, 8, 1, 2000), 0, "ping-pong");
     assert_eq!(write_stream(&mut x, &y, 8, 32, 50_000), 0, "8 B stream");
 }
+
+/// A QP destroyed with send work still queued ahead of the NIC leaves none of it
+/// counted as queued (`QueuePair`'s drop takes off the WQEs whose slots the NIC never
+/// gave back): a one-at-a-time WRITE loop on the same context afterwards does not
+/// nap. Fails when the destroyed QP's 128 WRITEs stay counted (the loop would see
+/// ≥ 129 queued at a round trip each and nap ≈ 1 ms at its yield points).
+#[test]
+fn a_destroyed_qps_unretired_sends_are_not_queued_work() {
+    let (a, b) = NicProc::pair("pnap4");
+    let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu4096, 64 << 10, 128);
+    {
+        let cq = x.ctx.create_cq(256).expect("cq");
+        let cap = QpCap {
+            max_send_wr: 128,
+            max_recv_wr: 1,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let attr = QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: &cq,
+            recv_cq: &cq,
+            cap,
+            sq_sig_all: false,
+        };
+        let mut z = x.pd.create_qp(&attr).expect("qp");
+        // z's peer is destroyed once connected: z's WRITEs are never acknowledged.
+        let mut w = side(&b, 4096, 1);
+        connect_rc((&mut z, &a), (&mut w.qp, &b), Mtu::Mtu4096, (0, 0), 14);
+        drop(w);
+        let op = WrOpcode::RdmaWrite {
+            remote_addr: y.mr.addr(),
+            rkey: y.mr.rkey(),
+        };
+        let sge = [x.mr.sge(0, 64 << 10)];
+        for i in 0..128 {
+            z.post_send(&[SendWr::new(i, op, &sge)]).expect("post");
+        }
+        thread::sleep(Duration::from_millis(5)); // the NIC takes them; none retire
+    }
+    assert_eq!(
+        write_stream(&mut x, &y, 8, 1, 2000),
+        0,
+        "a destroyed QP's unacknowledged WRITEs still counted as queued"
+    );
+}
