@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use nic_support::*;
 use verbs_api::{
-    CompletionQueue, Device, Mtu, QpCap, QpInitAttr, QpType, RecvWr, SendWr, WcOpcode, WcStatus,
-    WorkCompletion, WrOpcode,
+    CompletionQueue, Device, Mtu, QpCap, QpInitAttr, QpType, QueuePair, RecvWr, SendWr, WcOpcode,
+    WcStatus, WorkCompletion, WrOpcode,
 };
 
 /// Spin window of the sleeping side (short, so the test reaches the sleep at once).
@@ -333,6 +333,46 @@ fn a_ping_pong_and_a_small_write_stream_do_not_nap() {
     assert_eq!(write_stream(&mut x, &y, 8, 32, 50_000), 0, "8 B stream");
 }
 
+/// Creates on x's context an RC QP whose peer (on `b`) is destroyed once connected,
+/// posts 128 64 KiB WRITEs on it (never acknowledged) and hands it to `then` while
+/// they are still outstanding.
+fn with_unanswered_writes(
+    x: &Side,
+    y: &Side,
+    (a, b): (&NicProc, &NicProc),
+    then: impl FnOnce(QueuePair),
+) {
+    let cq = x.ctx.create_cq(256).expect("cq");
+    let cap = QpCap {
+        max_send_wr: 128,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let attr = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &cq,
+        recv_cq: &cq,
+        cap,
+        sq_sig_all: false,
+    };
+    let mut z = x.pd.create_qp(&attr).expect("qp");
+    let mut w = side(b, 4096, 1);
+    connect_rc((&mut z, a), (&mut w.qp, b), Mtu::Mtu4096, (0, 0), 14);
+    drop(w);
+    let op = WrOpcode::RdmaWrite {
+        remote_addr: y.mr.addr(),
+        rkey: y.mr.rkey(),
+    };
+    let sge = [x.mr.sge(0, 64 << 10)];
+    for i in 0..128 {
+        z.post_send(&[SendWr::new(i, op, &sge)]).expect("post");
+    }
+    thread::sleep(Duration::from_millis(5)); // the NIC takes them; none retire
+    then(z);
+}
+
 /// A QP destroyed with send work still queued ahead of the NIC leaves none of it
 /// counted as queued (`QueuePair`'s drop takes off the WQEs whose slots the NIC never
 /// gave back): a one-at-a-time WRITE loop on the same context afterwards does not
@@ -342,40 +382,33 @@ fn a_ping_pong_and_a_small_write_stream_do_not_nap() {
 fn a_destroyed_qps_unretired_sends_are_not_queued_work() {
     let (a, b) = NicProc::pair("pnap4");
     let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu4096, 64 << 10, 128);
-    {
-        let cq = x.ctx.create_cq(256).expect("cq");
-        let cap = QpCap {
-            max_send_wr: 128,
-            max_recv_wr: 1,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let attr = QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: &cq,
-            recv_cq: &cq,
-            cap,
-            sq_sig_all: false,
-        };
-        let mut z = x.pd.create_qp(&attr).expect("qp");
-        // z's peer is destroyed once connected: z's WRITEs are never acknowledged.
-        let mut w = side(&b, 4096, 1);
-        connect_rc((&mut z, &a), (&mut w.qp, &b), Mtu::Mtu4096, (0, 0), 14);
-        drop(w);
-        let op = WrOpcode::RdmaWrite {
-            remote_addr: y.mr.addr(),
-            rkey: y.mr.rkey(),
-        };
-        let sge = [x.mr.sge(0, 64 << 10)];
-        for i in 0..128 {
-            z.post_send(&[SendWr::new(i, op, &sge)]).expect("post");
-        }
-        thread::sleep(Duration::from_millis(5)); // the NIC takes them; none retire
-    }
+    with_unanswered_writes(&x, &y, (&a, &b), drop);
     assert_eq!(
         write_stream(&mut x, &y, 8, 1, 2000),
         0,
         "a destroyed QP's unacknowledged WRITEs still counted as queued"
     );
+}
+
+/// The same for a QP moved to RESET with its WRITEs outstanding (IBTA 10.3.1.1: the
+/// queues are emptied, without completions) and kept there.
+#[test]
+fn a_reset_qps_dropped_sends_are_not_queued_work() {
+    let (a, b) = NicProc::pair("pnap5");
+    let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu4096, 64 << 10, 128);
+    let mut kept = None;
+    with_unanswered_writes(&x, &y, (&a, &b), |mut z| {
+        z.modify(&verbs_api::QpAttr {
+            qp_state: Some(verbs_api::QpState::Reset),
+            ..Default::default()
+        })
+        .expect("reset");
+        kept = Some(z);
+    });
+    assert_eq!(
+        write_stream(&mut x, &y, 8, 1, 2000),
+        0,
+        "a reset QP's dropped WRITEs still counted as queued"
+    );
+    drop(kept);
 }
