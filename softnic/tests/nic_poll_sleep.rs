@@ -17,6 +17,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use nic_support::*;
+use verbs_api::poll_idle::RECV_QUIET;
 use verbs_api::{
     CompletionQueue, Device, Mtu, QpCap, QpInitAttr, QpType, QueuePair, RecvWr, SendWr, WcOpcode,
     WcStatus, WorkCompletion, WrOpcode,
@@ -203,19 +204,23 @@ fn a_poller_with_sleep_off_never_sleeps() {
 /// signaled, as `write_bw` above 8 KiB) until `total` completed, polling x's CQ with
 /// `idle` between empty polls; returns the naps x's context took.
 fn write_stream(x: &mut Side, y: &Side, len: u32, depth: u32, total: u32) -> u64 {
-    write_stream_to(x, (y.mr.addr(), y.mr.rkey()), len, depth, total)
+    write_stream_to(x, (y.mr.addr(), y.mr.rkey()), len, depth, total).0
 }
 
 /// [`write_stream`] to a remote region given as (address, rkey). A receive
 /// completion on x's CQ (a SEND from y) is not counted: its receive is posted again.
+/// Returns the naps, and how many of them began less than [`RECV_QUIET`] after the
+/// poll that found a receive completion (measured from before that poll, so that a
+/// nap the rule allows is never counted).
 fn write_stream_to(
     x: &mut Side,
     (addr, rkey): (u64, u32),
     len: u32,
     depth: u32,
     total: u32,
-) -> u64 {
+) -> (u64, u64) {
     let before = x.ctx.poll_naps();
+    let (mut last_recv, mut early) = (None::<Instant>, 0u64);
     let op = WrOpcode::RdmaWrite {
         remote_addr: addr,
         rkey,
@@ -230,10 +235,12 @@ fn write_stream_to(
                 .expect("post write");
             posted += 1;
         }
+        let polled_at = Instant::now();
         let n = x.cq.poll(&mut wc).expect("poll");
         for c in &wc[..n] {
             assert_eq!(c.status, WcStatus::Success, "completion {}", c.wr_id);
             if c.opcode == WcOpcode::Recv {
+                last_recv = Some(polled_at);
                 let rsge = [x.mr.sge(8, 8)];
                 x.qp.post_recv(&[RecvWr::new(c.wr_id, &rsge)])
                     .expect("repost recv");
@@ -242,7 +249,11 @@ fn write_stream_to(
             }
         }
         if n == 0 {
+            let naps = x.ctx.poll_naps();
             x.cq.idle();
+            // The nap began before idle() returned.
+            let napped = x.ctx.poll_naps() != naps;
+            early += u64::from(napped && last_recv.is_some_and(|t| t.elapsed() < RECV_QUIET));
         }
         assert!(
             start.elapsed() < LIMIT,
@@ -251,10 +262,11 @@ fn write_stream_to(
     }
     let naps = x.ctx.poll_naps() - before;
     println!(
-        "{total} × {len} B, {depth} outstanding: {:?}, {naps} naps",
+        "{total} × {len} B, {depth} outstanding: {:?}, {naps} naps ({early} within \
+         {RECV_QUIET:?} of a receive)",
         start.elapsed()
     );
-    naps
+    (naps, early)
 }
 
 /// A poller with deep queued work naps (`verbs_api::poll_idle::nap_for`): 64 KiB
@@ -281,9 +293,12 @@ fn a_poller_with_deep_queued_work_naps() {
     );
 }
 
-/// A poller that also receives does not nap, however deep its send queue: y SENDs
-/// to x (about one every 100 µs) while x streams 64 KiB WRITEs as in the test above.
-/// Fails when receive completions are not noted (x would nap as above).
+/// A poller that also receives does not nap within [`RECV_QUIET`] of a receive
+/// completion, however deep its send queue: y SENDs to x (about one every 100 µs)
+/// while x streams 64 KiB WRITEs as in the test above. Fails when receive
+/// completions are not noted (x would nap as above, between receives). Naps later
+/// than that after a receive are allowed: on a loaded host y's sender is sometimes
+/// descheduled for longer.
 #[test]
 fn a_poller_that_receives_does_not_nap() {
     use std::sync::atomic::AtomicBool;
@@ -311,17 +326,20 @@ fn a_poller_that_receives_does_not_nap() {
             sent
         })
     };
-    let naps = write_stream_to(&mut x, remote, 64 << 10, 128, 3000);
+    let (_, early) = write_stream_to(&mut x, remote, 64 << 10, 128, 3000);
     stop.store(true, Ordering::Relaxed);
     let sent = sender.join().expect("sender");
     println!("y sent {sent} SENDs to x meanwhile");
     assert!(sent > 10, "y's SENDs did not overlap the stream ({sent})");
-    assert_eq!(naps, 0, "a poller receiving SENDs napped");
+    assert_eq!(early, 0, "a poller receiving SENDs napped");
 }
 
-/// Control: a ping-pong (one WRITE at a time) and a stream of 8 B WRITEs with 32
-/// outstanding (≈ 30 µs of work for the NIC, as `write_bw -s 8` has after a
-/// completion) never nap, so that the test above measures the queue's depth. (With
+/// Control: a ping-pong (one WRITE at a time) never naps, and a stream of 8 B WRITEs
+/// with 32 outstanding (≈ 30 µs of work for the NIC, as `write_bw -s 8` has after a
+/// completion) hardly ever, so that the test above measures the queue's depth: only
+/// when the NIC is preempted for milliseconds (seen at load 3.5 with the other tests
+/// of this file running: 9 naps in 50,000 WRITEs) does its pace make a nap; a poller
+/// that napped regardless of the work's length would nap at most yield points. (With
 /// 128 outstanding, ≈ 130 µs of work, a nap is one preempted NIC away: a NIC slowed
 /// 3× for a millisecond makes it 400 µs of work, and the poller naps 100 µs. That
 /// case is measured as a rate, docs/perf.md "Naps while deep work is queued".)
@@ -330,7 +348,8 @@ fn a_ping_pong_and_a_small_write_stream_do_not_nap() {
     let (a, b) = NicProc::pair("pnap2");
     let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu4096, 64 << 10, 128);
     assert_eq!(write_stream(&mut x, &y, 8, 1, 2000), 0, "ping-pong");
-    assert_eq!(write_stream(&mut x, &y, 8, 32, 50_000), 0, "8 B stream");
+    let naps = write_stream(&mut x, &y, 8, 32, 50_000);
+    assert!(naps < 500, "8 B stream: {naps} naps in 50,000 WRITEs");
 }
 
 /// Creates on x's context an RC QP whose peer (on `b`) is destroyed once connected,
