@@ -263,7 +263,7 @@ impl IdSolver {
     }
 
     /// Computes the ICRC of `roce` under `p` and writes it into its last four bytes,
-    /// through the [`PreparedCache`] (the send path's fill).
+    /// through the [`PreparedCache`] (the send path's fill): a run of one segment.
     ///
     /// Under a non-zero IPv4 ID (segment k of a GSO send carries ID k, `udp.rs`) the
     /// ICRC is the ID-0 ICRC XOR the columns of k's bits, as on receive
@@ -271,12 +271,15 @@ impl IdSolver {
     /// position — a run of 64 positions would otherwise fill, and thrash, the whole
     /// direct-mapped cache.
     pub fn fill(&mut self, p: &IcrcParams, roce: &mut [u8]) -> wire::Result<()> {
-        let c = match p.ip {
-            IpParams::V4 { id, .. } if id != 0 => self.compute_under_id(p, id, roce)?,
-            _ => self.prepared.compute(p, roce)?,
+        if roce.is_empty() {
+            // No segment to fill: the error the hash gives a packet too short for one.
+            return p.compute(roce).map(drop);
+        }
+        let id = match p.ip {
+            IpParams::V4 { id, .. } => id,
+            IpParams::V6 { .. } => 0,
         };
-        store_icrc(roce, c);
-        Ok(())
+        self.fill_run(p, roce, roce.len(), |_| id)
     }
 
     /// [`IdSolver::fill`] for every `seg`-byte segment of a GSO run (the last may be
@@ -310,20 +313,6 @@ impl IdSolver {
             store_icrc(roce, c);
         }
         Ok(())
-    }
-
-    /// The ICRC of `roce` under `p`, whose IPv4 ID is `id`: the ID-0 ICRC, prepared,
-    /// and the change `id`'s bits make to it.
-    fn compute_under_id(&mut self, p: &IcrcParams, id: u16, roce: &[u8]) -> wire::Result<u32> {
-        if !matches!(p.ip, IpParams::V4 { .. }) {
-            return p.compute(roce);
-        }
-        let p0 = with_id(p, 0);
-        let base = self.prepared.compute(&p0, roce)?;
-        match self.columns(&p0, roce, base) {
-            Some(c) => Ok(base ^ c.of(id)),
-            None => p.compute(roce),
-        }
     }
 
     /// The ICRC change each IPv4 ID bit makes to a datagram of `roce.len()` bytes
