@@ -1,0 +1,162 @@
+//! CRC-32 (IEEE 802.3, reflected — the CRC the RoCEv2 ICRC is built on, as zlib and
+//! crc32fast compute it) for softnic's data path, and a **fused copy + CRC**.
+//!
+//! Why a crate of its own, and not only crc32fast:
+//! - **One read per byte.** The sender gathers a packet's payload from a client's
+//!   memory region — memory the client may write while the NIC reads it — and needs the
+//!   ICRC of exactly the bytes it copied. A copy followed by a CRC of the copy reads
+//!   the copy back; [`copy_update_raw`] instead loads each 64-byte chunk of the source
+//!   once into a register, stores it and folds the same register, so the CRC always
+//!   matches what was stored, for about the cost of the CRC alone.
+//! - **A parallel end fold.** crc32fast's 512-bit kernel ends by folding its 16 lanes
+//!   one after another (15 dependent multiply steps, ≈ 20 of its ≈ 76 ns per 4 KiB on
+//!   the Zen 4 we measure on); here each lane is moved by its own distance constant at
+//!   once and the products XORed (`x86.rs`). Numbers: docs/perf.md, "softnic-crc".
+//!
+//! Paths: on x86-64 with AVX-512F + VPCLMULQDQ (detected once at run time) inputs of
+//! ≥ 256 bytes take the kernel for their whole 64-byte chunks and crc32fast for the
+//! rest (< 64 bytes). Shorter inputs, other x86 CPUs, aarch64 and other arches use
+//! crc32fast (and, for the copies, a plain copy first, then the CRC of the copy — still
+//! one read of the source). Compilers older than 1.89 build the fallback only.
+//!
+//! # Unsafe
+//! Only in `x86.rs` (SIMD loads and stores through raw pointers, and calling
+//! `#[target_feature]` functions after the run-time check) and in
+//! [`copy_update_raw`]'s contract. Sound because: every kernel call is preceded by
+//! the feature check; every load and store stays inside `[0, len)` of buffers the
+//! caller vouches for (indices are < `len / 64`, asserted `len ≥ 256`); the source is
+//! only ever read through raw pointers, never a Rust reference, so a concurrent writer
+//! in another process can change what is read but not make it undefined (the same
+//! stance as `ptr::copy_nonoverlapping` in softnic's `nic/memory.rs`).
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod consts;
+#[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
+mod x86;
+
+/// CRC-32 (IEEE 802.3, reflected, as crc32fast / zlib): `update(0, d) ==
+/// crc32fast::hash(d)`, `update(update(c, a), b) == update(c, a ++ b)`.
+pub fn update(crc: u32, data: &[u8]) -> u32 {
+    update_on(Path::auto(), crc, data)
+}
+
+/// Copies `src` into `dst` (same length, else panic) and returns `update(crc, src)`.
+pub fn copy_update(crc: u32, src: &[u8], dst: &mut [u8]) -> u32 {
+    copy_update_on(Path::auto(), crc, src, dst)
+}
+
+/// The same from a raw source: copies `dst.len()` bytes from `src` into `dst` and
+/// returns `update(crc, bytes copied)`, reading each source byte exactly once.
+///
+/// # Safety
+/// `src` is valid for reads of `dst.len()` bytes and does not overlap `dst`. The bytes
+/// may be written concurrently by another process (shared memory): the copy then holds
+/// some mix of old and new bytes, and the CRC is the CRC of exactly what was copied. No
+/// Rust reference to the source is formed.
+pub unsafe fn copy_update_raw(crc: u32, src: *const u8, dst: &mut [u8]) -> u32 {
+    // SAFETY: the caller's contract is this function's.
+    unsafe { copy_update_raw_on(Path::auto(), crc, src, dst) }
+}
+
+/// An implementation, for tests and benches to run each one this CPU can run.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// crc32fast, and a plain copy before it.
+    Fallback,
+    /// The 512-bit VPCLMULQDQ kernel (x86-64) for inputs of ≥ 256 bytes.
+    Wide,
+}
+
+impl Path {
+    /// Every path this CPU can run.
+    pub fn runnable() -> Vec<Path> {
+        let mut v = vec![Path::Fallback];
+        if wide_available() {
+            v.push(Path::Wide);
+        }
+        v
+    }
+
+    /// The path the public functions take.
+    pub fn auto() -> Path {
+        if wide_available() {
+            Path::Wide
+        } else {
+            Path::Fallback
+        }
+    }
+}
+
+fn wide_available() -> bool {
+    #[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
+    return x86::available();
+    #[allow(unreachable_code)]
+    false
+}
+
+/// crc32fast from a finished CRC.
+fn fallback(crc: u32, data: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new_with_initial(crc);
+    h.update(data);
+    h.finalize()
+}
+
+/// [`update`] on `path` (which must be [`Path::runnable`], else panic).
+#[doc(hidden)]
+pub fn update_on(path: Path, crc: u32, data: &[u8]) -> u32 {
+    #[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
+    if path == Path::Wide && data.len() >= x86::MIN_LEN {
+        assert!(
+            x86::available(),
+            "the wide CRC kernel needs AVX-512F and VPCLMULQDQ"
+        );
+        // SAFETY: the CPU features are checked just above; `data` is readable for its
+        // length (≥ MIN_LEN); without COPY the destination is never used.
+        let (crc, done) =
+            unsafe { x86::chunks::<false>(crc, data.as_ptr(), core::ptr::null_mut(), data.len()) };
+        return fallback(crc, &data[done..]);
+    }
+    let _ = path;
+    fallback(crc, data)
+}
+
+/// [`copy_update`] on `path`.
+#[doc(hidden)]
+pub fn copy_update_on(path: Path, crc: u32, src: &[u8], dst: &mut [u8]) -> u32 {
+    assert_eq!(
+        src.len(),
+        dst.len(),
+        "copy_update: source and destination lengths differ"
+    );
+    // SAFETY: `src` is a shared slice of `dst.len()` bytes, so readable, and cannot
+    // overlap the exclusive `dst`.
+    unsafe { copy_update_raw_on(path, crc, src.as_ptr(), dst) }
+}
+
+/// [`copy_update_raw`] on `path`.
+///
+/// # Safety
+/// As [`copy_update_raw`].
+#[doc(hidden)]
+pub unsafe fn copy_update_raw_on(path: Path, crc: u32, src: *const u8, dst: &mut [u8]) -> u32 {
+    let len = dst.len();
+    let mut crc = crc;
+    let mut done = 0;
+    #[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
+    if path == Path::Wide && len >= x86::MIN_LEN {
+        assert!(
+            x86::available(),
+            "the wide CRC kernel needs AVX-512F and VPCLMULQDQ"
+        );
+        // SAFETY: features checked above; the caller vouches for `len` readable source
+        // bytes not overlapping `dst`, which is `len` writable bytes.
+        (crc, done) = unsafe { x86::chunks::<true>(crc, src, dst.as_mut_ptr(), len) };
+    }
+    let _ = path;
+    let rest = &mut dst[done..];
+    // SAFETY: `src + done .. src + len` is readable (the caller's contract) and cannot
+    // overlap `rest`, part of `dst`. Copied once; the CRC is then taken of our copy.
+    unsafe { core::ptr::copy_nonoverlapping(src.add(done), rest.as_mut_ptr(), rest.len()) };
+    fallback(crc, rest)
+}
