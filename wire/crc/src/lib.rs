@@ -34,6 +34,11 @@ mod consts;
 #[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
 mod x86;
 
+/// Below this many bytes every function here is crc32fast (after a plain copy for the
+/// copying ones): a caller already holding a `crc32fast::Hasher` can keep using it for
+/// shorter inputs and skip a hasher's set-up.
+pub const WIDE_MIN_LEN: usize = 256;
+
 /// CRC-32 (IEEE 802.3, reflected, as crc32fast / zlib): `update(0, d) ==
 /// crc32fast::hash(d)`, `update(update(c, a), b) == update(c, a ++ b)`.
 pub fn update(crc: u32, data: &[u8]) -> u32 {

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use crate::consts::{K_64, K_96, LANE_KEYS, MAX_LANES, MU_REFLECTED, P_REFLECTED, STRIDE_KEYS};
 
 /// The least length the kernel takes: one round of 256 bytes fills the accumulators.
-pub const MIN_LEN: usize = 256;
+pub const MIN_LEN: usize = crate::WIDE_MIN_LEN;
 
 /// Whether this CPU runs the kernel; detected once, then one relaxed load.
 pub fn available() -> bool {

@@ -87,8 +87,7 @@ fn crc_with_head(head: &mut Head, prefix_len: usize, body: &[u8]) -> Result<u32>
     head[prefix_len + 4] = 0xFF;
     let mut h = crc32fast::Hasher::new();
     h.update(&head[..end]);
-    h.update(rest);
-    Ok(h.finalize())
+    Ok(finish(h, rest))
 }
 
 /// Continues `h` — which stands after the LRH stand-in and the masked IP/UDP headers (a
@@ -115,8 +114,18 @@ fn crc_body(mut h: crc32fast::Hasher, body: &[u8]) -> Result<u32> {
     masked[..8].copy_from_slice(&lo.to_le_bytes());
     masked[8..].copy_from_slice(tail);
     h.update(&masked);
-    h.update(rest);
-    Ok(h.finalize())
+    Ok(finish(h, rest))
+}
+
+/// Finishes `h` over `rest`: a body of [`softnic_crc::WIDE_MIN_LEN`] bytes or more
+/// through softnic-crc's parallel-fold kernel (≈ 9 % faster than crc32fast per 4 KiB,
+/// docs/perf.md), a short one in `h` as before (no second hasher for an 8-byte payload).
+fn finish(mut h: crc32fast::Hasher, rest: &[u8]) -> u32 {
+    if rest.len() < softnic_crc::WIDE_MIN_LEN {
+        h.update(rest);
+        return h.finalize();
+    }
+    softnic_crc::update(h.finalize(), rest)
 }
 
 /// Splits a RoCEv2 UDP payload into the part the ICRC covers and the carried ICRC.
