@@ -64,8 +64,9 @@ pub const MU_REFLECTED: u64 = {
 };
 
 /// Number of 128-bit lanes the end fold can bring together: the 16 lanes of the four
-/// accumulators plus up to three more 64-byte chunks (12 lanes).
-pub const MAX_LANES: usize = 28;
+/// accumulators, up to three more 64-byte chunks (12 lanes) and up to three 16-byte
+/// blocks after them.
+pub const MAX_LANES: usize = 31;
 
 /// `LANE_KEYS[i]` moves a lane that is `MAX_LANES - 1 - i` lanes (of 128 bits) before
 /// the last lane onto it; the last entry (distance 0) is zero, because the last lane is
@@ -108,7 +109,7 @@ mod tests {
         assert_eq!(STRIDE_KEYS, fold_keys(2048));
         assert_eq!(LANE_KEYS[MAX_LANES - 1], [0, 0]);
         assert_eq!(LANE_KEYS[MAX_LANES - 2], fold_keys(128));
-        assert_eq!(LANE_KEYS[0], fold_keys(128 * 27));
+        assert_eq!(LANE_KEYS[0], fold_keys(128 * 30));
     }
 
     #[test]

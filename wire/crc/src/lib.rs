@@ -14,8 +14,8 @@
 //!   once and the products XORed (`x86.rs`). Numbers: docs/perf.md, "softnic-crc".
 //!
 //! Paths: on x86-64 with AVX-512F + VPCLMULQDQ (detected once at run time) inputs of
-//! ≥ 256 bytes take the kernel for their whole 64-byte chunks and crc32fast for the
-//! rest (< 64 bytes). Shorter inputs, other x86 CPUs, aarch64 and other arches use
+//! ≥ 256 bytes take the kernel for their whole 16-byte blocks and crc32fast for the
+//! rest (< 16 bytes). Shorter inputs, other x86 CPUs, aarch64 and other arches use
 //! crc32fast (and, for the copies, a plain copy first, then the CRC of the copy — still
 //! one read of the source). Compilers older than 1.89 build the fallback only.
 //!
@@ -24,7 +24,7 @@
 //! `#[target_feature]` functions after the run-time check) and in
 //! [`copy_update_raw`]'s contract. Sound because: every kernel call is preceded by
 //! the feature check; every load and store stays inside `[0, len)` of buffers the
-//! caller vouches for (indices are < `len / 64`, asserted `len ≥ 256`); the source is
+//! caller vouches for (every load ends at or before `len`, asserted `len ≥ 256`); the source is
 //! only ever read through raw pointers, never a Rust reference, so a concurrent writer
 //! in another process can change what is read but not make it undefined (the same
 //! stance as `ptr::copy_nonoverlapping` in softnic's `nic/memory.rs`).

@@ -1,7 +1,8 @@
 //! The x86-64 kernel: four 512-bit accumulators (16 lanes of 128 bits) folded with
 //! VPCLMULQDQ over 256-byte rounds, then **one parallel end fold**: every lane (and
-//! each 64-byte chunk left after the last whole round) is multiplied by the constant
-//! of its own distance to the last lane, all at once, and the products are XORed
+//! each 64-byte chunk and 16-byte block left after the last whole round) is multiplied
+//! by the constant of its own distance to the last lane, all at once, and the products
+//! are XORed
 //! together — a tree two multiplies deep instead of crc32fast's chain of 15 dependent
 //! 128-bit folds. Then the 128 → 32-bit Barrett reduction (Intel paper § 4).
 //!
@@ -42,6 +43,22 @@ pub fn available() -> bool {
     }
 }
 
+/// Loads the 16 bytes at `at` of `src` and, with `COPY`, stores them at `at` of `dst`.
+///
+/// # Safety
+/// As [`chunk`], for bytes `[at, at + 16)`.
+#[inline]
+#[target_feature(enable = "sse2")]
+unsafe fn block<const COPY: bool>(src: *const u8, dst: *mut u8, at: usize) -> __m128i {
+    // SAFETY: as in `chunk`: 16 readable source bytes, one unaligned load of each.
+    let v = unsafe { _mm_loadu_si128(src.add(at).cast()) };
+    if COPY {
+        // SAFETY: the caller guarantees the 16 destination bytes are writable.
+        unsafe { _mm_storeu_si128(dst.add(at).cast(), v) };
+    }
+    v
+}
+
 /// Loads 64-byte chunk `i` of `src` and, with `COPY`, stores it to chunk `i` of `dst`.
 ///
 /// # Safety
@@ -72,19 +89,19 @@ fn fold(a: __m512i, keys: __m512i, acc: __m512i) -> __m512i {
     _mm512_ternarylogic_epi64(lo, hi, acc, 0x96)
 }
 
-/// The keys of the four lanes of register `m` of `z` at the end fold.
+/// The keys of lanes `first..first + 4` of `lanes` at the end fold.
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn lane_keys(z: usize, m: usize) -> __m512i {
-    let at = MAX_LANES - 4 * z + 4 * m;
+fn lane_keys(lanes: usize, first: usize) -> __m512i {
+    let at = MAX_LANES - lanes + first;
     let keys = &LANE_KEYS[at..at + 4];
     // SAFETY: `keys` is four `[u64; 2]`, 64 readable bytes; `loadu` needs no alignment.
     unsafe { _mm512_loadu_si512(keys.as_ptr().cast()) }
 }
 
-/// Folds the whole 64-byte chunks of `len` bytes at `src` (copying them to `dst` with
+/// Folds the whole 16-byte blocks of `len` bytes at `src` (copying them to `dst` with
 /// `COPY`) into `crc`; returns the new CRC and how many bytes it covered (`len` rounded
-/// down to 64). The caller does the rest.
+/// down to 16). The caller does the rest.
 ///
 /// # Safety
 /// The CPU has the module's features ([`available`]); `len >= MIN_LEN`; `src` is valid
@@ -127,29 +144,45 @@ pub unsafe fn chunks<const COPY: bool>(
         i += 4;
     }
 
-    // The end fold: registers v[0..4] then the `extra` chunks, each lane moved onto the
-    // last lane of the last register, which is XORed in as it is.
+    // The end fold: registers v[0..4], the `extra` chunks, then the `blocks` 16-byte
+    // blocks, each lane moved onto the last lane, which is XORed in as it is.
     let z = 4 + extra;
+    let blocks = len % 64 / 16;
+    let lanes = 4 * z + blocks;
     let mut acc = _mm512_setzero_si512();
     let mut last = v[3];
     for (m, r) in v.iter().enumerate() {
-        acc = fold(*r, lane_keys(z, m), acc);
+        acc = fold(*r, lane_keys(lanes, 4 * m), acc);
     }
     for m in 4..z {
         // SAFETY: rounds_end + m - 4 < rounds_end + extra = n.
         last = unsafe { chunk::<COPY>(src, dst, rounds_end + m - 4) };
-        acc = fold(last, lane_keys(z, m), acc);
+        acc = fold(last, lane_keys(lanes, 4 * m), acc);
     }
-    acc = _mm512_mask_xor_epi64(acc, 0b1100_0000, acc, last);
+    if blocks == 0 {
+        acc = _mm512_mask_xor_epi64(acc, 0b1100_0000, acc, last);
+    }
     let half = _mm256_xor_si256(
         _mm512_castsi512_si256(acc),
         _mm512_extracti64x4_epi64::<1>(acc),
     );
-    let x = _mm_xor_si128(
+    let mut x = _mm_xor_si128(
         _mm256_castsi256_si128(half),
         _mm256_extracti128_si256::<1>(half),
     );
-    (reduce(x), 64 * n)
+    for j in 0..blocks {
+        // SAFETY: 64 n + 16 j + 16 <= 64 n + 16 blocks <= len.
+        let b = unsafe { block::<COPY>(src, dst, 64 * n + 16 * j) };
+        x = if j + 1 < blocks {
+            let k = keys128(LANE_KEYS[MAX_LANES - blocks + j]);
+            let lo = _mm_clmulepi64_si128(b, k, 0x00);
+            let hi = _mm_clmulepi64_si128(b, k, 0x11);
+            _mm_xor_si128(x, _mm_xor_si128(lo, hi))
+        } else {
+            _mm_xor_si128(x, b)
+        };
+    }
+    (reduce(x), 64 * n + 16 * blocks)
 }
 
 /// A 128-bit register of two 64-bit keys (low, high).
