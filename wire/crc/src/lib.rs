@@ -30,6 +30,11 @@
 //! stance as `ptr::copy_nonoverlapping` in softnic's `nic/memory.rs`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
+// Without the kernel only the constants' own tests use them.
+#[cfg_attr(
+    not(all(target_arch = "x86_64", softnic_crc_vpclmul)),
+    allow(dead_code)
+)]
 mod consts;
 #[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
 mod x86;
@@ -107,23 +112,41 @@ fn fallback(crc: u32, data: &[u8]) -> u32 {
     h.finalize()
 }
 
-/// [`update`] on `path` (which must be [`Path::runnable`], else panic).
-#[doc(hidden)]
-pub fn update_on(path: Path, crc: u32, data: &[u8]) -> u32 {
+/// The kernel's part of a call on `path`: the CRC after the whole 16-byte blocks of
+/// `len` bytes at `src` (copied to `dst` with `COPY`) and how many bytes that was, or
+/// `(crc, 0)` when `path` or `len` leaves everything to crc32fast.
+///
+/// # Safety
+/// `src` is valid for reads of `len` bytes; with `COPY`, `dst` is valid for writes of
+/// `len` bytes and does not overlap `src`. (`path` must be runnable, else panic.)
+unsafe fn kernel<const COPY: bool>(
+    path: Path,
+    crc: u32,
+    src: *const u8,
+    dst: *mut u8,
+    len: usize,
+) -> (u32, usize) {
     #[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
-    if path == Path::Wide && data.len() >= x86::MIN_LEN {
+    if path == Path::Wide && len >= WIDE_MIN_LEN {
         assert!(
             x86::available(),
             "the wide CRC kernel needs AVX-512F and VPCLMULQDQ"
         );
-        // SAFETY: the CPU features are checked just above; `data` is readable for its
-        // length (≥ MIN_LEN); without COPY the destination is never used.
-        let (crc, done) =
-            unsafe { x86::chunks::<false>(crc, data.as_ptr(), core::ptr::null_mut(), data.len()) };
-        return fallback(crc, &data[done..]);
+        // SAFETY: the CPU features are checked just above, `len >= MIN_LEN`, and the
+        // buffers are as the caller guarantees.
+        return unsafe { x86::chunks::<COPY>(crc, src, dst, len) };
     }
-    let _ = path;
-    fallback(crc, data)
+    let _ = (path, src, dst, len);
+    (crc, 0)
+}
+
+/// [`update`] on `path` (which must be [`Path::runnable`], else panic).
+#[doc(hidden)]
+pub fn update_on(path: Path, crc: u32, data: &[u8]) -> u32 {
+    // SAFETY: `data` is readable for its length; without COPY `dst` is never used.
+    let (crc, done) =
+        unsafe { kernel::<false>(path, crc, data.as_ptr(), core::ptr::null_mut(), data.len()) };
+    fallback(crc, &data[done..])
 }
 
 /// [`copy_update`] on `path`.
@@ -145,23 +168,12 @@ pub fn copy_update_on(path: Path, crc: u32, src: &[u8], dst: &mut [u8]) -> u32 {
 /// As [`copy_update_raw`].
 #[doc(hidden)]
 pub unsafe fn copy_update_raw_on(path: Path, crc: u32, src: *const u8, dst: &mut [u8]) -> u32 {
-    let len = dst.len();
-    let mut crc = crc;
-    let mut done = 0;
-    #[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
-    if path == Path::Wide && len >= x86::MIN_LEN {
-        assert!(
-            x86::available(),
-            "the wide CRC kernel needs AVX-512F and VPCLMULQDQ"
-        );
-        // SAFETY: features checked above; the caller vouches for `len` readable source
-        // bytes not overlapping `dst`, which is `len` writable bytes.
-        (crc, done) = unsafe { x86::chunks::<true>(crc, src, dst.as_mut_ptr(), len) };
-    }
-    let _ = path;
+    // SAFETY: the caller vouches for `dst.len()` readable source bytes not overlapping
+    // `dst`, which is that many writable bytes.
+    let (crc, done) = unsafe { kernel::<true>(path, crc, src, dst.as_mut_ptr(), dst.len()) };
     let rest = &mut dst[done..];
-    // SAFETY: `src + done .. src + len` is readable (the caller's contract) and cannot
-    // overlap `rest`, part of `dst`. Copied once; the CRC is then taken of our copy.
+    // SAFETY: `src + done .. src + dst.len()` is readable (the caller's contract) and
+    // cannot overlap `rest`, part of `dst`. Copied once; the CRC is then of our copy.
     unsafe { core::ptr::copy_nonoverlapping(src.add(done), rest.as_mut_ptr(), rest.len()) };
     fallback(crc, rest)
 }
