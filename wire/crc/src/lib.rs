@@ -5,8 +5,9 @@
 //! - **One read per byte.** The sender gathers a packet's payload from a client's
 //!   memory region — memory the client may write while the NIC reads it — and needs the
 //!   ICRC of exactly the bytes it copied. A copy followed by a CRC of the copy reads
-//!   the copy back; [`copy_update_raw`] instead loads each 64-byte chunk of the source
-//!   once into a register, stores it and folds the same register, so the CRC always
+//!   the copy back; [`copy_update_raw`] instead loads each 64-byte chunk (or 16-byte
+//!   block) of the source once into a register, stores it and folds the same register,
+//!   so the CRC always
 //!   matches what was stored, for about the cost of the CRC alone.
 //! - **A parallel end fold.** crc32fast's 512-bit kernel ends by folding its 16 lanes
 //!   one after another (15 dependent multiply steps, ≈ 20 of its ≈ 76 ns per 4 KiB on
@@ -23,11 +24,12 @@
 //! Only in `x86.rs` (SIMD loads and stores through raw pointers, and calling
 //! `#[target_feature]` functions after the run-time check) and in
 //! [`copy_update_raw`]'s contract. Sound because: every kernel call is preceded by
-//! the feature check; every load and store stays inside `[0, len)` of buffers the
-//! caller vouches for (every load ends at or before `len`, asserted `len ≥ 256`); the source is
-//! only ever read through raw pointers, never a Rust reference, so a concurrent writer
-//! in another process can change what is read but not make it undefined (the same
-//! stance as `ptr::copy_nonoverlapping` in softnic's `nic/memory.rs`).
+//! the feature check; every load and store lies inside `[0, len)` of buffers the
+//! caller vouches for (64-byte chunks below `len / 64`, then 16-byte blocks below
+//! `len / 16`); the source is only ever read through raw pointers, never a Rust
+//! reference, so a concurrent writer in another process can change what is read but
+//! not make it undefined (the same stance as `ptr::copy_nonoverlapping` in softnic's
+//! `nic/memory.rs`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 // Without the kernel only the constants' own tests use them.
