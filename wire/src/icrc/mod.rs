@@ -21,6 +21,7 @@ use core::net::{Ipv4Addr, Ipv6Addr};
 use crate::error::{Error, Layer, Result};
 use crate::{bth, ICRC_LEN};
 
+pub mod combine;
 mod flow;
 pub use flow::PreparedIcrc;
 
