@@ -17,6 +17,7 @@
 #![deny(missing_docs)]
 
 pub mod cm;
+pub mod crc;
 pub mod memory;
 pub mod qp;
 pub mod sgl;

@@ -97,6 +97,23 @@ pub trait Memory {
     /// send; local read needs no access flag).
     fn read_local(&self, pd: u32, lkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError>;
 
+    /// [`Memory::read_local`] that also continues the CRC-32 `crc` (crc32fast's; 0 to
+    /// start) over the bytes copied into `dst`, and returns it: the gather's payload
+    /// digest, from which the sender's ICRC is completed without hashing the payload
+    /// again (`wire::icrc::PreparedIcrc::compute_with_payload`). The default copies,
+    /// then hashes `dst`; the NIC's mappings do both in one pass.
+    fn read_local_crc(
+        &self,
+        pd: u32,
+        lkey: u32,
+        va: u64,
+        dst: &mut [u8],
+        crc: u32,
+    ) -> Result<u32, MemError> {
+        self.read_local(pd, lkey, va, dst)?;
+        Ok(crate::crc::update(crc, dst))
+    }
+
     /// Copies `src` to `va` of the region `lkey` (scatter of a receive or a READ
     /// response); requires [`Access::LOCAL_WRITE`].
     fn write_local(&mut self, pd: u32, lkey: u32, va: u64, src: &[u8]) -> Result<(), MemError>;
@@ -114,6 +131,20 @@ pub trait Memory {
 
     /// Copies from region `rkey` for an RDMA READ response; requires REMOTE_READ.
     fn read_remote(&self, pd: u32, rkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError>;
+
+    /// [`Memory::read_remote`] with the CRC of the copied bytes, as
+    /// [`Memory::read_local_crc`] (a READ response's payload digest).
+    fn read_remote_crc(
+        &self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        dst: &mut [u8],
+        crc: u32,
+    ) -> Result<u32, MemError> {
+        self.read_remote(pd, rkey, va, dst)?;
+        Ok(crate::crc::update(crc, dst))
+    }
 
     /// Copies into region `rkey` for an RDMA WRITE; requires REMOTE_WRITE.
     fn write_remote(&mut self, pd: u32, rkey: u32, va: u64, src: &[u8]) -> Result<(), MemError>;

@@ -58,6 +58,13 @@ fn addr_at(s: &Sge, off: u64) -> Result<u64, MemError> {
     s.addr.checked_add(off).ok_or(MemError::OutOfRange)
 }
 
+/// The window `[offset, offset + len)` of a WQE's inline data.
+fn inline_window(data: &[u8], offset: u64, len: usize) -> Result<&[u8], MemError> {
+    let start = usize::try_from(offset).map_err(|_| MemError::OutOfRange)?;
+    data.get(start..start.checked_add(len).ok_or(MemError::OutOfRange)?)
+        .ok_or(MemError::OutOfRange)
+}
+
 /// Copies the message window `[offset, offset + dst.len())` of a send WQE (its inline
 /// data, or its gather list read under `lkey`s) into `dst`.
 pub fn gather(
@@ -68,12 +75,7 @@ pub fn gather(
     mem: &dyn Memory,
 ) -> Result<(), MemError> {
     if let Some(data) = &wr.inline {
-        let start = usize::try_from(offset).map_err(|_| MemError::OutOfRange)?;
-        let src = data
-            .as_bytes()
-            .get(start..start.checked_add(dst.len()).ok_or(MemError::OutOfRange)?)
-            .ok_or(MemError::OutOfRange)?;
-        dst.copy_from_slice(src);
+        dst.copy_from_slice(inline_window(data.as_bytes(), offset, dst.len())?);
         return Ok(());
     }
     let len = dst.len();
@@ -81,6 +83,35 @@ pub fn gather(
         let d = dst.get_mut(r).ok_or(MemError::OutOfRange)?;
         mem.read_local(pd, s.lkey, addr_at(s, off)?, d)
     })
+}
+
+/// Payloads at least this long are gathered with their CRC ([`gather_crc`]): combining
+/// a digest into the ICRC costs a few table look-ups, and below this the hash of the
+/// payload it saves is as cheap as that (and the small-message path stays as it was).
+pub const DIGEST_MIN_PAYLOAD: usize = 256;
+
+/// [`gather`] that also returns the CRC-32 of the window (crc32fast's `hash` of
+/// `dst`), chained over the SGEs — or over the inline data — in message order
+/// ([`Memory::read_local_crc`]).
+pub fn gather_crc(
+    pd: u32,
+    wr: &SendWr,
+    offset: u64,
+    dst: &mut [u8],
+    mem: &dyn Memory,
+) -> Result<u32, MemError> {
+    if let Some(data) = &wr.inline {
+        let src = inline_window(data.as_bytes(), offset, dst.len())?;
+        return Ok(crate::crc::copy_update(0, src, dst));
+    }
+    let len = dst.len();
+    let mut crc = 0;
+    walk(used(&wr.sges, wr.num_sge), offset, len, |s, off, r| {
+        let d = dst.get_mut(r).ok_or(MemError::OutOfRange)?;
+        crc = mem.read_local_crc(pd, s.lkey, addr_at(s, off)?, d, crc)?;
+        Ok(())
+    })?;
+    Ok(crc)
 }
 
 /// Writes `src` at message offset `offset` of a scatter list (a receive WQE or the

@@ -181,6 +181,39 @@ pub struct Transmit {
     /// UDP source port, as rxe picks it ([`rxe_udp_src_port`] for RC/UC,
     /// [`rxe_ud_udp_src_port`] for UD).
     pub src_port: u16,
+    /// Where the gathered payload lies in the packet and its CRC, computed as it was
+    /// copied in (payloads of [`crate::sgl::DIGEST_MIN_PAYLOAD`] bytes or more): the
+    /// ICRC can then be completed without hashing it again
+    /// (`wire::icrc::PreparedIcrc::compute_with_payload`).
+    pub digest: Option<PayloadDigest>,
+}
+
+/// A packet's payload position and CRC-32 (crc32fast's `hash` of those bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PayloadDigest {
+    /// First payload byte, from the start of the packet (the BTH).
+    pub start: u32,
+    /// Payload bytes (the pad follows).
+    pub len: u32,
+    /// CRC-32 of the payload.
+    pub crc: u32,
+}
+
+impl PayloadDigest {
+    /// The digest of `len` bytes at `start` (`None` past 4 GiB, which no packet reaches).
+    pub fn at(start: usize, len: usize, crc: u32) -> Option<PayloadDigest> {
+        Some(PayloadDigest {
+            start: u32::try_from(start).ok()?,
+            len: u32::try_from(len).ok()?,
+            crc,
+        })
+    }
+
+    /// The payload's byte range in the packet.
+    pub fn range(&self) -> core::ops::Range<usize> {
+        let start = self.start as usize;
+        start..start + self.len as usize
+    }
 }
 
 /// Why [`Qp::modify`] refused.

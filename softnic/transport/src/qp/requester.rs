@@ -42,7 +42,7 @@ use wire::{
 use super::cwnd::{Cwnd, MAX_OUTSTANDING_PSNS};
 use super::rto::Rto;
 use super::window::{forward, SendWindow};
-use super::{Qp, QpState, QpType, Transmit};
+use super::{PayloadDigest, Qp, QpState, QpType, Transmit};
 use crate::memory::Memory;
 use crate::sgl;
 use crate::time::Instant;
@@ -351,6 +351,7 @@ struct Emitted {
     wqe_done: bool,
     ack_req: bool,
     dest_qpn: u32,
+    digest: Option<PayloadDigest>,
 }
 
 impl Qp {
@@ -431,6 +432,7 @@ impl Qp {
                 (None, None) => return None,
             },
             src_port: self.src_port(em.dest_qpn),
+            digest: em.digest,
         };
         self.counters.bytes_sent += em.payload_len as u64;
         let resend = self.req.win.is_resend(em.psn);
@@ -682,9 +684,16 @@ impl Qp {
         let Some(dst) = buf.get_mut(h..h + payload_len) else {
             return Ok(None);
         };
-        if sgl::gather(self.pd, &e.wr, offset, dst, mem).is_err() {
+        let digest = if payload_len >= sgl::DIGEST_MIN_PAYLOAD {
+            let Ok(crc) = sgl::gather_crc(self.pd, &e.wr, offset, dst, mem) else {
+                return Err(WcStatus::LocProtErr);
+            };
+            PayloadDigest::at(h, payload_len, crc)
+        } else if sgl::gather(self.pd, &e.wr, offset, dst, mem).is_err() {
             return Err(WcStatus::LocProtErr);
-        }
+        } else {
+            None
+        };
         let Ok(len) = repr.emit_trailer(buf, h) else {
             return Ok(None);
         };
@@ -701,6 +710,7 @@ impl Qp {
             wqe_done,
             ack_req,
             dest_qpn,
+            digest,
         }))
     }
 }

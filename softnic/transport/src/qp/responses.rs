@@ -9,8 +9,9 @@ use wire::{
 use super::requester::position;
 use super::responder::{disposition, error_event, NakKind, RespError, Response, MAX_RESPONSES};
 use super::served::{DupAtomic, DupRead};
-use super::{Qp, QpState, QpType, Transmit};
+use super::{PayloadDigest, Qp, QpState, QpType, Transmit};
 use crate::memory::Memory;
+use crate::sgl;
 use crate::wr::{Completion, Queue, WcOpcode};
 
 /// Credit field of the ACKs softnic sends: 31 = "no end-to-end credits" (IBTA
@@ -188,6 +189,7 @@ impl Qp {
             len,
             dest,
             src_port,
+            digest: None,
         };
         match front {
             Response::Ack { psn, msn, syndrome } => {
@@ -246,16 +248,25 @@ impl Qp {
                         msn,
                     });
                 }
-                r.payload_len = plen as usize;
+                let plen_us = plen as usize;
+                r.payload_len = plen_us;
                 let h = r.emit_headers(buf).ok()?;
-                let dst = buf.get_mut(h..h + plen as usize)?;
-                if plen > 0 && mem.read_remote(self.pd, rkey, va, dst).is_err() {
+                let dst = buf.get_mut(h..h + plen_us)?;
+                let read = if plen_us >= sgl::DIGEST_MIN_PAYLOAD {
+                    mem.read_remote_crc(self.pd, rkey, va, dst, 0)
+                        .map(|crc| PayloadDigest::at(h, plen_us, crc))
+                } else if plen > 0 {
+                    mem.read_remote(self.pd, rkey, va, dst).map(|()| None)
+                } else {
+                    Ok(None)
+                };
+                let Ok(digest) = read else {
                     // The region went away under the READ (deregistered): fatal.
                     self.resp.responses.pop_front();
                     self.queue_nak(psn, Syndrome::Nak(NakCode::RemoteAccessError));
                     self.enter_error_keeping_responses();
                     return self.poll_response(buf, mem);
-                }
+                };
                 let len = r.emit_trailer(buf, h).ok()?;
                 if pos.ends() {
                     self.resp.responses.pop_front();
@@ -274,7 +285,7 @@ impl Qp {
                 }
                 self.counters.read_responses_sent += 1;
                 self.counters.bytes_sent += u64::from(plen);
-                Some(t(len))
+                Some(Transmit { digest, ..t(len) })
             }
         }
     }
