@@ -129,7 +129,7 @@ fn hop(from: &mut Side, to: &mut Side, now: Instant, buf: &mut [u8]) -> usize {
     while let Some(t) = from.qp.poll_transmit(now, buf, &from.mem) {
         let pkt = &mut buf[..t.len];
         let params = tx_params(from.addr, t.dest, 0).expect("same family");
-        from.solver.fill(&params, pkt).expect("ICRC fill");
+        from.solver.fill(&params, pkt, t.digest).expect("ICRC fill");
         rx_icrc::verify(&mut to.solver, to.addr, from.addr, pkt).expect("ICRC verifies");
         // Borrowed, as `runtime.rs` does (moving it out of the `Result` is a memcpy).
         let parsed = PacketRepr::parse(pkt);

@@ -27,7 +27,10 @@
 //! bytes. Bulk copies are `ptr::copy_nonoverlapping` between the raw mapping pointer and
 //! the NIC's own buffer: a concurrent client write can only make the copied bytes a mix
 //! of old and new values (what a DMA engine gives too), never undefined behaviour in the
-//! NIC's own memory. Atomics use `AtomicU64::from_ptr` on the 8-byte target, which on
+//! NIC's own memory. The gather's digest (`read_local_crc`, `read_remote_crc`: the
+//! payload's CRC for the ICRC) copies through `copy_update_raw`, which also takes the
+//! raw pointer, reads each byte once and hashes what it read, so the CRC is that of the
+//! bytes sent even while the client writes. Atomics use `AtomicU64::from_ptr` on the 8-byte target, which on
 //! x86-64 and aarch64 compiles to the same locked instructions the client's CPU atomics
 //! use, so a FETCH_ADD from the network and a `fetch_add` by the client serialize.
 //! Files are checked, mapped and sealed by `verbs_api::os::map_peer_shm` (plain tmpfs
@@ -55,6 +58,19 @@ use super::copy_mr::ProcMem;
 use super::handles::HandleAlloc;
 use super::mr_view::View;
 use super::secret::{self, DrawError};
+
+/// Copies `dst.len()` bytes from `src` into `dst` and returns the CRC-32 `crc`
+/// continued over them. STAND-IN for `softnic_crc::copy_update_raw` (h1's fused copy,
+/// which reads each byte once): a copy, then crc32fast over the copy — the CRC is of
+/// the bytes in `dst` either way.
+///
+/// # Safety
+/// `src .. src + dst.len()` must be readable and must not overlap `dst`.
+unsafe fn copy_update_raw(crc: u32, src: *const u8, dst: &mut [u8]) -> u32 {
+    // SAFETY: the caller's contract.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+    softnic_transport::crc::update(crc, dst)
+}
 
 /// Largest region, bytes (a sanity bound on what one client can make the NIC map).
 pub const MAX_MR_SIZE: u64 = 1 << 40;
@@ -561,20 +577,30 @@ impl MrTable {
         Ok(r)
     }
 
-    fn copy_out(r: &Region, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
+    /// Copies `[va, va + dst.len())` of `r` into `dst`; with `crc`, continues that CRC
+    /// over the bytes copied and returns it (else returns 0).
+    fn copy_out(r: &Region, va: u64, dst: &mut [u8], crc: Option<u32>) -> Result<u32, MemError> {
         let off = r.offset(va, dst.len() as u64)?;
         if dst.is_empty() {
-            return Ok(());
+            return Ok(crc.unwrap_or(0));
         }
         if let Backing::Copy(m) = &r.backing {
-            return m.read(va, dst);
+            m.read(va, dst)?;
+            return Ok(crc.map_or(0, |c| softnic_transport::crc::update(c, dst)));
         }
         let p = r.ptr(off).ok_or(MemError::AccessDenied)?;
-        // SAFETY: [off, off + dst.len()) lies inside the mapping (Region::offset), and
-        // `dst` is the NIC's own buffer, which cannot overlap a shared mapping. No
-        // reference to the shared bytes is formed (see the module docs).
-        unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) };
-        Ok(())
+        let Some(crc) = crc else {
+            // SAFETY: [off, off + dst.len()) lies inside the mapping (Region::offset),
+            // and `dst` is the NIC's own buffer, which cannot overlap a shared mapping.
+            // No reference to the shared bytes is formed (see the module docs).
+            unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) };
+            return Ok(0);
+        };
+        // SAFETY: as above, and `copy_update_raw` takes the source as a raw pointer,
+        // reads each byte once and hashes what it read (no `&[u8]` over the mapping):
+        // the CRC is that of the bytes written to `dst`, which are the bytes sent, even
+        // if the client writes the region meanwhile (a mix of old and new, as a DMA).
+        Ok(unsafe { copy_update_raw(crc, p, dst) })
     }
 
     fn copy_in(r: &Region, va: u64, src: &[u8]) -> Result<(), MemError> {
@@ -595,7 +621,19 @@ impl MrTable {
 impl Memory for MrTable {
     fn read_local(&self, pd: u32, lkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
         let r = self.local(pd, lkey)?;
-        Self::copy_out(r, va, dst)
+        Self::copy_out(r, va, dst, None).map(drop)
+    }
+
+    fn read_local_crc(
+        &self,
+        pd: u32,
+        lkey: u32,
+        va: u64,
+        dst: &mut [u8],
+        crc: u32,
+    ) -> Result<u32, MemError> {
+        let r = self.local(pd, lkey)?;
+        Self::copy_out(r, va, dst, Some(crc))
     }
 
     fn write_local(&mut self, pd: u32, lkey: u32, va: u64, src: &[u8]) -> Result<(), MemError> {
@@ -620,7 +658,19 @@ impl Memory for MrTable {
 
     fn read_remote(&self, pd: u32, rkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
         let r = self.remote(pd, rkey, (va, dst.len() as u64), Access::REMOTE_READ)?;
-        Self::copy_out(r, va, dst)
+        Self::copy_out(r, va, dst, None).map(drop)
+    }
+
+    fn read_remote_crc(
+        &self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        dst: &mut [u8],
+        crc: u32,
+    ) -> Result<u32, MemError> {
+        let r = self.remote(pd, rkey, (va, dst.len() as u64), Access::REMOTE_READ)?;
+        Self::copy_out(r, va, dst, Some(crc))
     }
 
     fn write_remote(&mut self, pd: u32, rkey: u32, va: u64, src: &[u8]) -> Result<(), MemError> {
@@ -696,6 +746,24 @@ mod tests {
         assert_eq!(&back, b"hello");
         t.read_remote(10, rkey, IOVA + 100, &mut back).unwrap();
         assert_eq!(&back, b"hello");
+        // The gather's digest: the same copy, and the CRC chained over it.
+        let c = softnic_transport::crc::update(0, b"he");
+        assert_eq!(
+            t.read_local_crc(10, lkey, IOVA + 102, &mut back[..3], c),
+            Ok(softnic_transport::crc::update(0, b"hello"))
+        );
+        assert_eq!(&back[..3], b"llo");
+        back.fill(0);
+        let want = softnic_transport::crc::update(0, b"hello");
+        assert_eq!(
+            t.read_remote_crc(10, rkey, IOVA + 100, &mut back, 0),
+            Ok(want)
+        );
+        assert_eq!(&back, b"hello");
+        assert_eq!(
+            t.read_local_crc(11, lkey, IOVA, &mut back, 0),
+            Err(MemError::InvalidKey)
+        );
     }
 
     #[test]
@@ -879,6 +947,10 @@ mod tests {
         assert_eq!(&seen, b"8 bytes!");
         let mut back = [0u8; 8];
         t.read_local(10, lkey, iova + 120, &mut back).unwrap();
+        assert_eq!(&back, b"8 bytes!");
+        back.fill(0);
+        let crc = t.read_remote_crc(10, rkey, iova + 120, &mut back, 0);
+        assert_eq!(crc, Ok(softnic_transport::crc::update(0, b"8 bytes!")));
         assert_eq!(&back, b"8 bytes!");
         assert_eq!(
             t.read_local(11, lkey, iova, &mut back),

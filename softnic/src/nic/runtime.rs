@@ -60,6 +60,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam::channel::{unbounded, Receiver};
+use softnic_transport::qp::PayloadDigest;
 use softnic_transport::time::Instant;
 use verbs_api::abi::control::{Reply, Request, Response};
 use verbs_api::os::PollSet;
@@ -165,13 +166,20 @@ impl PacketPath {
         }
     }
 
-    /// Fills the ICRC of `pkt` for `dest` and hands it to the fault injector.
-    fn transmit(&mut self, now: Instant, pkt: &mut [u8], dest: SocketAddr) {
+    /// Fills the ICRC of `pkt` for `dest` (from its payload digest, if it has one) and
+    /// hands it to the fault injector.
+    fn transmit(
+        &mut self,
+        now: Instant,
+        pkt: &mut [u8],
+        dest: SocketAddr,
+        digest: Option<PayloadDigest>,
+    ) {
         let Some(params) = tx_params(self.local, dest, self.io.ipv4_id(0)) else {
             self.counters.tx_drop_bad_dest += 1;
             return;
         };
-        if self.solver.fill(&params, pkt).is_err() {
+        if self.solver.fill(&params, pkt, digest).is_err() {
             self.counters.tx_drop_send_error += 1;
             return;
         }
@@ -183,10 +191,17 @@ impl PacketPath {
         self.trace.tx(now, pkt, pkt.len());
     }
 
-    /// Fills the ICRC of each `seg`-byte segment of `run` (segment k with IPv4 ID k),
-    /// lets the fault injector corrupt it (its losses were decided as the run was
-    /// built), records them, and sends them with one GSO call.
-    fn transmit_run(&mut self, now: Instant, run: &mut [u8], seg: usize, dest: SocketAddr) {
+    /// Fills the ICRC of each `seg`-byte segment of `run` (segment k with IPv4 ID k,
+    /// from its payload digest `digests[k]` if it has one), lets the fault injector
+    /// corrupt it (its losses were decided as the run was built), records them, and
+    /// sends them with one GSO call.
+    fn transmit_run(
+        &mut self,
+        now: Instant,
+        (run, seg): (&mut [u8], usize),
+        digests: &[Option<PayloadDigest>],
+        dest: SocketAddr,
+    ) {
         let Some(params) = tx_params(self.local, dest, 0) else {
             self.counters.tx_drop_bad_dest += 1;
             return;
@@ -195,7 +210,7 @@ impl PacketPath {
         let io = &self.io;
         if self
             .solver
-            .fill_run(&params, run, seg, |k| io.ipv4_id(k))
+            .fill_run(&params, run, seg, |k| io.ipv4_id(k), digests)
             .is_err()
         {
             self.counters.tx_drop_send_error += 1;
@@ -245,6 +260,8 @@ pub struct Runtime {
     conn_counters: Arc<ConnCounters>,
     batch: RecvBatch,
     tx_buf: Vec<u8>,
+    /// The payload digest of each packet of the GSO run in `tx_buf`, by position.
+    tx_digests: [Option<PayloadDigest>; super::udp::GSO_MAX_SEGMENTS],
     /// CQs written this iteration (to publish once each).
     dirty_cqs: Vec<u32>,
     /// Rings whose doorbell was rung (reused buffer).
@@ -335,6 +352,7 @@ impl Runtime {
             conn_counters,
             batch: RecvBatch::with_slot(recv_slot),
             tx_buf: vec![0u8; TX_SLOT * super::udp::GSO_MAX_SEGMENTS],
+            tx_digests: [None; super::udp::GSO_MAX_SEGMENTS],
             dirty_cqs: Vec::new(),
             rung: Vec::new(),
             srq_carry: Vec::new(),
@@ -418,7 +436,7 @@ impl Runtime {
         let path = &mut self.path;
         work += self
             .nic
-            .cm_poll(now, &mut |pkt, dest| path.transmit(now, pkt, dest));
+            .cm_poll(now, &mut |pkt, dest| path.transmit(now, pkt, dest, None));
         work += self.timeouts(now);
         let mut now = now;
         let (published, received) = self.publish(now);
@@ -632,7 +650,7 @@ impl Runtime {
                 let Some(pkt) = self.tx_buf.get_mut(..t.len) else {
                     break;
                 };
-                self.path.transmit(now, pkt, t.dest);
+                self.path.transmit(now, pkt, t.dest, t.digest);
                 sent += 1;
             }
         }
@@ -666,7 +684,7 @@ impl Runtime {
                         || off + TX_SLOT > self.tx_buf.len()
                         || off + run.seg > super::udp::GSO_MAX_BYTES)
                 {
-                    sent += run.send(&mut self.path, now, &mut self.tx_buf);
+                    sent += run.send(&mut self.path, now, &mut self.tx_buf, &self.tx_digests);
                     continue;
                 }
                 let Some(t) =
@@ -680,12 +698,17 @@ impl Runtime {
                 }
                 if run.k == 0 {
                     run = Run::start(t.len, t.dest);
+                    self.tx_digests[0] = t.digest;
                 } else if Some(t.dest) != run.dest || t.len > run.seg {
                     // Does not fit: send the run, then this packet starts the next one.
-                    sent += run.send(&mut self.path, now, &mut self.tx_buf);
+                    sent += run.send(&mut self.path, now, &mut self.tx_buf, &self.tx_digests);
                     self.tx_buf.copy_within(off..off + t.len, 0);
                     run = Run::start(t.len, t.dest);
+                    self.tx_digests[0] = t.digest;
                 } else {
+                    if let Some(d) = self.tx_digests.get_mut(run.k) {
+                        *d = t.digest;
+                    }
                     run.k += 1;
                     run.last_len = t.len;
                     // A shorter segment must be the last.
@@ -694,7 +717,7 @@ impl Runtime {
             }
             e.tx_more = budget == 0;
         }
-        sent + run.send(&mut self.path, now, &mut self.tx_buf)
+        sent + run.send(&mut self.path, now, &mut self.tx_buf, &self.tx_digests)
     }
 
     /// Writes the completions the active QPs have now and publishes them, before the
@@ -880,14 +903,21 @@ impl Run {
     }
 
     /// Sends the run (one `sendmsg`) and empties it; returns its packet count.
-    fn send(&mut self, path: &mut PacketPath, now: Instant, buf: &mut [u8]) -> usize {
+    fn send(
+        &mut self,
+        path: &mut PacketPath,
+        now: Instant,
+        buf: &mut [u8],
+        digests: &[Option<PayloadDigest>],
+    ) -> usize {
         let k = std::mem::take(&mut self.k);
         let Some(d) = self.dest.take().filter(|_| k > 0) else {
             return 0;
         };
         let total = (k - 1) * self.seg + self.last_len;
         if let Some(run) = buf.get_mut(..total) {
-            path.transmit_run(now, run, self.seg, d);
+            let digests = digests.get(..k).unwrap_or_default();
+            path.transmit_run(now, (run, self.seg), digests, d);
         }
         k
     }

@@ -31,6 +31,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
+use softnic_transport::qp::PayloadDigest;
 use wire::icrc::{IcrcParams, IpParams, PreparedIcrc};
 
 /// How a received packet's ICRC was verified.
@@ -270,7 +271,12 @@ impl IdSolver {
     /// ([`verify_segment`]): the cache keeps one entry per peer, not one per segment
     /// position — a run of 64 positions would otherwise fill, and thrash, the whole
     /// direct-mapped cache.
-    pub fn fill(&mut self, p: &IcrcParams, roce: &mut [u8]) -> wire::Result<()> {
+    pub fn fill(
+        &mut self,
+        p: &IcrcParams,
+        roce: &mut [u8],
+        digest: Option<PayloadDigest>,
+    ) -> wire::Result<()> {
         if roce.is_empty() {
             // No segment to fill: the error the hash gives a packet too short for one.
             return p.compute(roce).map(drop);
@@ -279,7 +285,7 @@ impl IdSolver {
             IpParams::V4 { id, .. } => id,
             IpParams::V6 { .. } => 0,
         };
-        self.fill_run(p, roce, roce.len(), |_| id)
+        self.fill_run(p, roce, roce.len(), |_| id, &[digest])
     }
 
     /// [`IdSolver::fill`] for every `seg`-byte segment of a GSO run (the last may be
@@ -288,19 +294,26 @@ impl IdSolver {
     /// once per run instead of once per segment (issue 12: with one look-up per segment
     /// they took ≈ 2 % of a 64 KiB sender's samples beside the CRC itself). A new peer is
     /// prepared on its second run, as [`PreparedCache::get`] prepares on its second ask.
+    ///
+    /// `digests[k]`, when present, is segment k's gathered payload and its CRC: the
+    /// prepared path then hashes the headers and the pad only and combines the payload
+    /// in ([`PreparedIcrc::compute_with_payload`]) — the payload was read once, by the
+    /// gather. Segments without one (or past the slice's end) are hashed in full.
     pub fn fill_run(
         &mut self,
         p: &IcrcParams,
         run: &mut [u8],
         seg: usize,
         id: impl Fn(usize) -> u16,
+        digests: &[Option<PayloadDigest>],
     ) -> wire::Result<()> {
         let p0 = with_id(p, 0);
         let prep = self.prepared.get(&p0);
         for (k, roce) in run.chunks_mut(seg.max(1)).enumerate() {
-            let base = match &prep {
-                Some(prep) => prep.compute(roce)?,
-                None => p0.compute(roce)?,
+            let base = match (&prep, digests.get(k).copied().flatten()) {
+                (Some(prep), Some(d)) => prep.compute_with_payload(roce, d.range(), d.crc)?,
+                (Some(prep), None) => prep.compute(roce)?,
+                (None, _) => p0.compute(roce)?,
             };
             // IPv6 has no ID: every segment is `base`.
             let c = match id(k) {
@@ -522,7 +535,7 @@ mod tests {
                     let p = params(local, peer, id).unwrap();
                     let mut want = pkt.clone();
                     p.fill(&mut want).unwrap();
-                    solver.fill(&p, &mut pkt).unwrap();
+                    solver.fill(&p, &mut pkt, None).unwrap();
                     assert_eq!(pkt, want, "payload {payload} round {round} id {id}");
                 }
             }
@@ -563,8 +576,36 @@ mod tests {
                     params(peer, local, k as u16).unwrap().fill(s).unwrap();
                 }
                 let p = params(peer, local, 0).unwrap();
-                solver.fill_run(&p, &mut run, seg, |k| k as u16).unwrap();
+                // Payload digests for every segment but the second (hashed in full):
+                // the payload from byte 16 to 5 before the end (a pad byte follows),
+                // none where that is empty.
+                let digest = |s: &[u8], flip: u32| {
+                    let end = s.len().checked_sub(5).filter(|&e| e > 16)?;
+                    let crc = softnic_transport::crc::update(0, &s[16..end]);
+                    PayloadDigest::at(16, end - 16, crc ^ flip)
+                };
+                let digests = |run: &[u8], flip| -> Vec<Option<PayloadDigest>> {
+                    let d = run.chunks(seg).map(|s| digest(s, flip));
+                    d.enumerate().map(|(k, d)| d.filter(|_| k != 1)).collect()
+                };
+                let (good, bad) = (digests(&run, 0), digests(&run, 1));
+                let mut with_bad = run.clone();
+                let mut with_digests = run.clone();
+                solver
+                    .fill_run(&p, &mut run, seg, |k| k as u16, &[])
+                    .unwrap();
                 assert_eq!(run, want, "{local} round {round}");
+                solver
+                    .fill_run(&p, &mut with_digests, seg, |k| k as u16, &good)
+                    .unwrap();
+                assert_eq!(with_digests, want, "{local} round {round}, digests");
+                // The digests are used (the peer is prepared after its first run): a
+                // wrong one gives a wrong ICRC.
+                solver
+                    .fill_run(&p, &mut with_bad, seg, |k| k as u16, &bad)
+                    .unwrap();
+                assert_eq!(with_bad[..seg - 4], want[..seg - 4]);
+                assert_ne!(with_bad[..seg], want[..seg], "{local} round {round}");
             }
         }
     }
