@@ -15,6 +15,7 @@ use crate::wr::{SendWr, Sge, MAX_SGE};
 /// Calls `f(sge, offset_in_sge, range_in_window)` for every piece of the window
 /// `[offset, offset + len)` of the SGE list. Fails with `OutOfRange` when the list is
 /// shorter than the window.
+#[inline(always)]
 fn walk(
     sges: &[Sge],
     mut offset: u64,
@@ -67,6 +68,7 @@ fn inline_window(data: &[u8], offset: u64, len: usize) -> Result<&[u8], MemError
 
 /// Copies the message window `[offset, offset + dst.len())` of a send WQE (its inline
 /// data, or its gather list read under `lkey`s) into `dst`.
+#[inline(always)]
 pub fn gather(
     pd: u32,
     wr: &SendWr,

@@ -96,6 +96,7 @@ fn crc_with_head(head: &mut Head, prefix_len: usize, body: &[u8]) -> Result<u32>
 /// BTH with byte 4 masked, then the rest straight from the packet. Hashing the rest in
 /// place matters: gathering it into a stack buffer first cost ~10 ns per 64-byte packet
 /// (docs/perf.md).
+#[inline(always)]
 fn crc_body(mut h: crc32fast::Hasher, body: &[u8]) -> Result<u32> {
     let Some((bth, rest)) = body.split_first_chunk::<{ bth::HEADER_LEN }>() else {
         return Err(Error::Truncated {

@@ -188,31 +188,37 @@ pub struct Transmit {
     pub digest: Option<PayloadDigest>,
 }
 
-/// A packet's payload position and CRC-32 (crc32fast's `hash` of those bytes).
+/// A packet's payload position and CRC-32 (crc32fast's `hash` of those bytes). Eight
+/// bytes, and `Option<PayloadDigest>` too (a digested payload is never empty): a small
+/// [`Transmit`] is cheap to return (docs/perf.md: its moves cost store-forwarding
+/// stalls), and a datagram is shorter than 64 KiB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PayloadDigest {
-    /// First payload byte, from the start of the packet (the BTH).
-    pub start: u32,
-    /// Payload bytes (the pad follows).
-    pub len: u32,
     /// CRC-32 of the payload.
     pub crc: u32,
+    /// First payload byte, from the start of the packet (the BTH).
+    pub start: u16,
+    /// Payload bytes (the pad follows).
+    pub len: core::num::NonZeroU16,
 }
 
 impl PayloadDigest {
-    /// The digest of `len` bytes at `start` (`None` past 4 GiB, which no packet reaches).
+    /// The digest of `len` bytes at `start`; `None` when they are empty or do not fit a
+    /// datagram.
     pub fn at(start: usize, len: usize, crc: u32) -> Option<PayloadDigest> {
         Some(PayloadDigest {
-            start: u32::try_from(start).ok()?,
-            len: u32::try_from(len).ok()?,
             crc,
+            start: u16::try_from(start).ok()?,
+            len: u16::try_from(len)
+                .ok()
+                .and_then(core::num::NonZeroU16::new)?,
         })
     }
 
     /// The payload's byte range in the packet.
     pub fn range(&self) -> core::ops::Range<usize> {
-        let start = self.start as usize;
-        start..start + self.len as usize
+        let start = usize::from(self.start);
+        start..start + usize::from(self.len.get())
     }
 }
 
