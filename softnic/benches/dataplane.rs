@@ -20,7 +20,9 @@
 //! ```
 //! Beside the 64 KiB figure it measures its floor in the same run ([`floor`]): the
 //! copies and ICRC passes a 4 KiB packet needs, with nothing else, and prints the
-//! NIC's figure as a share of it (`dataplane_write_64k_of_floor`).
+//! NIC's figure as a share of it (`dataplane_write_64k_of_floor`); and the same floor
+//! with the sender's single pass (`*_floor_fused_*`), the data work of today's send
+//! path.
 //! Prints `key value` lines: the best of 7 rounds of the thread's **CPU time**
 //! (`/proc/thread-self/schedstat`), so time the thread spends descheduled on a
 //! shared machine does not count, and the same in wall-clock time (`*_wall`). The
@@ -287,7 +289,13 @@ fn run(msg: usize, depth: usize, rounds: usize, inline: bool) -> Best {
 /// (no WQE, no headers, no parse, no transport state). `run`'s figure over this one
 /// is the share of the time that is data work; what is left is softnic's own
 /// per-packet and per-message work.
-fn floor(msg: usize, depth: usize, rounds: usize) -> Best {
+///
+/// `fused`: the sender's single pass (session 9) instead — the gather copy computes the
+/// payload's CRC as it copies (`crc::copy_update`, as `MemVec` and the NIC's mappings
+/// do) and the fill hashes the BTH only and combines that CRC in
+/// (`PreparedIcrc::compute_with_payload`, as `IdSolver::fill_run` does with a digest);
+/// the receive side is unchanged (a full check, then the scatter copy).
+fn floor(msg: usize, depth: usize, rounds: usize, fused: bool) -> Best {
     const MTU: usize = 4096;
     let src: Vec<u8> = (0..msg * depth).map(|i| (i * 7 + 1) as u8).collect();
     let mut dst = vec![0u8; msg * depth];
@@ -299,8 +307,15 @@ fn floor(msg: usize, depth: usize, rounds: usize) -> Best {
     pkt[0] = 0x07;
     let best = best_of_7(rounds, depth, || {
         for (s, d) in src.chunks_exact(MTU).zip(dst.chunks_exact_mut(MTU)) {
-            pkt[head..head + MTU].copy_from_slice(s);
-            icrc.fill(&mut pkt).expect("ICRC fill");
+            if fused {
+                let crc = softnic_transport::crc::copy_update(0, s, &mut pkt[head..head + MTU]);
+                let c = icrc.compute_with_payload(&pkt, head..head + MTU, crc);
+                let slot = pkt.len() - wire::ICRC_LEN;
+                pkt[slot..].copy_from_slice(&c.expect("ICRC fill").to_le_bytes());
+            } else {
+                pkt[head..head + MTU].copy_from_slice(s);
+                icrc.fill(&mut pkt).expect("ICRC fill");
+            }
             icrc.verify(&pkt).expect("ICRC verifies");
             d.copy_from_slice(&pkt[head..head + MTU]);
         }
@@ -336,11 +351,19 @@ fn main() {
         );
     }
     if want("big") || want("floor") {
-        let f = floor(64 << 10, 16, 3_000);
+        let f = floor(64 << 10, 16, 3_000, false);
         println!("dataplane_write_64k_floor_gbytes_per_s {:.2}", gbytes(f));
         if let Some(big) = big {
             // The NIC's rate as a share of the data work's alone (1 = no own cost).
             println!("dataplane_write_64k_of_floor {:.3}", f.cpu / big.cpu);
+        }
+        let f = floor(64 << 10, 16, 3_000, true);
+        println!(
+            "dataplane_write_64k_floor_fused_gbytes_per_s {:.2}",
+            gbytes(f)
+        );
+        if let Some(big) = big {
+            println!("dataplane_write_64k_of_floor_fused {:.3}", f.cpu / big.cpu);
         }
     }
 }
