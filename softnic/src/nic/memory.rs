@@ -28,11 +28,12 @@
 //! the NIC's own buffer: a concurrent client write can only make the copied bytes a mix
 //! of old and new values (what a DMA engine gives too), never undefined behaviour in the
 //! NIC's own memory. The gather's digest (`read_local_crc`, `read_remote_crc`: the
-//! payload's CRC for the ICRC) copies through `copy_update_raw`, which also takes the
-//! raw pointer, reads each byte once and hashes what it read, so the CRC is that of the
-//! bytes sent even while the client writes. Atomics use `AtomicU64::from_ptr` on the 8-byte target, which on
-//! x86-64 and aarch64 compiles to the same locked instructions the client's CPU atomics
-//! use, so a FETCH_ADD from the network and a `fetch_add` by the client serialize.
+//! payload's CRC for the ICRC) copies through softnic-crc's `copy_update_raw`, which
+//! also takes the raw pointer, reads each byte once and hashes what it read, so the CRC
+//! is that of the bytes sent even while the client writes. Atomics use
+//! `AtomicU64::from_ptr` on the 8-byte target, which on x86-64 and aarch64 compiles to
+//! the same locked instructions the client's CPU atomics use, so a FETCH_ADD from the
+//! network and a `fetch_add` by the client serialize.
 //! Files are checked, mapped and sealed by `verbs_api::os::map_peer_shm` (plain tmpfs
 //! memfds only, every page allocated, no shrinking, no hole punching), so no access can
 //! fault with SIGBUS. SysV segments are attached only when they are plain tmpfs pages
@@ -51,6 +52,7 @@ use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use softnic_transport::crc::copy_update_raw;
 use softnic_transport::memory::{Access, AtomicOp, MemError, Memory};
 use verbs_api::abi::control::{Handle, MrSegment, Request};
 
@@ -58,19 +60,6 @@ use super::copy_mr::ProcMem;
 use super::handles::HandleAlloc;
 use super::mr_view::View;
 use super::secret::{self, DrawError};
-
-/// Copies `dst.len()` bytes from `src` into `dst` and returns the CRC-32 `crc`
-/// continued over them. STAND-IN for `softnic_crc::copy_update_raw` (h1's fused copy,
-/// which reads each byte once): a copy, then crc32fast over the copy — the CRC is of
-/// the bytes in `dst` either way.
-///
-/// # Safety
-/// `src .. src + dst.len()` must be readable and must not overlap `dst`.
-unsafe fn copy_update_raw(crc: u32, src: *const u8, dst: &mut [u8]) -> u32 {
-    // SAFETY: the caller's contract.
-    unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
-    softnic_transport::crc::update(crc, dst)
-}
 
 /// Largest region, bytes (a sanity bound on what one client can make the NIC map).
 pub const MAX_MR_SIZE: u64 = 1 << 40;
