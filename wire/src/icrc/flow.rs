@@ -172,9 +172,6 @@ impl PreparedIcrc {
         let h = crc32fast::Hasher::new_with_initial(self.prefix_crc(roce.len()));
         let c = combine::combine(crc_body(h, head)?, payload_crc, payload.len())
             .ok_or(Error::Inconsistent("payload longer than a datagram"))?;
-        if pad.is_empty() {
-            return Ok(c); // a payload of a multiple of 4 bytes and nothing after it
-        }
         let mut h = crc32fast::Hasher::new_with_initial(c);
         h.update(pad);
         Ok(h.finalize())
