@@ -18,7 +18,8 @@
 //! ≥ 256 bytes take the kernel for their whole 16-byte blocks and crc32fast for the
 //! rest (< 16 bytes). Shorter inputs, other x86 CPUs, aarch64 and other arches use
 //! crc32fast (and, for the copies, a plain copy first, then the CRC of the copy — still
-//! one read of the source). Compilers older than 1.89 build the fallback only.
+//! one read of the source). Compilers older than 1.89 build the fallback only, and
+//! [`FORCE_FALLBACK_ENV`] (`SOFTNIC_CRC_FALLBACK=1`) makes a process take it on any CPU.
 //!
 //! # Unsafe
 //! Only in `x86.rs` (SIMD loads and stores through raw pointers, and calling
@@ -40,6 +41,12 @@
 mod consts;
 #[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
 mod x86;
+
+/// The environment variable that, set to anything non-empty, makes the process take the
+/// crc32fast fallback on every call, as on a CPU without AVX-512F + VPCLMULQDQ (read once,
+/// at the first call): to test and measure that path, the one other machines run, on a
+/// machine that has the kernel.
+pub const FORCE_FALLBACK_ENV: &str = "SOFTNIC_CRC_FALLBACK";
 
 /// Below this many bytes every function here is crc32fast (after a plain copy for the
 /// copying ones): a caller already holding a `crc32fast::Hasher` can keep using it for
