@@ -6,6 +6,9 @@ use std::{env, process::Command};
 
 fn main() {
     println!("cargo:rustc-check-cfg=cfg(softnic_crc_vpclmul)");
+    // Only this file decides (a new rustc rebuilds everything anyway): no rerun on each
+    // edit of the crate's sources.
+    println!("cargo:rerun-if-changed=build.rs");
     let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let minor = Command::new(rustc)
         .arg("--version")

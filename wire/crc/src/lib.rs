@@ -22,10 +22,12 @@
 //! [`FORCE_FALLBACK_ENV`] (`SOFTNIC_CRC_FALLBACK=1`) makes a process take it on any CPU.
 //!
 //! # Unsafe
-//! Only in `x86.rs` (SIMD loads and stores through raw pointers, and calling
-//! `#[target_feature]` functions after the run-time check) and in
-//! [`copy_update_raw`]'s contract. Sound because: every kernel call is preceded by
-//! the feature check; every load and store lies inside `[0, len)` of buffers the
+//! In `x86.rs` (SIMD loads and stores through raw pointers, and calling
+//! `#[target_feature]` functions after the run-time check), in this file's dispatch (the
+//! call into the kernel, the plain copy of what it leaves) and in [`copy_update_raw`]'s
+//! contract. Sound because: every kernel call is preceded by the feature check (and
+//! the intrinsics outside `unsafe` blocks are safe `#[target_feature]` functions, so
+//! the compiler checks each is called only where its features are enabled); every load and store lies inside `[0, len)` of buffers the
 //! caller vouches for (64-byte chunks below `len / 64`, then 16-byte blocks below
 //! `len / 16`); the source is only ever read through raw pointers, never a Rust
 //! reference, so a concurrent writer in another process can change what is read but
@@ -149,7 +151,8 @@ unsafe fn kernel<const COPY: bool>(
     (crc, 0)
 }
 
-/// [`update`] on `path` (which must be [`Path::runnable`], else panic).
+/// [`update`] on `path` (which must be [`Path::runnable`], else panic — in builds
+/// without the kernel `Wide` is the fallback).
 #[doc(hidden)]
 pub fn update_on(path: Path, crc: u32, data: &[u8]) -> u32 {
     // SAFETY: `data` is readable for its length; without COPY `dst` is never used.

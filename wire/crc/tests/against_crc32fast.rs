@@ -78,6 +78,16 @@ fn boundary_lengths_every_alignment() {
     }
 }
 
+/// Every length up to 1100 (all combinations of extra 64-byte chunks, 16-byte blocks
+/// and tail bytes, over one to four rounds), alignments varying with the length.
+#[test]
+fn every_length_to_1100() {
+    let data = bytes(1200, 11);
+    for len in 0..=1100 {
+        check(!(len as u32), &data, len % 64, (len * 7 + 3) % 64, len);
+    }
+}
+
 #[test]
 fn hash_of_empty_and_known_vector() {
     for path in Path::runnable() {
