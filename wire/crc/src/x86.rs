@@ -26,26 +26,32 @@ use crate::consts::{K_64, K_96, LANE_KEYS, MAX_LANES, MU_REFLECTED, P_REFLECTED,
 pub const MIN_LEN: usize = crate::WIDE_MIN_LEN;
 
 /// Whether this CPU runs the kernel; detected once, then one relaxed load.
-///
-/// [`crate::FORCE_FALLBACK_ENV`] set (non-empty) answers no, as on a CPU without the
-/// features: read at the same single detection, so the hot path does not pay for it.
 pub fn available() -> bool {
     static STATE: AtomicU8 = AtomicU8::new(0);
     match STATE.load(Ordering::Relaxed) {
         1 => false,
         2 => true,
         _ => {
-            let forced = std::env::var_os(crate::FORCE_FALLBACK_ENV).is_some_and(|v| !v.is_empty());
-            let yes = !forced
-                && is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("vpclmulqdq")
-                && is_x86_feature_detected!("pclmulqdq")
-                && is_x86_feature_detected!("sse4.1");
+            let yes = detect();
             STATE.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
             yes
         }
     }
+}
+
+/// The features every function here enables, unless [`crate::FORCE_FALLBACK_ENV`] is
+/// set (non-empty), which answers no as on a CPU without them. Out of line: the hot
+/// path is [`available`]'s load.
+#[cold]
+#[inline(never)]
+fn detect() -> bool {
+    let forced = std::env::var_os(crate::FORCE_FALLBACK_ENV).is_some_and(|v| !v.is_empty());
+    !forced
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("vpclmulqdq")
+        && is_x86_feature_detected!("pclmulqdq")
+        && is_x86_feature_detected!("sse4.1")
 }
 
 /// Loads the 16 bytes at `at` of `src` and, with `COPY`, stores them at `at` of `dst`.
