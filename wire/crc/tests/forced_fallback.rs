@@ -33,7 +33,7 @@ fn child() {
 
 #[test]
 fn env_forces_the_fallback() {
-    if std::env::var_os(FORCE_FALLBACK_ENV).is_some() {
+    if std::env::var_os(FORCE_FALLBACK_ENV).is_some_and(|v| !v.is_empty()) {
         return child();
     }
     let out = Command::new(std::env::current_exe().unwrap())
