@@ -27,12 +27,12 @@
 //! call into the kernel, the plain copy of what it leaves) and in [`copy_update_raw`]'s
 //! contract. Sound because: every kernel call is preceded by the feature check (and
 //! the intrinsics outside `unsafe` blocks are safe `#[target_feature]` functions, so
-//! the compiler checks each is called only where its features are enabled); every load and store lies inside `[0, len)` of buffers the
-//! caller vouches for (64-byte chunks below `len / 64`, then 16-byte blocks below
-//! `len / 16`); the source is only ever read through raw pointers, never a Rust
-//! reference, so a concurrent writer in another process can change what is read but
-//! not make it undefined (the same stance as `ptr::copy_nonoverlapping` in softnic's
-//! `nic/memory.rs`).
+//! the compiler checks each is called only where its features are enabled); every
+//! load and store lies inside `[0, len)` of buffers the caller vouches for (64-byte
+//! chunks below `len / 64`, then 16-byte blocks below `len / 16`); the source is only
+//! ever read through raw pointers, never a Rust reference, so a concurrent writer in
+//! another process can change what is read but not make it undefined (the same stance
+//! as `ptr::copy_nonoverlapping` in softnic's `nic/memory.rs`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 // Without the kernel only the constants' own tests use them.
