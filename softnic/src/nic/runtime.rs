@@ -615,10 +615,17 @@ impl Runtime {
                 let Some((bytes, peer, truncated, seg)) = self.batch.get(i) else {
                     continue;
                 };
-                // With GRO one entry holds several datagrams of `seg` bytes.
+                // With GRO one entry holds several datagrams of `seg` bytes, all from
+                // one sender: its ICRC look-ups are made once (`rx_icrc::Sender`).
+                let local = self.path.local;
+                let from = Origin {
+                    peer: peer.filter(|p| p.is_ipv4() == local.is_ipv4()),
+                    truncated,
+                    icrc: peer.and_then(|p| self.path.solver.sender(local, p)),
+                };
                 for (k, d) in bytes.chunks(seg.max(1)).enumerate() {
                     self.path.trace.rx(d);
-                    rx_one(&mut self.nic, &mut self.path, now, d, peer, truncated, k);
+                    rx_one(&mut self.nic, &mut self.path, now, d, &from, k);
                 }
             }
             total += n;
@@ -937,6 +944,16 @@ fn log_offloads(cfg: &Config, got: Offloads) {
     }
 }
 
+/// Where the datagrams of one GRO buffer came from.
+struct Origin {
+    /// The sender, if of this NIC's address family.
+    peer: Option<SocketAddr>,
+    /// The kernel truncated the buffer.
+    truncated: bool,
+    /// The sender's ICRC look-ups (`None` for another address family).
+    icrc: Option<rx_icrc::Sender>,
+}
+
 /// Handles one received datagram (the `position`-th of its GRO buffer): ICRC, parse,
 /// demultiplex, transport.
 fn rx_one(
@@ -944,22 +961,21 @@ fn rx_one(
     path: &mut PacketPath,
     now: Instant,
     bytes: &[u8],
-    peer: Option<SocketAddr>,
-    truncated: bool,
+    from: &Origin,
     position: usize,
 ) {
     let c = &mut path.counters;
     c.rx_datagrams += 1;
     c.rx_bytes += bytes.len() as u64;
-    if truncated {
+    if from.truncated {
         c.rx_drop_truncated += 1;
         return;
     }
-    let Some(peer) = peer.filter(|p| p.is_ipv4() == path.local.is_ipv4()) else {
+    let (Some(peer), Some(icrc)) = (from.peer, from.icrc.as_ref()) else {
         c.rx_drop_bad_source += 1;
         return;
     };
-    let verified = rx_icrc::verify_segment(&mut path.solver, path.local, peer, bytes, position);
+    let verified = path.solver.verify_from(icrc, bytes, position);
     if let Some(p) = path.pcap.as_mut() {
         let params = match &verified {
             Some((params, _)) => Some(*params),

@@ -409,32 +409,72 @@ pub fn verify_segment(
     roce: &[u8],
     position: usize,
 ) -> Option<(IcrcParams, IcrcPath)> {
-    let p0 = params(local, peer, 0)?;
-    let tail = roce.len().checked_sub(wire::ICRC_LEN)?;
-    let carried = u32::from_le_bytes(roce.get(tail..)?.try_into().ok()?);
-    let base = solver.prepared.compute(&p0, roce).ok()?;
-    if base == carried {
-        let path = match p0.ip {
-            IpParams::V4 { .. } => IcrcPath::Ipv4Id0,
-            IpParams::V6 { .. } => IcrcPath::Ipv6,
-        };
-        return Some((p0, path));
+    let from = solver.sender(local, peer)?;
+    solver.verify_from(&from, roce, position)
+}
+
+/// What [`verify_segment`] looks up per sender — its ID-0 parameters and their prepared
+/// form, compared field by field in the [`PreparedCache`] — made once for all the
+/// datagrams of one GRO buffer, which come from one sender (the receive side of
+/// [`IdSolver::fill_run`]; issue 12: per datagram these look-ups were ≈ 2–3 % of a
+/// 64 KiB WRITE receiver's samples beside the CRC itself). A new sender is prepared on
+/// its second buffer, as [`PreparedCache::get`] prepares on its second ask.
+#[derive(Debug, Clone, Copy)]
+pub struct Sender {
+    p0: IcrcParams,
+    prep: Option<PreparedIcrc>,
+}
+
+impl IdSolver {
+    /// The look-ups for datagrams from `peer` to `local`; `None` when the address
+    /// families differ (no ICRC can match).
+    pub fn sender(&mut self, local: SocketAddr, peer: SocketAddr) -> Option<Sender> {
+        let p0 = params(local, peer, 0)?;
+        Some(Sender {
+            p0,
+            prep: self.prepared.get(&p0),
+        })
     }
-    if let IpParams::V4 { .. } = p0.ip {
-        // The non-zero ID under which the ICRC matches: the datagram's position if it
-        // does (a full 32-bit check), else the ID solved from the difference (16 bits).
-        let c = solver.columns(&p0, roce, base)?;
-        let diff = base ^ carried;
-        let (id, path) = match u16::try_from(position).ok().filter(|&g| g != 0) {
-            Some(g) if c.of(g) == diff => (g, IcrcPath::Ipv4Segment),
-            _ => match c.basis.reduce(diff, 0) {
-                (0, id) => (id, IcrcPath::Ipv4Solved),
-                _ => return None,
-            },
-        };
-        return Some((params(local, peer, id)?, path));
+
+    /// [`verify_segment`] for a datagram from `from` (the steps of the module docs).
+    pub fn verify_from(
+        &mut self,
+        from: &Sender,
+        roce: &[u8],
+        position: usize,
+    ) -> Option<(IcrcParams, IcrcPath)> {
+        let p0 = &from.p0;
+        let tail = roce.len().checked_sub(wire::ICRC_LEN)?;
+        let carried = u32::from_le_bytes(roce.get(tail..)?.try_into().ok()?);
+        let base = match &from.prep {
+            Some(prep) => prep.compute(roce),
+            None => p0.compute(roce),
+        }
+        .ok()?;
+        if base == carried {
+            let path = match p0.ip {
+                IpParams::V4 { .. } => IcrcPath::Ipv4Id0,
+                IpParams::V6 { .. } => IcrcPath::Ipv6,
+            };
+            return Some((*p0, path));
+        }
+        if let IpParams::V4 { .. } = p0.ip {
+            // The non-zero ID under which the ICRC matches: the datagram's position if
+            // it does (a full 32-bit check), else the ID solved from the difference (16
+            // bits).
+            let c = self.columns(p0, roce, base)?;
+            let diff = base ^ carried;
+            let (id, path) = match u16::try_from(position).ok().filter(|&g| g != 0) {
+                Some(g) if c.of(g) == diff => (g, IcrcPath::Ipv4Segment),
+                _ => match c.basis.reduce(diff, 0) {
+                    (0, id) => (id, IcrcPath::Ipv4Solved),
+                    _ => return None,
+                },
+            };
+            return Some((with_id(p0, id), path));
+        }
+        None
     }
-    None
 }
 
 #[cfg(test)]
@@ -493,6 +533,57 @@ mod tests {
                 assert_eq!(from_wire, id);
             }
         }
+    }
+
+    /// A GRO buffer's datagrams are verified through one look-up of their sender: each
+    /// as `verify_segment` verifies it (path and recovered ID), a flipped bit rejects
+    /// its own datagram only, the sender is prepared on its second buffer, and the
+    /// look-ups of another sender (port) or address family match nothing.
+    #[test]
+    fn a_gro_buffer_is_verified_through_one_sender_look_up() {
+        let (local, peer) = addrs();
+        let mut solver = IdSolver::new();
+        let mut seg = packet();
+        seg.resize(12 + 1024 + 4, 0x5A);
+        let run: Vec<Vec<u8>> = (0u16..16)
+            .map(|k| {
+                let mut s = seg.clone();
+                s[20] = k as u8; // payload differs per segment
+                params(local, peer, k).unwrap().fill(&mut s).unwrap();
+                s
+            })
+            .collect();
+        for buffer in 0..2 {
+            let from = solver.sender(local, peer).unwrap();
+            assert_eq!(
+                from.prep.is_some(),
+                buffer == 1,
+                "prepared on the second buffer"
+            );
+            for (k, s) in run.iter().enumerate() {
+                let got = solver.verify_from(&from, s, k).unwrap();
+                let want = verify_segment(&mut IdSolver::new(), local, peer, s, k).unwrap();
+                assert_eq!(got, want, "segment {k}");
+                assert_eq!(got.0, params(local, peer, k as u16).unwrap());
+                let path = if k == 0 {
+                    IcrcPath::Ipv4Id0
+                } else {
+                    IcrcPath::Ipv4Segment
+                };
+                assert_eq!(got.1, path, "segment {k}");
+                let mut bad = s.clone();
+                bad[30] ^= 0x10;
+                assert!(solver.verify_from(&from, &bad, k).is_none(), "flip in {k}");
+            }
+        }
+        let other: SocketAddr = "127.0.0.2:49442".parse().unwrap();
+        let from = solver.sender(local, other).unwrap();
+        assert!(run
+            .iter()
+            .enumerate()
+            .all(|(k, s)| solver.verify_from(&from, s, k).is_none()));
+        let v6: SocketAddr = "[::1]:4791".parse().unwrap();
+        assert!(solver.sender(local, v6).is_none());
     }
 
     /// Segment k of a GSO send carries ID k: at position k it matches with the full
