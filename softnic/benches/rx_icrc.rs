@@ -12,6 +12,9 @@
 //! (`verify_segment`: the ID-0 CRC and a few XORs) against solving its ID (`verify`, as
 //! for an rxe peer's packet); `{size}B_cached_prepared` above is the ID-0 packet, the
 //! cost of the CRC alone.
+//!
+//! And a GRO buffer of 16 segments verified with a look-up of the sender per datagram
+//! against one per buffer (`IdSolver::sender`, `verify_from`).
 use std::net::SocketAddr;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -85,6 +88,34 @@ fn bench(c: &mut Criterion) {
         g.bench_function(format!("{total}B_gso_segment_id5_solved"), |b| {
             b.iter(|| {
                 rx_icrc::verify(&mut solver, local, std::hint::black_box(peer), &seg).unwrap()
+            })
+        });
+    }
+    // A GRO buffer of 16 GSO segments (IDs 0..15, as a 64 KiB WRITE arrives): each
+    // datagram looked up and verified on its own (`verify_segment`, the NIC before
+    // session 9) against one look-up of the sender for the buffer (`IdSolver::sender`,
+    // then `verify_from` per datagram, as `runtime::receive` does now).
+    for total in sizes {
+        let run: Vec<Vec<u8>> = (0..16u16)
+            .map(|k| packet_with_id(total, local, peer, k))
+            .collect();
+        g.throughput(Throughput::Bytes(16 * total as u64));
+        let mut solver = IdSolver::new();
+        g.bench_function(format!("{total}B_gro16_per_datagram_look_up"), |b| {
+            b.iter(|| {
+                let peer = std::hint::black_box(peer);
+                for (k, seg) in run.iter().enumerate() {
+                    rx_icrc::verify_segment(&mut solver, local, peer, seg, k).unwrap();
+                }
+            })
+        });
+        let mut solver = IdSolver::new();
+        g.bench_function(format!("{total}B_gro16_one_sender_look_up"), |b| {
+            b.iter(|| {
+                let from = solver.sender(local, std::hint::black_box(peer)).unwrap();
+                for (k, seg) in run.iter().enumerate() {
+                    solver.verify_from(&from, seg, k).unwrap();
+                }
             })
         });
     }
