@@ -755,6 +755,44 @@ mod tests {
         );
     }
 
+    /// The sending NIC's fused gather (`read_local_crc` / `read_remote_crc`, i.e.
+    /// `softnic_crc::copy_update_raw` on a mapped region) at lengths that reach the
+    /// SIMD kernel (≥ 256 bytes) and its tails, at odd offsets: the copy is the
+    /// client's bytes, and the CRC is crc32fast's over exactly those bytes, chained
+    /// across two calls (local then remote, and the other way round), as a payload
+    /// gathered from two SGEs or two packets is.
+    #[test]
+    fn fused_gather_hashes_exactly_the_bytes_it_copied_at_kernel_lengths() {
+        const MAP: usize = 3 * 65536;
+        let fd = verbs_api::os::memfd("mr", MAP).unwrap();
+        let view = verbs_api::os::map_shared(fd.as_fd(), MAP).unwrap();
+        let bytes: Vec<u8> = (0..MAP as u32)
+            .map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes()[2])
+            .collect();
+        // SAFETY: the test fills its own MAP-byte mapping; nothing else maps the memfd.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), view.as_mut_ptr(), MAP) };
+        let mut t = MrTable::new();
+        let (_, lkey, rkey) = t
+            .register(1, 10, fd.as_fd(), MAP, MAP as u64, 0xF, IOVA)
+            .unwrap();
+        for len in [256, 257, 300, 4096, 4112, 4099, 65536] {
+            for off in [0, 1, 7, 64, 4093] {
+                let want = &bytes[off..off + 2 * len];
+                let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
+                let va = IOVA + off as u64;
+                let c = t.read_local_crc(10, lkey, va, &mut a, 0).unwrap();
+                assert_eq!(c, crc32fast::hash(&want[..len]), "local {len} at +{off}");
+                let c = t.read_remote_crc(10, rkey, va + len as u64, &mut b, c);
+                assert_eq!(c, Ok(crc32fast::hash(want)), "chained {len} at +{off}");
+                assert!(a == want[..len] && b == want[len..], "copy {len} at +{off}");
+                let c = t.read_remote_crc(10, rkey, va, &mut a, 0).unwrap();
+                let c = t.read_local_crc(10, lkey, va + len as u64, &mut b, c);
+                assert_eq!(c, Ok(crc32fast::hash(want)), "remote first {len} +{off}");
+                assert!(a == want[..len] && b == want[len..], "copy {len} at +{off}");
+            }
+        }
+    }
+
     #[test]
     fn keys_pd_range_and_access_are_checked() {
         let (mut t, _, lkey, rkey, _v) = table_with(1 | 4, 4096);
