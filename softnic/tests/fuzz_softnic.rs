@@ -246,11 +246,21 @@ fn bounded_fuzz_run_against_a_softnic_nic_finds_nothing_and_reaches_every_rc_ans
 #[test]
 fn perftest_exchange_against_softnic_perf_write_bw_servers() {
     let nic = NicProc::start("fuzzperf", &addr(4), 4791, &[]);
-    let port = 20_000 + (std::process::id() % 20_000) as u16;
+    // A port the kernel says is free now. A port derived from the PID (as before) can be
+    // an ephemeral port another program's connection holds; once, on a busy machine,
+    // every server exited at once and the liveness probe found nobody listening (why was
+    // not captured then: the last server's stderr is now printed with the result).
+    let port = TcpListener::bind(("0.0.0.0", 0))
+        .and_then(|l| l.local_addr())
+        .expect("a free TCP port")
+        .port();
     let stop = Arc::new(AtomicBool::new(false));
     let served = Arc::new(AtomicU32::new(0));
+    // The last server's stderr, shown if the run fails (why servers exit at once).
+    let server_err = softnic_dir().join("fuzz-perf-server.err");
     let server = {
         let (stop, served, name) = (stop.clone(), served.clone(), nic.name.clone());
+        let server_err = server_err.clone();
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 let mut child = Command::new(env!("CARGO_BIN_EXE_softnic"))
@@ -258,7 +268,7 @@ fn perftest_exchange_against_softnic_perf_write_bw_servers() {
                     .env("SOFTNIC_DIR", softnic_dir())
                     .stdin(std::process::Stdio::null())
                     .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
+                    .stderr(std::fs::File::create(&server_err).expect("server stderr file"))
                     .spawn()
                     .expect("spawn softnic perf");
                 loop {
@@ -299,8 +309,9 @@ fn perftest_exchange_against_softnic_perf_write_bw_servers() {
         String::from_utf8_lossy(&out.stderr)
     );
     eprintln!(
-        "{text}\n({} servers exited)",
-        served.load(Ordering::Relaxed)
+        "{text}\n({} servers exited; the last one's stderr: {:?})",
+        served.load(Ordering::Relaxed),
+        std::fs::read_to_string(&server_err).unwrap_or_default()
     );
     assert!(out.status.success(), "a finding or an error: {text}");
     assert!(text.contains("(Perftest exchange)"), "{text}");
