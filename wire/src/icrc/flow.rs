@@ -12,7 +12,7 @@
 use core::ops::Range;
 
 use super::{
-    check, combine, crc_body, split_icrc, store, IcrcParams, IpParams, IPV4_HEADER_LEN,
+    check, combine, crc_body, short, split_icrc, store, IcrcParams, IpParams, IPV4_HEADER_LEN,
     LRH_STANDIN, UDP_HEADER_LEN,
 };
 use crate::bth;
@@ -147,8 +147,7 @@ impl PreparedIcrc {
     /// Computes the ICRC of `roce` (BTH … ICRC slot), as [`IcrcParams::compute`].
     pub fn compute(&self, roce: &[u8]) -> Result<u32> {
         let (body, _) = split_icrc(roce)?;
-        let h = crc32fast::Hasher::new_with_initial(self.prefix_crc(roce.len()));
-        crc_body(h, body)
+        crc_body(self.prefix_crc(roce.len()), body)
     }
 
     /// [`PreparedIcrc::compute`] for a packet whose bytes `roce[payload]` have CRC
@@ -169,12 +168,13 @@ impl PreparedIcrc {
         if payload.start < bth::HEADER_LEN || payload.start > payload.end {
             return Err(Error::Inconsistent("payload range overlaps the BTH"));
         }
-        let h = crc32fast::Hasher::new_with_initial(self.prefix_crc(roce.len()));
-        let c = combine::combine(crc_body(h, head)?, payload_crc, payload.len())
-            .ok_or(Error::Inconsistent("payload longer than a datagram"))?;
-        let mut h = crc32fast::Hasher::new_with_initial(c);
-        h.update(pad);
-        Ok(h.finalize())
+        let c = combine::combine(
+            crc_body(self.prefix_crc(roce.len()), head)?,
+            payload_crc,
+            payload.len(),
+        )
+        .ok_or(Error::Inconsistent("payload longer than a datagram"))?;
+        Ok(short::update(c, pad))
     }
 
     /// Verifies the ICRC carried at the end of `roce`.

@@ -23,6 +23,7 @@ use crate::{bth, ICRC_LEN};
 
 pub mod combine;
 mod flow;
+mod short;
 pub use flow::PreparedIcrc;
 
 /// IP-layer fields the ICRC covers.
@@ -68,36 +69,27 @@ const IPV6_HEADER_LEN: usize = 40;
 /// Most bytes the pseudo-headers (LRH stand-in + IP with options + UDP) can take.
 const PREFIX_MAX: usize = LRH_STANDIN.len() + 60 + UDP_HEADER_LEN;
 
-/// A stack buffer for the pseudo-headers followed by the masked BTH, hashed in one call.
-type Head = [u8; PREFIX_MAX + bth::HEADER_LEN];
+/// A stack buffer for the pseudo-headers.
+type Head = [u8; PREFIX_MAX];
 
-/// Finishes an ICRC whose pseudo-headers are `head[..prefix_len]`: appends the masked BTH
-/// of `body` to them and hashes that in one call, then the rest of `body` in place (one
-/// call over ~48 contiguous bytes beats two short ones: crc32fast hashes the tail of each
-/// call byte by byte).
-fn crc_with_head(head: &mut Head, prefix_len: usize, body: &[u8]) -> Result<u32> {
-    let Some((bth, rest)) = body.split_first_chunk::<{ bth::HEADER_LEN }>() else {
-        return Err(Error::Truncated {
-            layer: Layer::Bth,
-            need: bth::HEADER_LEN,
-            have: body.len(),
-        });
-    };
-    let end = prefix_len + bth::HEADER_LEN;
-    head[prefix_len..end].copy_from_slice(bth);
-    head[prefix_len + 4] = 0xFF;
-    let mut h = crc32fast::Hasher::new();
-    h.update(&head[..end]);
-    Ok(finish(h, rest))
+/// Below this many bytes a body's rest (extension headers, payload, pad after the BTH) is
+/// hashed by the table walk in `short.rs`; from it on by softnic-crc (crc32fast below
+/// [`softnic_crc::WIDE_MIN_LEN`], where crc32fast's own short path is a slice-by-16 table).
+const SHORT_MAX: usize = 64;
+
+/// Finishes an ICRC whose pseudo-headers are `head[..prefix_len]`: hashes them, then
+/// `body` as [`crc_body`] does.
+fn crc_with_head(head: &Head, prefix_len: usize, body: &[u8]) -> Result<u32> {
+    crc_body(short::update(0, &head[..prefix_len]), body)
 }
 
-/// Continues `h` — which stands after the LRH stand-in and the masked IP/UDP headers (a
+/// Continues `crc` — the CRC after the LRH stand-in and the masked IP/UDP headers (a
 /// [`PreparedIcrc`]'s prefix CRC) — over `body` (BTH … last byte before the ICRC): the
 /// BTH with byte 4 masked, then the rest straight from the packet. Hashing the rest in
 /// place matters: gathering it into a stack buffer first cost ~10 ns per 64-byte packet
 /// (docs/perf.md).
 #[inline(always)]
-fn crc_body(mut h: crc32fast::Hasher, body: &[u8]) -> Result<u32> {
+fn crc_body(crc: u32, body: &[u8]) -> Result<u32> {
     let Some((bth, rest)) = body.split_first_chunk::<{ bth::HEADER_LEN }>() else {
         return Err(Error::Truncated {
             layer: Layer::Bth,
@@ -105,29 +97,18 @@ fn crc_body(mut h: crc32fast::Hasher, body: &[u8]) -> Result<u32> {
             have: body.len(),
         });
     };
-    // Byte 4 masked as one 8-byte store: crc32fast reads the first 8 bytes as one
-    // word, and a word spanning an earlier 12-byte copy and a later 1-byte store
-    // cannot be forwarded from the store buffer (a ~15-cycle stall per packet).
-    let (head, tail) = bth.split_at(8);
-    let mut lo = [0u8; 8];
-    lo.copy_from_slice(head);
-    let lo = u64::from_le_bytes(lo) | 0xFF << 32;
-    let mut masked = [0u8; bth::HEADER_LEN];
-    masked[..8].copy_from_slice(&lo.to_le_bytes());
-    masked[8..].copy_from_slice(tail);
-    h.update(&masked);
-    Ok(finish(h, rest))
+    Ok(finish(short::update_masked_bth(crc, bth), rest))
 }
 
-/// Finishes `h` over `rest`: a body of [`softnic_crc::WIDE_MIN_LEN`] bytes or more
-/// through softnic-crc's parallel-fold kernel (≈ 9 % faster than crc32fast per 4 KiB,
-/// docs/perf.md), a short one in `h` as before (no second hasher for an 8-byte payload).
-fn finish(mut h: crc32fast::Hasher, rest: &[u8]) -> u32 {
-    if rest.len() < softnic_crc::WIDE_MIN_LEN {
-        h.update(rest);
-        return h.finalize();
+/// Finishes `crc` over `rest`: a short one by the table walk (no hasher to set up for an
+/// 8-byte payload), a long one through softnic-crc (its parallel-fold kernel from
+/// [`softnic_crc::WIDE_MIN_LEN`] bytes on, ≈ 9 % faster than crc32fast per 4 KiB,
+/// docs/perf.md).
+fn finish(crc: u32, rest: &[u8]) -> u32 {
+    if rest.len() < SHORT_MAX {
+        return short::update(crc, rest);
     }
-    softnic_crc::update(h.finalize(), rest)
+    softnic_crc::update(crc, rest)
 }
 
 /// Splits a RoCEv2 UDP payload into the part the ICRC covers and the carried ICRC.
@@ -197,10 +178,10 @@ impl IcrcParams {
     /// are the ICRC slot and are not covered).
     pub fn compute(&self, roce: &[u8]) -> Result<u32> {
         let (body, _) = split_icrc(roce)?;
-        let mut head: Head = [0; PREFIX_MAX + bth::HEADER_LEN];
+        let mut head: Head = [0; PREFIX_MAX];
         head[..LRH_STANDIN.len()].copy_from_slice(&LRH_STANDIN);
         let n = self.pseudo_headers(roce.len(), &mut head[LRH_STANDIN.len()..]);
-        crc_with_head(&mut head, LRH_STANDIN.len() + n, body)
+        crc_with_head(&head, LRH_STANDIN.len() + n, body)
     }
 
     /// Verifies the ICRC carried at the end of `roce`.
@@ -262,7 +243,7 @@ pub fn compute_from_headers(ip_header: &[u8], udp_header: &[u8], roce: &[u8]) ->
         _ => return Err(Error::NotRoce("IP version is neither 4 nor 6")),
     }
     crate::error::check_len(Layer::Udp, udp_header, UDP_HEADER_LEN)?;
-    let mut head: Head = [0; PREFIX_MAX + bth::HEADER_LEN];
+    let mut head: Head = [0; PREFIX_MAX];
     let lrh = LRH_STANDIN.len();
     head[..lrh].copy_from_slice(&LRH_STANDIN);
     head[lrh..lrh + n].copy_from_slice(&ip[..n]);
@@ -270,7 +251,7 @@ pub fn compute_from_headers(ip_header: &[u8], udp_header: &[u8], roce: &[u8]) ->
     head[udp..udp + UDP_HEADER_LEN].copy_from_slice(&udp_header[..UDP_HEADER_LEN]);
     head[udp + 6] = 0xFF; // UDP checksum masked
     head[udp + 7] = 0xFF;
-    crc_with_head(&mut head, udp + UDP_HEADER_LEN, body)
+    crc_with_head(&head, udp + UDP_HEADER_LEN, body)
 }
 
 /// Verifies the ICRC of `roce` against raw captured IP and UDP headers.
