@@ -307,14 +307,10 @@ impl IdSolver {
         id: impl Fn(usize) -> u16,
         digests: &[Option<PayloadDigest>],
     ) -> wire::Result<()> {
-        let p0 = with_id(p, 0);
-        let prep = self.prepared.get(&p0);
+        let flow = self.flow(with_id(p, 0));
+        let p0 = flow.p0;
         for (k, roce) in run.chunks_mut(seg.max(1)).enumerate() {
-            let base = match (&prep, digests.get(k).copied().flatten()) {
-                (Some(prep), Some(d)) => prep.compute_with_payload(roce, d.range(), d.crc)?,
-                (Some(prep), None) => prep.compute(roce)?,
-                (None, _) => p0.compute(roce)?,
-            };
+            let base = flow.id0_icrc(roce, digests.get(k).copied().flatten())?;
             // IPv6 has no ID: every segment is `base`.
             let c = match id(k) {
                 i if i == 0 || !matches!(p.ip, IpParams::V4 { .. }) => base,
@@ -416,24 +412,41 @@ pub fn verify_segment(
 /// What [`verify_segment`] looks up per sender — its ID-0 parameters and their prepared
 /// form, compared field by field in the [`PreparedCache`] — made once for all the
 /// datagrams of one GRO buffer, which come from one sender (the receive side of
-/// [`IdSolver::fill_run`]; issue 12: per datagram these look-ups were ≈ 2–3 % of a
-/// 64 KiB WRITE receiver's samples beside the CRC itself). A new sender is prepared on
-/// its second buffer, as [`PreparedCache::get`] prepares on its second ask.
+/// [`IdSolver::fill_run`], which makes the same look-ups once per GSO run; issue 12: per
+/// datagram these look-ups were ≈ 2–3 % of a 64 KiB WRITE receiver's samples beside the
+/// CRC itself). A new sender is prepared on its second buffer, as
+/// [`PreparedCache::get`] prepares on its second ask.
 #[derive(Debug, Clone, Copy)]
 pub struct Sender {
     p0: IcrcParams,
     prep: Option<PreparedIcrc>,
 }
 
+impl Sender {
+    /// The ICRC of `roce` under ID 0: through the prepared form when there is one (with
+    /// the payload combined in by its `digest` if given), else hashed in full.
+    fn id0_icrc(&self, roce: &[u8], digest: Option<PayloadDigest>) -> wire::Result<u32> {
+        match (&self.prep, digest) {
+            (Some(prep), Some(d)) => prep.compute_with_payload(roce, d.range(), d.crc),
+            (Some(prep), None) => prep.compute(roce),
+            (None, _) => self.p0.compute(roce),
+        }
+    }
+}
+
 impl IdSolver {
     /// The look-ups for datagrams from `peer` to `local`; `None` when the address
     /// families differ (no ICRC can match).
     pub fn sender(&mut self, local: SocketAddr, peer: SocketAddr) -> Option<Sender> {
-        let p0 = params(local, peer, 0)?;
-        Some(Sender {
+        Some(self.flow(params(local, peer, 0)?))
+    }
+
+    /// The per-peer look-ups for the ID-0 parameters `p0`.
+    fn flow(&mut self, p0: IcrcParams) -> Sender {
+        Sender {
             p0,
             prep: self.prepared.get(&p0),
-        })
+        }
     }
 
     /// [`verify_segment`] for a datagram from `from` (the steps of the module docs).
@@ -446,11 +459,7 @@ impl IdSolver {
         let p0 = &from.p0;
         let tail = roce.len().checked_sub(wire::ICRC_LEN)?;
         let carried = u32::from_le_bytes(roce.get(tail..)?.try_into().ok()?);
-        let base = match &from.prep {
-            Some(prep) => prep.compute(roce),
-            None => p0.compute(roce),
-        }
-        .ok()?;
+        let base = from.id0_icrc(roce, None).ok()?;
         if base == carried {
             let path = match p0.ip {
                 IpParams::V4 { .. } => IcrcPath::Ipv4Id0,

@@ -22,8 +22,7 @@
 //! most 16 for any datagram — no per-length state, no allocation, nothing a peer or a
 //! client can make the NIC build.
 
-/// zlib's reflected CRC-32 polynomial.
-const POLY: u32 = 0xEDB8_8320;
+use super::POLY;
 
 /// `a · b mod P` in the reflected representation (bit 31 is `x^0`), zlib's `multmodp`.
 const fn multmodp(a: u32, mut b: u32) -> u32 {

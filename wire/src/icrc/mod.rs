@@ -66,6 +66,10 @@ const UDP_HEADER_LEN: usize = 8;
 const IPV4_HEADER_LEN: usize = 20;
 const IPV6_HEADER_LEN: usize = 40;
 
+/// The reflected CRC-32 polynomial (IEEE 802.3, zlib), for the table code in `short.rs`
+/// and `combine.rs`.
+const POLY: u32 = 0xEDB8_8320;
+
 /// Most bytes the pseudo-headers (LRH stand-in + IP with options + UDP) can take.
 const PREFIX_MAX: usize = LRH_STANDIN.len() + 60 + UDP_HEADER_LEN;
 

@@ -8,8 +8,7 @@
 //! The semantics are crc32fast's: `update(c, d)` is
 //! `Hasher::new_with_initial(c)` updated with `d` and finalized.
 
-/// Reflected CRC-32 polynomial (IEEE 802.3, zlib).
-const POLY: u32 = 0xEDB8_8320;
+use super::POLY;
 
 /// `T[k][b]`: the CRC register after byte `b` followed by `k` zero bytes.
 const fn tables() -> [[u32; 256]; 8] {
