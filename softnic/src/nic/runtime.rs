@@ -99,6 +99,10 @@ const RX_BATCHES: usize = 4;
 /// Bytes reserved per packet in the transmit buffer (path MTU + headers, with room).
 const TX_SLOT: usize = 4096 + 512;
 
+/// Room a run started inside the transmit buffer needs behind its start: the longest
+/// run and the slot of the packet that ends it.
+const RUN_ROOM: usize = super::udp::GSO_MAX_BYTES + TX_SLOT;
+
 /// Packets one QP may send per iteration (fairness between QPs).
 const TX_BUDGET: usize = 64;
 
@@ -684,19 +688,22 @@ impl Runtime {
             };
             let mut budget = TX_BUDGET;
             while budget > 0 {
-                let off = run.k * run.seg;
+                let off = run.end();
                 if run.k > 0
                     && (run.closed
                         || run.k >= max
                         || off + TX_SLOT > self.tx_buf.len()
-                        || off + run.seg > super::udp::GSO_MAX_BYTES)
+                        || off - run.base + run.seg > super::udp::GSO_MAX_BYTES)
                 {
                     sent += run.send(&mut self.path, now, &mut self.tx_buf, &self.tx_digests);
                     continue;
                 }
-                let Some(t) =
-                    e.qp.poll_transmit(now, &mut self.tx_buf[off..off + TX_SLOT], mrs)
-                else {
+                // Read in place, field by field: copied out of the `Option`, its
+                // `SocketAddr` was loaded in pieces straddling the callee's stores, a
+                // store-forwarding stall per packet (docs/perf.md, session 10).
+                let polled =
+                    e.qp.poll_transmit(now, &mut self.tx_buf[off..off + TX_SLOT], mrs);
+                let Some(t) = polled.as_ref() else {
                     break;
                 };
                 budget -= 1;
@@ -704,13 +711,21 @@ impl Runtime {
                     continue; // lost on purpose: not kept, the next packet reuses its slot
                 }
                 if run.k == 0 {
-                    run = Run::start(t.len, t.dest);
+                    run = Run::start(off, t.len, t.dest);
                     self.tx_digests[0] = t.digest;
-                } else if Some(t.dest) != run.dest || t.len > run.seg {
-                    // Does not fit: send the run, then this packet starts the next one.
+                } else if run.dest.as_ref() != Some(&t.dest) || t.len > run.seg {
+                    // Does not fit: send the run, then this packet starts the next one
+                    // where it lies (a 64 KiB WRITE's First packet, after the previous
+                    // message's Middles: no 4 KiB copy per message), or at the start
+                    // of the buffer when a whole run would not fit behind it.
                     sent += run.send(&mut self.path, now, &mut self.tx_buf, &self.tx_digests);
-                    self.tx_buf.copy_within(off..off + t.len, 0);
-                    run = Run::start(t.len, t.dest);
+                    let base = if off + RUN_ROOM <= self.tx_buf.len() {
+                        off
+                    } else {
+                        self.tx_buf.copy_within(off..off + t.len, 0);
+                        0
+                    };
+                    run = Run::start(base, t.len, t.dest);
                     self.tx_digests[0] = t.digest;
                 } else {
                     if let Some(d) = self.tx_digests.get_mut(run.k) {
@@ -886,10 +901,12 @@ impl Runtime {
     }
 }
 
-/// A GSO run being built in the transmit buffer: `k` packets at a stride of `seg`
-/// bytes (the last `last_len`), all to `dest`.
+/// A GSO run being built in the transmit buffer: `k` packets from `base` at a stride of
+/// `seg` bytes (the last `last_len`), all to `dest`.
 #[derive(Debug, Default)]
 struct Run {
+    /// Where the run's first packet starts in the buffer.
+    base: usize,
     k: usize,
     seg: usize,
     last_len: usize,
@@ -899,14 +916,21 @@ struct Run {
 }
 
 impl Run {
-    fn start(len: usize, dest: SocketAddr) -> Run {
+    fn start(base: usize, len: usize, dest: SocketAddr) -> Run {
         Run {
+            base,
             k: 1,
             seg: len,
             last_len: len,
             dest: Some(dest),
             closed: false,
         }
+    }
+
+    /// Where the next packet goes: after the run's `k` packets (the buffer's start once
+    /// the run was sent).
+    fn end(&self) -> usize {
+        self.base + self.k * self.seg
     }
 
     /// Sends the run (one `sendmsg`) and empties it; returns its packet count.
@@ -918,11 +942,12 @@ impl Run {
         digests: &[Option<PayloadDigest>],
     ) -> usize {
         let k = std::mem::take(&mut self.k);
+        let base = std::mem::take(&mut self.base);
         let Some(d) = self.dest.take().filter(|_| k > 0) else {
             return 0;
         };
         let total = (k - 1) * self.seg + self.last_len;
-        if let Some(run) = buf.get_mut(..total) {
+        if let Some(run) = buf.get_mut(base..base + total) {
             let digests = digests.get(..k).unwrap_or_default();
             path.transmit_run(now, (run, self.seg), digests, d);
         }
