@@ -1077,3 +1077,58 @@ fn rx_one(
         Err(source::Mismatch::Port) => c.rx_drop_source_port += 1,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A packet path on a GSO socket bound to 127.0.0.1, without faults or capture.
+    fn loopback_path() -> PacketPath {
+        let want = Offloads {
+            gso: true,
+            gro: false,
+        };
+        let io = UdpIo::bind_with("127.0.0.1:0".parse().expect("addr"), want).expect("bind");
+        PacketPath {
+            local: io.local_addr(),
+            io,
+            fault: FaultInjector::new(Default::default()),
+            pcap: None,
+            counters: NicCounters::default(),
+            solver: rx_icrc::IdSolver::new(),
+            trace: Trace::new(None, &Clock::new()),
+        }
+    }
+
+    /// A run that starts inside the transmit buffer (where a packet that did not fit the
+    /// run before it was written) is sent from there, not from the buffer's start, and
+    /// the run after it starts at the buffer's start again.
+    #[test]
+    fn a_run_started_inside_the_buffer_is_sent_from_its_base() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind receiver");
+        rx.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let dest = rx.local_addr().expect("addr");
+        let mut path = loopback_path();
+        let (base, seg) = (300, 64);
+        // What lies before `base` (an earlier run's packets) must not be sent.
+        let mut buf = vec![0xAA; 1024];
+        for (i, b) in buf[base..base + 2 * seg].iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        let mut run = Run::start(base, seg, dest);
+        run.k = 2;
+        assert_eq!(run.end(), base + 2 * seg);
+        let sent = run.send(&mut path, Clock::new().now(), &mut buf, &[None, None]);
+        assert_eq!(sent, 2);
+        assert_eq!(run.end(), 0, "the next run starts at the buffer's start");
+        for k in 0..2 {
+            let mut d = [0u8; 256];
+            let n = rx.recv(&mut d).expect("a segment of the run");
+            assert_eq!(n, seg);
+            // The ICRC (the last four bytes) was filled in; the rest is the packet.
+            let want: Vec<u8> = (k * seg..(k + 1) * seg - 4).map(|i| i as u8).collect();
+            assert_eq!(d[..seg - 4], want[..], "segment {k}");
+        }
+    }
+}
