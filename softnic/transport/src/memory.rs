@@ -118,6 +118,23 @@ pub trait Memory {
     /// response); requires [`Access::LOCAL_WRITE`].
     fn write_local(&mut self, pd: u32, lkey: u32, va: u64, src: &[u8]) -> Result<(), MemError>;
 
+    /// [`Memory::write_local`] that also continues the CRC-32 `crc` over `src` and
+    /// returns it: the receiver's single pass (a payload placed before its ICRC is
+    /// checked, whose check then combines this CRC in instead of hashing the payload;
+    /// `qp::placement`). The default writes, then hashes `src`; the NIC's mappings do
+    /// both in one pass.
+    fn write_local_crc(
+        &mut self,
+        pd: u32,
+        lkey: u32,
+        va: u64,
+        src: &[u8],
+        crc: u32,
+    ) -> Result<u32, MemError> {
+        self.write_local(pd, lkey, va, src)?;
+        Ok(crate::crc::update(crc, src))
+    }
+
     /// Checks that `[va, va + len)` of region `rkey` grants `access`, without touching
     /// memory (a responder validates the whole RETH range on the first packet).
     fn check_remote(
@@ -148,6 +165,20 @@ pub trait Memory {
 
     /// Copies into region `rkey` for an RDMA WRITE; requires REMOTE_WRITE.
     fn write_remote(&mut self, pd: u32, rkey: u32, va: u64, src: &[u8]) -> Result<(), MemError>;
+
+    /// [`Memory::write_remote`] with the CRC of `src`, as [`Memory::write_local_crc`]
+    /// (an RDMA WRITE packet's payload placed before its ICRC is checked).
+    fn write_remote_crc(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        src: &[u8],
+        crc: u32,
+    ) -> Result<u32, MemError> {
+        self.write_remote(pd, rkey, va, src)?;
+        Ok(crate::crc::update(crc, src))
+    }
 
     /// Executes an atomic on the 8-byte target at `va` and returns the original value;
     /// requires REMOTE_ATOMIC and 8-byte alignment. Must be atomic with respect to every

@@ -15,6 +15,8 @@
 mod common;
 
 use common::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use proptest::prelude::*;
 use softnic_transport::memory::Access;
 use softnic_transport::qp::{RxeCompat, PATH_MTUS};
@@ -91,15 +93,19 @@ struct Expect {
 }
 
 fn run(seed: u64, mtu: u32, faults: Faults, ops: Vec<Op>) -> Result<(), TestCaseError> {
-    run_with(seed, mtu, faults, ops, false)
+    run_with(seed, mtu, faults, ops, false, false)
 }
 
+/// `fused`: both sides receive through the single pass (`Pair::fused_receive`: payloads
+/// placed where `Qp::placement` says before their ICRC is checked), and every placed
+/// packet's handling must make exactly the placed write.
 fn run_with(
     seed: u64,
     mtu: u32,
     faults: Faults,
     ops: Vec<Op>,
     retry_forever: bool,
+    fused: bool,
 ) -> Result<(), TestCaseError> {
     let cfg = PairConfig {
         mtu,
@@ -110,6 +116,7 @@ fn run_with(
     };
     let mut p = Pair::connect(cfg, seed);
     p.faults = faults;
+    p.fused_receive = fused;
     if retry_forever {
         let compat = RxeCompat {
             retry_cnt_7_is_infinite: true,
@@ -272,6 +279,8 @@ fn run_with(
             p.b.qp.counters()
         );
     }
+    prop_assert_eq!(p.stats.place_mismatch, 0, "{:?}", p.stats);
+    PLACED.fetch_add(p.stats.placed, Ordering::Relaxed);
     for (i, (node, b)) in [(&mut p.a, &ba), (&mut p.b, &bb)].into_iter().enumerate() {
         let got: Vec<Completion> = drain(node);
         let sends: Vec<_> = got
@@ -396,8 +405,35 @@ proptest! {
     /// Up to 30% loss with unlimited retries (the rxe opt-in): still exactly once.
     #[test]
     fn rc_matches_the_model_under_heavy_faults((seed, mtu, faults, ops) in case_with(harsh_faults())) {
-        run_with(seed, mtu, faults, ops, true)?;
+        run_with(seed, mtu, faults, ops, true, false)?;
     }
+
+    /// The receiver's single pass (`qp::placement`) under the same faults, corruption
+    /// included: payloads written before their ICRC is checked — corrupt ones too —
+    /// leave memory equal to the model, and handling makes exactly each placed write.
+    #[test]
+    fn rc_matches_the_model_with_the_single_pass((seed, mtu, faults, ops) in case()) {
+        run_with(seed, mtu, faults, ops, false, true)?;
+    }
+}
+
+/// Packets placed before their ICRC check, over all cases run in this process.
+static PLACED: AtomicU64 = AtomicU64::new(0);
+
+/// The single-pass property above places packets at all (else it tests nothing).
+#[test]
+fn the_single_pass_property_places_packets() {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let before = PLACED.load(Ordering::Relaxed);
+    runner
+        .run(&case(), |(seed, mtu, faults, ops)| {
+            run_with(seed, mtu, faults, ops, false, true)
+        })
+        .unwrap();
+    assert!(
+        PLACED.load(Ordering::Relaxed) > before,
+        "nothing was placed"
+    );
 }
 
 /// The same property without faults, as a baseline that isolates model bugs.
@@ -613,5 +649,5 @@ fn regression_read_first_response_lost_repeatedly() {
             },
         ],
     );
-    run_with(seed, mtu, faults, ops.to_vec(), true).unwrap();
+    run_with(seed, mtu, faults, ops.to_vec(), true, false).unwrap();
 }

@@ -346,42 +346,17 @@ impl Qp {
         if progress {
             self.on_progress(now);
         }
-        let mtu = self.mtu();
+        let offset = match self.read_response_at(p, info, pkt.payload.len()) {
+            Ok(offset) => offset,
+            Err(ReadMiss::ImpliedNak) => return self.implied_nak(),
+            Err(ReadMiss::Drop) => {
+                self.counters.drop_unexpected_response += 1;
+                return;
+            }
+        };
         let Some(head) = self.req.sq.front() else {
-            self.counters.drop_unexpected_response += 1;
             return;
         };
-        if head.kind != Kind::Read || !head.started || !head.contains(p) {
-            // A response for a later PSN while an earlier READ/atomic is unanswered:
-            // implied NAK.
-            if head.started && head.kind.is_rd_atomic() && forward(head.first_psn, p) > 0 {
-                self.implied_nak();
-            } else {
-                self.counters.drop_unexpected_response += 1;
-            }
-            return;
-        }
-        if p != self.req.win.oldest_unacked() {
-            // Response PSNs skipped: the missing ones were lost (IBTA 9.7.5.1.4).
-            self.implied_nak();
-            return;
-        }
-        let k = forward(head.first_psn, p);
-        let offset = u64::from(k) * u64::from(mtu);
-        let expect = u64::from(head.len)
-            .saturating_sub(offset)
-            .min(u64::from(mtu));
-        // Positions count from the request that produced the response: the original
-        // READ (from `first_psn`) or the latest retry (from `req_psn`). Both streams
-        // carry the same bytes at the same PSNs, so either is accepted.
-        let retried = forward(head.first_psn, head.req_psn);
-        let pos_ok = info.position == position(k, head.npkts)
-            || (k >= retried
-                && info.position == position(k - retried, head.npkts - retried.min(head.npkts)));
-        if !pos_ok || pkt.payload.len() as u64 != expect {
-            self.counters.drop_unexpected_response += 1;
-            return;
-        }
         let last = p == head.last_psn();
         let sges = head.wr.sges;
         let n = head.wr.num_sge;
@@ -395,6 +370,50 @@ impl Qp {
             self.retire_head(WcStatus::Success);
         }
         self.on_progress(now);
+    }
+
+    /// Where the `plen`-byte payload of the READ response at PSN `p` goes in the
+    /// head WQE's scatter list (its message offset), or why it is not taken: an
+    /// earlier READ/atomic left unanswered or response PSNs skipped (implied NAK, IBTA
+    /// 9.7.5.1.4), or a position or length that is not this READ's. The one rule for
+    /// a READ response's destination, shared with the placement query
+    /// (`placement.rs`).
+    pub(super) fn read_response_at(
+        &self,
+        p: Psn,
+        info: &OpcodeInfo,
+        plen: usize,
+    ) -> Result<u64, ReadMiss> {
+        let mtu = self.mtu();
+        let head = self.req.sq.front().ok_or(ReadMiss::Drop)?;
+        if head.kind != Kind::Read || !head.started || !head.contains(p) {
+            // A response for a later PSN while an earlier READ/atomic is unanswered:
+            // implied NAK.
+            if head.started && head.kind.is_rd_atomic() && forward(head.first_psn, p) > 0 {
+                return Err(ReadMiss::ImpliedNak);
+            }
+            return Err(ReadMiss::Drop);
+        }
+        if p != self.req.win.oldest_unacked() {
+            // Response PSNs skipped: the missing ones were lost (IBTA 9.7.5.1.4).
+            return Err(ReadMiss::ImpliedNak);
+        }
+        let k = forward(head.first_psn, p);
+        let offset = u64::from(k) * u64::from(mtu);
+        let expect = u64::from(head.len)
+            .saturating_sub(offset)
+            .min(u64::from(mtu));
+        // Positions count from the request that produced the response: the original
+        // READ (from `first_psn`) or the latest retry (from `req_psn`). Both streams
+        // carry the same bytes at the same PSNs, so either is accepted.
+        let retried = forward(head.first_psn, head.req_psn);
+        let pos_ok = info.position == position(k, head.npkts)
+            || (k >= retried
+                && info.position == position(k - retried, head.npkts - retried.min(head.npkts)));
+        if !pos_ok || plen as u64 != expect {
+            return Err(ReadMiss::Drop);
+        }
+        Ok(offset)
     }
 
     fn handle_atomic_ack(&mut self, now: Instant, pkt: &ParsedPacket<'_>, mem: &mut dyn Memory) {
@@ -453,4 +472,13 @@ impl Qp {
             }
         }
     }
+}
+
+/// Why a READ response is not placed ([`Qp::read_response_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReadMiss {
+    /// Responses are missing before it: the requester retries (implied NAK).
+    ImpliedNak,
+    /// Not a response this requester expects: dropped and counted.
+    Drop,
 }

@@ -38,6 +38,7 @@ mod counters;
 mod cwnd;
 mod events;
 mod peer_rtt;
+mod placement;
 mod requester;
 mod responder;
 mod responses;
@@ -59,6 +60,7 @@ use crate::wr::{Completion, Queue, RecvWr, SendOp, SendWr, WcOpcode, WcStatus, M
 pub use counters::QpCounters;
 pub use cwnd::{MAX_OUTSTANDING_PSNS, MIN_CWND};
 pub use peer_rtt::{PeerRtt, STALE_RTOS};
+pub use placement::{Placed, Placement, Target};
 pub use requester::{ACK_REQ_INTERVAL, DEEP_QUEUE};
 pub use responder::{disposition, Disposition, NakKind, RespError};
 pub use rto::{AckTimer, MIN_RTO};
@@ -220,6 +222,14 @@ impl PayloadDigest {
         let start = usize::from(self.start);
         start..start + usize::from(self.len.get())
     }
+}
+
+/// Why [`Qp::admit`] refused a packet (each its own drop counter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    Opcode,
+    Pkey,
+    State,
 }
 
 /// Why [`Qp::modify`] refused.
@@ -863,32 +873,38 @@ impl Qp {
         mem: &mut dyn Memory,
     ) {
         self.counters.packets_received += 1;
-        let Some(info) = pkt.repr.bth.opcode.info() else {
-            self.counters.drop_bad_opcode += 1;
-            return;
-        };
+        match self.admit(pkt) {
+            Ok(info) if info.is_request() => self.handle_request(now, src, pkt, info, mem),
+            Ok(info) => self.handle_response(now, pkt, info, mem),
+            Err(Refused::Opcode) => self.counters.drop_bad_opcode += 1,
+            Err(Refused::Pkey) => self.counters.drop_bad_pkey += 1,
+            Err(Refused::State) => self.counters.drop_bad_state += 1,
+        }
+    }
+
+    /// The checks every packet passes before the requester or responder sees it: a
+    /// known opcode of this QP's transport, the default partition, and a state that
+    /// takes requests (responses: an RC QP that can complete). Shared with the
+    /// placement query (`placement.rs`).
+    fn admit(&self, pkt: &wire::ParsedPacket<'_>) -> Result<&'static wire::OpcodeInfo, Refused> {
+        let info = pkt.repr.bth.opcode.info().ok_or(Refused::Opcode)?;
         // IBTA 9.6.1.1 / 10.9.1: only the default partition exists here; compare the
         // 15-bit key, the membership bit aside.
         if pkt.repr.bth.pkey & 0x7FFF != 0x7FFF {
-            self.counters.drop_bad_pkey += 1;
-            return;
+            return Err(Refused::Pkey);
         }
         if info.transport != self.qp_type.transport() {
-            self.counters.drop_bad_opcode += 1;
-            return;
+            return Err(Refused::Opcode);
         }
-        if info.is_request() {
-            if !self.state.can_receive() {
-                self.counters.drop_bad_state += 1;
-                return;
-            }
-            self.handle_request(now, src, pkt, info, mem);
+        let ok = if info.is_request() {
+            self.state.can_receive()
         } else {
-            if !self.state.can_complete() || self.qp_type != QpType::Rc {
-                self.counters.drop_bad_state += 1;
-                return;
-            }
-            self.handle_response(now, pkt, info, mem);
+            self.state.can_complete() && self.qp_type == QpType::Rc
+        };
+        if ok {
+            Ok(info)
+        } else {
+            Err(Refused::State)
         }
     }
 

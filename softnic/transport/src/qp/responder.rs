@@ -223,6 +223,34 @@ pub(super) struct InMsg {
     pub dma_len: u64,
 }
 
+impl InMsg {
+    /// Where the next `plen` bytes of this WRITE go (under `rkey`): right after the
+    /// bytes placed so far, if the RETH's DMA length has room for them (IBTA
+    /// 9.7.4.2.5). The one rule for a WRITE packet's destination, shared with the
+    /// placement query (`placement.rs`).
+    pub(super) fn write_at(&self, plen: u64) -> Result<u64, RespError> {
+        if self.written + plen > self.dma_len {
+            return Err(RespError::Length);
+        }
+        Ok(self.va.wrapping_add(self.written))
+    }
+}
+
+/// The scatter list and message offset where the next `plen` bytes of a SEND go in its
+/// receive WQE `recv` (`written` bytes placed so far), if the WQE has room for them
+/// (IBTA 9.7.4.2.5). Shared with the placement query (`placement.rs`).
+pub(super) fn send_window(
+    recv: &RecvWr,
+    written: u64,
+    plen: usize,
+) -> Result<(&[crate::wr::Sge], u64), RespError> {
+    let sges = sgl::used(&recv.sges, recv.num_sge);
+    if written + plen as u64 > sgl::total_len(sges) {
+        return Err(RespError::Length);
+    }
+    Ok((sges, written))
+}
+
 /// Responder state.
 #[derive(Debug)]
 pub(super) struct Responder {
@@ -310,7 +338,7 @@ impl Responder {
 
 /// Checks a RC/UC request payload length against its position (IBTA 9.7.4.2.5):
 /// First and Middle carry exactly one path MTU, Last 1..=MTU, Only 0..=MTU.
-fn check_packet_len(pos: Position, len: usize, mtu: u32) -> Result<(), RespError> {
+pub(super) fn check_packet_len(pos: Position, len: usize, mtu: u32) -> Result<(), RespError> {
     let mtu = mtu as usize;
     let ok = match pos {
         Position::First | Position::Middle => len == mtu,
@@ -452,7 +480,7 @@ impl Qp {
 
     /// IBTA 9.7.4.2.2: Middle/Last only continue the same operation; First/Only only
     /// start a message.
-    fn check_opcode_sequence(&self, info: &OpcodeInfo) -> Result<(), RespError> {
+    pub(super) fn check_opcode_sequence(&self, info: &OpcodeInfo) -> Result<(), RespError> {
         let ok = match (&self.resp.cur, info.position.starts()) {
             (Some(c), false) => c.op == info.operation,
             (None, true) => true,
@@ -466,7 +494,7 @@ impl Qp {
     }
 
     /// IBTA 9.7.4.2.3 / 10.2.3: the QP's own access flags gate remote operations.
-    fn check_qp_access(&self, info: &OpcodeInfo) -> Result<(), RespError> {
+    pub(super) fn check_qp_access(&self, info: &OpcodeInfo) -> Result<(), RespError> {
         let need = match info.operation {
             Operation::Write => Access::REMOTE_WRITE,
             Operation::ReadRequest => Access::REMOTE_READ,
@@ -512,11 +540,7 @@ impl Qp {
         let Some(recv) = cur.recv else {
             return Err(RespError::OpcodeSequence);
         };
-        let sges = sgl::used(&recv.sges, recv.num_sge);
-        if cur.written + pkt.payload.len() as u64 > sgl::total_len(sges) {
-            return Err(RespError::Length);
-        }
-        let at = cur.written;
+        let (sges, at) = send_window(&recv, cur.written, pkt.payload.len())?;
         sgl::scatter(self.pd, sges, at, pkt.payload, mem).map_err(|_| RespError::LocalWrite)?;
         cur.written += pkt.payload.len() as u64;
         if pos.ends() {
@@ -641,17 +665,10 @@ impl Qp {
             return Err(RespError::OpcodeSequence);
         };
         let plen = pkt.payload.len() as u64;
-        if cur.written + plen > cur.dma_len {
-            return Err(RespError::Length);
-        }
+        let va = cur.write_at(plen)?;
         if plen > 0 {
-            mem.write_remote(
-                self.pd,
-                cur.rkey,
-                cur.va.wrapping_add(cur.written),
-                pkt.payload,
-            )
-            .map_err(map_remote)?;
+            mem.write_remote(self.pd, cur.rkey, va, pkt.payload)
+                .map_err(map_remote)?;
         }
         cur.written += plen;
         if pos.ends() {
