@@ -47,6 +47,17 @@ counters! {
         rx_icrc_solved,
         /// IPv6 packets whose ICRC matched (full check).
         rx_icrc_ipv6,
+        /// Packets whose payload was written into memory in the pass that hashed it,
+        /// before their ICRC was checked, and whose ICRC then matched (the receiver's
+        /// single pass, `rx_place.rs`; counted among the paths above too).
+        rx_placed_fused,
+        /// Packets whose payload was written so, and whose ICRC then failed: dropped
+        /// and counted in `rx_drop_bad_icrc` as any other (the bytes lie where the
+        /// retransmission will write them).
+        rx_placed_bad_icrc,
+        /// Of the placed packets whose ICRC matched, those whose handling did not make the placed write: the
+        /// transport's placement query and its handling disagree (a bug; 0).
+        rx_placed_mismatch,
         /// Dropped: bad ICRC.
         rx_drop_bad_icrc,
         /// Dropped: datagram larger than the receive slot (truncated by the kernel).

@@ -30,7 +30,10 @@
 //! NIC's own memory. The gather's digest (`read_local_crc`, `read_remote_crc`: the
 //! payload's CRC for the ICRC) copies through softnic-crc's `copy_update_raw`, which
 //! also takes the raw pointer, reads each byte once and hashes what it read, so the CRC
-//! is that of the bytes sent even while the client writes. Atomics use
+//! is that of the bytes sent even while the client writes. The receiver's single pass
+//! (`write_remote_crc`, `write_local_crc`: a payload placed before its ICRC is
+//! checked, `softnic_transport::qp::placement`) writes through `copy_update_to_raw`,
+//! the same with the raw pointer as the destination, hashing the NIC's own buffer. Atomics use
 //! `AtomicU64::from_ptr` on the 8-byte target, which on x86-64 and aarch64 compiles to
 //! the same locked instructions the client's CPU atomics use, so a FETCH_ADD from the
 //! network and a `fetch_add` by the client serialize.
@@ -52,7 +55,7 @@ use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use softnic_transport::crc::copy_update_raw;
+use softnic_transport::crc::{copy_update_raw, copy_update_to_raw};
 use softnic_transport::memory::{Access, AtomicOp, MemError, Memory};
 use verbs_api::abi::control::{Handle, MrSegment, Request};
 
@@ -592,18 +595,54 @@ impl MrTable {
         Ok(unsafe { copy_update_raw(crc, p, dst) })
     }
 
-    fn copy_in(r: &Region, va: u64, src: &[u8]) -> Result<(), MemError> {
+    /// Copies `src` to `[va, va + src.len())` of `r`; with `crc`, continues that CRC
+    /// over `src` in the same pass and returns it (else returns 0).
+    fn copy_in(r: &Region, va: u64, src: &[u8], crc: Option<u32>) -> Result<u32, MemError> {
         let off = r.offset(va, src.len() as u64)?;
         if src.is_empty() {
-            return Ok(());
+            return Ok(crc.unwrap_or(0));
         }
         if let Backing::Copy(m) = &r.backing {
-            return m.write(va, src);
+            m.write(va, src)?;
+            return Ok(crc.map_or(0, |c| softnic_transport::crc::update(c, src)));
         }
         let p = r.ptr(off).ok_or(MemError::AccessDenied)?;
-        // SAFETY: as in copy_out, with the direction reversed.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
-        Ok(())
+        let Some(crc) = crc else {
+            // SAFETY: as in copy_out, with the direction reversed.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+            return Ok(0);
+        };
+        // SAFETY: as in copy_out, with the direction reversed: `copy_update_to_raw`
+        // writes the mapping through the raw pointer only and hashes `src`, the NIC's
+        // own buffer (the receiver's single pass, `qp::placement`).
+        Ok(unsafe { copy_update_to_raw(crc, src, p) })
+    }
+
+    fn write_local_with(
+        &self,
+        pd: u32,
+        lkey: u32,
+        va: u64,
+        src: &[u8],
+        crc: Option<u32>,
+    ) -> Result<u32, MemError> {
+        let r = self.local(pd, lkey)?;
+        if !r.access.contains(Access::LOCAL_WRITE) {
+            return Err(MemError::AccessDenied);
+        }
+        Self::copy_in(r, va, src, crc)
+    }
+
+    fn write_remote_with(
+        &self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        src: &[u8],
+        crc: Option<u32>,
+    ) -> Result<u32, MemError> {
+        let r = self.remote(pd, rkey, (va, src.len() as u64), Access::REMOTE_WRITE)?;
+        Self::copy_in(r, va, src, crc)
     }
 }
 
@@ -626,11 +665,18 @@ impl Memory for MrTable {
     }
 
     fn write_local(&mut self, pd: u32, lkey: u32, va: u64, src: &[u8]) -> Result<(), MemError> {
-        let r = self.local(pd, lkey)?;
-        if !r.access.contains(Access::LOCAL_WRITE) {
-            return Err(MemError::AccessDenied);
-        }
-        Self::copy_in(r, va, src)
+        self.write_local_with(pd, lkey, va, src, None).map(drop)
+    }
+
+    fn write_local_crc(
+        &mut self,
+        pd: u32,
+        lkey: u32,
+        va: u64,
+        src: &[u8],
+        crc: u32,
+    ) -> Result<u32, MemError> {
+        self.write_local_with(pd, lkey, va, src, Some(crc))
     }
 
     fn check_remote(
@@ -663,8 +709,18 @@ impl Memory for MrTable {
     }
 
     fn write_remote(&mut self, pd: u32, rkey: u32, va: u64, src: &[u8]) -> Result<(), MemError> {
-        let r = self.remote(pd, rkey, (va, src.len() as u64), Access::REMOTE_WRITE)?;
-        Self::copy_in(r, va, src)
+        self.write_remote_with(pd, rkey, va, src, None).map(drop)
+    }
+
+    fn write_remote_crc(
+        &mut self,
+        pd: u32,
+        rkey: u32,
+        va: u64,
+        src: &[u8],
+        crc: u32,
+    ) -> Result<u32, MemError> {
+        self.write_remote_with(pd, rkey, va, src, Some(crc))
     }
 
     fn invalidate(&mut self, pd: u32, rkey: u32) -> Result<(), MemError> {
@@ -791,6 +847,52 @@ mod tests {
                 assert!(a == want[..len] && b == want[len..], "copy {len} at +{off}");
             }
         }
+    }
+
+    /// The receiver's single pass (`write_local_crc`, `write_remote_crc`: a payload
+    /// written into a mapped region as it is hashed) at kernel lengths and odd offsets:
+    /// the client sees exactly the payload, the CRC is crc32fast's over it, chained
+    /// across two calls; and the access rules are those of the plain writes.
+    #[test]
+    fn fused_writes_place_and_hash_exactly_the_payload() {
+        const MAP: usize = 3 * 65536;
+        let fd = verbs_api::os::memfd("mr", MAP).unwrap();
+        let view = verbs_api::os::map_shared(fd.as_fd(), MAP).unwrap();
+        let mut t = MrTable::new();
+        let (_, lkey, rkey) = t
+            .register(1, 10, fd.as_fd(), MAP, MAP as u64, 0xF, IOVA)
+            .unwrap();
+        let payload: Vec<u8> = (0..2 * 65536u32).map(|i| (i * 13 + 5) as u8).collect();
+        for len in [256, 257, 300, 4096, 4112, 4099, 65536] {
+            for off in [0, 1, 7, 64, 4093] {
+                let want = &payload[..2 * len];
+                let va = IOVA + off as u64;
+                let c = t.write_local_crc(10, lkey, va, &want[..len], 0).unwrap();
+                assert_eq!(c, crc32fast::hash(&want[..len]), "local {len} at +{off}");
+                let c = t.write_remote_crc(10, rkey, va + len as u64, &want[len..], c);
+                assert_eq!(c, Ok(crc32fast::hash(want)), "chained {len} at +{off}");
+                let mut got = vec![0u8; 2 * len];
+                // SAFETY: reads the test's own mapping, inside its MAP bytes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(view.as_ptr().add(off), got.as_mut_ptr(), 2 * len)
+                };
+                assert!(got == want, "placed {len} at +{off}");
+            }
+        }
+        let (mut t, _, lkey, rkey, _view) = table_with(0, 4096);
+        let p = [1u8; 300];
+        assert_eq!(
+            t.write_local_crc(10, lkey, IOVA, &p, 0),
+            Err(MemError::AccessDenied)
+        );
+        assert_eq!(
+            t.write_remote_crc(10, rkey, IOVA, &p, 0),
+            Err(MemError::AccessDenied)
+        );
+        assert_eq!(
+            t.write_remote_crc(11, rkey, IOVA, &p, 0),
+            Err(MemError::InvalidKey)
+        );
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub mod rings;
 pub mod rng;
 pub mod runtime;
 pub mod rx_icrc;
+pub mod rx_place;
 pub mod secret;
 pub mod signals;
 pub mod source;

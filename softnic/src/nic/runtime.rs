@@ -78,6 +78,7 @@ use super::pcap::PcapWriter;
 use super::ready::ActiveSet;
 use super::rings::DRAIN_BUDGET;
 use super::rx_icrc::{self, IcrcPath};
+use super::rx_place;
 use super::signals;
 use super::source;
 use super::state::{Nic, NicInfo};
@@ -979,8 +980,9 @@ struct Origin {
     icrc: Option<rx_icrc::Sender>,
 }
 
-/// Handles one received datagram (the `position`-th of its GRO buffer): ICRC, parse,
-/// demultiplex, transport.
+/// Handles one received datagram (the `position`-th of its GRO buffer): parse, ICRC,
+/// demultiplex, transport — the payload of a packet the transport may place before its
+/// check written and hashed in one pass first (`rx_place.rs`).
 fn rx_one(
     nic: &mut Nic,
     path: &mut PacketPath,
@@ -1000,7 +1002,16 @@ fn rx_one(
         c.rx_drop_bad_source += 1;
         return;
     };
-    let verified = path.solver.verify_from(icrc, bytes, position);
+    // Parsed once, for the placement and for handling. Borrowed from the `Result`, not
+    // moved out of it: moving the ~200-byte parsed packet cost a `memcpy` call per
+    // packet (2 % of the dataplane bench at 64 KiB).
+    let parsed = PacketRepr::parse(bytes);
+    let placed = match &parsed {
+        Ok(pkt) => rx_place::place_received(nic, pkt, peer),
+        Err(_) => None,
+    };
+    let digest = placed.map(|s| s.digest);
+    let verified = path.solver.verify_with(icrc, bytes, position, digest);
     if let Some(p) = path.pcap.as_mut() {
         let params = match &verified {
             Some((params, _)) => Some(*params),
@@ -1022,13 +1033,11 @@ fn rx_one(
                 c.rx_drop_parse_truncated += 1;
             } else {
                 c.rx_drop_bad_icrc += 1;
+                c.rx_placed_bad_icrc += u64::from(placed.is_some());
             }
             return;
         }
     }
-    // Borrowed from the `Result`, not moved out of it: moving the ~200-byte parsed
-    // packet cost a `memcpy` call per packet (2 % of the dataplane bench at 64 KiB).
-    let parsed = PacketRepr::parse(bytes);
     let pkt = match &parsed {
         Ok(p) => p,
         Err(e) => {
@@ -1045,12 +1054,16 @@ fn rx_one(
         c.rx_drop_unknown_qpn += 1;
         return;
     };
+    let mrs = &mut nic.mrs;
+    let payload = pkt.payload;
     match source::check(e.qp.qp_type(), e.qp.attrs().remote, peer) {
         Ok(()) => {
             match e.qp.srq().and_then(|h| Some((h, nic.srqs.get_mut(&h)?))) {
                 Some((h, s)) => {
                     s.refill(c);
-                    e.qp.handle_packet_srq(now, peer, pkt, &mut nic.mrs, &mut s.srq);
+                    rx_place::handle(placed.as_ref(), mrs, payload, c, |m| {
+                        e.qp.handle_packet_srq(now, peer, pkt, m, &mut s.srq)
+                    });
                     // A WQE the packet took frees its ring slot (before this
                     // iteration's completions are written: no walk over every SRQ).
                     if s.backlog() {
@@ -1067,7 +1080,9 @@ fn rx_one(
                 }
                 None => {
                     e.refill_recv(now, c);
-                    e.qp.handle_packet(now, peer, pkt, &mut nic.mrs)
+                    rx_place::handle(placed.as_ref(), mrs, payload, c, |m| {
+                        e.qp.handle_packet(now, peer, pkt, m)
+                    })
                 }
             }
             // It may have a response, an ACK or a completion now: visit it.

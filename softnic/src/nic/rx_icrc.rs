@@ -456,10 +456,25 @@ impl IdSolver {
         roce: &[u8],
         position: usize,
     ) -> Option<(IcrcParams, IcrcPath)> {
+        self.verify_with(from, roce, position, None)
+    }
+
+    /// [`IdSolver::verify_from`] with the payload's CRC already known (`digest`: the
+    /// receiver's single pass hashed it as it placed it, `rx_place.rs`): the prepared
+    /// path hashes the headers and the pad only and combines the payload in, as the
+    /// send path's fill does. The same steps, paths and answers; without a prepared
+    /// form for the sender the datagram is hashed in full.
+    pub fn verify_with(
+        &mut self,
+        from: &Sender,
+        roce: &[u8],
+        position: usize,
+        digest: Option<PayloadDigest>,
+    ) -> Option<(IcrcParams, IcrcPath)> {
         let p0 = &from.p0;
         let tail = roce.len().checked_sub(wire::ICRC_LEN)?;
         let carried = u32::from_le_bytes(roce.get(tail..)?.try_into().ok()?);
-        let base = from.id0_icrc(roce, None).ok()?;
+        let base = from.id0_icrc(roce, digest).ok()?;
         if base == carried {
             let path = match p0.ip {
                 IpParams::V4 { .. } => IcrcPath::Ipv4Id0,
@@ -593,6 +608,39 @@ mod tests {
             .all(|(k, s)| solver.verify_from(&from, s, k).is_none()));
         let v6: SocketAddr = "[::1]:4791".parse().unwrap();
         assert!(solver.sender(local, v6).is_none());
+    }
+
+    /// With the payload's CRC known (the receiver's single pass) every datagram gets
+    /// the answer it gets hashed in full — ID 0, segment ID, solved — and a wrong CRC,
+    /// or a flipped payload bit under the right one, is rejected once the sender is
+    /// prepared (its second buffer).
+    #[test]
+    fn a_known_payload_crc_gives_the_same_answers() {
+        let (local, peer) = addrs();
+        let mut solver = IdSolver::new();
+        let mut seg = packet();
+        seg.resize(12 + 1024 + 4, 0x3C);
+        for buffer in 0..2 {
+            let from = solver.sender(local, peer).unwrap();
+            for (k, id) in [(0usize, 0u16), (3, 3), (5, 0x15e9)] {
+                let mut s = seg.clone();
+                s[40] = k as u8;
+                params(local, peer, id).unwrap().fill(&mut s).unwrap();
+                let crc = softnic_transport::crc::update(0, &s[12..12 + 1024]);
+                let d = |c| PayloadDigest::at(12, 1024, c);
+                let want = solver.verify_from(&from, &s, k);
+                assert!(want.is_some());
+                assert_eq!(solver.verify_with(&from, &s, k, d(crc)), want, "{k}");
+                let mut bad = s.clone();
+                bad[100] ^= 1;
+                assert!(solver.verify_with(&from, &bad, k, d(crc ^ 1)).is_none());
+                if buffer == 1 {
+                    // Prepared: the digest is used, not the bytes.
+                    assert!(solver.verify_with(&from, &s, k, d(crc ^ 1)).is_none());
+                    assert!(solver.verify_with(&from, &bad, k, d(crc)).is_some());
+                }
+            }
+        }
     }
 
     /// Segment k of a GSO send carries ID k: at position k it matches with the full

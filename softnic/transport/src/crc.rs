@@ -3,4 +3,4 @@
 //! The NIC takes `copy_update_raw` from here for its shared mappings (a raw source
 //! pointer, never a `&[u8]` over client memory); this crate itself has no unsafe code.
 
-pub use softnic_crc::{copy_update, copy_update_raw, update};
+pub use softnic_crc::{copy_update, copy_update_raw, copy_update_to_raw, update};

@@ -79,6 +79,20 @@ pub unsafe fn copy_update_raw(crc: u32, src: *const u8, dst: &mut [u8]) -> u32 {
     unsafe { copy_update_raw_on(Path::auto(), crc, src, dst) }
 }
 
+/// The same into a raw destination: copies `src` to `dst` and returns
+/// `update(crc, src)`, reading each source byte once (the receiver's single pass: a
+/// packet's payload, the NIC's own buffer, written into a client's shared mapping).
+///
+/// # Safety
+/// `dst` is valid for writes of `src.len()` bytes and does not overlap `src`. The
+/// destination may be read or written concurrently by another process (shared
+/// memory): the CRC is of `src`, whatever happens there. No Rust reference to the
+/// destination is formed.
+pub unsafe fn copy_update_to_raw(crc: u32, src: &[u8], dst: *mut u8) -> u32 {
+    // SAFETY: the caller's contract is this function's.
+    unsafe { copy_update_to_raw_on(Path::auto(), crc, src, dst) }
+}
+
 /// An implementation, for tests and benches to run each one this CPU can run.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,6 +191,22 @@ pub fn copy_update_on(path: Path, crc: u32, src: &[u8], dst: &mut [u8]) -> u32 {
     // SAFETY: `src` is a shared slice of `dst.len()` bytes, so readable, and cannot
     // overlap the exclusive `dst`.
     unsafe { copy_update_raw_on(path, crc, src.as_ptr(), dst) }
+}
+
+/// [`copy_update_to_raw`] on `path`.
+///
+/// # Safety
+/// As [`copy_update_to_raw`].
+#[doc(hidden)]
+pub unsafe fn copy_update_to_raw_on(path: Path, crc: u32, src: &[u8], dst: *mut u8) -> u32 {
+    // SAFETY: `src` is readable for its length; the caller vouches for `src.len()`
+    // writable destination bytes not overlapping it.
+    let (crc, done) = unsafe { kernel::<true>(path, crc, src.as_ptr(), dst, src.len()) };
+    let rest = &src[done..];
+    // SAFETY: `dst + done .. dst + src.len()` is writable (the caller's contract) and
+    // does not overlap `rest`, part of `src`. The CRC is of `src`, the bytes written.
+    unsafe { core::ptr::copy_nonoverlapping(rest.as_ptr(), dst.add(done), rest.len()) };
+    fallback(crc, rest)
 }
 
 /// [`copy_update_raw`] on `path`.

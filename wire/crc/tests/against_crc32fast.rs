@@ -3,7 +3,7 @@
 //! line, random initial CRCs, chained updates, and the fused copies' bytes.
 
 use proptest::prelude::*;
-use softnic_crc::{copy_update_on, copy_update_raw_on, update_on, Path};
+use softnic_crc::{copy_update_on, copy_update_raw_on, copy_update_to_raw_on, update_on, Path};
 
 /// crc32fast from a finished CRC (the reference).
 fn reference(crc: u32, data: &[u8]) -> u32 {
@@ -59,6 +59,19 @@ fn check(crc: u32, data: &[u8], src_off: usize, dst_off: usize, len: usize) {
         let got = unsafe { copy_update_raw_on(path, crc, src.as_ptr(), &mut raw) };
         assert_eq!(got, want, "copy_update_raw {path:?} len {len}");
         assert_eq!(raw, src);
+        let mut out = vec![0xA5u8; dst_off + len + 64];
+        // SAFETY: `out[dst_off..]` has `len` writable bytes, not overlapping `src`.
+        let got = unsafe { copy_update_to_raw_on(path, crc, src, out.as_mut_ptr().add(dst_off)) };
+        assert_eq!(got, want, "copy_update_to_raw {path:?} len {len}");
+        assert_eq!(&out[dst_off..dst_off + len], src, "copied bytes {path:?}");
+        assert!(
+            out[..dst_off].iter().all(|&b| b == 0xA5),
+            "wrote before dst"
+        );
+        assert!(
+            out[dst_off + len..].iter().all(|&b| b == 0xA5),
+            "wrote past dst"
+        );
     }
 }
 
