@@ -1,8 +1,10 @@
 //! softnic's own cost per message, without sockets: two RC QPs in one process, each
 //! message going client SQ ring → WQE check and conversion (`nic::wqe`) → transport →
-//! ICRC fill (the NIC's prepared per-peer path) → ICRC check (`rx_icrc::verify`, as on
-//! receive) → parse → transport, the ACKs the same way back, then the completion as a
-//! CQE through the CQ ring to the client. No kernel, no threads, no sleeping.
+//! ICRC fill (the NIC's prepared per-peer path) → parse → the receiver's single pass
+//! where the transport allows it (`nic::rx_place`: payload written and hashed at once)
+//! → ICRC check (`IdSolver::verify_with`, as on receive) → transport, the ACKs the same
+//! way back, then the completion as a CQE through the CQ ring to the client. No
+//! kernel, no threads, no sleeping.
 //!
 //! The rings are the real shared-memory rings (`verbs_api::abi::ring`, in an anonymous
 //! mapping), used as the client library and the NIC use them: the client pushes a batch
@@ -20,9 +22,9 @@
 //! ```
 //! Beside the 64 KiB figure it measures its floor in the same run ([`floor`]): the
 //! copies and ICRC passes a 4 KiB packet needs, with nothing else, and prints the
-//! NIC's figure as a share of it (`dataplane_write_64k_of_floor`); and the same floor
-//! with the sender's single pass (`*_floor_fused_*`), the data work of today's send
-//! path.
+//! NIC's figure as a share of it (`dataplane_write_64k_of_floor`); the same floor
+//! with the sender's single pass (`*_floor_fused_*`); and with both sides' single
+//! passes (`*_floor_single_pass_*`), the data work of today's send and receive paths.
 //! Prints `key value` lines: the best of 7 rounds of the thread's **CPU time**
 //! (`/proc/thread-self/schedstat`), so time the thread spends descheduled on a
 //! shared machine does not count, and the same in wall-clock time (`*_wall`). The
@@ -38,9 +40,11 @@ mod cpu;
 use cpu::thread_cpu_ns;
 
 use memmap2::{MmapMut, MmapRaw};
+use softnic::nic::counters::NicCounters;
 use softnic::nic::cq::cqe_of;
 use softnic::nic::runtime::tx_params;
 use softnic::nic::rx_icrc::{self, IdSolver};
+use softnic::nic::rx_place;
 use softnic::nic::wqe;
 use softnic_transport::memory::Access;
 use softnic_transport::qp::{Qp, QpCaps, QpType};
@@ -57,7 +61,7 @@ const REGION: u64 = 0x10_0000;
 /// Send queue and CQ depth.
 const DEPTH: u32 = 1024;
 
-/// One side: a QP, its memory, its address and its ICRC state.
+/// One side: a QP, its memory, its address, its ICRC state and its receive counters.
 struct Side {
     qp: Qp,
     caps: QpCaps,
@@ -65,6 +69,7 @@ struct Side {
     addr: SocketAddr,
     solver: IdSolver,
     key: u32,
+    counters: NicCounters,
 }
 
 /// The two ends of one ring in one anonymous mapping: (client's end, NIC's end) or
@@ -132,11 +137,24 @@ fn hop(from: &mut Side, to: &mut Side, now: Instant, buf: &mut [u8]) -> usize {
         let pkt = &mut buf[..t.len];
         let params = tx_params(from.addr, t.dest, 0).expect("same family");
         from.solver.fill(&params, pkt, t.digest).expect("ICRC fill");
-        rx_icrc::verify(&mut to.solver, to.addr, from.addr, pkt).expect("ICRC verifies");
-        // Borrowed, as `runtime.rs` does (moving it out of the `Result` is a memcpy).
+        // As `runtime.rs`'s `rx_one`: parsed once (borrowed: moving it out of the
+        // `Result` is a memcpy), placed where the transport allows, then checked.
         let parsed = PacketRepr::parse(pkt);
         let parsed = parsed.as_ref().expect("parses");
-        to.qp.handle_packet(now, from.addr, parsed, &mut to.mem);
+        let placed = rx_place::place(&to.qp, parsed, &mut to.mem);
+        // Two calls, as `rx_one` makes them (its note on `verify_from`).
+        let verified = match placed {
+            None => rx_icrc::verify(&mut to.solver, to.addr, from.addr, pkt),
+            Some(s) => {
+                let sender = to.solver.sender(to.addr, from.addr).expect("same family");
+                to.solver.verify_with(&sender, pkt, 0, Some(s.digest))
+            }
+        };
+        verified.expect("ICRC verifies");
+        let c = &mut to.counters;
+        rx_place::handle(placed.as_ref(), &mut to.mem, parsed.payload, c, |m| {
+            to.qp.handle_packet(now, from.addr, parsed, m)
+        });
         n += 1;
     }
     n
@@ -176,6 +194,7 @@ fn pair(msg: usize, depth: usize) -> (Side, Side) {
             addr,
             solver: IdSolver::new(),
             key,
+            counters: NicCounters::default(),
         }
     };
     let a = side(0x11, 0x22, aa, ba, 5000, 100);
@@ -279,6 +298,13 @@ fn run(msg: usize, depth: usize, rounds: usize, inline: bool) -> Best {
         b.mem.bytes(b.key)[..msg],
         "data landed"
     );
+    // A multi-packet WRITE takes the single pass from its second packet on.
+    let placed = b.counters.rx_placed_fused;
+    assert!(
+        msg <= 4096 || placed > 0,
+        "the receiver's single pass was taken"
+    );
+    assert_eq!(b.counters.rx_placed_mismatch, 0);
     best
 }
 
@@ -290,12 +316,14 @@ fn run(msg: usize, depth: usize, rounds: usize, inline: bool) -> Best {
 /// is the share of the time that is data work; what is left is softnic's own
 /// per-packet and per-message work.
 ///
-/// `fused`: the sender's single pass (session 9) instead — the gather copy computes the
-/// payload's CRC as it copies (`crc::copy_update`, as `MemVec` and the NIC's mappings
-/// do) and the fill hashes the BTH only and combines that CRC in
+/// `Floor::SendPass`: the sender's single pass (session 9) instead — the gather copy
+/// computes the payload's CRC as it copies (`crc::copy_update`, as `MemVec` and the
+/// NIC's mappings do) and the fill hashes the BTH only and combines that CRC in
 /// (`PreparedIcrc::compute_with_payload`, as `IdSolver::fill_run` does with a digest);
-/// the receive side is unchanged (a full check, then the scatter copy).
-fn floor(msg: usize, depth: usize, rounds: usize, fused: bool) -> Best {
+/// the receive side is a full check, then the scatter copy. `Floor::BothPasses`: the
+/// receiver's single pass too (session 10) — the scatter copy computes the CRC as it
+/// copies and the check combines it in (as `rx_place` and `IdSolver::verify_with`).
+fn floor(msg: usize, depth: usize, rounds: usize, kind: Floor) -> Best {
     const MTU: usize = 4096;
     let src: Vec<u8> = (0..msg * depth).map(|i| (i * 7 + 1) as u8).collect();
     let mut dst = vec![0u8; msg * depth];
@@ -306,6 +334,7 @@ fn floor(msg: usize, depth: usize, rounds: usize, fused: bool) -> Best {
     let mut pkt = vec![0u8; head + MTU + wire::ICRC_LEN];
     pkt[0] = 0x07;
     let best = best_of_7(rounds, depth, || {
+        let fused = kind != Floor::Copies;
         for (s, d) in src.chunks_exact(MTU).zip(dst.chunks_exact_mut(MTU)) {
             if fused {
                 let crc = softnic_transport::crc::copy_update(0, s, &mut pkt[head..head + MTU]);
@@ -316,12 +345,33 @@ fn floor(msg: usize, depth: usize, rounds: usize, fused: bool) -> Best {
                 pkt[head..head + MTU].copy_from_slice(s);
                 icrc.fill(&mut pkt).expect("ICRC fill");
             }
-            icrc.verify(&pkt).expect("ICRC verifies");
-            d.copy_from_slice(&pkt[head..head + MTU]);
+            if kind == Floor::BothPasses {
+                let crc = softnic_transport::crc::copy_update(0, &pkt[head..head + MTU], d);
+                let c = icrc.compute_with_payload(&pkt, head..head + MTU, crc);
+                let slot = pkt.len() - wire::ICRC_LEN;
+                assert_eq!(
+                    c.ok(),
+                    Some(u32::from_le_bytes(pkt[slot..].try_into().unwrap()))
+                );
+            } else {
+                icrc.verify(&pkt).expect("ICRC verifies");
+                d.copy_from_slice(&pkt[head..head + MTU]);
+            }
         }
     });
     assert_eq!(src, dst, "data landed");
     best
+}
+
+/// Which data work [`floor`] measures.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Floor {
+    /// Copy, fill, check, copy.
+    Copies,
+    /// The sender's single pass, then check and copy.
+    SendPass,
+    /// Both single passes.
+    BothPasses,
 }
 
 fn main() {
@@ -351,19 +401,30 @@ fn main() {
         );
     }
     if want("big") || want("floor") {
-        let f = floor(64 << 10, 16, 3_000, false);
+        let f = floor(64 << 10, 16, 3_000, Floor::Copies);
         println!("dataplane_write_64k_floor_gbytes_per_s {:.2}", gbytes(f));
         if let Some(big) = big {
             // The NIC's rate as a share of the data work's alone (1 = no own cost).
             println!("dataplane_write_64k_of_floor {:.3}", f.cpu / big.cpu);
         }
-        let f = floor(64 << 10, 16, 3_000, true);
+        let f = floor(64 << 10, 16, 3_000, Floor::SendPass);
         println!(
             "dataplane_write_64k_floor_fused_gbytes_per_s {:.2}",
             gbytes(f)
         );
         if let Some(big) = big {
             println!("dataplane_write_64k_of_floor_fused {:.3}", f.cpu / big.cpu);
+        }
+        let f = floor(64 << 10, 16, 3_000, Floor::BothPasses);
+        println!(
+            "dataplane_write_64k_floor_single_pass_gbytes_per_s {:.2}",
+            gbytes(f)
+        );
+        if let Some(big) = big {
+            println!(
+                "dataplane_write_64k_of_floor_single_pass {:.3}",
+                f.cpu / big.cpu
+            );
         }
     }
 }

@@ -1010,8 +1010,15 @@ fn rx_one(
         Ok(pkt) => rx_place::place_received(nic, pkt, peer),
         Err(_) => None,
     };
-    let digest = placed.map(|s| s.digest);
-    let verified = path.solver.verify_with(icrc, bytes, position, digest);
+    // Two calls, not one with an `Option`: `verify_from` is the check with no digest
+    // folded in at compile time, and the generic one cost an 8 B packet ≈ 15 ns more
+    // (`dataplane -- small`).
+    let verified = match &placed {
+        None => path.solver.verify_from(icrc, bytes, position),
+        Some(s) => path
+            .solver
+            .verify_with(icrc, bytes, position, Some(s.digest)),
+    };
     if let Some(p) = path.pcap.as_mut() {
         let params = match &verified {
             Some((params, _)) => Some(*params),
