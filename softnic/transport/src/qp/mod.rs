@@ -22,11 +22,15 @@
 //!   Timeout) and which expiries cost a retry.
 //! * `peer_rtt` — the RTT estimate shared by all QPs to one peer NIC, and when a QP's
 //!   own estimate is too old to trust.
+//! * `placement` — where a received packet's payload would be written (the NIC's
+//!   single pass writes it there before the ICRC check), and the memory that skips
+//!   that write when handling makes it.
 //! * [`window`] — the requester's PSN window, the one owner of send-side PSN
 //!   arithmetic and of the "span < 2^23" invariant.
 //!
 //! The caller (the NIC runtime) owns all I/O: it parses the datagram and checks its
-//! ICRC, demultiplexes by destination QPN, calls [`Qp::handle_packet`]; it calls
+//! ICRC (for a packet [`Qp::placement`] allows, after writing its payload there:
+//! `placement`), demultiplexes by destination QPN, calls [`Qp::handle_packet`]; it calls
 //! [`Qp::poll_transmit`] until `None`, fills the ICRC of each packet, and sends it to
 //! [`Transmit::dest`] from UDP source port [`Transmit::src_port`]; it drains
 //! [`Qp::poll_completion`]; and it calls [`Qp::handle_timeout`] when
