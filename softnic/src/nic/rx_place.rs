@@ -1,7 +1,9 @@
 //! The receiver's single pass: a packet's payload copied into its destination memory
 //! while it is hashed, and its ICRC then checked with that hash combined in — one read
 //! of the payload where a check followed by a copy makes two (issue 12; the send side
-//! has made one pass since session 9). About 40–50 ns per 4 KiB packet.
+//! has made one pass since session 9). The in-process floor saves ≈ 30 ns per 4 KiB
+//! packet; on a NIC the saving depends on how cheaply the destination's lines are
+//! written (docs/perf.md, "The receiver's single pass").
 //!
 //! Only where the transport says the destination is fixed by state it already
 //! validated, never by fields of the unverified packet (`softnic_transport::qp::
