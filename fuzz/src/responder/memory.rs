@@ -263,6 +263,13 @@ impl CanaryMem {
         std::mem::take(self.log.get_mut())
     }
 
+    /// Gives every access logged since the last [`CanaryMem::take_log`] to `actor`.
+    pub fn relabel(&mut self, actor: Actor) {
+        for t in self.log.get_mut() {
+            t.actor = actor;
+        }
+    }
+
     fn record(&self, kind: Kind, key: u32, va: u64, len: u64, data: &[u8]) {
         self.log.borrow_mut().push(Touch {
             actor: self.actor,

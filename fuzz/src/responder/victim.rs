@@ -2,9 +2,11 @@
 //! canaried memory, driven through the NIC's receive path, and checked after every
 //! call into the transport.
 //!
-//! The receive path mirrors `softnic/src/nic/runtime.rs` (`rx_one`): length, ICRC
-//! (`rx_icrc::verify`'s first path: IPv4 ID 0 with DF), `wire` parse, demultiplex by
-//! destination QPN, `Qp::handle_packet`; then, like the runtime's loop, drain
+//! The receive path mirrors `softnic/src/nic/runtime.rs` (`rx_one`): length, `wire`
+//! parse, the single pass where `Qp::placement` allows it (the payload written before
+//! the check, `nic/rx_place.rs`), ICRC (`rx_icrc::verify`'s first path: IPv4 ID 0
+//! with DF; with a placed payload's CRC combined in), demultiplex by destination QPN,
+//! `Qp::handle_packet` (through `Placed` for a placed packet); then, like the runtime's loop, drain
 //! `poll_transmit` (filling each packet's ICRC as `runtime::tx_params` does) and
 //! `poll_completion`, and fire `handle_timeout` when `poll_timeout` has passed in
 //! virtual time.
@@ -15,7 +17,10 @@
 //!   (the RETH range of a WRITE or READ, or an atomic's target, each taken as a new
 //!   request — a duplicate grants nothing of its own; the SGEs of a posted WQE still
 //!   outstanding); on RC no request PSN modifies memory twice (duplicates are never
-//!   executed again);
+//!   executed again); a packet written before its ICRC check that then fails it made
+//!   exactly that one write, of its own bytes, where the message in progress writes
+//!   them (a WRITE at the write cursor), and its handling, when the check passes,
+//!   makes that same write (`Placed::skipped`);
 //! * completions: only for WQEs posted on that QP and queue, each at most once, in
 //!   posting order, with plausible lengths and opcodes;
 //! * output: every packet parses, its ICRC fills and verifies, it goes to the peer's
@@ -29,7 +34,7 @@
 use std::collections::{HashMap, HashSet};
 
 use softnic_transport::memory::Access;
-use softnic_transport::qp::{Qp, QpAttr, QpCaps, QpState, QpType, PATH_MTUS};
+use softnic_transport::qp::{Placed, Placement, Qp, QpAttr, QpCaps, QpState, QpType, PATH_MTUS};
 use softnic_transport::testing::{connect_qp, PairConfig};
 use softnic_transport::time::{Duration, Instant};
 use softnic_transport::wr::{
@@ -89,6 +94,11 @@ pub struct Stats {
     pub drop_qpn: u64,
     /// Handed to `Qp::handle_packet`.
     pub handled: u64,
+    /// Of those, written before their ICRC check (`Qp::placement`) and handled through
+    /// `Placed`.
+    pub placed: u64,
+    /// Written before their ICRC check, which then failed (counted in `drop_icrc`).
+    pub placed_dropped: u64,
     /// Packets the victim sent.
     pub sent: u64,
     /// Completions.
@@ -301,13 +311,22 @@ impl Victim {
     /// The victim's receive path for one datagram (`runtime::rx_one`).
     fn deliver(&mut self, d: &Datagram) {
         self.stats.datagrams += 1;
-        if d.bytes.len() < wire::bth::HEADER_LEN + wire::ICRC_LEN
-            || icrc_params(d.src, LOCAL).verify(&d.bytes).is_err()
-        {
+        if d.bytes.len() < wire::bth::HEADER_LEN + wire::ICRC_LEN {
             self.stats.drop_icrc += 1;
             return;
         }
-        let Ok(pkt) = PacketRepr::parse(&d.bytes) else {
+        // The receiver's single pass (`nic/rx_place.rs`): parsed first; where
+        // `Qp::placement` allows, the payload is written before the ICRC is checked.
+        let parsed = PacketRepr::parse(&d.bytes);
+        let placed = parsed.as_ref().ok().and_then(|p| self.place(p));
+        if !self.icrc_ok(d, parsed.as_ref().ok(), placed.as_ref()) {
+            self.stats.drop_icrc += 1;
+            if let (Some((qp, _, _)), Ok(pkt)) = (placed, &parsed) {
+                self.check_dropped_placement(qp, pkt);
+            }
+            return;
+        }
+        let Ok(pkt) = parsed else {
             self.stats.drop_parse += 1;
             return;
         };
@@ -334,7 +353,19 @@ impl Victim {
             request_psn: request.then_some(pkt.repr.bth.psn.value()),
         };
         let dups = self.qps[qp].counters().duplicate_requests;
-        self.qps[qp].handle_packet(self.now, d.src, &pkt, &mut self.mem);
+        match placed {
+            Some((_, at, _)) => {
+                self.stats.placed += 1;
+                let mut w = Placed::new(&mut self.mem, at, pkt.payload);
+                self.qps[qp].handle_packet(self.now, d.src, &pkt, &mut w);
+                assert!(
+                    w.skipped(),
+                    "QP {qp}: {:?} handled without the write placed before its check ({at:?})",
+                    pkt.repr.bth.opcode
+                );
+            }
+            None => self.qps[qp].handle_packet(self.now, d.src, &pkt, &mut self.mem),
+        }
         // Only a request taken as new may open a range: a duplicate is never executed
         // again, and a duplicate READ is answered only inside a READ served before
         // (issue 9, item 3), so its own RETH grants nothing.
@@ -356,6 +387,69 @@ impl Victim {
         }
         let touched = self.check_touches();
         self.check_placement(qp, &pkt, info, &touched);
+    }
+
+    /// Writes `pkt`'s payload where its QP says it may before the ICRC check
+    /// (`Qp::placement`), as the NIC's `rx_place::place` does, logged under the actor
+    /// that handles the packet; the QP, the placement and the payload's CRC.
+    fn place(&mut self, pkt: &wire::ParsedPacket<'_>) -> Option<(usize, Placement, u32)> {
+        let qpn = pkt.repr.bth.dest_qpn.value();
+        let qp = self.qps.iter().position(|q| q.qpn() == qpn)?;
+        let at = self.qps[qp].placement(pkt)?;
+        let request = pkt.repr.bth.opcode.info()?.is_request();
+        self.mem.actor = Actor {
+            qp,
+            request_psn: request.then_some(pkt.repr.bth.psn.value()),
+        };
+        // Refused: nothing written, and the packet takes the usual order (the
+        // handling meets the same refusal after the check).
+        let crc = at.write(&mut self.mem, pkt.payload).ok()?;
+        Some((qp, at, crc))
+    }
+
+    /// The ICRC check of `rx_one`: in full, or with a placed payload's CRC combined in
+    /// (`IdSolver::verify_with`).
+    fn icrc_ok(
+        &self,
+        d: &Datagram,
+        pkt: Option<&wire::ParsedPacket<'_>>,
+        placed: Option<&(usize, Placement, u32)>,
+    ) -> bool {
+        let params = icrc_params(d.src, LOCAL);
+        let (Some(pkt), Some(&(_, _, crc))) = (pkt, placed) else {
+            return params.verify(&d.bytes).is_ok();
+        };
+        let payload = pkt.header_len..pkt.header_len + pkt.payload.len();
+        let got = params
+            .prepare()
+            .compute_with_payload(&d.bytes, payload, crc);
+        got.ok() == Some(pkt.icrc)
+    }
+
+    /// A packet placed before its check whose ICRC failed: it is dropped, and the one
+    /// write it made lies where the message in progress writes those bytes — inside a
+    /// live receive WQE's or READ's scatter list, or an RDMA WRITE's RETH range right
+    /// after the bytes placed so far (the write cursor does not move: the packet was
+    /// not taken). It counts as no execution of its PSN.
+    fn check_dropped_placement(&mut self, qp: usize, pkt: &wire::ParsedPacket<'_>) {
+        self.stats.placed_dropped += 1;
+        self.mem.relabel(Actor {
+            qp,
+            request_psn: None,
+        });
+        let touched = self.check_touches();
+        assert!(
+            touched.len() == 1 && touched[0].data == pkt.payload,
+            "QP {qp}: a placed packet that failed its ICRC made {touched:?}"
+        );
+        let t = &touched[0];
+        if t.kind == Kind::WriteRemote {
+            assert_eq!(
+                Some((t.key, t.va)),
+                self.write_cursor[qp],
+                "QP {qp}: a WRITE placed before its failed check, at the wrong place"
+            );
+        }
     }
 
     /// What one packet wrote must be its own bytes, in order: the payload of a SEND,
