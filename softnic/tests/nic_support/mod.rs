@@ -372,17 +372,23 @@ pub fn connect_rc(
     y.to_rtr(&a.endpoint(x.qp_num(), psn_x), mtu)
         .expect("y rtr");
     for (q, psn) in [(x, psn_x), (y, psn_y)] {
-        q.modify(&QpAttr {
-            qp_state: Some(QpState::Rts),
-            sq_psn: Some(psn),
-            timeout: Some(timeout),
-            retry_cnt: Some(7),
-            rnr_retry: Some(7),
-            max_rd_atomic: Some(1),
-            ..QpAttr::default()
-        })
-        .expect("rts");
+        to_rts(q, psn, timeout);
     }
+}
+
+/// Moves RC QP `q` from RTR to RTS, sending from PSN `psn`, with local ACK timeout
+/// exponent `timeout`, 7 retries and RNR retries, one READ/atomic outstanding.
+pub fn to_rts(q: &mut QueuePair, psn: u32, timeout: u8) {
+    q.modify(&QpAttr {
+        qp_state: Some(QpState::Rts),
+        sq_psn: Some(psn),
+        timeout: Some(timeout),
+        retry_cnt: Some(7),
+        rnr_retry: Some(7),
+        max_rd_atomic: Some(1),
+        ..QpAttr::default()
+    })
+    .expect("rts");
 }
 
 /// Prints the counters that explain a throughput figure, for NIC `label`.
