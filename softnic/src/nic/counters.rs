@@ -52,8 +52,8 @@ counters! {
         /// single pass, `rx_place.rs`; counted among the paths above too).
         rx_placed_fused,
         /// Packets whose payload was written so, and whose ICRC then failed: dropped
-        /// and counted in `rx_drop_bad_icrc` as any other (the bytes lie where the
-        /// retransmission will write them).
+        /// and counted in `rx_drop_bad_icrc` as any other (its bytes lie where the
+        /// message in progress writes: `softnic_transport::qp::placement`).
         rx_placed_bad_icrc,
         /// Of the placed packets whose ICRC matched, those whose handling did not make the placed write: the
         /// transport's placement query and its handling disagree (a bug; 0).

@@ -20,8 +20,16 @@
 //! region), not UD, a duplicate, an out-of-sequence PSN, a WRITE with immediate (its
 //! receive WQE may be missing), a payload that would span SGEs, or one shorter than
 //! [`crate::sgl::DIGEST_MIN_PAYLOAD`]. A packet that fails its ICRC after placement is
-//! dropped as any other: the bytes it wrote lie inside the range the message will
-//! overwrite when the retransmission arrives, or the message never completes.
+//! dropped as any other. The bytes it wrote lie where the message in progress writes:
+//! an RDMA WRITE's at its cursor inside the First packet's RETH range, a READ
+//! response's at exactly that response's bytes of the READ's buffer — ranges the
+//! retransmission overwrites, or the message never completes. A SEND's lie at its
+//! cursor inside the receive WQE's buffer, but a corrupted Last may say it is longer
+//! than the real one (a pad count, a datagram length): those few bytes then lie past
+//! the completion's `byte_len`, in buffer bytes the consumer gets no promise for — as
+//! on UC, where a message abandoned midway already leaves its bytes in the WQE the
+//! next message completes (`tests/placement_hostile.rs` offers every header bit, pad
+//! count and length of each packet to this query).
 //!
 //! [`Qp::placement`] is a pure query over the same helpers the handling code uses
 //! (`Qp::admit`, `check_packet_len`, `InMsg::write_at`, `send_window`,
