@@ -895,6 +895,58 @@ mod tests {
         );
     }
 
+    /// The single pass through a memory window (a WRITE whose RETH named a type 2
+    /// window's R_Key): the fused write reaches only the window's range, and once the
+    /// window is invalidated between two packets (a SEND with Invalidate on another
+    /// QP), or its region deregistered, it is refused and writes nothing — the same
+    /// checks as `write_remote`, on every packet.
+    #[test]
+    fn fused_writes_through_a_window_stop_at_its_range_and_its_invalidation() {
+        let fd = verbs_api::os::memfd("mr", 8192).unwrap();
+        let view = verbs_api::os::map_shared(fd.as_fd(), 8192).unwrap();
+        let mut t = MrTable::new();
+        let access = 0xF | super::super::mw::ACCESS_MW_BIND;
+        let (h, _, rkey) = t
+            .register(1, 10, fd.as_fd(), 8192, 4096, access, IOVA)
+            .unwrap();
+        let r = t.get(1, h).unwrap();
+        let under = super::super::mw::Under {
+            handle: h,
+            pd: r.pd,
+            iova: r.iova,
+            len: r.len,
+            access: r.access,
+        };
+        let (mw, wkey) = t.windows.alloc(1, 10, 2, |i| i != rkey >> 8).unwrap();
+        let bind = super::super::mw::Bind {
+            mw,
+            rkey: wkey,
+            addr: IOVA + 1024,
+            len: 1024,
+            access: Access::REMOTE_WRITE.0,
+        };
+        t.windows.bind(1, 10, &bind, Some(under)).unwrap();
+        let p = [7u8; 300];
+        let at = IOVA + 1024 + 700;
+        assert_eq!(
+            t.write_remote_crc(10, wkey, at, &p, 0),
+            Ok(crc32fast::hash(&p))
+        );
+        // Past the window's end (inside the region): refused.
+        assert!(t.write_remote_crc(10, wkey, at + 100, &p, 0).is_err());
+        t.invalidate(10, wkey).unwrap();
+        assert!(t.write_remote_crc(10, wkey, at, &[9u8; 300], 0).is_err());
+        let mut got = vec![0u8; 4096];
+        // SAFETY: reads the test's own mapping, inside its 8192 bytes.
+        unsafe { std::ptr::copy_nonoverlapping(view.as_ptr(), got.as_mut_ptr(), 4096) };
+        let mut want = vec![0u8; 4096];
+        want[1724..2024].fill(7);
+        assert!(got == want, "only the write inside the live window landed");
+        // The region itself deregistered: its own R_Key reaches nothing either.
+        t.deregister(1, h).unwrap();
+        assert!(t.write_remote_crc(10, rkey, IOVA, &p, 0).is_err());
+    }
+
     #[test]
     fn keys_pd_range_and_access_are_checked() {
         let (mut t, _, lkey, rkey, _v) = table_with(1 | 4, 4096);
