@@ -18,8 +18,8 @@ mod common;
 use common::*;
 use softnic_transport::memory::Access;
 use softnic_transport::memory::Memory;
-use softnic_transport::qp::{Placed, Placement, QpAttr, QpState, Target};
-use softnic_transport::testing::{connect_qp, Node, Pair};
+use softnic_transport::qp::{Placed, Placement, QpAttr, QpState, QpType, Target};
+use softnic_transport::testing::{connect_qp, Node, Pair, PairConfig};
 use softnic_transport::wr::{SendOp, WcStatus};
 
 /// Every variant of `bytes` a corrupted or forged packet could take (see the module
@@ -158,30 +158,39 @@ fn payload_len(bytes: &[u8]) -> u64 {
     wire::PacketRepr::parse(bytes).map_or(0, |p| p.payload.len() as u64)
 }
 
-/// An RDMA WRITE of 10 KiB + 300 B at MTU 1024 (11 packets): every variant of every
-/// packet is placed, if at all, at the WRITE's cursor inside its RETH range — the
-/// range the message overwrites. The First (RETH) is never placed.
+/// An RDMA WRITE of 10 KiB + 300 B at MTU 1024 (11 packets), RC and UC: every variant
+/// of every packet is placed, if at all, at the WRITE's cursor inside its RETH range —
+/// the range the message overwrites. The First (RETH) is never placed.
 #[test]
 fn corrupted_write_packets_stay_at_the_cursor_inside_the_reth_range() {
-    let (mut p, a, b) = pair(rc(1024), 21);
-    let len = 10 * 1024 + 300;
-    fill(&mut p.a, &a, 0, &pattern(3, len));
-    p.a.qp
-        .post_send(rdma(1, SendOp::Write, &[a.sge(0, len)], &b, 4096))
-        .unwrap();
-    let base = b.at(4096);
-    let limit = base + len as u64;
-    let s = sweep_message(&mut p, |c| Dest {
-        key: b.key,
-        target: Target::Remote,
-        va: base + c,
-        limit,
-    });
-    assert_eq!(s.past_end, 0, "a WRITE placed past the message's own bytes");
-    let (packets, cursor, total) = (s.packets, s.cursor, s.placed);
-    assert_eq!((packets, cursor), (11, len as u64));
-    assert!(total >= 10, "the real Middle/Last packets were not placed");
-    assert_eq!(ids(&drain(&mut p.a)), [(1, WcStatus::Success)]);
+    for qp_type in [QpType::Rc, QpType::Uc] {
+        let cfg = PairConfig {
+            qp_type,
+            ..rc(1024)
+        };
+        let (mut p, a, b) = pair(cfg, 21);
+        let len = 10 * 1024 + 300;
+        fill(&mut p.a, &a, 0, &pattern(3, len));
+        p.a.qp
+            .post_send(rdma(1, SendOp::Write, &[a.sge(0, len)], &b, 4096))
+            .unwrap();
+        let base = b.at(4096);
+        let limit = base + len as u64;
+        let s = sweep_message(&mut p, |c| Dest {
+            key: b.key,
+            target: Target::Remote,
+            va: base + c,
+            limit,
+        });
+        assert_eq!(s.past_end, 0, "a WRITE placed past the message's own bytes");
+        assert_eq!((s.packets, s.cursor), (11, len as u64), "{qp_type:?}");
+        assert!(
+            s.placed >= 10,
+            "{qp_type:?}: the real Middle/Last were not placed"
+        );
+        assert_eq!(ids(&drain(&mut p.a)), [(1, WcStatus::Success)]);
+        assert!(read(&p.b, &b, 4096, len) == pattern(3, len), "{qp_type:?}");
+    }
 }
 
 /// A SEND of 4 KiB + 300 B at MTU 1024 into a 16 KiB receive buffer: every variant is
