@@ -232,6 +232,15 @@ fn bounded_fuzz_run_against_a_softnic_nic_finds_nothing_and_reaches_every_rc_ans
     ] {
         assert!(reached(&text, class), "class {class} not reached: {text}");
     }
+    // The mutants reach the receiver's single pass: payloads placed before their
+    // check, some of which then failed it; handling never disagreed with the query.
+    let placed = (
+        nic.stat("rx_placed_fused"),
+        nic.stat("rx_placed_bad_icrc"),
+        nic.stat("rx_placed_mismatch"),
+    );
+    eprintln!("rx_placed_fused, rx_placed_bad_icrc, rx_placed_mismatch: {placed:?}");
+    assert!(placed.0 > 0 && placed.1 > 0 && placed.2 == 0, "{placed:?}");
     let mut nic = Arc::try_unwrap(nic)
         .ok()
         .expect("the server thread is gone");
