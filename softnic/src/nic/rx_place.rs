@@ -71,7 +71,8 @@ pub fn place_received(
 /// Runs `handle` with `mem` — for a packet placed by [`place`] (whose ICRC has since
 /// matched), through [`Placed`], which skips exactly the write already made and passes
 /// every other access through, so the transport's handling stays the one authority on
-/// where bytes go. Counts `rx_placed_fused`, and `rx_placed_mismatch` when handling did
+/// where verified bytes go (where the unverified write went is the query's answer).
+/// Counts `rx_placed_fused`, and `rx_placed_mismatch` when handling did
 /// not make the placed write (a bug in the query: debug builds stop there).
 pub fn handle<R>(
     placed: Option<&Speculation>,

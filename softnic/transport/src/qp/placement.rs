@@ -33,10 +33,13 @@
 //!
 //! [`Qp::placement`] is a pure query over the same helpers the handling code uses
 //! (`Qp::admit`, `check_packet_len`, `InMsg::write_at`, `send_window`,
-//! `Qp::read_response_at`, `sgl::scatter`). Correctness does not rest on it: the
-//! packet is then handled through [`Placed`], which skips exactly the one write that
-//! was already made and passes every other one through — so if handling ever decided
-//! differently, it still writes the (by then verified) bytes where it wants.
+//! `Qp::read_response_at`, `sgl::scatter`). Where the *verified* bytes go does not rest
+//! on it: the packet is then handled through [`Placed`], which skips exactly the one
+//! write that was already made and passes every other one through — so if handling
+//! ever decided differently, it still writes the bytes where it wants. Where the
+//! *unverified* write went does: that write is made, and stays, wherever this query
+//! said. Hence the shared helpers, and `tests/placement_hostile.rs`, which holds every
+//! header-corrupted variant of each packet to the message's own range.
 
 use wire::{Operation, ParsedPacket, Position};
 
