@@ -229,7 +229,7 @@ fn corrupted_send_packets_stay_inside_the_receive_buffer() {
 
 /// READ responses: every variant is placed, if at all, at exactly that response's
 /// bytes of the READ's buffer (the requester knows each response's offset and length
-/// from its PSN); nothing past the READ's length.
+/// from its PSN); nothing past the READ's length, and nothing once the READ completed.
 #[test]
 fn corrupted_read_responses_stay_at_their_own_bytes() {
     let (mut p, a, b) = pair(rc(1024), 23);
@@ -244,21 +244,26 @@ fn corrupted_read_responses_stay_at_their_own_bytes() {
     let responses = transmit(&mut p, false);
     assert_eq!(responses.len(), 4);
     let mut cursor = 0u64;
-    for bytes in responses {
-        let n = payload_len(&bytes);
+    for bytes in &responses {
+        let n = payload_len(bytes);
         let dest = Dest {
             key: a.key,
             target: Target::Local,
             va: a.at(8) + cursor,
             limit: a.at(8) + cursor + n,
         };
-        let (placed, past) = sweep(&p.a, &bytes, Some(dest), a.at(8) + cursor + n);
+        let (placed, past) = sweep(&p.a, bytes, Some(dest), a.at(8) + cursor + n);
         assert!(placed >= 1 && past == 0);
         cursor += n;
-        handle(&mut p, true, &bytes);
+        handle(&mut p, true, bytes);
     }
     assert_eq!(ids(&drain(&mut p.a)), [(4, WcStatus::Success)]);
     assert!(read(&p.a, &a, 8, len) == pattern(9, len));
+    // The READ completed: its responses again (a duplicate, or the answer to a
+    // retried READ arriving late) are placed nowhere.
+    for bytes in &responses {
+        assert_eq!(sweep(&p.a, bytes, None, 0), (0, 0));
+    }
 }
 
 /// Between two packets of a WRITE (and of a READ's responses) the user moves the QP
