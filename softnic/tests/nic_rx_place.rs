@@ -1,7 +1,7 @@
 //! The receiver's single pass between two NICs (`nic/rx_place.rs`): 64 KiB WRITEs,
-//! SENDs and READs have their Middle/Last payloads placed in the pass that hashes them
-//! (`rx_placed_fused` > 0, so a silent fallback to check-then-copy fails here), and
-//! with the sender corrupting packets after their ICRC was filled, placed packets
+//! SENDs and READs have their payloads placed in the pass that hashes them (WRITE
+//! Middle/Last, SEND Middle, every READ response; `rx_placed_fused` > 0, so a silent
+//! fallback to check-then-copy fails here), and with the sender corrupting packets after their ICRC was filled, placed packets
 //! that fail their ICRC are dropped and counted (`rx_placed_bad_icrc`), and every
 //! message still arrives once and intact after the retransmission.
 
@@ -56,9 +56,10 @@ fn write_send_read(x: &mut Side, y: &mut Side, n: usize) {
     }
 }
 
-/// Without faults every WRITE and SEND places 15 of its 16 packets at B (not the
-/// First: it carries the RETH, or takes the receive WQE), and every READ 16 responses
-/// at A; handling makes each placed write.
+/// Without faults every WRITE places 15 of its 16 packets at B (not the First: it
+/// carries the RETH), every SEND 14 (not the First, which takes the receive WQE, nor
+/// the Last, whose length nothing validated bounds), and every READ 16 responses at A;
+/// handling makes each placed write.
 #[test]
 fn large_writes_sends_and_reads_are_placed_in_one_pass() {
     let a = NicProc::start("rxplace-a", "127.0.0.131", 0, &[]);
@@ -66,7 +67,11 @@ fn large_writes_sends_and_reads_are_placed_in_one_pass() {
     let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu4096, 3 * LEN, 16);
     const N: u64 = 8;
     write_send_read(&mut x, &mut y, N as usize);
-    assert_eq!(b.stat("rx_placed_fused"), N * 2 * 15, "WRITE + SEND at B");
+    assert_eq!(
+        b.stat("rx_placed_fused"),
+        N * (15 + 14),
+        "WRITE + SEND at B"
+    );
     assert_eq!(a.stat("rx_placed_fused"), N * 16, "READ responses at A");
     for nic in [&a, &b] {
         assert_eq!(nic.stat("rx_placed_mismatch"), 0);

@@ -7,13 +7,14 @@
 //!
 //! Only where the transport says the destination is fixed by state it already
 //! validated, never by fields of the unverified packet (`softnic_transport::qp::
-//! placement`: SEND/WRITE Middle and Last at the expected PSN, READ responses at the
-//! requester; no RETH, no AtomicETH, no UD, no duplicate). A packet that then fails its
+//! placement`: WRITE Middle and Last and SEND Middle at the expected PSN, READ
+//! responses at the requester; no RETH, no AtomicETH, no UD, no duplicate, no SEND
+//! Last). A packet that then fails its
 //! ICRC is dropped as any other (`rx_drop_bad_icrc`, no ACK or NAK, no state change;
 //! `tests/nic_rx_place_hostile.rs`): the bytes it wrote lie where the message in
 //! progress writes them (a WRITE's RETH range or a READ response's own bytes, which
-//! the retransmission overwrites, else the message never completes; a SEND's receive
-//! buffer, possibly a few bytes past the message's end — the placement module's docs).
+//! the retransmission overwrites, else the message never completes; a SEND Middle's
+//! window of the receive buffer, inside the message — the placement module's docs).
 //! Every other packet takes the usual order: ICRC, then the transport.
 //!
 //! Used by the runtime's `rx_one` and by the `dataplane` bench, so the bench measures

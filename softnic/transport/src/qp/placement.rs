@@ -13,8 +13,8 @@
 //!
 //! So a packet is placed before its check only where its destination is fixed by state
 //! this QP already validated, never by fields of the unverified packet itself:
-//! RC/UC SEND and RDMA WRITE Middle/Last at the expected PSN (the receive WQE or the
-//! RETH of the message in progress, at the bytes written so far), and RC READ
+//! RC/UC RDMA WRITE Middle/Last and SEND Middle at the expected PSN (the RETH or the
+//! receive WQE of the message in progress, at the bytes written so far), and RC READ
 //! response packets at the PSN the requester expects (the READ's own scatter list). Not
 //! a RETH or AtomicETH packet (a corrupt RETH could aim the bytes anywhere in a
 //! region), not UD, a duplicate, an out-of-sequence PSN, a WRITE with immediate (its
@@ -23,13 +23,12 @@
 //! dropped as any other. The bytes it wrote lie where the message in progress writes:
 //! an RDMA WRITE's at its cursor inside the First packet's RETH range, a READ
 //! response's at exactly that response's bytes of the READ's buffer — ranges the
-//! retransmission overwrites, or the message never completes. A SEND's lie at its
-//! cursor inside the receive WQE's buffer, but a corrupted Last may say it is longer
-//! than the real one (a pad count, a datagram length): those few bytes then lie past
-//! the completion's `byte_len`, in buffer bytes the consumer gets no promise for — as
-//! on UC, where a message abandoned midway already leaves its bytes in the WQE the
-//! next message completes (`tests/placement_hostile.rs` offers every header bit, pad
-//! count and length of each packet to this query).
+//! retransmission overwrites, or the message never completes. A SEND Middle's lie at
+//! its cursor inside the receive WQE's buffer, exactly the path MTU long. A SEND's
+//! Last is not placed: its length (a pad count, a datagram length) is a field of the
+//! unverified packet that, unlike a WRITE's, no validated RETH bounds, so a corrupted
+//! one could put bytes past the completion's `byte_len` (`tests/placement_hostile.rs`
+//! offers every header bit, pad count and length of each packet to this query).
 //!
 //! [`Qp::placement`] is a pure query over the same helpers the handling code uses
 //! (`Qp::admit`, `check_packet_len`, `InMsg::write_at`, `send_window`,
@@ -120,7 +119,11 @@ impl Qp {
         check_packet_len(info.position, plen, self.mtu()).ok()?;
         let cur = self.resp.cur.as_ref()?;
         match info.operation {
-            Operation::Send => {
+            // Not a SEND's Last: its length (datagram length, pad count) is a field of
+            // the unverified packet and, unlike a WRITE's, nothing validated bounds it
+            // to the message — a corrupted one would put bytes past the completion's
+            // `byte_len`. A Middle's payload is exactly the path MTU.
+            Operation::Send if info.position == Position::Middle => {
                 let recv = cur.recv.as_ref()?;
                 let (sges, at) = send_window(recv, cur.written, plen).ok()?;
                 local(sges, at)
