@@ -11,10 +11,11 @@
 //! The rings are the real shared-memory rings (`verbs_api::abi::ring`, in an anonymous
 //! mapping), used as the client library and the NIC use them: the client pushes a batch
 //! of WQEs and publishes once; the NIC pops and releases them, publishes the CQEs of a
-//! batch at once; the client polls the CQ. What this does **not** include: the
-//! runtime's per-iteration bookkeeping (its loop over QPs, timers, wake-ups) and the
-//! sockets; memory is the transport's `MemVec`, not a mapped memfd. So it is the NIC's
-//! code cost per message on its data path, a lower bound of the whole NIC's.
+//! batch at once; the client polls the CQ. Memory is the NIC's own: each side's
+//! `MrTable` with one region over a client memfd, as a registered MR. What this does
+//! **not** include: the runtime's per-iteration bookkeeping (its loop over QPs, timers,
+//! wake-ups) and the sockets. So it is the NIC's code cost per message on its data
+//! path, a lower bound of the whole NIC's.
 //!
 //! ```text
 //! cargo bench -p softnic --bench dataplane            # ns per 8 B WRITE, GB/s at 64 KiB
@@ -44,16 +45,18 @@ use cpu::thread_cpu_ns;
 use memmap2::{MmapMut, MmapRaw};
 use softnic::nic::counters::NicCounters;
 use softnic::nic::cq::cqe_of;
+use softnic::nic::memory::MrTable;
 use softnic::nic::runtime::tx_params;
 use softnic::nic::rx_icrc::{self, IdSolver};
 use softnic::nic::rx_place;
 use softnic::nic::udp::{GSO_MAX_BYTES, GSO_MAX_SEGMENTS};
 use softnic::nic::wqe;
-use softnic_transport::memory::Access;
+use softnic_transport::memory::{Access, Memory};
 use softnic_transport::qp::{PayloadDigest, Qp, QpCaps, QpType};
-use softnic_transport::testing::{connect_qp, MemVec, PairConfig};
+use softnic_transport::testing::{connect_qp, PairConfig};
 use softnic_transport::time::Instant;
 use softnic_transport::wr;
+use std::os::fd::AsFd;
 use verbs_api::abi::layout::ring_bytes;
 use verbs_api::abi::slots::{send_flags, wc_status, wr_opcode};
 use verbs_api::abi::{Consumer, Cqe, Producer, Ring, SendWqe, Sge, Slot};
@@ -68,11 +71,28 @@ const DEPTH: u32 = 1024;
 struct Side {
     qp: Qp,
     caps: QpCaps,
-    mem: MemVec,
+    /// The NIC's region table, holding one region over a client memfd, mapped as the
+    /// NIC maps a client's MR (`MrTable::register`): the same look-ups, bounds checks
+    /// and fused copies through raw pointers as the NIC's data path.
+    mem: MrTable,
     addr: SocketAddr,
     solver: IdSolver,
-    key: u32,
+    lkey: u32,
+    rkey: u32,
     counters: NicCounters,
+}
+
+/// The protection domain of both QPs and their regions.
+const PD: u32 = 1;
+
+impl Side {
+    /// The region's first `len` bytes, read as a local access (the client's view).
+    fn bytes(&self, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        let read = self.mem.read_local(PD, self.lkey, REGION, &mut v);
+        read.expect("region readable");
+        v
+    }
 }
 
 /// The two ends of one ring in one anonymous mapping: (client's end, NIC's end) or
@@ -170,10 +190,11 @@ fn hop(from: &mut Side, to: &mut Side, now: Instant, tx: &mut TxBuf) -> usize {
             (base, k) = (0, 0);
             continue;
         }
-        let Some(t) = from
-            .qp
-            .poll_transmit(now, &mut tx.buf[off..off + TX_SLOT], &from.mem)
-        else {
+        // Read in place, as `transmit_segments` does (its note: copied out of the
+        // `Option`, the `SocketAddr` is a store-forwarding stall per packet).
+        let slot = &mut tx.buf[off..off + TX_SLOT];
+        let polled = from.qp.poll_transmit(now, slot, &from.mem);
+        let Some(t) = polled.as_ref() else {
             break;
         };
         assert_eq!(t.dest, to.addr);
@@ -263,19 +284,28 @@ fn pair(msg: usize, depth: usize) -> (Side, Side) {
     };
     let (aa, ba) = addrs();
     let side = |qpn, peer_qpn, addr, peer, rq, sq| {
-        let mut qp = Qp::new(qpn, QpType::Rc, 1, cfg.caps);
+        let mut qp = Qp::new(qpn, QpType::Rc, PD, cfg.caps);
         connect_qp(&mut qp, &cfg, peer_qpn, peer, rq, sq);
         qp.set_port_mtu(cfg.mtu);
         qp.set_local_addr(addr);
-        let mut mem = MemVec::default();
-        let key = mem.register(1, REGION, msg * depth, Access::ALL);
+        let len = msg * depth;
+        let fd = verbs_api::os::memfd("dataplane", len).expect("memfd");
+        let mut mem = MrTable::new();
+        let (_, lkey, rkey) = mem
+            .register(1, PD, fd.as_fd(), len, len as u64, Access::ALL.0, REGION)
+            .expect("register");
+        // The client's data: a pattern, so that "data landed" compares bytes.
+        let pattern: Vec<u8> = (0..len).map(|i| (i * 7 + 1) as u8).collect();
+        let wrote = mem.write_local(PD, lkey, REGION, &pattern);
+        wrote.expect("region writable");
         Side {
             qp,
             caps: cfg.caps,
             mem,
             addr,
             solver: IdSolver::new(),
-            key,
+            lkey,
+            rkey,
             counters: NicCounters::default(),
         }
     };
@@ -320,6 +350,8 @@ fn run(msg: usize, depth: usize, rounds: usize, inline: bool) -> Best {
     let (mut a, mut b) = pair(msg, depth);
     let mut rings = Rings::new();
     let mut tx = TxBuf::new();
+    // What the client's buffer holds (for inline sends, copied by the client).
+    let client = a.bytes(msg * depth);
     let now = Instant::ZERO;
     let best = best_of_7(rounds, depth, || {
         // The client: a batch of WQEs, published once.
@@ -334,19 +366,19 @@ fn run(msg: usize, depth: usize, rounds: usize, inline: bool) -> Best {
                 },
                 num_sge: 1,
                 remote_addr: REGION + (i * msg) as u64,
-                rkey: b.key,
+                rkey: b.rkey,
                 ..SendWqe::default()
             };
             w.sges[0] = Sge {
                 addr: REGION + (i * msg) as u64,
                 length: msg as u32,
-                lkey: a.key,
+                lkey: a.lkey,
             };
             if inline {
                 w.flags |= send_flags::INLINE;
                 w.num_sge = 0;
                 w.inline_len = msg as u32;
-                let from = &a.mem.bytes(a.key)[i * msg..(i + 1) * msg];
+                let from = &client[i * msg..(i + 1) * msg];
                 w.inline_data[..msg].copy_from_slice(from);
             }
             rings.sq_client.push(&w).expect("SQ room");
@@ -375,11 +407,7 @@ fn run(msg: usize, depth: usize, rounds: usize, inline: bool) -> Best {
         }
         assert!(done, "the batch completed");
     });
-    assert_eq!(
-        a.mem.bytes(a.key)[..msg],
-        b.mem.bytes(b.key)[..msg],
-        "data landed"
-    );
+    assert_eq!(a.bytes(msg * depth), b.bytes(msg * depth), "data landed");
     // A multi-packet WRITE takes the single pass from its second packet on.
     let placed = b.counters.rx_placed_fused;
     assert!(
