@@ -16,7 +16,8 @@
 //!
 //! Paths: on x86-64 with AVX-512F + VPCLMULQDQ (detected once at run time) inputs of
 //! ≥ 256 bytes take the kernel for their whole 16-byte blocks and crc32fast for the
-//! rest (< 16 bytes). Shorter inputs, other x86 CPUs, aarch64 and other arches use
+//! rest (< 16 bytes); with VPCLMULQDQ and AVX2 but no AVX-512 (AMD Zen 3) the same
+//! kernel at 256 bits (`x86_ymm.rs`). Shorter inputs, other x86 CPUs, aarch64 and other arches use
 //! crc32fast (and, for the copies, a plain copy first, then the CRC of the copy — still
 //! one read of the source). Compilers older than 1.89 build the fallback only, and
 //! [`FORCE_FALLBACK_ENV`] (`SOFTNIC_CRC_FALLBACK=1`) makes a process take it on any CPU.
@@ -43,9 +44,11 @@
 mod consts;
 #[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
 mod x86;
+#[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
+mod x86_ymm;
 
 /// The environment variable that, set to anything non-empty, makes the process take the
-/// crc32fast fallback on every call, as on a CPU without AVX-512F + VPCLMULQDQ (read once,
+/// crc32fast fallback on every call, as on a CPU without VPCLMULQDQ (read once,
 /// at the first call): to test and measure that path, the one other machines run, on a
 /// machine that has the kernel.
 pub const FORCE_FALLBACK_ENV: &str = "SOFTNIC_CRC_FALLBACK";
@@ -101,6 +104,9 @@ pub enum Path {
     Fallback,
     /// The 512-bit VPCLMULQDQ kernel (x86-64) for inputs of ≥ 256 bytes.
     Wide,
+    /// The 256-bit VPCLMULQDQ kernel (x86-64 with AVX2 but no AVX-512, such as AMD Zen
+    /// 3) for inputs of ≥ 256 bytes.
+    Ymm,
 }
 
 impl Path {
@@ -110,13 +116,18 @@ impl Path {
         if wide_available() {
             v.push(Path::Wide);
         }
+        if ymm_available() {
+            v.push(Path::Ymm);
+        }
         v
     }
 
-    /// The path the public functions take.
+    /// The path the public functions take: the widest kernel this CPU runs.
     pub fn auto() -> Path {
         if wide_available() {
             Path::Wide
+        } else if ymm_available() {
+            Path::Ymm
         } else {
             Path::Fallback
         }
@@ -126,6 +137,13 @@ impl Path {
 fn wide_available() -> bool {
     #[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
     return x86::available();
+    #[allow(unreachable_code)]
+    false
+}
+
+fn ymm_available() -> bool {
+    #[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
+    return x86_ymm::available();
     #[allow(unreachable_code)]
     false
 }
@@ -157,21 +175,27 @@ unsafe fn kernel<const COPY: bool>(
     len: usize,
 ) -> (u32, usize) {
     #[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
-    if path == Path::Wide && len >= WIDE_MIN_LEN {
+    if len >= WIDE_MIN_LEN {
+        type Chunks = unsafe fn(u32, *const u8, *mut u8, usize) -> (u32, usize);
+        let (runs, chunks): (bool, Chunks) = match path {
+            Path::Wide => (x86::available(), x86::chunks::<COPY>),
+            Path::Ymm => (x86_ymm::available(), x86_ymm::chunks::<COPY>),
+            Path::Fallback => (false, |crc, _, _, _| (crc, 0)),
+        };
         assert!(
-            x86::available(),
-            "the wide CRC kernel needs AVX-512F and VPCLMULQDQ"
+            runs || path == Path::Fallback,
+            "the {path:?} CRC kernel needs VPCLMULQDQ and AVX2 (Wide: AVX-512F too)"
         );
-        // SAFETY: the CPU features are checked just above, `len >= MIN_LEN`, and the
-        // buffers are as the caller guarantees.
-        return unsafe { x86::chunks::<COPY>(crc, src, dst, len) };
+        // SAFETY: the kernel's CPU features are checked just above, `len >= MIN_LEN`,
+        // and the buffers are as the caller guarantees.
+        return unsafe { chunks(crc, src, dst, len) };
     }
     let _ = (path, src, dst, len);
     (crc, 0)
 }
 
 /// [`update`] on `path` (which must be [`Path::runnable`], else panic — in builds
-/// without the kernel `Wide` is the fallback).
+/// without the kernels `Wide` and `Ymm` are the fallback).
 #[doc(hidden)]
 pub fn update_on(path: Path, crc: u32, data: &[u8]) -> u32 {
     // SAFETY: `data` is readable for its length; without COPY `dst` is never used.

@@ -60,7 +60,7 @@ fn detect() -> bool {
 /// As [`chunk`], for bytes `[at, at + 16)`.
 #[inline]
 #[target_feature(enable = "sse2")]
-unsafe fn block<const COPY: bool>(src: *const u8, dst: *mut u8, at: usize) -> __m128i {
+pub(crate) unsafe fn block<const COPY: bool>(src: *const u8, dst: *mut u8, at: usize) -> __m128i {
     // SAFETY: as in `chunk`: 16 readable source bytes, one unaligned load of each.
     let v = unsafe { _mm_loadu_si128(src.add(at).cast()) };
     if COPY {
@@ -199,7 +199,7 @@ pub unsafe fn chunks<const COPY: bool>(
 /// A 128-bit register of two 64-bit keys (low, high).
 #[inline]
 #[target_feature(enable = "sse4.1")]
-fn keys128(k: [u64; 2]) -> __m128i {
+pub(crate) fn keys128(k: [u64; 2]) -> __m128i {
     _mm_set_epi64x(k[1] as i64, k[0] as i64)
 }
 
@@ -207,7 +207,7 @@ fn keys128(k: [u64; 2]) -> __m128i {
 /// reduction to 32 bits (the reflected variant of the Intel paper's § 4), inverted.
 #[inline]
 #[target_feature(enable = "pclmulqdq,sse4.1")]
-fn reduce(x: __m128i) -> u32 {
+pub(crate) fn reduce(x: __m128i) -> u32 {
     let low32 = _mm_set_epi32(0, 0, 0, -1);
     // The low 64 bits (the high-degree half) times x^96-ish onto the high half.
     let x = _mm_xor_si128(

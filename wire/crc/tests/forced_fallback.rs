@@ -1,4 +1,4 @@
-//! `SOFTNIC_CRC_FALLBACK` makes a process take crc32fast, as a CPU without AVX-512F +
+//! `SOFTNIC_CRC_FALLBACK` makes a process take crc32fast, as a CPU without
 //! VPCLMULQDQ does: the test runs itself again with the variable set (the detection is
 //! once per process) and checks there that the public functions take the fallback and
 //! still compute the right CRC and copy.
