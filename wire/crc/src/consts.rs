@@ -107,6 +107,9 @@ mod tests {
         assert_eq!(P_REFLECTED, 0x1_DB71_0641);
         assert_eq!(MU_REFLECTED, 0x1_F701_1641);
         assert_eq!(STRIDE_KEYS, fold_keys(2048));
+        // The 256-bit kernel's 128-byte stride (`x86_ymm.rs`): Intel's published pair
+        // for a 1024-bit fold.
+        assert_eq!(fold_keys(1024), [0x1_e88e_f372, 0x1_4a7f_e880]);
         assert_eq!(LANE_KEYS[MAX_LANES - 1], [0, 0]);
         assert_eq!(LANE_KEYS[MAX_LANES - 2], fold_keys(128));
         assert_eq!(LANE_KEYS[0], fold_keys(128 * 30));

@@ -171,10 +171,11 @@ proptest! {
     }
 }
 
-/// In CI (SOFTNIC_CI=1) on an x86-64 CPU with AVX-512F and VPCLMULQDQ, the kernel must
-/// be among the paths the tests above run: a build without it (rustc < 1.89, a broken
-/// build.rs or detection) fails here instead of testing only the fallback. (A CPU
-/// without the features runs the fallback only, as it should, and passes.)
+/// In CI (SOFTNIC_CI=1) on an x86-64 CPU with AVX-512F and VPCLMULQDQ (AVX2 and
+/// VPCLMULQDQ without AVX-512F), the 512-bit (256-bit) kernel must be among the paths
+/// the tests above run: a build without it (rustc < 1.89, a broken build.rs or
+/// detection) fails here instead of testing only the fallback. (A CPU without the
+/// features runs the fallback only, as it should, and passes.)
 #[test]
 fn wide_path_runs_here_in_ci() {
     #[cfg(target_arch = "x86_64")]
@@ -184,5 +185,13 @@ fn wide_path_runs_here_in_ci() {
         let has = std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("vpclmulqdq");
         assert_eq!(Path::runnable().contains(&Path::Wide), has);
+        // The 256-bit kernel (session 11) where AVX2 and VPCLMULQDQ are: a Zen 3 would
+        // otherwise test, and run, crc32fast only without anyone noticing.
+        let has_ymm = std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("vpclmulqdq")
+            && !std::arch::is_x86_feature_detected!("avx512f");
+        if has_ymm {
+            assert!(Path::runnable().contains(&Path::Ymm));
+        }
     }
 }
