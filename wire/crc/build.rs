@@ -1,5 +1,5 @@
 //! Sets `softnic_crc_vpclmul` when rustc is 1.89 or newer: that release stabilized the
-//! AVX-512 and VPCLMULQDQ target features and intrinsics the wide kernel needs. Older
+//! AVX-512 and VPCLMULQDQ target features and intrinsics both kernels need. Older
 //! compilers (the workspace MSRV is 1.88) build the crate with the crc32fast fallback only.
 
 use std::{env, process::Command};

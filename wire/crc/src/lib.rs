@@ -5,13 +5,13 @@
 //! - **One read per byte.** The sender gathers a packet's payload from a client's
 //!   memory region — memory the client may write while the NIC reads it — and needs the
 //!   ICRC of exactly the bytes it copied. A copy followed by a CRC of the copy reads
-//!   the copy back; [`copy_update_raw`] instead loads each 64-byte chunk (or 16-byte
-//!   block) of the source once into a register, stores it and folds the same register,
+//!   the copy back; [`copy_update_raw`] instead loads each 64-byte chunk (32-byte on the
+//!   256-bit kernel, or 16-byte block) of the source once into a register, stores it and folds the same register,
 //!   so the CRC always
 //!   matches what was stored, for about the cost of the CRC alone.
 //! - **A parallel end fold.** crc32fast's 512-bit kernel ends by folding its 16 lanes
 //!   one after another (15 dependent multiply steps, ≈ 20 of its ≈ 76 ns per 4 KiB on
-//!   the Zen 4 we measure on); here each lane is moved by its own distance constant at
+//!   session 9's Zen 4); here each lane is moved by its own distance constant at
 //!   once and the products XORed (`x86.rs`). Numbers: docs/perf.md, "softnic-crc".
 //!
 //! Paths: on x86-64 with AVX-512F + VPCLMULQDQ (detected once at run time) inputs of
