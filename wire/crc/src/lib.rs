@@ -176,19 +176,27 @@ unsafe fn kernel<const COPY: bool>(
 ) -> (u32, usize) {
     #[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
     if len >= WIDE_MIN_LEN {
-        type Chunks = unsafe fn(u32, *const u8, *mut u8, usize) -> (u32, usize);
-        let (runs, chunks): (bool, Chunks) = match path {
-            Path::Wide => (x86::available(), x86::chunks::<COPY>),
-            Path::Ymm => (x86_ymm::available(), x86_ymm::chunks::<COPY>),
-            Path::Fallback => (false, |crc, _, _, _| (crc, 0)),
-        };
-        assert!(
-            runs || path == Path::Fallback,
-            "the {path:?} CRC kernel needs VPCLMULQDQ and AVX2 (Wide: AVX-512F too)"
-        );
-        // SAFETY: the kernel's CPU features are checked just above, `len >= MIN_LEN`,
-        // and the buffers are as the caller guarantees.
-        return unsafe { chunks(crc, src, dst, len) };
+        // Direct calls, one arm per kernel: each asserts its own CPU features.
+        match path {
+            Path::Wide => {
+                assert!(
+                    x86::available(),
+                    "the Wide CRC kernel needs AVX-512F and VPCLMULQDQ"
+                );
+                // SAFETY: the CPU features are checked just above, `len >= MIN_LEN`,
+                // and the buffers are as the caller guarantees.
+                return unsafe { x86::chunks::<COPY>(crc, src, dst, len) };
+            }
+            Path::Ymm => {
+                assert!(
+                    x86_ymm::available(),
+                    "the Ymm CRC kernel needs AVX2 and VPCLMULQDQ"
+                );
+                // SAFETY: as for `Wide`, with this kernel's features.
+                return unsafe { x86_ymm::chunks::<COPY>(crc, src, dst, len) };
+            }
+            Path::Fallback => {}
+        }
     }
     let _ = (path, src, dst, len);
     (crc, 0)
