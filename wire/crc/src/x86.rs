@@ -18,13 +18,14 @@
 //! features its run-time check detects (both from one list), so the compiler checks
 //! that the 256-bit kernel calls nothing that needs AVX-512 (a Zen 4, which has both,
 //! could not catch that by running the tests: an AVX-512 intrinsic there fails to
-//! build, tried). Rust allows `#[target_feature]` on trait methods
-//! only when they are `unsafe fn`: a body generic over a trait would call every
-//! intrinsic in an `unsafe` block vouched for by a token, and that check would be lost.
-//! The expansion is the same code the two hand-written kernels of sessions 9 and 11 were
-//! (measured: docs/perf.md, "softnic-crc", session 12).
+//! build, tried). Rust allows `#[target_feature]` on trait methods only when they are
+//! `unsafe fn`: a body generic over a trait would call every intrinsic in an `unsafe`
+//! block vouched for by a token, and that check would be lost.
+//! The 512-bit expansion compiles to the same instructions as session 9's hand-written
+//! kernel did, and the 256-bit one differs from session 11's only in its end-fold tail
+//! (docs/perf.md, "softnic-crc", session 12).
 //!
-//! The intrinsics for the 512-bit and VPCLMULQDQ ones were stabilized in Rust 1.89, after
+//! The 512-bit and VPCLMULQDQ intrinsics were stabilized in Rust 1.89, after
 //! the workspace MSRV, hence `incompatible_msrv` allowed below and the whole module
 //! behind `softnic_crc_vpclmul` (build.rs).
 #![allow(clippy::incompatible_msrv)]
