@@ -5,7 +5,10 @@
 //! ```text
 //! cargo bench -p softnic-crc --bench crc            # 4096 bytes
 //! cargo bench -p softnic-crc --bench crc -- 1024    # another size
+//! cargo bench -p softnic-crc --bench crc -- ymm     # the 256-bit kernel (or `wide`, `fallback`)
 //! ```
+//! `update` and `copy_update` run on the path named (by default the one the public
+//! functions take, [`softnic_crc::Path::auto`]); a path this CPU cannot run panics.
 //! Each figure of a round is the best of 15 batches of calls (wall clock per call; the
 //! best batch is the one no other process interrupted). Prints per function the median
 //! and range over the rounds, and its ratio to `crc32fast::hash` taken round by round.
@@ -14,6 +17,8 @@
 
 use std::hint::black_box;
 use std::time::Instant;
+
+use softnic_crc::Path;
 
 const ROUNDS: usize = 9;
 const BATCHES: usize = 15;
@@ -39,6 +44,14 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(4096);
+    let path = std::env::args()
+        .find_map(|a| match a.as_str() {
+            "wide" => Some(Path::Wide),
+            "ymm" => Some(Path::Ymm),
+            "fallback" => Some(Path::Fallback),
+            _ => None,
+        })
+        .unwrap_or_else(Path::auto);
     let mut src_buf = aligned(len);
     let src_all = bytes(&mut src_buf);
     for (i, b) in src_all.iter_mut().enumerate() {
@@ -67,7 +80,7 @@ fn main() {
         (
             "update",
             Box::new(|| {
-                black_box(softnic_crc::update(0, black_box(src)));
+                black_box(softnic_crc::update_on(path, 0, black_box(src)));
             }),
         ),
         (
@@ -81,7 +94,7 @@ fn main() {
         (
             "copy_update",
             Box::new(move || {
-                black_box(softnic_crc::copy_update(0, black_box(src), view()));
+                black_box(softnic_crc::copy_update_on(path, 0, black_box(src), view()));
             }),
         ),
         (
@@ -110,7 +123,10 @@ fn main() {
         }
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("bytes {len}  rounds {ROUNDS}  loadavg {}", load.trim());
+    println!(
+        "bytes {len}  path {path:?}  rounds {ROUNDS}  loadavg {}",
+        load.trim()
+    );
     println!(
         "{:<16} {:>8} {:>17} {:>8} {:>15}",
         "function", "ns", "range", "x hash", "range"

@@ -82,10 +82,6 @@ pub static LANE_KEYS: [[u64; 2]; MAX_LANES] = {
     t
 };
 
-/// The keys of the 256-byte stride of the main loop (four 512-bit accumulators, so
-/// each lane moves 2048 bits per round).
-pub const STRIDE_KEYS: [u64; 2] = fold_keys(2048);
-
 /// The 128 → 64-bit steps of the final reduction: the low half moves by 64 bits
 /// (c(96) multiplies it by x^128 relative to the low half of the result…), then the
 /// low 32 bits by 32 (c(64)).
@@ -106,8 +102,7 @@ mod tests {
         assert_eq!(K_64, 0x1_63cd_6124);
         assert_eq!(P_REFLECTED, 0x1_DB71_0641);
         assert_eq!(MU_REFLECTED, 0x1_F701_1641);
-        assert_eq!(STRIDE_KEYS, fold_keys(2048));
-        // The 256-bit kernel's 128-byte stride (`x86_ymm.rs`): Intel's published pair
+        // The 256-bit kernel's 128-byte stride (`x86/ymm.rs`): Intel's published pair
         // for a 1024-bit fold.
         assert_eq!(fold_keys(1024), [0x1_e88e_f372, 0x1_4a7f_e880]);
         assert_eq!(LANE_KEYS[MAX_LANES - 1], [0, 0]);

@@ -6,34 +6,36 @@
 //!   memory region — memory the client may write while the NIC reads it — and needs the
 //!   ICRC of exactly the bytes it copied. A copy followed by a CRC of the copy reads
 //!   the copy back; [`copy_update_raw`] instead loads each 64-byte chunk (32-byte on the
-//!   256-bit kernel, or 16-byte block) of the source once into a register, stores it and folds the same register,
-//!   so the CRC always
-//!   matches what was stored, for about the cost of the CRC alone.
+//!   256-bit kernel, or 16-byte block) of the source once into a register, stores it
+//!   and folds the same register, so the CRC always matches what was stored, for about
+//!   the cost of the CRC alone.
 //! - **A parallel end fold.** crc32fast's 512-bit kernel ends by folding its 16 lanes
 //!   one after another (15 dependent multiply steps, ≈ 20 of its ≈ 76 ns per 4 KiB on
 //!   session 9's Zen 4); here each lane is moved by its own distance constant at
 //!   once and the products XORed (`x86.rs`). Numbers: docs/perf.md, "softnic-crc".
 //!
 //! Paths: on x86-64 with AVX-512F + VPCLMULQDQ (detected once at run time) inputs of
-//! ≥ 256 bytes take the kernel for their whole 16-byte blocks and crc32fast for the
-//! rest (< 16 bytes); with VPCLMULQDQ and AVX2 but no AVX-512 (AMD Zen 3) the same
-//! kernel at 256 bits (`x86_ymm.rs`). Shorter inputs, other x86 CPUs, aarch64 and other arches use
+//! ≥ 256 bytes take the kernel (`x86.rs`, at 512 bits: `x86/zmm.rs`) for their whole
+//! 16-byte blocks and crc32fast for the rest (< 16 bytes); with VPCLMULQDQ and AVX2 but
+//! no AVX-512 (AMD Zen 3) the same kernel at 256 bits (`x86/ymm.rs`), one source
+//! expanded at both widths. Shorter inputs, other x86 CPUs, aarch64 and other arches use
 //! crc32fast (and, for the copies, a plain copy first, then the CRC of the copy — still
 //! one read of the source). Compilers older than 1.89 build the fallback only, and
 //! [`FORCE_FALLBACK_ENV`] (`SOFTNIC_CRC_FALLBACK=1`) makes a process take it on any CPU.
 //!
 //! # Unsafe
-//! In `x86.rs` (SIMD loads and stores through raw pointers, and calling
-//! `#[target_feature]` functions after the run-time check), in this file's dispatch (the
-//! call into the kernel, the plain copy of what it leaves) and in [`copy_update_raw`]'s
-//! contract. Sound because: every kernel call is preceded by the feature check (and
-//! the intrinsics outside `unsafe` blocks are safe `#[target_feature]` functions, so
-//! the compiler checks each is called only where its features are enabled); every
-//! load and store lies inside `[0, len)` of buffers the caller vouches for (64-byte
-//! chunks below `len / 64`, then 16-byte blocks below `len / 16`); the source is only
-//! ever read through raw pointers, never a Rust reference, so a concurrent writer in
-//! another process can change what is read but not make it undefined (the same stance
-//! as `ptr::copy_nonoverlapping` in softnic's `nic/memory.rs`).
+//! In `x86.rs`'s kernel, at both widths (SIMD loads and stores through raw pointers, and
+//! calling `#[target_feature]` functions after the run-time check), in this file's
+//! dispatch (the call into the kernel, the plain copy of what it leaves) and in
+//! [`copy_update_raw`]'s contract. Sound because: every kernel call is preceded by its
+//! width's feature check (and the intrinsics outside `unsafe` blocks are called from
+//! safe `#[target_feature]` functions enabling that width's features and no more, so the
+//! compiler checks each is called only where its features are enabled); every load and
+//! store lies inside `[0, len)` of buffers the caller vouches for (64- or 32-byte chunks
+//! below `len / 64` or `len / 32`, then 16-byte blocks below `len / 16`); the source is
+//! only ever read through raw pointers, never a Rust reference, so a concurrent writer
+//! in another process can change what is read but not make it undefined (the same
+//! stance as `ptr::copy_nonoverlapping` in softnic's `nic/memory.rs`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 // Without the kernel only the constants' own tests use them.
@@ -44,8 +46,6 @@
 mod consts;
 #[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
 mod x86;
-#[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
-mod x86_ymm;
 
 /// The environment variable that, set to anything non-empty, makes the process take the
 /// crc32fast fallback on every call, as on a CPU without VPCLMULQDQ (read once,
@@ -136,14 +136,14 @@ impl Path {
 
 fn wide_available() -> bool {
     #[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
-    return x86::available();
+    return x86::zmm::available();
     #[allow(unreachable_code)]
     false
 }
 
 fn ymm_available() -> bool {
     #[cfg(all(target_arch = "x86_64", softnic_crc_vpclmul))]
-    return x86_ymm::available();
+    return x86::ymm::available();
     #[allow(unreachable_code)]
     false
 }
@@ -180,20 +180,20 @@ unsafe fn kernel<const COPY: bool>(
         match path {
             Path::Wide => {
                 assert!(
-                    x86::available(),
+                    x86::zmm::available(),
                     "the Wide CRC kernel needs AVX-512F and VPCLMULQDQ"
                 );
                 // SAFETY: the CPU features are checked just above, `len >= MIN_LEN`,
                 // and the buffers are as the caller guarantees.
-                return unsafe { x86::chunks::<COPY>(crc, src, dst, len) };
+                return unsafe { x86::zmm::chunks::<COPY>(crc, src, dst, len) };
             }
             Path::Ymm => {
                 assert!(
-                    x86_ymm::available(),
+                    x86::ymm::available(),
                     "the Ymm CRC kernel needs AVX2 and VPCLMULQDQ"
                 );
                 // SAFETY: as for `Wide`, with this kernel's features.
-                return unsafe { x86_ymm::chunks::<COPY>(crc, src, dst, len) };
+                return unsafe { x86::ymm::chunks::<COPY>(crc, src, dst, len) };
             }
             Path::Fallback => {}
         }
