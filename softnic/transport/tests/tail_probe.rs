@@ -85,15 +85,14 @@ fn late_acks_in_batches_resend_nothing_but_the_probes() {
     assert_eq!(c.drop_unexpected_response, 0, "{c:?}");
 }
 
-/// A gap before the probed packet: PSN 150 of a 100-packet WRITE (PSNs 108..208) is
-/// lost, and so are both copies of its first resend and the NAKs for it, so the
-/// timer expires with a go-back-N under way and its repeated NAKs ignored
-/// (`retries_suppressed`). The probe (the last packet resent) asks; the responder
-/// NAKs it, and that NAK goes back at once instead of being taken for an echo: the
-/// WRITE completes in well under a millisecond of virtual time, with no charged
+/// PSN 150 of a 100-packet WRITE (PSNs 108..208) is lost, and so are both copies of
+/// its first resend and the first NAK, so the timer expires with a go-back-N under way
+/// and the responder's repeated NAKs ignored as echoes (`retries_suppressed`). That
+/// expiry goes back to the oldest packet (no tail probe there, whose NAK would be
+/// ignored too): the WRITE completes within 2 ms of virtual time, with no charged
 /// Local ACK Timeout (67 ms).
 #[test]
-fn a_gap_before_the_probe_is_naked_and_repaired_at_once() {
+fn a_twice_lost_first_resend_is_repaired_by_the_next_expiry() {
     let (mut p, a, b) = sampled();
     let mut lost = 0;
     let mut naks = 0;
