@@ -217,8 +217,9 @@ impl Qp {
     ///
     /// Before, such an expiry went back N and resent only the oldest unacknowledged
     /// packet until a response came (`Probe`, which remains for the cases below). On a
-    /// loaded host most expiries are a descheduled responder, whose late ACKs then
-    /// arrive in batches: its loop reads at most 128 datagrams per pass, so with a
+    /// loaded host most expiries are spurious (lossless runs have them, strict timing
+    /// none): a NIC waited for a core, and the late ACKs arrive in batches — the
+    /// responder's loop reads at most 128 datagrams per pass, so with a
     /// full window of 8 B WRITEs (128 PSNs) and the probe behind them, the first ACK
     /// covers the window only up to the last packet that asked, the requester took
     /// that for the probe's answer and resent the rest of the window (duplicates, each
