@@ -528,9 +528,11 @@ fn a_gap_is_naked_again_for_a_packet_that_asks_once_the_nak_has_left() {
     assert_eq!(drain(&mut p.b).len(), 1, "delivered once");
 }
 
-/// ACKs, NAKs, READ responses and atomic ACKs for PSNs never sent, or long
-/// acknowledged, are dropped and counted (`drop_unexpected_response`); nothing
-/// completes, nothing is retried, and the genuine ACK then completes the WQE.
+/// ACKs, NAKs, READ responses and atomic ACKs for PSNs never sent are dropped and
+/// counted (`drop_unexpected_response`), those for PSNs already acknowledged (behind
+/// the oldest unacknowledged, within half the PSN space) are ignored as stale
+/// duplicates (`duplicate_responses`); nothing completes, nothing is retried, and the
+/// genuine ACK then completes the WQE.
 #[test]
 fn responses_for_psns_never_sent_or_long_acknowledged() {
     let (mut p, a, b) = pair(rc(256), 62);
@@ -586,7 +588,10 @@ fn responses_for_psns_never_sent_or_long_acknowledged() {
     for (r, payload) in hostile {
         inject(&mut p.a, now, from, r, &payload);
     }
-    assert_eq!(p.a.qp.counters().drop_unexpected_response, n);
+    // PSN 99, twice, is behind the oldest unacknowledged (100); 100 − 2^23 is not
+    // within half the PSN space behind it.
+    assert_eq!(p.a.qp.counters().duplicate_responses, 2);
+    assert_eq!(p.a.qp.counters().drop_unexpected_response, n - 2);
     assert_eq!(drain(&mut p.a), vec![]);
     assert_eq!(p.a.qp.state(), QpState::Rts);
     assert_eq!(p.a.qp.counters().seq_nak_retries, 0);
@@ -597,7 +602,8 @@ fn responses_for_psns_never_sent_or_long_acknowledged() {
     let sc = drain(&mut p.a);
     assert_eq!((sc[0].wr_id, sc[0].status), (1, WcStatus::Success));
     inject(&mut p.a, now, from, ack(qpn, 103, ack_syn, 1), &[]);
-    assert_eq!(p.a.qp.counters().drop_unexpected_response, n + 1);
+    assert_eq!(p.a.qp.counters().duplicate_responses, 3);
+    assert_eq!(p.a.qp.counters().drop_unexpected_response, n - 2);
     assert_eq!(p.a.qp.poll_timeout(), None, "nothing outstanding");
 }
 

@@ -40,10 +40,13 @@ pub struct QpCounters {
     pub retransmitted_packets: u64,
     /// Local ACK Timeouts: timer expiries that cost one of `retry_cnt` and went back.
     pub retransmit_timeouts: u64,
-    /// Adaptive-timer expiries that went back without costing a retry (`rto.rs`).
+    /// Adaptive-timer expiries, which cost no retry (`rto.rs`): each resends the last
+    /// packet sent (`Qp::probe_tail`) or, when that cannot be, goes back N.
     pub early_retransmits: u64,
-    /// Of those, expiries whose one-packet probe was answered by an ACK of everything
-    /// sent before them: nothing was lost, the window is restored (`Requester::probe`).
+    /// Of those, expiries after which an ACK of everything sent before them came
+    /// before any go-back-N: nothing was missing but, at most, the one packet the
+    /// expiry resent (`Qp::probe_tail`; or, after an expiry that went back, its
+    /// one-packet probe's answer, and the window is restored: `Requester::probe`).
     pub spurious_timeouts: u64,
     /// Go-back-N retries caused by a PSN sequence error NAK.
     pub seq_nak_retries: u64,
@@ -101,7 +104,12 @@ pub struct QpCounters {
     pub drop_no_recv_wqe: u64,
     /// Dropped: UC message cut by a PSN gap or error (IBTA 9.8.3).
     pub drop_uc_message: u64,
-    /// Dropped: a response for nothing outstanding, stale, or malformed.
+    /// Responses with a PSN already acknowledged (in the half of the PSN space behind
+    /// the oldest unacknowledged): stale duplicates the protocol makes in normal
+    /// operation (the responder re-acknowledges every duplicate request, IBTA
+    /// 9.7.5.1.3), ignored. Not a drop.
+    pub duplicate_responses: u64,
+    /// Dropped: a response for a PSN never sent (a "ghost"), or malformed.
     pub drop_unexpected_response: u64,
     /// Dropped: a duplicate READ or atomic that could not be replayed (no READ or
     /// atomic remembered at its PSN, or too many replays queued).

@@ -169,6 +169,10 @@ pub(super) struct Requester {
     /// After an early timer expiry: only the oldest unacknowledged packet goes out
     /// until a response comes ([`Probe`]).
     pub probe: Option<Probe>,
+    /// After an early timer expiry that resent the last packet sent
+    /// ([`Requester::seek_last_sent`]): one past the last PSN sent before it, to tell
+    /// whether the answers cover everything (`spurious_timeouts`).
+    pub tail_probe: Option<Psn>,
 }
 
 /// What an early (adaptive, uncharged) timer expiry leaves to undo. On a loaded host
@@ -232,6 +236,7 @@ impl Requester {
             cwnd: Cwnd::default(),
             head_twice: false,
             probe: None,
+            tail_probe: None,
         }
     }
 
@@ -278,6 +283,7 @@ impl Requester {
     /// Go-back-N: the next packet sent is the oldest unacknowledged (IBTA 9.7.5.2.1).
     pub fn rewind(&mut self) {
         self.probe = None;
+        self.tail_probe = None;
         self.rto.on_rewind();
         self.cursor = 0;
         self.win.rewind();
@@ -304,6 +310,38 @@ impl Requester {
             self.cursor = 0;
             self.win.rewind();
         }
+    }
+
+    /// Moves the cursor back onto the last packet sent since the last rewind, when it
+    /// is a SEND or WRITE packet, so that it goes out once more (asking, as every
+    /// resend does) and the cursor then returns where it was; false (nothing moved)
+    /// otherwise: nothing sent since the rewind, or a READ or atomic there (a
+    /// duplicate READ is served again, whole). Karn's rule: an ACK after the resend
+    /// times neither send.
+    pub fn seek_last_sent(&mut self) -> bool {
+        let at = self.win.cursor();
+        if at == self.win.oldest_unacked() {
+            return false;
+        }
+        let last = at.wrapping_sub(1);
+        // The cursor's WQE if it is part sent, else the one before it.
+        let idx = [Some(self.cursor), self.cursor.checked_sub(1)]
+            .into_iter()
+            .flatten()
+            .find(|&i| {
+                self.sq
+                    .get(i)
+                    .is_some_and(|e| e.started && e.contains(last))
+            });
+        let Some(idx) = idx.filter(|&i| self.sq[i].kind.is_plain()) else {
+            return false;
+        };
+        if !self.win.seek(last) {
+            return false;
+        }
+        self.rto.on_rewind();
+        self.cursor = idx;
+        true
     }
 
     /// Packets are outstanding and the last ones sent did not ask for an ACK (more

@@ -109,6 +109,20 @@ pub fn pair(cfg: PairConfig, seed: u64) -> (Pair, Buf, Buf) {
     (p, a, b)
 }
 
+/// A pair whose requester has RTT samples (eight answered WRITEs, a round trip of
+/// 2 µs), so its timer is the adaptive one.
+pub fn sampled_pair(cfg: PairConfig) -> (Pair, Buf, Buf) {
+    let (mut p, a, b) = pair(cfg, 16);
+    for id in 0..8 {
+        p.a.qp
+            .post_send(rdma(id, SendOp::Write, &[a.sge(0, 10)], &b, 0))
+            .unwrap();
+        p.drive(1_000_000);
+    }
+    assert_eq!(drain(&mut p.a).len(), 8);
+    (p, a, b)
+}
+
 pub fn rc(mtu: u32) -> PairConfig {
     PairConfig {
         mtu,
