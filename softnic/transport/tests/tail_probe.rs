@@ -9,6 +9,7 @@
 mod common;
 
 use common::*;
+use softnic_transport::qp::QpCounters;
 use softnic_transport::testing::{Pair, PairConfig, Seen, Side, Verdict};
 use softnic_transport::time::Duration;
 use softnic_transport::wr::{SendOp, WcStatus};
@@ -22,6 +23,37 @@ fn sampled() -> (Pair, Buf, Buf) {
         timeout: 14,
         ..rc(1024)
     })
+}
+
+/// Whether the packet is a PSN sequence error NAK.
+fn is_seq_nak(s: &Seen) -> bool {
+    s.repr.aeth.is_some_and(|a| {
+        matches!(
+            a.syndrome,
+            wire::Syndrome::Nak(wire::NakCode::PsnSequenceError)
+        )
+    })
+}
+
+/// A 100-packet WRITE (PSNs 108..208) on a fresh sampled pair, losing the first
+/// `copies` sends of PSN 150 and B's first `naks` PSN sequence NAKs; the time it took
+/// and A's counters.
+fn write_losing_150(copies: u32, naks: u32, seed: u64) -> (Duration, QpCounters) {
+    let (mut p, a, b) = sampled();
+    let (mut lost, mut naks_lost) = (0, 0);
+    p.filter = Some(Box::new(move |s: &Seen| {
+        if s.from == Side::A && s.repr.bth.psn.value() == 150 && lost < copies {
+            lost += 1;
+            return Verdict::Drop;
+        }
+        if s.from == Side::B && is_seq_nak(s) && naks_lost < naks {
+            naks_lost += 1;
+            return Verdict::Drop;
+        }
+        Verdict::Pass
+    }));
+    let took = write_once(&mut p, &a, &b, 100 * 1024, seed);
+    (took, *p.a.qp.counters())
 }
 
 /// Posts one WRITE of `len` bytes from A to B and runs the pair until it completes;
@@ -41,10 +73,11 @@ fn write_once(p: &mut Pair, a: &Buf, b: &Buf, len: usize, seed: u64) -> Duration
 }
 
 /// A 100-packet WRITE asks for an ACK twice (packet 64, by the interval, and its
-/// last); B's responses all arrive 2 ms late, 50 µs apart, in order, so the first
-/// late ACK covers the window only up to packet 64. Meanwhile the timer expired (at
-/// 100 µs, then with backoff). Each expiry resends only the last packet; nothing else
-/// is resent: the late ACKs say everything arrived.
+/// last); B's responses all arrive 150 µs late and 10 µs apart, in order, so the first
+/// late ACK covers the window only up to packet 64. Meanwhile the timer expired once
+/// (at 100 µs; the next expiry, with backoff, would come after the late ACKs). The
+/// expiry resends only the last packet; nothing else is resent: the late ACKs say
+/// everything arrived.
 ///
 /// Before, each expiry went back N and resent the oldest packet, and the first late
 /// ACK, partial, was taken for that packet's answer: the requester resent the other
@@ -60,7 +93,7 @@ fn late_acks_in_batches_resend_nothing_but_the_probes() {
         let psn = s.repr.bth.psn.value();
         if s.from == Side::B {
             k += 1;
-            Verdict::Delay(Duration::from_micros(2_000 + 50 * k))
+            Verdict::Delay(Duration::from_micros(150 + 10 * k))
         } else if psn > 171 && psn > newest {
             newest = psn;
             Verdict::Delay(Duration::from_micros(10))
@@ -93,30 +126,23 @@ fn late_acks_in_batches_resend_nothing_but_the_probes() {
 /// Local ACK Timeout (67 ms).
 #[test]
 fn a_twice_lost_first_resend_is_repaired_by_the_next_expiry() {
-    let (mut p, a, b) = sampled();
-    let mut lost = 0;
-    let mut naks = 0;
-    p.filter = Some(Box::new(move |s: &Seen| {
-        let psn = s.repr.bth.psn.value();
-        if s.from == Side::A && psn == 150 && lost < 3 {
-            lost += 1;
-            return Verdict::Drop;
-        }
-        let nak = s.repr.aeth.is_some_and(|a| {
-            matches!(
-                a.syndrome,
-                wire::Syndrome::Nak(wire::NakCode::PsnSequenceError)
-            )
-        });
-        if s.from == Side::B && nak && naks < 1 {
-            naks += 1;
-            return Verdict::Drop;
-        }
-        Verdict::Pass
-    }));
-    let took = write_once(&mut p, &a, &b, 100 * 1024, 22);
-    let c = *p.a.qp.counters();
+    let (took, c) = write_losing_150(3, 1, 22);
     assert_eq!(c.retransmit_timeouts, 0, "{c:?}");
     assert!(c.early_retransmits >= 1, "{c:?}");
+    assert!(took < Duration::from_millis(2), "{took:?} {c:?}");
+}
+
+/// PSN 150 of a 100-packet WRITE is lost, and B's PSN sequence NAK for it too; B then
+/// answers nothing until the gap is filled, as rxe's responder does after one NAK
+/// (`sent_psn_nak`; softnic's would NAK a probe again, so here every NAK is dropped).
+/// The first early expiry probes the tail and hears nothing; the next does not probe
+/// again but goes back N, so the WRITE completes within 2 ms of virtual time with no
+/// charged Local ACK Timeout (67 ms). With a tail probe at every early expiry it
+/// waited for that timeout.
+#[test]
+fn a_silent_responder_after_a_lost_nak_gets_a_go_back_not_more_probes() {
+    let (took, c) = write_losing_150(1, u32::MAX, 23);
+    assert_eq!(c.retransmit_timeouts, 0, "{c:?}");
+    assert!(c.early_retransmits >= 2, "a probe, then a go-back: {c:?}");
     assert!(took < Duration::from_millis(2), "{took:?} {c:?}");
 }

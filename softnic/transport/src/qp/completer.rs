@@ -19,7 +19,7 @@
 use wire::aeth::rnr_timer_us;
 use wire::{NakCode, OpcodeInfo, Operation, ParsedPacket, Psn, Syndrome};
 
-use super::requester::{position, Kind, Probe};
+use super::requester::{position, Kind, Probe, TailProbe};
 use super::timers::ack_timeout;
 use super::window::{forward, MAX_SPAN};
 use super::{Qp, QpState, QpType};
@@ -107,11 +107,13 @@ impl Qp {
                 });
             }
         }
-        if let Some(resume) = self.req.tail_probe {
+        if let Some(tail) = self.req.tail_probe.as_mut() {
             // Everything sent before the expiry is acknowledged.
-            if win.offset(resume).is_none_or(|o| o == 0) {
+            if win.offset(tail.resume).is_none_or(|o| o == 0) {
                 self.req.tail_probe = None;
                 self.counters.spurious_timeouts += 1;
+            } else {
+                tail.progressed = true;
             }
         }
         self.req.rto.on_progress(now, |p| !win.contains(p));
@@ -233,13 +235,19 @@ impl Qp {
     /// would. (A first form probed there too and let that NAK go back; at 5 % loss one
     /// run of three fell to 0.37× the starting build's goodput with ~2,500 NAKs
     /// ignored, but one starting-build run of four did the same, so that is not
-    /// resolved.) Likewise when an undo-probe is still unanswered, or when there is no
-    /// SEND or WRITE packet to resend
-    /// ([`Requester::seek_last_sent`]). The timer runs on from the expiry (with its
+    /// resolved.) Likewise when an undo-probe is still unanswered, when there is no
+    /// SEND or WRITE packet to resend ([`Requester::seek_last_sent`]), and when the
+    /// last tail probe made no progress at all ([`TailProbe::progressed`]): one probe
+    /// per silence, as RFC 8985 sends one, since a responder that has NAKed a gap once
+    /// (rxe) answers no probe until the gap is filled, and if that NAK was lost only a
+    /// go-back repairs it before the Local ACK Timeout. The timer runs on from the expiry (with its
     /// backoff), and the Local ACK Timeout period is not restarted, so a silent peer
     /// is still charged on the spec's schedule.
     fn probe_tail(&mut self) -> bool {
-        if self.req.in_retry || self.req.probe.is_some_and(|p| !p.answered) {
+        if self.req.in_retry
+            || self.req.probe.is_some_and(|p| !p.answered)
+            || self.req.tail_probe.is_some_and(|t| !t.progressed)
+        {
             return false;
         }
         let resume = self.req.win.sent_end();
@@ -248,7 +256,10 @@ impl Qp {
         }
         self.counters.early_retransmits += 1;
         self.req.probe = None;
-        self.req.tail_probe = Some(resume);
+        self.req.tail_probe = Some(TailProbe {
+            resume,
+            progressed: false,
+        });
         true
     }
 

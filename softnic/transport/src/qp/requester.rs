@@ -170,9 +170,21 @@ pub(super) struct Requester {
     /// until a response comes ([`Probe`]).
     pub probe: Option<Probe>,
     /// After an early timer expiry that resent the last packet sent
-    /// ([`Requester::seek_last_sent`]): one past the last PSN sent before it, to tell
-    /// whether the answers cover everything (`spurious_timeouts`).
-    pub tail_probe: Option<Psn>,
+    /// ([`Requester::seek_last_sent`]), until the answers cover everything sent before it.
+    pub tail_probe: Option<TailProbe>,
+}
+
+/// A tail-loss probe under way (`Qp::probe_tail`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TailProbe {
+    /// One past the last PSN sent before the expiry: the answers covering it make the
+    /// expiry spurious (`spurious_timeouts`).
+    pub resume: Psn,
+    /// A response made progress since the probe. Without one, the next expiry does not
+    /// probe again but goes back N: a responder that has NAKed a gap once stays silent
+    /// until the gap is filled (IBTA 9.7.5.1.3; rxe's `sent_psn_nak`), so if that NAK
+    /// was lost, no probe of the tail is ever answered.
+    pub progressed: bool,
 }
 
 /// What an early (adaptive, uncharged) timer expiry leaves to undo. On a loaded host
