@@ -81,10 +81,10 @@ pub enum SendOutcome {
 /// sender from the region into the run, the receiver from the GRO buffer into the
 /// region), and a load whose address matches an older in-flight store's in its low 12
 /// bits waits for it ("4 KiB aliasing"). Where the allocator put these buffers (16
-/// bytes into a page) the sender's stores lay 28 + 16 j bytes after its loads mod 4096
-/// and the receiver's as far before them: on a Zen 4 the fused copy of 4 KiB took
-/// 105–118 ns there against 88–91 at ≈ 2 KiB (docs/perf.md, "Session 12: 4 KiB
-/// aliasing in the fused copies").
+/// bytes into a page) the sender's stores lay 28 + 16 j bytes after its loads mod 4096:
+/// on a Zen 4, fused copies of 4 KiB laid out so took 107–117 ns each against 88–92
+/// with the payloads ≈ 2 KiB away (the receiver's direction, stores before loads,
+/// 90–100). docs/perf.md, "Session 12: 4 KiB aliasing in the sender's fused copy".
 pub const BUF_PHASE: usize = 1920;
 
 /// The span [`BUF_PHASE`] is counted in: the low address bits a load and an older store
