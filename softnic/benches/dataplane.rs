@@ -22,6 +22,7 @@
 //! cargo bench -p softnic --bench dataplane -- small   # only the 8 B figure (or `big`)
 //! cargo bench -p softnic --bench dataplane -- inline  # only the 8 B figure, IBV_SEND_INLINE
 //! cargo bench -p softnic --bench dataplane -- floor   # only the 64 KiB data-work floor
+//! cargo bench -p softnic --bench dataplane -- big nofloor  # the 64 KiB figure alone
 //! ```
 //! Beside the 64 KiB figure it measures its floor in the same run ([`floor`]): the
 //! copies and ICRC passes a 4 KiB packet needs, with nothing else, and prints the
@@ -49,7 +50,7 @@ use softnic::nic::memory::MrTable;
 use softnic::nic::runtime::tx_params;
 use softnic::nic::rx_icrc::{self, IdSolver};
 use softnic::nic::rx_place;
-use softnic::nic::udp::{GSO_MAX_BYTES, GSO_MAX_SEGMENTS};
+use softnic::nic::udp::{PhasedBuf, BUF_PHASE, GSO_MAX_BYTES, GSO_MAX_SEGMENTS};
 use softnic::nic::wqe;
 use softnic_transport::memory::{Access, Memory};
 use softnic_transport::qp::{PayloadDigest, Qp, QpCaps, QpType};
@@ -153,9 +154,10 @@ impl Rings {
 }
 
 /// The transmit buffer of `runtime.rs`'s GSO send path: room for a full run at a
-/// stride of `TX_SLOT` bytes, and each packet's payload digest by position in its run.
+/// stride of `TX_SLOT` bytes, placed in memory as the NIC places it (`BUF_PHASE`), and
+/// each packet's payload digest by position in its run.
 struct TxBuf {
-    buf: Vec<u8>,
+    buf: PhasedBuf,
     digests: [Option<PayloadDigest>; GSO_MAX_SEGMENTS],
 }
 
@@ -166,7 +168,7 @@ const RUN_ROOM: usize = GSO_MAX_BYTES + TX_SLOT;
 impl TxBuf {
     fn new() -> TxBuf {
         TxBuf {
-            buf: vec![0u8; TX_SLOT * GSO_MAX_SEGMENTS],
+            buf: PhasedBuf::new(TX_SLOT * GSO_MAX_SEGMENTS, BUF_PHASE),
             digests: [None; GSO_MAX_SEGMENTS],
         }
     }
@@ -510,7 +512,8 @@ fn main() {
             65536.0 / big.wall / 1e9
         );
     }
-    if want("big") || want("floor") {
+    let floors = want("floor") || (want("big") && !only.iter().any(|a| a == "nofloor"));
+    if floors {
         let f = floor(64 << 10, 16, 3_000, Floor::Copies);
         println!("dataplane_write_64k_floor_gbytes_per_s {:.2}", gbytes(f));
         if let Some(big) = big {

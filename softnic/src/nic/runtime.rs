@@ -83,7 +83,7 @@ use super::signals;
 use super::source;
 use super::state::{Nic, NicInfo};
 use super::trace::Trace;
-use super::udp::{Offloads, PacketIo, RecvBatch, SendOutcome, UdpIo};
+use super::udp::{Offloads, PacketIo, PhasedBuf, RecvBatch, SendOutcome, UdpIo};
 
 /// How long the loop spins without work before it sleeps.
 pub const SPIN: Duration = Duration::from_micros(100);
@@ -264,7 +264,8 @@ pub struct Runtime {
     ctl_wake: Arc<OwnedFd>,
     conn_counters: Arc<ConnCounters>,
     batch: RecvBatch,
-    tx_buf: Vec<u8>,
+    /// The packets of the GSO run being built ([`super::udp::BUF_PHASE`]).
+    tx_buf: PhasedBuf,
     /// The payload digest of each packet of the GSO run in `tx_buf`, by position.
     tx_digests: [Option<PayloadDigest>; super::udp::GSO_MAX_SEGMENTS],
     /// CQs written this iteration (to publish once each).
@@ -356,7 +357,10 @@ impl Runtime {
             ctl_wake,
             conn_counters,
             batch: RecvBatch::with_slot(recv_slot),
-            tx_buf: vec![0u8; TX_SLOT * super::udp::GSO_MAX_SEGMENTS],
+            tx_buf: PhasedBuf::new(
+                TX_SLOT * super::udp::GSO_MAX_SEGMENTS,
+                super::udp::BUF_PHASE,
+            ),
             tx_digests: [None; super::udp::GSO_MAX_SEGMENTS],
             dirty_cqs: Vec::new(),
             rung: Vec::new(),

@@ -73,9 +73,65 @@ pub enum SendOutcome {
     Failed,
 }
 
+/// Where in a 4 KiB span the NIC's packet buffers start ([`PhasedBuf`]): the transmit
+/// buffer and the receive batch's storage. A 4096-byte-MTU run lays packet j out at
+/// 4112 j (12-byte BTH, 4096 bytes of payload, the ICRC), so its payload lies at
+/// 1932 + 16 j mod 4096 — about 2 KiB from a page-aligned memory region, before it and
+/// after it. Both single passes copy between such a region and these buffers (the
+/// sender from the region into the run, the receiver from the GRO buffer into the
+/// region), and a load whose address matches an older in-flight store's in its low 12
+/// bits waits for it ("4 KiB aliasing"). Where the allocator put these buffers (16
+/// bytes into a page) the sender's stores lay 28 + 16 j bytes after its loads mod 4096:
+/// on a Zen 4, fused copies of 4 KiB laid out so took 107–117 ns each against 88–92
+/// with the payloads ≈ 2 KiB away (the receiver's direction, stores before loads,
+/// 90–100). docs/perf.md, "Session 12: 4 KiB aliasing in the sender's fused copy".
+pub const BUF_PHASE: usize = 1920;
+
+/// The span [`BUF_PHASE`] is counted in: the low address bits a load and an older store
+/// are compared by before their full addresses are.
+const ALIAS_SPAN: usize = 4096;
+
+/// A zeroed byte buffer of fixed length whose first byte lies at a chosen offset mod
+/// 4096 in memory ([`BUF_PHASE`]); it dereferences to its bytes. Never reallocated, so
+/// pointers into it stay valid while it lives (the receive batch's iovecs).
+pub struct PhasedBuf {
+    storage: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl PhasedBuf {
+    /// `len` zero bytes starting at `phase` mod 4096.
+    pub fn new(len: usize, phase: usize) -> PhasedBuf {
+        let storage = vec![0u8; len + ALIAS_SPAN];
+        let at = storage.as_ptr() as usize % ALIAS_SPAN;
+        let start = (phase % ALIAS_SPAN + ALIAS_SPAN - at) % ALIAS_SPAN;
+        PhasedBuf {
+            storage,
+            start,
+            len,
+        }
+    }
+}
+
+impl std::ops::Deref for PhasedBuf {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        &self.storage[self.start..self.start + self.len]
+    }
+}
+
+impl std::ops::DerefMut for PhasedBuf {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.storage[self.start..self.start + self.len]
+    }
+}
+
 /// A batch of received datagrams.
 pub struct RecvBatch {
-    storage: Vec<u8>,
+    storage: PhasedBuf,
     slot: usize,
     segs: [usize; RECV_BATCH],
     lens: [usize; RECV_BATCH],
@@ -107,7 +163,7 @@ impl RecvBatch {
     /// An empty batch of `slot`-byte slots ([`GRO_SLOT`] when GRO is on).
     pub fn with_slot(slot: usize) -> Self {
         RecvBatch {
-            storage: vec![0u8; slot * RECV_BATCH],
+            storage: PhasedBuf::new(slot * RECV_BATCH, BUF_PHASE),
             slot,
             segs: [0; RECV_BATCH],
             lens: [0; RECV_BATCH],
@@ -636,6 +692,27 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         got
+    }
+
+    #[test]
+    fn phased_buffers_start_where_asked() {
+        for (len, phase) in [
+            (1, 0),
+            (4096, 16),
+            (300_000, BUF_PHASE),
+            (10, 4095),
+            (5, 8193),
+        ] {
+            let mut b = PhasedBuf::new(len, phase);
+            assert_eq!(b.len(), len);
+            assert_eq!(b.as_ptr() as usize % 4096, phase % 4096);
+            assert!(b.iter().all(|&x| x == 0));
+            b[len - 1] = 7;
+            assert_eq!(b.last(), Some(&7));
+        }
+        let batch = RecvBatch::with_slot(GRO_SLOT);
+        assert_eq!(batch.storage.as_ptr() as usize % 4096, BUF_PHASE);
+        assert_eq!(batch.storage.len(), GRO_SLOT * RECV_BATCH);
     }
 
     #[test]
