@@ -410,6 +410,10 @@ pub struct Pair {
     /// Receive as the NIC's single pass does: each packet's payload written where
     /// `Qp::placement` says before its ICRC is checked (see [`Pair::deliver`]).
     pub fused_receive: bool,
+    /// Per side (A, B): at most one packet sent per this interval, as a NIC bound by
+    /// its own CPU sends (`None`: everything a QP has goes out at once).
+    pub pace: [Option<Duration>; 2],
+    next_free: [Instant; 2],
     rng: Rng,
     in_flight: Vec<InFlight>,
     seq: u64,
@@ -563,6 +567,8 @@ impl Pair {
             filter: None,
             stats: NetStats::default(),
             fused_receive: false,
+            pace: [None, None],
+            next_free: [Instant::ZERO; 2],
             rng: Rng::new(seed),
             in_flight: Vec::new(),
             seq: 0,
@@ -622,9 +628,13 @@ impl Pair {
     pub fn transmit(&mut self) -> u64 {
         let mut n = 0;
         for side in [Side::A, Side::B] {
+            let si = side as usize;
             // Bounded: a QP emits at most its window plus its queued responses.
             for _ in 0..100_000 {
                 let now = self.now;
+                if self.pace[si].is_some() && self.next_free[si] > now {
+                    break;
+                }
                 let node = match side {
                     Side::A => &mut self.a,
                     Side::B => &mut self.b,
@@ -632,6 +642,9 @@ impl Pair {
                 let Some(t) = node.qp.poll_transmit(now, &mut self.buf, &node.mem) else {
                     break;
                 };
+                if let Some(d) = self.pace[si] {
+                    self.next_free[si] = now + d;
+                }
                 let src = node.addr;
                 let mut bytes = self.buf[..t.len].to_vec();
                 let params = Pair::icrc_params(src, t.dest, t.src_port);
@@ -845,13 +858,24 @@ impl Pair {
         }
     }
 
-    /// The next instant something happens: a delivery or a QP timeout.
+    /// The next instant something happens: a delivery, a QP timeout, or a paced side
+    /// free to send again ([`Pair::pace`]).
     pub fn next_event(&self) -> Option<Instant> {
         let d = self.in_flight.iter().map(|p| p.at).min();
-        [d, self.a.qp.poll_timeout(), self.b.qp.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .min()
+        let free = |i: usize| {
+            let t = self.next_free[i];
+            (self.pace[i].is_some() && t > self.now).then_some(t)
+        };
+        [
+            d,
+            self.a.qp.poll_timeout(),
+            self.b.qp.poll_timeout(),
+            free(0),
+            free(1),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// One step: transmit, deliver what is due, or jump time to the next event and
