@@ -97,7 +97,7 @@ impl Qp {
         let win = self.req.win;
         if let Some(probe) = self.req.probe.take() {
             // Everything sent before the expiry is acknowledged: it was spurious.
-            if win.offset(probe.resume).is_none_or(|o| o == 0) {
+            if win.acknowledged_before(probe.resume) {
                 self.req.cwnd = probe.cwnd;
                 self.counters.spurious_timeouts += 1;
             } else {
@@ -109,7 +109,7 @@ impl Qp {
         }
         if let Some(tail) = self.req.tail_probe.as_mut() {
             // Everything sent before the expiry is acknowledged.
-            if win.offset(tail.resume).is_none_or(|o| o == 0) {
+            if win.acknowledged_before(tail.resume) {
                 self.req.tail_probe = None;
                 self.counters.spurious_timeouts += 1;
             } else {

@@ -123,6 +123,16 @@ impl SendWindow {
         }
     }
 
+    /// True when every PSN before `end` is acknowledged: `end` is the oldest
+    /// unacknowledged PSN, or the window has moved past it. What an early expiry's
+    /// probe waits for, with `end` one past the last PSN sent before the expiry.
+    pub const fn acknowledged_before(&self, end: Psn) -> bool {
+        match self.offset(end) {
+            Some(o) => o == 0,
+            None => true,
+        }
+    }
+
     /// True when `psn` is sent and unacknowledged (`oldest_unacked .. sent_end`): the
     /// only PSNs a response may answer. Older ones are stale duplicates, newer ones
     /// were never sent.
