@@ -642,7 +642,7 @@ fn a_spurious_early_expiry_resends_one_packet_and_keeps_the_window() {
 /// to resend). Before, the expiry resent the oldest packet and then went back N from
 /// the first PSN not acknowledged: two packets.
 #[test]
-fn an_early_expiry_on_a_lost_tail_probes_then_resends_the_rest() {
+fn an_early_expiry_on_a_lost_tail_is_repaired_by_the_probe_alone() {
     let (mut p, a, b) = sampled_pair(PairConfig {
         timeout: 14,
         ..rc(1024)
