@@ -19,7 +19,7 @@
 use wire::aeth::rnr_timer_us;
 use wire::{NakCode, OpcodeInfo, Operation, ParsedPacket, Psn, Syndrome};
 
-use super::requester::{position, Kind, Probe, TailProbe};
+use super::requester::{position, Kind, Probe, Recovery, TailProbe};
 use super::timers::ack_timeout;
 use super::window::{forward, MAX_SPAN};
 use super::{Qp, QpState, QpType};
@@ -95,26 +95,20 @@ impl Qp {
         self.req.retry_left = self.attrs.retry_cnt;
         self.req.rnr_left = self.attrs.rnr_retry;
         let win = self.req.win;
-        if let Some(probe) = self.req.probe.take() {
+        match &mut self.req.recovery {
+            Recovery::None => {}
             // Everything sent before the expiry is acknowledged: it was spurious.
-            if win.acknowledged_before(probe.resume) {
+            Recovery::Probe(probe) if win.acknowledged_before(probe.resume) => {
                 self.req.cwnd = probe.cwnd;
+                self.req.recovery = Recovery::None;
                 self.counters.spurious_timeouts += 1;
-            } else {
-                self.req.probe = Some(Probe {
-                    answered: true,
-                    ..probe
-                });
             }
-        }
-        if let Some(tail) = self.req.tail_probe.as_mut() {
-            // Everything sent before the expiry is acknowledged.
-            if win.acknowledged_before(tail.resume) {
-                self.req.tail_probe = None;
+            Recovery::Probe(probe) => probe.answered = true,
+            Recovery::TailProbe(tail) if win.acknowledged_before(tail.resume) => {
+                self.req.recovery = Recovery::None;
                 self.counters.spurious_timeouts += 1;
-            } else {
-                tail.progressed = true;
             }
+            Recovery::TailProbe(tail) => tail.progressed = true,
         }
         self.req.rto.on_progress(now, |p| !win.contains(p));
         self.req.cwnd.on_progress(win.oldest_unacked());
@@ -183,12 +177,12 @@ impl Qp {
         // An early expiry probes first (`Probe`); a second one keeps the first's undo.
         let head_plain = self.req.sq.front().is_some_and(|e| e.kind.is_plain());
         let probe =
-            (cause == RetryCause::EarlyTimeout && head_plain).then(|| match self.req.probe {
-                Some(p) => Probe {
+            (cause == RetryCause::EarlyTimeout && head_plain).then(|| match self.req.recovery {
+                Recovery::Probe(p) => Probe {
                     answered: false,
                     ..p
                 },
-                None => Probe {
+                Recovery::None | Recovery::TailProbe(_) => Probe {
                     cwnd: self.req.cwnd,
                     resume: self.req.win.sent_end(),
                     answered: false,
@@ -201,7 +195,9 @@ impl Qp {
             RetryCause::ImpliedNak => self.counters.implied_nak_retries += 1,
         }
         self.req.rewind();
-        self.req.probe = probe;
+        if let Some(probe) = probe {
+            self.req.recovery = Recovery::Probe(probe);
+        }
         self.req.head_twice = cause == RetryCause::SeqNak;
         self.req.cwnd.on_retry();
         self.req.in_retry = true;
@@ -245,8 +241,8 @@ impl Qp {
     /// is still charged on the spec's schedule.
     fn probe_tail(&mut self) -> bool {
         if self.req.in_retry
-            || self.req.probe.is_some_and(|p| !p.answered)
-            || self.req.tail_probe.is_some_and(|t| !t.progressed)
+            || self.req.recovery.probe_unanswered()
+            || matches!(self.req.recovery, Recovery::TailProbe(t) if !t.progressed)
         {
             return false;
         }
@@ -255,8 +251,8 @@ impl Qp {
             return false;
         }
         self.counters.early_retransmits += 1;
-        self.req.probe = None;
-        self.req.tail_probe = Some(TailProbe {
+        // An answered undo-probe, if any, ends here: its window is no longer restored.
+        self.req.recovery = Recovery::TailProbe(TailProbe {
             resume,
             progressed: false,
         });

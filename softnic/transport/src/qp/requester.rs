@@ -166,12 +166,34 @@ pub(super) struct Requester {
     /// Gone back on a PSN sequence NAK: the next packet, the oldest unacknowledged,
     /// goes out twice ([`Requester::repeat_head`]).
     pub head_twice: bool,
-    /// After an early timer expiry: only the oldest unacknowledged packet goes out
-    /// until a response comes ([`Probe`]).
-    pub probe: Option<Probe>,
-    /// After an early timer expiry that resent the last packet sent
-    /// ([`Requester::seek_last_sent`]), until the answers cover everything sent before it.
-    pub tail_probe: Option<TailProbe>,
+    /// What an early timer expiry left to find out ([`Recovery`]).
+    pub recovery: Recovery,
+}
+
+/// After an early (adaptive, uncharged) timer expiry, until the answers show whether
+/// anything was lost. One value, not two options, because an expiry either probes the
+/// tail or goes back N behind an undo-probe, never both: a go-back (IBTA 9.7.5.2.1)
+/// ends a tail probe, and a tail probe replaces an answered undo-probe.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) enum Recovery {
+    /// No early expiry to resolve.
+    #[default]
+    None,
+    /// Gone back N on the expiry: only the oldest unacknowledged packet goes out until
+    /// a response comes, and a spurious expiry restores the window ([`Probe`]).
+    Probe(Probe),
+    /// The expiry resent the last packet sent ([`Requester::seek_last_sent`]) and went
+    /// on from where it was, until the answers cover everything sent before it
+    /// (RFC 8985 §7's tail loss probe; `Qp::probe_tail`).
+    TailProbe(TailProbe),
+}
+
+impl Recovery {
+    /// An undo-probe is out and no response has made progress since: sending is held
+    /// to the oldest unacknowledged packet.
+    pub fn probe_unanswered(&self) -> bool {
+        matches!(self, Recovery::Probe(p) if !p.answered)
+    }
 }
 
 /// A tail-loss probe under way (`Qp::probe_tail`).
@@ -247,8 +269,7 @@ impl Requester {
             rto: Rto::default(),
             cwnd: Cwnd::default(),
             head_twice: false,
-            probe: None,
-            tail_probe: None,
+            recovery: Recovery::None,
         }
     }
 
@@ -294,8 +315,7 @@ impl Requester {
 
     /// Go-back-N: the next packet sent is the oldest unacknowledged (IBTA 9.7.5.2.1).
     pub fn rewind(&mut self) {
-        self.probe = None;
-        self.tail_probe = None;
+        self.recovery = Recovery::None;
         self.rto.on_rewind();
         self.cursor = 0;
         self.win.rewind();
@@ -418,8 +438,9 @@ impl Qp {
         if !self.may_send(e) {
             return None;
         }
-        let probing = self.req.probe.is_some_and(|p| !p.answered);
-        if probing && self.req.win.cursor() != self.req.win.oldest_unacked() {
+        if self.req.recovery.probe_unanswered()
+            && self.req.win.cursor() != self.req.win.oldest_unacked()
+        {
             return None; // the probe is out: wait for its answer (`Probe`)
         }
         if !e.started {
@@ -489,7 +510,9 @@ impl Qp {
         if resend {
             self.counters.retransmitted_packets += 1;
             // A resend after the probe's answer: later ACKs may be for it.
-            self.req.probe = self.req.probe.filter(|p| !p.answered);
+            if let Recovery::Probe(Probe { answered: true, .. }) = self.req.recovery {
+                self.req.recovery = Recovery::None;
+            }
         }
         self.req.rto.on_send(em.psn, resend, now);
         self.req.win.record_sent(em.next_psn);
