@@ -620,15 +620,7 @@ fn a_spurious_early_expiry_resends_one_packet_and_keeps_the_window() {
             Verdict::Pass
         }
     }));
-    let data = pattern(16, 24 * 1024);
-    fill(&mut p.a, &a, 0, &data);
-    p.a.qp
-        .post_send(rdma(9, SendOp::Write, &[a.sge(0, data.len())], &b, 0))
-        .unwrap();
-    p.drive(STEPS);
-    let done = drain(&mut p.a);
-    assert_eq!((done.len(), done[0].status), (1, WcStatus::Success));
-    assert!(read(&p.b, &b, 0, data.len()) == data);
+    write_once(&mut p, &a, &b, 24 * 1024, 16, STEPS);
     let c = *p.a.qp.counters();
     assert_eq!(c.early_retransmits, 1, "{c:?}");
     assert_eq!(c.spurious_timeouts, 1, "{c:?}");
@@ -649,14 +641,7 @@ fn an_early_expiry_on_a_lost_tail_is_repaired_by_the_probe_alone() {
     });
     // The WRITE's last packet (PSN 108 + 23), asking, is lost once.
     p.filter = Some(once(from_a_psn(108 + 23), Verdict::Drop));
-    let data = pattern(17, 24 * 1024);
-    fill(&mut p.a, &a, 0, &data);
-    p.a.qp
-        .post_send(rdma(9, SendOp::Write, &[a.sge(0, data.len())], &b, 0))
-        .unwrap();
-    p.drive(STEPS);
-    assert_eq!(drain(&mut p.a)[0].status, WcStatus::Success);
-    assert!(read(&p.b, &b, 0, data.len()) == data);
+    write_once(&mut p, &a, &b, 24 * 1024, 17, STEPS);
     let c = *p.a.qp.counters();
     assert_eq!((c.early_retransmits, c.spurious_timeouts), (1, 1), "{c:?}");
     assert_eq!(

@@ -12,7 +12,6 @@ use common::*;
 use softnic_transport::qp::QpCounters;
 use softnic_transport::testing::{Pair, PairConfig, Seen, Side, Verdict};
 use softnic_transport::time::Duration;
-use softnic_transport::wr::{SendOp, WcStatus};
 
 const STEPS: u64 = 2_000_000;
 
@@ -52,24 +51,8 @@ fn write_losing_150(copies: u32, naks: u32, seed: u64) -> (Duration, QpCounters)
         }
         Verdict::Pass
     }));
-    let took = write_once(&mut p, &a, &b, 100 * 1024, seed);
+    let took = write_once(&mut p, &a, &b, 100 * 1024, seed, STEPS);
     (took, *p.a.qp.counters())
-}
-
-/// Posts one WRITE of `len` bytes from A to B and runs the pair until it completes;
-/// checks the data and returns the time it took.
-fn write_once(p: &mut Pair, a: &Buf, b: &Buf, len: usize, seed: u64) -> Duration {
-    let data = pattern(seed, len);
-    fill(&mut p.a, a, 0, &data);
-    let t0 = p.now;
-    p.a.qp
-        .post_send(rdma(9, SendOp::Write, &[a.sge(0, len)], b, 0))
-        .unwrap();
-    p.drive(STEPS);
-    let done = drain(&mut p.a);
-    assert_eq!((done.len(), done[0].status), (1, WcStatus::Success));
-    assert!(read(&p.b, b, 0, len) == data);
-    p.now.saturating_duration_since(t0)
 }
 
 /// A 100-packet WRITE asks for an ACK twice (packet 64, by the interval, and its
@@ -101,7 +84,7 @@ fn late_acks_in_batches_resend_nothing_but_the_probes() {
             Verdict::Pass
         }
     }));
-    write_once(&mut p, &a, &b, 100 * 1024, 21);
+    write_once(&mut p, &a, &b, 100 * 1024, 21, STEPS);
     let c = *p.a.qp.counters();
     assert!(c.early_retransmits >= 1, "{c:?}");
     assert_eq!(

@@ -3,6 +3,7 @@
 
 use softnic_transport::memory::Access;
 use softnic_transport::testing::{Node, Pair, PairConfig};
+use softnic_transport::time::Duration;
 use softnic_transport::wr::{Completion, RecvWr, SendOp, SendWr, Sge, UdDest, WcStatus, MAX_SGE};
 
 /// A registered buffer.
@@ -121,6 +122,24 @@ pub fn sampled_pair(cfg: PairConfig) -> (Pair, Buf, Buf) {
     }
     assert_eq!(drain(&mut p.a).len(), 8);
     (p, a, b)
+}
+
+/// Posts one WRITE of `len` bytes of `pattern(seed)` from the start of A's `a` to the
+/// start of B's `b` and drives the pair (at most `steps`); checks that it completes
+/// alone and successfully and that B holds the data. Returns the virtual time it took,
+/// for the tests whose point is how a loss or a late answer is recovered from.
+pub fn write_once(p: &mut Pair, a: &Buf, b: &Buf, len: usize, seed: u64, steps: u64) -> Duration {
+    let data = pattern(seed, len);
+    fill(&mut p.a, a, 0, &data);
+    let t0 = p.now;
+    p.a.qp
+        .post_send(rdma(9, SendOp::Write, &[a.sge(0, len)], b, 0))
+        .unwrap();
+    p.drive(steps);
+    let done = drain(&mut p.a);
+    assert_eq!(ids(&done), [(9, WcStatus::Success)]);
+    assert!(read(&p.b, b, 0, len) == data, "B's data differs");
+    p.now.saturating_duration_since(t0)
 }
 
 pub fn rc(mtu: u32) -> PairConfig {
