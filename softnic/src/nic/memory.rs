@@ -33,7 +33,9 @@
 //! is that of the bytes sent even while the client writes. The receiver's single pass
 //! (`write_remote_crc`, `write_local_crc`: a payload placed before its ICRC is
 //! checked, `softnic_transport::qp::placement`) writes through `copy_update_to_raw`,
-//! the same with the raw pointer as the destination, hashing the NIC's own buffer. Atomics use
+//! the same with the raw pointer as the destination, hashing the NIC's own buffer. After
+//! such a bulk copy, `fetch_ahead` asks the CPU for the region's next lines (prefetch
+//! hints, which access nothing). Atomics use
 //! `AtomicU64::from_ptr` on the 8-byte target, which on x86-64 and aarch64 compiles to
 //! the same locked instructions the client's CPU atomics use, so a FETCH_ADD from the
 //! network and a `fetch_add` by the client serialize.
