@@ -6,6 +6,7 @@
 //! cargo bench -p softnic-crc --bench crc            # 4096 bytes
 //! cargo bench -p softnic-crc --bench crc -- 1024    # another size
 //! cargo bench -p softnic-crc --bench crc -- ymm     # the 256-bit kernel (or `wide`, `fallback`)
+//! cargo bench -p softnic-crc --bench crc -- dst=0   # the destination's offset in its line
 //! ```
 //! `update` and `copy_update` run on the path named (by default the one the public
 //! functions take, [`softnic_crc::Path::auto`]); a path this CPU cannot run panics.
@@ -13,7 +14,9 @@
 //! best batch is the one no other process interrupted). Prints per function the median
 //! and range over the rounds, and its ratio to `crc32fast::hash` taken round by round.
 //! The source is 64-byte aligned (a memory region's page), the destination 28 bytes
-//! into a 64-byte aligned buffer (a payload after BTH + RETH).
+//! into a 64-byte aligned buffer (a payload after BTH + RETH); `src=N` and `dst=N` put
+//! them N bytes (mod 64) into a line instead (on Intel a 64-byte store that is not
+//! aligned splits across two lines: docs/perf.md, session 13).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -52,14 +55,20 @@ fn main() {
             _ => None,
         })
         .unwrap_or_else(Path::auto);
-    let mut src_buf = aligned(len);
+    let offset = |key: &str, default: usize| {
+        std::env::args()
+            .find_map(|a| a.strip_prefix(key)?.parse::<usize>().ok())
+            .map_or(default, |o| o % 64)
+    };
+    let (src_off, dst_off) = (offset("src=", 0), offset("dst=", 28));
+    let mut src_buf = aligned(len + src_off);
     let src_all = bytes(&mut src_buf);
     for (i, b) in src_all.iter_mut().enumerate() {
         *b = (i * 131 + 7) as u8;
     }
-    let src: &[u8] = &src_all[..len];
-    let mut dst_buf = aligned(len + 28);
-    let dst = &mut bytes(&mut dst_buf)[28..28 + len];
+    let src: &[u8] = &src_all[src_off..src_off + len];
+    let mut dst_buf = aligned(len + dst_off);
+    let dst = &mut bytes(&mut dst_buf)[dst_off..dst_off + len];
     // Calls per batch: about 0.3 ms of work at ≈ 50 GB/s.
     let calls = (15_000_000 / len.max(64)).max(10);
 
@@ -124,7 +133,7 @@ fn main() {
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "bytes {len}  path {path:?}  rounds {ROUNDS}  loadavg {}",
+        "bytes {len}  path {path:?}  src +{src_off}  dst +{dst_off}  rounds {ROUNDS}  loadavg {}",
         load.trim()
     );
     println!(
