@@ -188,12 +188,13 @@ impl PacketPath {
             self.counters.tx_drop_send_error += 1;
             return;
         }
+        let call = self.trace.stamp();
         let (io, pcap, counters, local) =
             (&mut self.io, &mut self.pcap, &mut self.counters, self.local);
         self.fault.submit(now, pkt, dest, &mut |b, d| {
             Self::send_now(io, pcap, counters, local, b, d)
         });
-        self.trace.tx(now, pkt, pkt.len());
+        self.trace.tx(now, call, pkt, pkt.len());
     }
 
     /// Fills the ICRC of each `seg`-byte segment of `run` (segment k with IPv4 ID k,
@@ -231,6 +232,7 @@ impl PacketPath {
             }
         }
         let n = run.len().div_ceil(seg.max(1)) as u64;
+        let call = self.trace.stamp();
         match self.io.send_segments(run, seg, dest) {
             SendOutcome::Sent => {
                 self.counters.tx_datagrams += n;
@@ -242,7 +244,7 @@ impl PacketPath {
             SendOutcome::DroppedFull => self.counters.tx_drop_socket_full += n,
             SendOutcome::Failed => self.counters.tx_drop_send_error += n,
         }
-        self.trace.tx(now, run, seg);
+        self.trace.tx(now, call, run, seg);
     }
 
     /// Sends held packets that are due.
