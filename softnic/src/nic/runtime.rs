@@ -105,8 +105,14 @@ pub const SPIN: Duration = Duration::from_micros(100);
 pub const CO_PINNED_IDLE_SPINS: u32 = 4;
 
 /// How often the loop re-reads its own and its clients' CPU affinity while it spins
-/// (never while it sleeps): one `sched_getaffinity` per client and one of its own.
+/// (never while it sleeps): one `sched_getaffinity` of its own, and one per client when
+/// the NIC itself is pinned to one CPU.
 const AFFINITY_CHECK: Duration = Duration::from_millis(100);
+
+/// A NIC with more clients than this is not the one-program setup the co-pinned spin is
+/// for ([`CO_PINNED_IDLE_SPINS`]), and is never treated as co-pinned: its affinity check
+/// stays a handful of system calls every [`AFFINITY_CHECK`].
+const CO_PINNED_MAX_CLIENTS: usize = 16;
 
 /// Longest sleep (so a pcap is flushed and a lost wake-up costs at most this).
 pub const MAX_SLEEP: Duration = Duration::from_millis(100);
@@ -422,7 +428,8 @@ impl Runtime {
                 if checked.is_none_or(|t| now.saturating_duration_since(t) >= AFFINITY_CHECK) {
                     checked = Some(now);
                     let pids = self.nic.clients.values().map(|c| c.pid);
-                    spins_per_yield = if co_pinned_now(pids) {
+                    let few = self.nic.clients.len() <= CO_PINNED_MAX_CLIENTS;
+                    spins_per_yield = if few && co_pinned_now(pids) {
                         CO_PINNED_IDLE_SPINS
                     } else {
                         1
@@ -1004,7 +1011,13 @@ impl Run {
 /// CPU only, the same one, with at least one client ([`CO_PINNED_IDLE_SPINS`]). A
 /// client whose affinity cannot be read (gone, or another user's) counts as not pinned.
 fn co_pinned_now(pids: impl Iterator<Item = u32>) -> bool {
-    let own = rustix::thread::sched_getaffinity(None);
+    // An unpinned NIC (the default) reads no client's affinity.
+    let Ok(own) = rustix::thread::sched_getaffinity(None) else {
+        return false;
+    };
+    if own.count() != 1 {
+        return false;
+    }
     let clients = pids.map(|pid| {
         let pid = i32::try_from(pid)
             .ok()
@@ -1012,7 +1025,7 @@ fn co_pinned_now(pids: impl Iterator<Item = u32>) -> bool {
         pid.ok_or(rustix::io::Errno::SRCH)
             .and_then(|p| rustix::thread::sched_getaffinity(Some(p)))
     });
-    own.is_ok_and(|own| co_pinned(&own, clients))
+    co_pinned(&own, clients)
 }
 
 /// [`co_pinned_now`] on affinities already read: `own` allows exactly one CPU and
