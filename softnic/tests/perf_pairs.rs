@@ -469,9 +469,9 @@ fn send_tests_with_an_srq() {
 /// `softnic run --trace-lat` and `softnic perf send_lat --breakdown` (the round-trip
 /// breakdown of tests/perf/run): every SEND appears in both NICs' traces and both perf
 /// sides' stamps, and the stamps of one message are in causal order across the four
-/// processes (sending loop iteration start ≤ peer's receive ≤ completion pass ≤ polled
-/// ≤ reply posted ≤ …), and the loop iteration that sends the reply starts after the one
-/// that received the request. That holds only if all four share one clock (the NICs'
+/// processes (sending loop iteration start ≤ its `sendmsg` call ≤ peer's receive ≤
+/// completion pass ≤ polled ≤ reply posted ≤ …), and the loop iteration that sends the
+/// reply starts after the one that received the request. That holds only if all four share one clock (the NICs'
 /// loop instants converted too) and each hook sits where its stamp says. And each NIC
 /// publishes a message's receive completion before the ACK of that message has left
 /// (runtime.rs: completions before transmit, issue 12), which the old loop order
@@ -535,17 +535,24 @@ fn send_lat_breakdown_stamps_are_causal() {
         // returns, so the peer may receive before the sender's return is stamped: a
         // receive follows the start of the sender's loop iteration, not its return.
         let chains: [&[(&str, u64)]; 3] = [
-            &[("client post", cli.post[k]), ("NIC C sendmsg", c_tx.1)],
+            &[
+                ("client post", cli.post[k]),
+                ("NIC C sendmsg called", nic_c.tx_call[k]),
+                ("NIC C sendmsg returned", c_tx.1),
+            ],
             &[
                 ("NIC C loop start", nic_c.tx_start[k]),
+                ("NIC C sendmsg called", nic_c.tx_call[k]),
                 ("NIC S recv", s_rx.1),
                 ("NIC S completion", s_cqe),
                 ("server polled", srv.seen[k]),
                 ("server post", srv.post[k]),
-                ("NIC S sendmsg", s_tx.1),
+                ("NIC S sendmsg called", nic_s.tx_call[k]),
+                ("NIC S sendmsg returned", s_tx.1),
             ],
             &[
                 ("NIC S loop start", nic_s.tx_start[k]),
+                ("NIC S sendmsg called", nic_s.tx_call[k]),
                 ("NIC C recv", c_rx.1),
                 ("NIC C completion", c_cqe),
                 ("client polled", cli.seen[k]),
@@ -580,6 +587,8 @@ struct Trace {
     tx: Vec<(u32, u64)>,
     /// The loop iteration start of each `tx`.
     tx_start: Vec<u64>,
+    /// When the `sendmsg` of each `tx` was called.
+    tx_call: Vec<u64>,
     rx: Vec<(u32, u64)>,
     cqe: Vec<u64>,
     /// (PSN, sendmsg ns) of the first ACK sent for each PSN.
@@ -589,9 +598,9 @@ struct Trace {
 impl Trace {
     fn parse(text: &str) -> Trace {
         let mut t = Trace::default();
-        for f in lines_of(text, 6) {
+        for f in lines_of(text, 7) {
             let num = |i: usize| f[i].parse::<u64>().expect("number");
-            let (op, psn, at) = (num(1), num(3) as u32, num(5));
+            let (op, psn, at) = (num(1), num(3) as u32, num(6));
             let list = match f[0] {
                 "cqe" => {
                     t.cqe.push(at);
@@ -613,6 +622,7 @@ impl Trace {
                 list.push((psn, at));
                 if f[0] == "tx" {
                     t.tx_start.push(num(4));
+                    t.tx_call.push(num(5));
                 }
             }
         }

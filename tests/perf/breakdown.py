@@ -5,7 +5,7 @@
 
 Inputs, all on CLOCK_MONOTONIC: the traces of the client's NIC (C) and the server's NIC
 (S) from `softnic run --trace-lat FILE` (nic/trace.rs: `kind opcode qpn psn start_ns
-at_ns`), and the stamps of both `softnic perf send_lat --breakdown FILE` sides (`post N
+call_ns at_ns`), and the stamps of both `softnic perf send_lat --breakdown FILE` sides (`post N
 ns`, `seen N ns`). Iteration k is: the client posts SEND k, the server polls its receive
 completion and posts SEND k back, the client polls that. The k-th distinct PSN of the
 SENDs a NIC sent or received is message k (a retransmission repeats a PSN). Every stage
@@ -25,13 +25,15 @@ SENDS = {op | t for t in (0x00, 0x20, 0x60) for op in range(0x00, 0x06)}
 STAGES = [
     # (label, what runs there)
     ("client posts -> NIC C loop picks it up", "wake"),
-    ("NIC C: pass start -> sendmsg returned", "nic"),
+    ("NIC C: pass start -> sendmsg called", "nic"),
+    ("NIC C: sendmsg called -> returned", "kernel"),
     ("kernel: NIC C sendmsg -> NIC S recv returned", "kernel+wake"),
     ("NIC S: recv -> completion published", "nic"),
     ("server: completion published -> polled", "wake"),
     ("server: polled -> reply posted", "client"),
     ("server posts -> NIC S loop picks it up", "wake"),
-    ("NIC S: pass start -> sendmsg returned", "nic"),
+    ("NIC S: pass start -> sendmsg called", "nic"),
+    ("NIC S: sendmsg called -> returned", "kernel"),
     ("kernel: NIC S sendmsg -> NIC C recv returned", "kernel+wake"),
     ("NIC C: recv -> completion published", "nic"),
     ("client: completion published -> polled", "wake"),
@@ -39,20 +41,21 @@ STAGES = [
 
 
 def read_trace(path):
-    """(tx, rx, cqe): tx/rx are [(start, at)] per distinct SEND PSN in order."""
+    """(tx, rx, cqe): tx/rx are [(start, call, at)] per distinct SEND PSN in order."""
     tx, rx, cqe = [], [], []
     seen = {"tx": set(), "rx": set()}
     with open(path) as f:
         for line in f:
             p = line.split()
-            if len(p) != 6:
+            if len(p) != 7:
                 continue
-            kind, op, qpn, psn, start, at = p[0], int(p[1]), p[2], p[3], int(p[4]), int(p[5])
+            kind, op, qpn, psn = p[0], int(p[1]), p[2], p[3]
+            start, call, at = int(p[4]), int(p[5]), int(p[6])
             if kind == "cqe":
                 cqe.append(at)
             elif op in SENDS and (qpn, psn) not in seen[kind]:
                 seen[kind].add((qpn, psn))
-                (tx if kind == "tx" else rx).append((start, at))
+                (tx if kind == "tx" else rx).append((start, call, at))
     cqe.sort()
     return tx, rx, cqe
 
@@ -90,12 +93,12 @@ def stages(nic_c, nic_s, cli, srv, skip=100):
             s_seen, s_post = srv["seen"][k], srv["post"][k]
         except KeyError:
             continue
-        s_cqe = first_after(scqe, srx[k - 1][1])
-        c_cqe = first_after(ccqe, crx[k - 1][1])
+        s_cqe = first_after(scqe, srx[k - 1][2])
+        c_cqe = first_after(ccqe, crx[k - 1][2])
         if s_cqe is None or c_cqe is None:
             continue
-        t = [c_post, ctx[k - 1][0], ctx[k - 1][1], srx[k - 1][1], s_cqe, s_seen, s_post,
-             stx[k - 1][0], stx[k - 1][1], crx[k - 1][1], c_cqe, c_seen]
+        t = [c_post, *ctx[k - 1], srx[k - 1][2], s_cqe, s_seen, s_post, *stx[k - 1],
+             crx[k - 1][2], c_cqe, c_seen]
         for i in range(len(STAGES)):
             per[i].append((t[i + 1] - t[i]) / 1000)
         rtt.append((c_seen - c_post) / 1000)

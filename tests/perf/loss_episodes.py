@@ -7,7 +7,7 @@
 Runs `softnic perf write_bw -s 65536 -n MESSAGES` (default 1,000) between two NICs on
 127.0.0.0/8 that drop 5 % of every packet they send (`--loss 0.05`, seeds 5 and 6) and
 record every packet they send and receive (`--trace-lat`, nic/trace.rs: `kind opcode
-qpn psn start_ns at_ns` on CLOCK_MONOTONIC), or reads two such traces. A dropped packet
+qpn psn start_ns call_ns at_ns` on CLOCK_MONOTONIC), or reads two such traces. A dropped packet
 never reaches the trace (the fault injector drops it before the send), so a loss shows
 as a gap at the responder.
 
@@ -39,7 +39,7 @@ def load(path):
     ev = []
     with open(path) as f:
         for line in f:
-            k, op, _qpn, psn, t0, t = line.split()
+            k, op, _qpn, psn, t0, _call, t = line.split()
             if k != "cqe":
                 ev.append((int(t), k, int(op), int(psn), int(t0)))
     return ev

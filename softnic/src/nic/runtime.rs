@@ -51,6 +51,8 @@
 //! A client post that sees NEED_WAKEUP writes its wake pipe; one that does not see it
 //! needs no syscall because the NIC is polling. With `--busy-poll` the loop never sleeps (it yields the
 //! core when idle), so NEED_WAKEUP is never set and no client post ever makes a syscall.
+//! While spinning, the loop yields after every idle iteration, or after every
+//! [`CO_PINNED_IDLE_SPINS`]th while the NIC and all its clients are pinned to one CPU.
 
 use std::io;
 use std::net::SocketAddr;
@@ -87,6 +89,30 @@ use super::udp::{Offloads, PacketIo, PhasedBuf, RecvBatch, SendOutcome, UdpIo};
 
 /// How long the loop spins without work before it sleeps.
 pub const SPIN: Duration = Duration::from_micros(100);
+
+/// Idle iterations between two yields while this NIC and every one of its clients are
+/// pinned to the same single CPU (`co_pinned_now`); otherwise the loop yields after each
+/// idle iteration.
+///
+/// Why: pinned so (`taskset -c N` on the NIC and on its program, the setup docs/perf.md
+/// recommends for a laptop), the only thread a yield can hand the core to is
+/// the NIC's own client, and while the NIC is idle that client is waiting for it: each
+/// such hand-off costs two switches (≈ 1.3 µs on the 2-vCPU guest) and delays the
+/// NIC's next look at its socket. Spinning four iterations between yields cut the 8 B
+/// round trip pinned so by ≈ 11 % (docs/perf.md, "Session 13"). Not otherwise: with the
+/// peer NIC on the same core the same spin cost 17–27 %, and the NIC cannot see where
+/// a peer runs (both NICs and both programs pinned to one CPU still pay that 17 %).
+pub const CO_PINNED_IDLE_SPINS: u32 = 4;
+
+/// How often the loop re-reads its own and its clients' CPU affinity while it spins
+/// (never while it sleeps): one `sched_getaffinity` of its own, and one per client when
+/// the NIC itself is pinned to one CPU.
+const AFFINITY_CHECK: Duration = Duration::from_millis(100);
+
+/// A NIC with more clients than this is not the one-program setup the co-pinned spin is
+/// for ([`CO_PINNED_IDLE_SPINS`]), and is never treated as co-pinned: its affinity check
+/// stays a handful of system calls every [`AFFINITY_CHECK`].
+const CO_PINNED_MAX_CLIENTS: usize = 16;
 
 /// Longest sleep (so a pcap is flushed and a lost wake-up costs at most this).
 pub const MAX_SLEEP: Duration = Duration::from_millis(100);
@@ -188,12 +214,13 @@ impl PacketPath {
             self.counters.tx_drop_send_error += 1;
             return;
         }
+        let call = self.trace.stamp();
         let (io, pcap, counters, local) =
             (&mut self.io, &mut self.pcap, &mut self.counters, self.local);
         self.fault.submit(now, pkt, dest, &mut |b, d| {
             Self::send_now(io, pcap, counters, local, b, d)
         });
-        self.trace.tx(now, pkt, pkt.len());
+        self.trace.tx(now, call, pkt, pkt.len());
     }
 
     /// Fills the ICRC of each `seg`-byte segment of `run` (segment k with IPv4 ID k,
@@ -231,6 +258,7 @@ impl PacketPath {
             }
         }
         let n = run.len().div_ceil(seg.max(1)) as u64;
+        let call = self.trace.stamp();
         match self.io.send_segments(run, seg, dest) {
             SendOutcome::Sent => {
                 self.counters.tx_datagrams += n;
@@ -242,7 +270,7 @@ impl PacketPath {
             SendOutcome::DroppedFull => self.counters.tx_drop_socket_full += n,
             SendOutcome::Failed => self.counters.tx_drop_send_error += n,
         }
-        self.trace.tx(now, run, seg);
+        self.trace.tx(now, call, run, seg);
     }
 
     /// Sends held packets that are due.
@@ -383,20 +411,39 @@ impl Runtime {
             tracing::debug!(error = %e, "timer slack not set");
         }
         let mut last_work = self.clock.now();
+        // Idle iterations per yield (`CO_PINNED_IDLE_SPINS` or 1), and when the
+        // affinities it depends on were last read.
+        let (mut spins_per_yield, mut idle_spins) = (1, 0);
+        let mut checked: Option<Instant> = None;
         while !signals::stop_requested() {
             let now = self.clock.now();
             let work = self.iterate(now)?;
             if work > 0 {
                 last_work = now;
+                idle_spins = 0;
                 continue;
             }
             // With --busy-poll the NIC never sleeps, so NEED_WAKEUP is never set.
             if self.busy_poll || now.saturating_duration_since(last_work) < SPIN {
+                if checked.is_none_or(|t| now.saturating_duration_since(t) >= AFFINITY_CHECK) {
+                    checked = Some(now);
+                    let pids = self.nic.clients.values().map(|c| c.pid);
+                    let few = self.nic.clients.len() <= CO_PINNED_MAX_CLIENTS;
+                    spins_per_yield = if few && co_pinned_now(pids) {
+                        CO_PINNED_IDLE_SPINS
+                    } else {
+                        1
+                    };
+                }
                 // Yield rather than spin in place: on a host with fewer cores than busy
                 // threads (two NICs and their clients on two cores), a pure spin holds a
                 // core the client or the peer NIC needs; sched_yield costs ~0.2 µs and
                 // returns at once when nothing else wants the core.
-                std::thread::yield_now();
+                idle_spins += 1;
+                if idle_spins >= spins_per_yield {
+                    idle_spins = 0;
+                    std::thread::yield_now();
+                }
                 continue;
             }
             self.sleep(now)?;
@@ -960,6 +1007,43 @@ impl Run {
     }
 }
 
+/// Whether this thread and the main thread of each client in `pids` may run on one
+/// CPU only, the same one, with at least one client ([`CO_PINNED_IDLE_SPINS`]). A
+/// client whose affinity cannot be read (gone, or another user's) counts as not pinned.
+fn co_pinned_now(pids: impl Iterator<Item = u32>) -> bool {
+    // An unpinned NIC (the default) reads no client's affinity.
+    let Ok(own) = rustix::thread::sched_getaffinity(None) else {
+        return false;
+    };
+    if own.count() != 1 {
+        return false;
+    }
+    let clients = pids.map(|pid| {
+        let pid = i32::try_from(pid)
+            .ok()
+            .and_then(rustix::thread::Pid::from_raw);
+        pid.ok_or(rustix::io::Errno::SRCH)
+            .and_then(|p| rustix::thread::sched_getaffinity(Some(p)))
+    });
+    co_pinned(&own, clients)
+}
+
+/// [`co_pinned_now`] on affinities already read: `own` allows exactly one CPU and
+/// every client's set is that same set (at least one client).
+fn co_pinned<E>(
+    own: &rustix::thread::CpuSet,
+    clients: impl Iterator<Item = Result<rustix::thread::CpuSet, E>>,
+) -> bool {
+    let mut any = false;
+    for c in clients {
+        match c {
+            Ok(set) if own.count() == 1 && set == *own => any = true,
+            _ => return false,
+        }
+    }
+    any
+}
+
 /// Says which UDP offloads are in use, and why one asked for is not.
 fn log_offloads(cfg: &Config, got: Offloads) {
     tracing::info!(gso = got.gso, gro = got.gro, "UDP offloads");
@@ -1124,6 +1208,65 @@ mod tests {
             solver: rx_icrc::IdSolver::new(),
             trace: Trace::new(None, &Clock::new()),
         }
+    }
+
+    fn cpus(list: &[usize]) -> rustix::thread::CpuSet {
+        let mut s = rustix::thread::CpuSet::new();
+        for &i in list {
+            s.set(i);
+        }
+        s
+    }
+
+    /// The idle spin between yields is for a NIC pinned to one CPU with all of its
+    /// clients, and only then.
+    #[test]
+    fn co_pinned_needs_one_cpu_shared_by_the_nic_and_every_client() {
+        let ok = |l: &[usize]| Ok::<_, ()>(cpus(l));
+        let one = cpus(&[1]);
+        assert!(co_pinned(&one, [ok(&[1])].into_iter()));
+        assert!(co_pinned(&one, [ok(&[1]), ok(&[1])].into_iter()));
+        assert!(
+            !co_pinned(&one, std::iter::empty::<Result<_, ()>>()),
+            "no client"
+        );
+        assert!(!co_pinned(&one, [ok(&[0])].into_iter()), "client elsewhere");
+        assert!(
+            !co_pinned(&one, [ok(&[1]), ok(&[0, 1])].into_iter()),
+            "one unpinned"
+        );
+        assert!(
+            !co_pinned(&one, [ok(&[1]), Err(())].into_iter()),
+            "one unreadable"
+        );
+        assert!(
+            !co_pinned(&cpus(&[0, 1]), [ok(&[0, 1])].into_iter()),
+            "NIC unpinned"
+        );
+    }
+
+    /// This test process (its main thread) as the client of a NIC thread pinned to
+    /// the CPU it runs on: co-pinned only once the client is pinned there too.
+    #[test]
+    fn co_pinned_now_reads_the_threads_affinities() {
+        let pid = std::process::id();
+        let cpu = rustix::thread::sched_getcpu();
+        let nic = std::thread::spawn(move || {
+            let all = rustix::thread::sched_getaffinity(None).expect("own affinity");
+            rustix::thread::sched_setaffinity(None, &cpus(&[cpu])).expect("pin");
+            let own_pid = rustix::thread::Pid::from_raw(i32::try_from(pid).unwrap());
+            let main = rustix::thread::sched_getaffinity(own_pid).expect("main's affinity");
+            let got = co_pinned_now([pid].into_iter());
+            let gone = co_pinned_now([u32::MAX].into_iter());
+            rustix::thread::sched_setaffinity(None, &all).expect("unpin");
+            (main == cpus(&[cpu]), got, gone)
+        });
+        let (main_pinned, got, gone) = nic.join().expect("thread");
+        assert_eq!(
+            got, main_pinned,
+            "co-pinned exactly when the client is pinned there"
+        );
+        assert!(!gone, "a client whose affinity cannot be read");
     }
 
     /// A run that starts inside the transmit buffer (where a packet that did not fit the

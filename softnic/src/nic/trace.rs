@@ -7,8 +7,10 @@
 //! * **tx**: the loop instant the transmit pass that sent it began with (the iteration's
 //!   start, or the moment the loop took the core back after handing it to the clients
 //!   of completions it published: `runtime.rs` drains the rings again then), so for a
-//!   ping-pong this is when the NIC picked the WQE up; and the moment `sendmsg`
-//!   returned;
+//!   ping-pong this is when the NIC picked the WQE up; the moment the `sendmsg` that
+//!   sent it was called (softnic's own work — rings, transport, ICRC — lies before it,
+//!   the kernel's send and loopback delivery after it: docs/perf.md, "Latency"); and
+//!   the moment it returned;
 //! * **rx**: the moment the receive call that returned it came back;
 //! * **cqe**: each pass that wrote completions (before and after transmit), just
 //!   before it publishes them to the clients (so a client never polls one before its
@@ -22,8 +24,9 @@
 //!
 //! Each event carries the packet's BTH opcode, destination QPN and PSN. The stamps are
 //! kept in memory (a fixed capacity, no system call per event) and written as text when
-//! the NIC stops: `kind opcode qpn psn t_start_ns t_ns` per line, kind `tx`, `rx` or
-//! `cqe`. `softnic perf send_lat --breakdown FILE` writes the clients' stamps on the
+//! the NIC stops: `kind opcode qpn psn t_start_ns t_call_ns t_ns` per line, kind `tx`,
+//! `rx` or `cqe` (`t_call_ns` is the `sendmsg` call of a `tx`; for the others all three
+//! stamps are the one moment). `softnic perf send_lat --breakdown FILE` writes the clients' stamps on the
 //! same clock; `tests/perf/run` joins them.
 
 use std::io::{self, Write};
@@ -60,6 +63,7 @@ struct Event {
     qpn: u32,
     psn: u32,
     start: u64,
+    call: u64,
     at: u64,
 }
 
@@ -91,7 +95,7 @@ impl Trace {
         self.path.is_some() && self.events.len() < CAPACITY
     }
 
-    fn push(&mut self, kind: Kind, pkt: &[u8], start: u64, at: u64) {
+    fn push(&mut self, kind: Kind, pkt: &[u8], (start, call, at): (u64, u64, u64)) {
         let (opcode, qpn, psn) = match Bth::new_checked(pkt) {
             Ok(b) => (b.opcode().0, b.dest_qpn().value(), b.psn().value()),
             Err(_) => (0, 0, 0),
@@ -102,20 +106,32 @@ impl Trace {
             qpn,
             psn,
             start,
+            call,
             at,
         });
     }
 
-    /// Packets just sent: `run` holds segments of `seg` bytes; `iter` is the loop
-    /// iteration's start.
+    /// CLOCK_MONOTONIC now when tracing (the `call` of [`Trace::tx`]), else 0 (no
+    /// clock read).
     #[inline]
-    pub fn tx(&mut self, iter: Instant, run: &[u8], seg: usize) {
+    pub fn stamp(&self) -> u64 {
+        if self.on() {
+            mono_ns()
+        } else {
+            0
+        }
+    }
+
+    /// Packets just sent: `run` holds segments of `seg` bytes; `iter` is the loop
+    /// iteration's start, `call` the [`Trace::stamp`] taken just before the send call.
+    #[inline]
+    pub fn tx(&mut self, iter: Instant, call: u64, run: &[u8], seg: usize) {
         if !self.on() {
             return;
         }
         let (start, at) = (iter.as_nanos().saturating_add(self.offset), mono_ns());
         for pkt in run.chunks(seg.max(1)) {
-            self.push(Kind::Tx, pkt, start, at);
+            self.push(Kind::Tx, pkt, (start, call, at));
         }
     }
 
@@ -124,7 +140,7 @@ impl Trace {
     pub fn rx(&mut self, pkt: &[u8]) {
         if self.on() {
             let at = mono_ns();
-            self.push(Kind::Rx, pkt, at, at);
+            self.push(Kind::Rx, pkt, (at, at, at));
         }
     }
 
@@ -139,6 +155,7 @@ impl Trace {
                 qpn: 0,
                 psn: n as u32,
                 start: at,
+                call: at,
                 at,
             });
         }
@@ -165,8 +182,8 @@ fn write_events(path: &std::path::Path, events: &[Event]) -> io::Result<()> {
         };
         writeln!(
             w,
-            "{kind} {} {} {} {} {}",
-            e.opcode, e.qpn, e.psn, e.start, e.at
+            "{kind} {} {} {} {} {} {}",
+            e.opcode, e.qpn, e.psn, e.start, e.call, e.at
         )?;
     }
     w.flush()
@@ -185,7 +202,9 @@ mod tests {
         pkt[0] = 0x04; // RC SEND_ONLY
         pkt[5..8].copy_from_slice(&[0, 1, 2]);
         pkt[9..12].copy_from_slice(&[0, 0, 7]);
-        t.tx(clock.now(), &pkt, 16);
+        let iter = clock.now();
+        let call = t.stamp();
+        t.tx(iter, call, &pkt, 16);
         t.rx(&pkt);
         t.cqe(1);
         t.finish();
@@ -201,12 +220,17 @@ mod tests {
             .skip(4)
             .map(|x| x.parse().unwrap())
             .collect();
-        assert!(f[0] <= f[1], "the iteration starts before its send returns");
+        assert_eq!(f.len(), 3);
+        assert!(
+            f[0] <= f[1] && f[1] <= f[2],
+            "the iteration starts before the send is called, which is before it returns"
+        );
     }
 
     #[test]
     fn off_records_nothing() {
         let mut t = Trace::default();
+        assert_eq!(t.stamp(), 0, "no clock read when off");
         t.rx(&[0u8; 16]);
         t.cqe(3);
         assert!(t.events.is_empty());
