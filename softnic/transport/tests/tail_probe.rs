@@ -106,15 +106,19 @@ fn late_acks_in_batches_resend_nothing_but_the_probes() {
 /// and the responder's repeated NAKs ignored as echoes (`retries_suppressed`). That
 /// expiry goes back to the oldest packet (no tail probe there, whose NAK would be
 /// ignored too): the WRITE completes within 2 ms of virtual time, with no charged
-/// Local ACK Timeout (67 ms), after that one early retransmission. (A tail probe
-/// there is answered by a NAK the go-back ignores, and only the expiry after it goes
-/// back: two early retransmissions, a round trip later; `probe_tail`'s `in_retry`
-/// test is what this guards.)
+/// Local ACK Timeout (67 ms), after two early retransmissions: the first expiry, with
+/// the first NAK lost and no go-back yet, probes the tail, whose NAK starts the
+/// go-back; the second goes back. (A tail probe at the second too is answered by a
+/// NAK the go-back ignores, and only a third expiry goes back, a round trip later:
+/// this guards `probe_tail`'s `in_retry` test.)
 #[test]
 fn a_twice_lost_first_resend_is_repaired_by_the_next_expiry() {
     let (took, c) = write_losing_150(3, 1, 22);
     assert_eq!(c.retransmit_timeouts, 0, "{c:?}");
-    assert_eq!(c.early_retransmits, 1, "one go-back, no tail probe: {c:?}");
+    assert_eq!(
+        c.early_retransmits, 2,
+        "a tail probe, then a go-back: {c:?}"
+    );
     assert!(c.retries_suppressed >= 1, "the echoes were ignored: {c:?}");
     assert!(took < Duration::from_millis(2), "{took:?} {c:?}");
 }
