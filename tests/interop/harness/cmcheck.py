@@ -12,6 +12,21 @@ from . import roce, util
 SOFTNIC_MAX_CM_RETRIES = 7
 NO_CM_LOSS = "no CM MAD was resent"  # a loss row whose random loss missed every CM MAD
 
+# Linux's ib_cm counts its resends per port (/sys/class/infiniband/DEV/ports/PORT/
+# cm_tx_retries/{req,rep,dreq,...}) over the guest's life, so a row reads them before
+# and after its tool and prints the difference.
+# Without that directory the line says "missing" and the verdict fails.
+_GUEST_CM_RETRIES = ("cat /sys/class/infiniband/*/ports/*/cm_tx_retries/* 2>/dev/null"
+                     " | awk '{s += $1; n++} END {print n ? s : \"missing\"}'")
+GUEST_CM_RETRIES_BEFORE = "cm_retries_before=$(%s)" % _GUEST_CM_RETRIES
+GUEST_CM_RETRIES_AFTER = "\n".join([
+    "cm_retries_after=$(%s)" % _GUEST_CM_RETRIES,
+    'case "$cm_retries_before$cm_retries_after" in',
+    '  *missing*) echo "guest cm_tx_retries missing" ;;',
+    '  *) echo "guest cm_tx_retries $((cm_retries_after - cm_retries_before))" ;;',
+    "esac",
+    "grep -H . /sys/class/infiniband/*/ports/*/cm_tx_retries/* 2>/dev/null | grep -v ':0$'"])
+
 
 def stats(o):
     """softnic stats of the scenario as a dict."""
@@ -73,17 +88,25 @@ def dropped_and_resent(msg):
 
 
 def lost_on_the_guest(o):
-    """netem on the guest's egress: both tools exit 0 and the CM's retry path ran (softnic
-    resent a REQ/DREQ, or answered a MAD the guest resent). A resend also follows a
-    guest slower than softnic's 268 ms response timeout (without an MRA); the captures
-    cannot tell the two apart, as netem drops before the bridge."""
+    """netem on the guest's egress: both tools exit 0 and a CM's retry path ran: softnic
+    resent a REQ/DREQ or answered a MAD the guest resent, or the guest's CM resent (a
+    REP that drew no RTU because netem ate it, a DREQ whose DREP never came) and softnic
+    took the late MAD. Which side resends first is a race of two ≈ 260 ms timers (a
+    fast KVM guest's REP timer wins; a slow TCG guest lets softnic's REQ timer win), so
+    either counts. A resend also follows a guest slower than softnic's 268 ms response
+    timeout (without an MRA); the captures cannot tell the two apart, as netem drops
+    before the bridge."""
     why = both_tools_ok(o)
     if why:
         return why
     s = stats(o)
-    o.notes.append("cm_tx_retries %s, cm_rx_duplicates %s" % (
-        s.get("cm_tx_retries"), s.get("cm_rx_duplicates")))
-    if s.get("cm_tx_retries", 0) + s.get("cm_rx_duplicates", 0) == 0:
+    m = re.search(r"^guest cm_tx_retries (-?\d+)$", o.logs.get("rxe output", ""), re.M)
+    if not m:
+        return "the guest printed no cm_tx_retries count (ib_cm's sysfs counters missing?)"
+    guest = int(m.group(1))
+    o.notes.append("softnic cm_tx_retries %s, cm_rx_duplicates %s; guest cm_tx_retries %d" % (
+        s.get("cm_tx_retries"), s.get("cm_rx_duplicates"), guest))
+    if s.get("cm_tx_retries", 0) + s.get("cm_rx_duplicates", 0) + guest == 0:
         return NO_CM_LOSS
     return None
 
