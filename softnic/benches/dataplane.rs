@@ -24,6 +24,7 @@
 //! cargo bench -p softnic --bench dataplane -- floor   # only the 64 KiB data-work floor
 //! cargo bench -p softnic --bench dataplane -- big nofloor  # the 64 KiB figure alone
 //! cargo bench -p softnic --bench dataplane -- reused  # 64 KiB, perftest's memory layout
+//! cargo bench -p softnic --bench dataplane -- small big reused  # tests/perf/run's figures
 //! ```
 //! Beside the 64 KiB figure it measures its floor in the same run ([`floor`]): the
 //! copies and ICRC passes a 4 KiB packet needs, with nothing else, and prints the
@@ -34,7 +35,9 @@
 //! 64 KiB × i of a 1 MiB region per side; `reused` measures the same with every message
 //! at offset 0 of both (`dataplane_write_64k_reused_*`), as perftest's `write_bw` and
 //! `softnic perf` use their buffers: 2 × 64 KiB stay in L2 where 2 × 1 MiB may not
-//! (on session 13's Intel Xeon, 2 MiB of L2, the two differ by ≈ 30 %: docs/perf.md).
+//! (on session 13's Intel Xeon, 2 MiB of L2, the two differ by ≈ 30 %: docs/perf.md);
+//! with the floor in the same run, also as a share of the single-pass floor
+//! (`dataplane_write_64k_reused_of_floor_single_pass`, the floor's memory spread).
 //! Prints `key value` lines: the best of 7 rounds of the thread's **CPU time**
 //! (`/proc/thread-self/schedstat`), so time the thread spends descheduled on a
 //! shared machine does not count, and the same in wall-clock time (`*_wall`). The
@@ -529,8 +532,11 @@ fn main() {
         );
     }
     // Only when asked: not part of the default run (nor of issue 12's figure).
-    if only.iter().any(|a| a == "reused") {
-        let reused = run(64 << 10, 16, 3_000, false, Layout::Reused);
+    let reused = only
+        .iter()
+        .any(|a| a == "reused")
+        .then(|| run(64 << 10, 16, 3_000, false, Layout::Reused));
+    if let Some(reused) = reused {
         println!(
             "dataplane_write_64k_reused_gbytes_per_s {:.2}",
             gbytes(reused)
@@ -565,6 +571,13 @@ fn main() {
             println!(
                 "dataplane_write_64k_of_floor_single_pass {:.3}",
                 f.cpu / big.cpu
+            );
+        }
+        // The floor's memory is spread as `big`'s: `reused` stays in L2 and may pass it.
+        if let Some(reused) = reused {
+            println!(
+                "dataplane_write_64k_reused_of_floor_single_pass {:.3}",
+                f.cpu / reused.cpu
             );
         }
     }

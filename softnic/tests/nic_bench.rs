@@ -7,7 +7,10 @@
 //! * the 8 B WRITE rate of one QP pair while each NIC also holds 0, 1,000 and 10,000
 //!   idle QPs (what an idle QP costs the loop);
 //! * the aggregate 8 B WRITE rate over 1, 1,000 and 10,000 *connected* RC QP pairs
-//!   (round robin), and the memory each QP costs the NIC and the client (RSS deltas).
+//!   (round robin), and the memory each QP costs the NIC and the client (RSS deltas);
+//! * `qps_figures`: issue 12's many-QP figures alone, as `key value` lines for
+//!   `tests/perf/run --only qps` (bursts of 16 over 1,000 and 10,000 connected QPs, the
+//!   memory per QP, one pair with and without 10,000 idle QPs per NIC).
 
 mod nic_support;
 
@@ -17,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use nic_support::*;
 use verbs_api::{
-    AccessFlags, Device, Mtu, QpCap, QpInitAttr, QpType, QueuePair, SendWr, WcStatus, WrOpcode,
+    AccessFlags, CompletionQueue, Device, Mtu, QpCap, QpInitAttr, QpType, QueuePair, SendWr,
+    WcStatus, WrOpcode,
 };
 
 const RUN: Duration = Duration::from_secs(3);
@@ -156,57 +160,11 @@ fn post_send_cost_and_small_write_round_trip() {
 fn small_write_rate_with_idle_qps() {
     let mut base = None;
     for idle in [0u32, 1_000, 10_000] {
-        let limit = ["--max-qps-per-user", "20000", "--max-cqs-per-user", "20000"];
-        let a = NicProc::start("idle-a", "127.0.0.24", 0, &limit);
-        let b = NicProc::start("idle-b", "127.0.0.25", 0, &limit);
+        let a = NicProc::start("idle-a", "127.0.0.24", 0, &QP_LIMITS);
+        let b = NicProc::start("idle-b", "127.0.0.25", 0, &QP_LIMITS);
         let (mut x, y) = rc_pair(&a, &b, Mtu::Mtu4096, 4096, 256);
-        // Idle QPs on both NICs (created, never used), one CQ for all of them.
-        let idle_cq = [
-            x.ctx.create_cq(16).expect("cq"),
-            y.ctx.create_cq(16).expect("cq"),
-        ];
-        let mut parked = Vec::new();
-        for (pd, cq) in [(&x.pd, &idle_cq[0]), (&y.pd, &idle_cq[1])] {
-            for _ in 0..idle {
-                let attr = QpInitAttr {
-                    qp_type: QpType::Rc,
-                    send_cq: cq,
-                    recv_cq: cq,
-                    cap: QpCap {
-                        max_send_wr: 1,
-                        max_recv_wr: 1,
-                        max_send_sge: 1,
-                        max_recv_sge: 1,
-                        max_inline_data: 0,
-                    },
-                    sq_sig_all: false,
-                };
-                parked.push(pd.create_qp(&attr).expect("idle qp"));
-            }
-        }
-        let op = WrOpcode::RdmaWrite {
-            remote_addr: y.mr.addr(),
-            rkey: y.mr.rkey(),
-        };
-        let sge = [x.mr.sge(0, 8)];
-        const DEPTH: u64 = 128;
-        let (mut posted, mut done) = (0u64, 0u64);
-        let t = Instant::now();
-        while t.elapsed() < RUN || done < posted {
-            while posted - done < DEPTH && t.elapsed() < RUN {
-                // Every 32nd signaled, as perftest's CQ moderation does.
-                let mut wr = SendWr::new(posted, op, &sge);
-                if posted % 32 == 31 || posted - done == DEPTH - 1 {
-                    wr = wr.signaled();
-                }
-                x.qp.post_send(&[wr]).expect("post");
-                posted += 1;
-            }
-            let c = poll_one(&mut x.cq);
-            assert_eq!(c.status, WcStatus::Success);
-            done = c.wr_id + 1;
-        }
-        let mpps = done as f64 / t.elapsed().as_secs_f64() / 1e6;
+        let parked = park_idle_qps(&x, &y, idle);
+        let mpps = one_pair_rate(&mut x, &y, RUN);
         let b0 = *base.get_or_insert(mpps);
         println!(
             "8 B WRITE, one QP pair, {idle} idle QPs per NIC: {mpps:.3} Mpps ({:.2}x the 0-idle rate)",
@@ -214,6 +172,78 @@ fn small_write_rate_with_idle_qps() {
         );
         drop(parked);
     }
+}
+
+/// Room for 10,000 QPs and more per NIC (the default quota is lower).
+const QP_LIMITS: [&str; 4] = ["--max-qps-per-user", "20000", "--max-cqs-per-user", "20000"];
+
+/// Unused QPs and their CQs (kept alive; the QPs drop first).
+struct IdleQps {
+    _qps: Vec<QueuePair>,
+    _cqs: [CompletionQueue; 2],
+}
+
+/// `idle` RC QPs on each of the NICs of `x` and `y` (created, never used), with one CQ
+/// per NIC for all of them.
+fn park_idle_qps(x: &Side, y: &Side, idle: u32) -> IdleQps {
+    let cqs = [
+        x.ctx.create_cq(16).expect("cq"),
+        y.ctx.create_cq(16).expect("cq"),
+    ];
+    let mut qps = Vec::new();
+    for (pd, cq) in [(&x.pd, &cqs[0]), (&y.pd, &cqs[1])] {
+        for _ in 0..idle {
+            let attr = QpInitAttr {
+                qp_type: QpType::Rc,
+                send_cq: cq,
+                recv_cq: cq,
+                cap: QpCap {
+                    max_send_wr: 1,
+                    max_recv_wr: 1,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+            };
+            qps.push(pd.create_qp(&attr).expect("idle qp"));
+        }
+    }
+    IdleQps {
+        _qps: qps,
+        _cqs: cqs,
+    }
+}
+
+/// Drives the pair `x` → `y` for `run`: 8 B WRITEs, [`DEPTH`] outstanding, every 32nd
+/// signaled (as perftest's CQ moderation does) and the one that fills the window.
+/// Returns Mpps; every WR posted has completed when it returns.
+fn one_pair_rate(x: &mut Side, y: &Side, run: Duration) -> f64 {
+    let op = WrOpcode::RdmaWrite {
+        remote_addr: y.mr.addr(),
+        rkey: y.mr.rkey(),
+    };
+    let sge = [x.mr.sge(0, 8)];
+    let (mut posted, mut done) = (0u64, 0u64);
+    let t = Instant::now();
+    while t.elapsed() < run || done < posted {
+        // The clock is read once per refill, which then fills the window: so the last
+        // WR posted is always a signaled one (a refill cut short by the clock could end
+        // on an unsignaled WR, whose completion never comes).
+        let open = t.elapsed() < run;
+        while posted - done < DEPTH && open {
+            let mut wr = SendWr::new(posted, op, &sge);
+            if posted % 32 == 31 || posted - done == DEPTH - 1 {
+                wr = wr.signaled();
+            }
+            x.qp.post_send(&[wr]).expect("post");
+            posted += 1;
+        }
+        let c = poll_one(&mut x.cq);
+        assert_eq!(c.status, WcStatus::Success);
+        done = c.wr_id + 1;
+    }
+    done as f64 / t.elapsed().as_secs_f64() / 1e6
 }
 
 /// `field` (kB) of /proc/`pid`/status, in bytes.
@@ -243,12 +273,28 @@ fn nic_rss(nic: &NicProc) -> (u64, u64) {
     rss(&nic.pid().expect("NIC pid").to_string())
 }
 
+/// CPU time (user + system) of `nic` so far, in seconds (/proc/PID/stat).
+fn nic_cpu_seconds(nic: &NicProc) -> f64 {
+    let pid = nic.pid().expect("NIC pid");
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("NIC stat");
+    // The fields after the command name, which is in parentheses: utime and stime are
+    // the 14th and 15th of the line.
+    let rest = stat.rsplit_once(')').expect("stat format").1;
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // SAFETY: sysconf(3) reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (f[11] + f[12]) as f64 / hz
+}
+
 /// `n` RC QPs on each of two NICs, pairwise connected, with one PD, MR and CQ per side.
 struct ManyQps {
     xs: Vec<QueuePair>,
     /// The peers (kept alive).
     _ys: Vec<QueuePair>,
-    cq: [verbs_api::CompletionQueue; 2],
+    cq: [CompletionQueue; 2],
     mr: [verbs_api::MemoryRegion; 2],
     _pd: [verbs_api::ProtectionDomain; 2],
 }
@@ -348,14 +394,49 @@ fn drive(q: &mut ManyQps, burst: u64, per_qp: u64, run: Duration) -> f64 {
     done as f64 / t.elapsed().as_secs_f64() / 1e6
 }
 
-/// WRITEs in flight in [`drive`].
+/// WRITEs in flight in [`drive`] and [`one_pair_rate`].
 const DEPTH: u64 = 128;
+
+/// The upper median (the middle one of an odd count).
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// `num` over `den`, round by round.
+fn per_round(num: &[f64], den: &[f64]) -> Vec<f64> {
+    num.iter().zip(den).map(|(y, x)| y / x).collect()
+}
+
+/// What [`rate_over_qps`] measured. The QPs drop before the NICs.
+struct QpsRate {
+    /// Mpps of the N pairs and of the one pair, per round.
+    many: Vec<f64>,
+    one: Vec<f64>,
+    /// Bytes per QP: NIC A's private and shared (RssAnon and RssShmem deltas over its N
+    /// QPs), and the client's (over both sides' 2N QPs, all in this process).
+    nic: (f64, f64),
+    client: (f64, f64),
+    _qps: [ManyQps; 2],
+    a: NicProc,
+    b: NicProc,
+}
+
+impl QpsRate {
+    /// What one QP costs in all: the NIC's private share, its ring segment (one memfd
+    /// mapped by both the NIC and the client, so counted in both RSS figures: the
+    /// larger of the two shares, once) and the client's private share.
+    fn bytes_per_qp(&self) -> f64 {
+        self.nic.0 + self.nic.1.max(self.client.1) + self.client.0
+    }
+}
 
 /// The aggregate 8 B WRITE rate over `n` connected QP pairs against one pair, both sets
 /// on the same two NICs and measured alternately (1 s each, five times), so that the
 /// load of a shared machine hits both alike; and the memory the `n` QPs cost.
-fn write_rate_over_qps(n: u32, burst: u64, extra: &[&str]) {
-    let mut args = vec!["--max-qps-per-user", "20000", "--max-cqs-per-user", "20000"];
+fn rate_over_qps(n: u32, burst: u64, extra: &[&str]) -> QpsRate {
+    let mut args = QP_LIMITS.to_vec();
     args.extend_from_slice(extra);
     let a = NicProc::start("many-a", "127.0.0.26", 0, &args);
     let b = NicProc::start("many-b", "127.0.0.27", 0, &args);
@@ -373,33 +454,37 @@ fn write_rate_over_qps(n: u32, burst: u64, extra: &[&str]) {
         ));
         rn.push(drive(&mut many, burst, 1, Duration::from_secs(1)));
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let ratios: Vec<String> = r1
-        .iter()
-        .zip(&rn)
-        .map(|(x, y)| format!("{:.2}", y / x))
-        .collect();
-    let (m1, mn) = (median(&mut r1), median(&mut rn));
+    let per = |x: u64, y: u64, k: u32| x.saturating_sub(y) as f64 / f64::from(k);
+    let ((na, ns), (ca, cs)) = (after.0, after.1);
+    let ((na0, ns0), (ca0, cs0)) = (before.0, before.1);
+    QpsRate {
+        many: rn,
+        one: r1,
+        nic: (per(na, na0, n), per(ns, ns0, n)),
+        client: (per(ca, ca0, 2 * n), per(cs, cs0, 2 * n)),
+        _qps: [many, one],
+        a,
+        b,
+    }
+}
+
+/// [`rate_over_qps`], printed.
+fn write_rate_over_qps(n: u32, burst: u64, extra: &[&str]) {
+    let r = rate_over_qps(n, burst, extra);
+    let ratios = per_round(&r.many, &r.one);
+    let ratios: Vec<String> = ratios.iter().map(|q| format!("{q:.2}")).collect();
+    let (m1, mn) = (median(&r.one), median(&r.many));
     println!(
         "8 B WRITE, bursts of {burst} (last signaled), {DEPTH} outstanding: {n} connected QP pairs {mn:.3} Mpps, 1 pair {m1:.3} Mpps (medians of 5 alternating 1 s runs): {:.2}x (per round: {})",
         mn / m1,
         ratios.join(" ")
     );
-    print_traffic_stats("A", &a);
-    print_traffic_stats("B", &b);
-    let per = |x: u64, y: u64, k: u32| x.saturating_sub(y) as f64 / f64::from(k);
-    let ((na, ns), (ca, cs)) = (after.0, after.1);
-    let ((na0, ns0), (ca0, cs0)) = (before.0, before.1);
+    print_traffic_stats("A", &r.a);
+    print_traffic_stats("B", &r.b);
     println!(
         "  memory per QP (send queue {burst}, receive queue 1): NIC A private {:.0} B + shared segment {:.0} B; \
          client (both sides' QPs) private {:.0} B + shared {:.0} B",
-        per(na, na0, n),
-        per(ns, ns0, n),
-        per(ca, ca0, 2 * n),
-        per(cs, cs0, 2 * n),
+        r.nic.0, r.nic.1, r.client.0, r.client.1,
     );
 }
 
@@ -418,4 +503,66 @@ fn small_write_rate_over_many_connected_qps() {
             }
         }
     }
+}
+
+/// One pair's 8 B WRITE rate ([`one_pair_rate`]) on two NICs that also hold `idle`
+/// unused QPs each, against one pair on two other NICs that hold none, driven
+/// alternately for 1 s each, five times. Returns the per-round rates (with, without)
+/// and the CPU the NICs with idle QPs used while the other pair ran, in % of one core
+/// (their sum): what is not in their own rate, and would slow the other pair.
+fn idle_qps_rounds(idle: u32) -> (Vec<f64>, Vec<f64>, f64) {
+    let start = |name, addr| NicProc::start(name, addr, 0, &QP_LIMITS);
+    let (a0, b0) = (
+        start("idle0-a", "127.0.0.28"),
+        start("idle0-b", "127.0.0.29"),
+    );
+    let (a1, b1) = (
+        start("idle1-a", "127.0.0.30"),
+        start("idle1-b", "127.0.0.31"),
+    );
+    let (mut x0, y0) = rc_pair(&a0, &b0, Mtu::Mtu4096, 4096, 256);
+    let (mut x1, y1) = rc_pair(&a1, &b1, Mtu::Mtu4096, 4096, 256);
+    let _parked = park_idle_qps(&x1, &y1, idle);
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    let (mut cpu, mut secs) = (0.0, 0.0);
+    for _ in 0..5 {
+        with.push(one_pair_rate(&mut x1, &y1, Duration::from_secs(1)));
+        let (c, t) = (nic_cpu_seconds(&a1) + nic_cpu_seconds(&b1), Instant::now());
+        without.push(one_pair_rate(&mut x0, &y0, Duration::from_secs(1)));
+        cpu += nic_cpu_seconds(&a1) + nic_cpu_seconds(&b1) - c;
+        secs += t.elapsed().as_secs_f64();
+    }
+    (with, without, 100.0 * cpu / secs)
+}
+
+/// The figures `tests/perf/run --only qps` reads (issue 12's many-QP goals), as `key
+/// value` lines, all keys starting `qps_`: the 8 B WRITE rate over 1,000 and 10,000
+/// connected QP pairs in the perftest pattern (bursts of 16 per QP, the last signaled;
+/// default NICs) against one pair on the same NICs, alternating, as
+/// [`small_write_rate_over_many_connected_qps`] measures it, with the memory per QP;
+/// then one pair's rate with 10,000 idle QPs per NIC against one pair without
+/// ([`idle_qps_rounds`]). Rates are medians of the rounds, ratios the medians of the
+/// per-round ratios. A figure that cannot be taken fails the test.
+#[test]
+#[ignore = "measurement; run with --ignored --nocapture in release"]
+fn qps_figures() {
+    for n in [1_000, 10_000] {
+        let r = rate_over_qps(n, 16, &[]);
+        print_traffic_stats("A", &r.a);
+        print_traffic_stats("B", &r.b);
+        let k = format!("qps_{n}");
+        println!("{k}_mpps {:.4}", median(&r.many));
+        println!("{k}_one_pair_mpps {:.4}", median(&r.one));
+        println!("{k}_ratio {:.3}", median(&per_round(&r.many, &r.one)));
+        println!("{k}_nic_private_bytes_per_qp {:.0}", r.nic.0);
+        println!("{k}_nic_shared_bytes_per_qp {:.0}", r.nic.1);
+        println!("{k}_client_private_bytes_per_qp {:.0}", r.client.0);
+        println!("{k}_client_shared_bytes_per_qp {:.0}", r.client.1);
+        println!("{k}_bytes_per_qp {:.0}", r.bytes_per_qp());
+    }
+    let (with, without, cpu) = idle_qps_rounds(10_000);
+    println!("qps_idle_10000_mpps {:.4}", median(&with));
+    println!("qps_idle_0_mpps {:.4}", median(&without));
+    println!("qps_idle_ratio {:.3}", median(&per_round(&with, &without)));
+    println!("qps_idle_10000_cpu_percent_meanwhile {cpu:.2}");
 }
