@@ -382,15 +382,31 @@ impl CompletionQueue {
     /// Fills `out` with up to `out.len()` completions and returns how many
     /// (`ibv_poll_cq`). No syscalls. An error means the NIC corrupted the ring.
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize> {
+        let max = out.len();
+        self.poll_with(max, |i, wc| out[i] = wc)
+    }
+
+    /// As [`Self::poll`] for up to `max` completions, handing each to `f` with its
+    /// index (0, 1, …) instead of storing it in a slice.
+    ///
+    /// Why: the C library's `ibv_poll_cq` converts each completion straight into the
+    /// caller's `ibv_wc` array. Through [`Self::poll`] it needed a buffer of
+    /// completions on its stack, filled with defaults on every call, empty polls of a
+    /// busy-poll loop included.
+    pub fn poll_with(
+        &mut self,
+        max: usize,
+        mut f: impl FnMut(usize, WorkCompletion),
+    ) -> Result<usize> {
         let mut n = 0;
         // Any receive completion (IBV_WC_RECV and IBV_WC_RECV_RDMA_WITH_IMM have
         // bit 7 set): a receiving poller does not nap (`poll_idle`).
         let mut recv = 0;
-        for slot in out.iter_mut() {
+        while n < max {
             match self.ring.pop().map_err(Error::Ring)? {
                 Some(cqe) => {
                     recv |= cqe.opcode;
-                    *slot = WorkCompletion::from(cqe);
+                    f(n, WorkCompletion::from(cqe));
                     n += 1;
                 }
                 None => break,

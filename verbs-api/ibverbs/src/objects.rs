@@ -380,25 +380,22 @@ pub unsafe extern "C" fn poll_cq(cq: *mut c_void, num_entries: c_int, wc: *mut c
     let c = unsafe { softnic_cq(cq as *mut ibv_cq) };
     let mut api = c.api.lock().unwrap_or_else(|e| e.into_inner());
     let wc = wc as *mut ibv_wc;
-    let mut buf = [WorkCompletion::default(); 16];
-    let mut done = 0usize;
     let want = num_entries as usize;
-    while done < want {
-        let chunk = (want - done).min(buf.len());
-        let n = match api.poll(&mut buf[..chunk]) {
-            Ok(n) => n,
-            Err(_) => return if done > 0 { done as c_int } else { -libc::EIO },
-        };
-        for (i, w) in buf[..n].iter().enumerate() {
-            // SAFETY: done + i < num_entries, within the caller's array.
-            unsafe { wc.add(done + i).write(to_ibv_wc(w)) };
-        }
-        done += n;
-        if n < chunk {
-            break;
-        }
-    }
+    // Straight into the caller's array: no buffer of completions to fill first (this
+    // runs for every empty poll of a busy-poll loop).
+    let mut written = 0usize;
+    let found = api.poll_with(want, |i, w| {
+        // SAFETY: i < num_entries, within the caller's array.
+        unsafe { wc.add(i).write(to_ibv_wc(&w)) };
+        written = i + 1;
+    });
     drop(api);
+    // A corrupt ring: what was converted before it is still the caller's.
+    let done = match found {
+        Ok(n) => n,
+        Err(_) if written > 0 => written,
+        Err(_) => return -libc::EIO,
+    };
     if want > 0 {
         c.note_poll(done > 0);
     }

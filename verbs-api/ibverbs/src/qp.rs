@@ -789,6 +789,29 @@ pub unsafe extern "C" fn post_send(
     let q = unsafe { softnic_qp(qp as *mut ibv_qp) };
     let mut api = q.api.lock().unwrap_or_else(|e| e.into_inner());
     let mut cur = wr as *mut ibv_send_wr;
+    // SAFETY: a valid WR list (caller contract), alive during this call.
+    let first = unsafe { cur.as_ref() };
+    if let Some(one) = first.filter(|w| w.next.is_null() && !crate::mw::is_local(w)) {
+        // One WR, the common case (a ping-pong posts one per call): converted alone,
+        // without the chunk's arrays, which cost more to fill than the WR to convert.
+        let mut store: InlinePieces<'_> = [&[]; MAX_SGE];
+        // SAFETY: as above.
+        let posted = unsafe { send_wr(one, q.qpx.qp_base.qp_type == IBV_QPT_UD, &mut store) }
+            .and_then(|w| {
+                post_chunk(&mut *api, std::slice::from_ref(&w), QueuePair::post_send)
+                    .map_err(|(_, e)| e)
+            });
+        return match posted {
+            Ok(()) => 0,
+            Err(e) => {
+                if !bad.is_null() {
+                    // SAFETY: the caller's out-pointer.
+                    unsafe { *bad = wr };
+                }
+                e
+            }
+        };
+    }
     let filler = SendWr::new(0, WrOpcode::Send, &[]);
     while !cur.is_null() {
         let mut ptrs = [std::ptr::null_mut::<ibv_send_wr>(); CHUNK];
@@ -880,6 +903,25 @@ pub(crate) unsafe fn post_recv_list(
     mut post: impl FnMut(&[RecvWr<'_>]) -> Result<(), (usize, c_int)>,
 ) -> c_int {
     let mut cur = wr as *mut ibv_recv_wr;
+    // SAFETY: a valid WR list (caller contract).
+    if let Some(one) = unsafe { cur.as_ref() }.filter(|w| w.next.is_null()) {
+        // One WR (a ping-pong reposts one per message): no chunk arrays to fill.
+        // SAFETY: its SGE array is readable (caller contract).
+        let posted = match unsafe { sges(one.sg_list, one.num_sge) } {
+            Some(sg) => post(&[RecvWr::new(one.wr_id, sg)]).map_err(|(_, e)| e),
+            None => Err(libc::EINVAL),
+        };
+        return match posted {
+            Ok(()) => 0,
+            Err(e) => {
+                if !bad.is_null() {
+                    // SAFETY: the caller's out-pointer.
+                    unsafe { *bad = wr };
+                }
+                e
+            }
+        };
+    }
     let filler = RecvWr::new(0, &[]);
     while !cur.is_null() {
         let mut ptrs = [std::ptr::null_mut::<ibv_recv_wr>(); CHUNK];
