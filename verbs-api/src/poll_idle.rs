@@ -33,8 +33,8 @@
 //!
 //! A poll that finds completions makes no system call (it stores a counter), so a busy
 //! data path stays syscall-free (`softnic/tests/nic_no_syscalls.rs`). The window (at
-//! least 50 µs, and twice the recent gap between completions) is longer than an 8 B
-//! round trip on a quiet 2-core host (≈ 20 µs, docs/perf.md, "Last table"), so a
+//! least 50 µs, and twice the recent gap between completions) is several 8 B round
+//! trips on a quiet 2-core host (10–12 µs, docs/perf.md, "Last table"), so a
 //! ping-pong sleeps only on its slow tail; the sleep is bounded so that
 //! a loop that also watches something else (a socket, a flag in memory) is delayed by
 //! ≤ 1 ms.
@@ -100,8 +100,10 @@ pub const RECV_QUIET: Duration = Duration::from_millis(2);
 const RATE_STALE: Duration = Duration::from_millis(5);
 
 /// The shortest spin window: how long a poller spins (and yields) after the last sign
-/// of a completion before it sleeps, at least. 2.5× an 8 B round trip on a quiet
-/// 2-core host (≈ 20 µs); [`spin_window`] lengthens it for slower paces.
+/// of a completion before it sleeps, at least: 4–5 8 B round trips on a quiet 2-core
+/// host (10–12 µs; 20 µs when this was chosen, which still fits 2.5 of them), so a
+/// slow round trip does not put the poller to sleep; [`spin_window`] lengthens it for
+/// slower paces.
 pub const DEFAULT_SPIN_WINDOW: Duration = Duration::from_micros(50);
 
 /// Longest single sleep: a poll loop that waits for something the NIC does not signal
