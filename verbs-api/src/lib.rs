@@ -53,6 +53,7 @@ pub mod device;
 pub mod error;
 pub mod fd_mr;
 pub mod gid;
+pub mod hint;
 pub mod mr;
 pub mod mw;
 pub mod oob;

@@ -719,6 +719,10 @@ impl QueuePair {
         let q = self.limits();
         let mut result = Ok(());
         let mut pushed = 0usize;
+        // With many QPs this one's ring is cold: fetch the slots the batch fills at once
+        // (issue 12, "Many QPs"; docs/perf.md).
+        self.sq
+            .prefetch(u32::try_from(wrs.len()).unwrap_or(u32::MAX));
         {
             // Held across the inline copies so no region can be unmapped meanwhile.
             let mrs = self.pd.mrs.read().unwrap_or_else(|e| e.into_inner());

@@ -209,6 +209,18 @@ impl OpcodeInfo {
     pub fn has_immediate(&self) -> bool {
         self.has(Header::ImmDt)
     }
+
+    /// True when the responder needs a receive WQE for this packet: every SEND packet,
+    /// and an RDMA WRITE carrying immediate data (IBTA 9.4.3, 9.7.4.1.4: a WRITE with
+    /// immediate consumes a receive WQE to report the immediate; a plain WRITE, a READ
+    /// or an atomic never touches the receive queue).
+    pub fn consumes_recv_wqe(&self) -> bool {
+        match self.operation {
+            Operation::Send => true,
+            Operation::Write => self.has_immediate(),
+            _ => false,
+        }
+    }
 }
 
 use Header::*;
@@ -619,6 +631,19 @@ impl fmt::Display for Opcode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_sends_and_writes_with_immediate_consume_a_receive_wqe() {
+        for i in Opcode::all() {
+            let expect = i.operation == Operation::Send
+                || (i.operation == Operation::Write && i.headers.contains(&Header::ImmDt));
+            assert_eq!(i.consumes_recv_wqe(), expect, "{}", i.name);
+        }
+        let consumes = |code: u8| Opcode(code).info().unwrap().consumes_recv_wqe();
+        // RC WRITE_ONLY_WITH_IMMEDIATE and UD SEND_ONLY do; RC WRITE_ONLY and READ don't.
+        assert!(consumes(0x0B) && consumes(0x64));
+        assert!(!consumes(0x0A) && !consumes(0x0C));
+    }
 
     #[test]
     fn table_is_sorted_and_unique() {

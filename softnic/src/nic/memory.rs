@@ -101,22 +101,7 @@ fn fetch_ahead<const WRITE: bool>(r: &Region, off: usize, len: usize, p: *const 
         len,
         if WRITE { AHEAD_WRITE } else { AHEAD_READ },
     );
-    #[cfg(target_arch = "x86_64")]
-    for at in (0..ahead).step_by(64) {
-        let line = p.wrapping_add(len + at);
-        if WRITE {
-            // SAFETY: PREFETCHW is a hint: it reads and writes nothing and raises no
-            // fault whatever the address (an x86-64 CPU without it runs it as a no-op).
-            unsafe {
-                std::arch::asm!("prefetchw [{}]", in(reg) line, options(nostack, preserves_flags))
-            };
-        } else {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            // SAFETY: as above (PREFETCHT0, SSE: every x86-64 CPU has it).
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(line.cast()) };
-        }
-    }
-    let _ = (ahead, p);
+    verbs_api::hint::prefetch_range(p.wrapping_add(len), ahead, WRITE);
 }
 
 use super::copy_mr::ProcMem;

@@ -17,8 +17,9 @@
 //! levels and cascading, while a heap is exact and simple; and because the common
 //! re-arm is *later* (the retransmission timer restarts on every ACK), which costs
 //! nothing here: the earlier heap entry stays, fires early, and the loop re-arms from
-//! `Qp::poll_timeout` then. Only an earlier deadline pushes. Entries whose deadline is
-//! no longer the armed one, or whose QP is gone, are dropped when they reach the top.
+//! `Qp::poll_timeout` then. Only an earlier deadline pushes. A QP whose timers all
+//! stopped is disarmed. Entries whose deadline is no longer the armed one (disarmed or
+//! re-armed earlier), or whose QP is gone, are dropped when they reach the top.
 //! So timeouts and the next wake-up cost O(due · log n), not O(QPs).
 
 use std::cmp::Reverse;
@@ -134,11 +135,15 @@ pub struct Deadlines {
 }
 
 impl Deadlines {
-    /// Arms QP `qpn` for `at` (from `Qp::poll_timeout`). `None` does nothing: an entry
-    /// already armed fires and finds nothing due. A deadline later than the armed one
-    /// does nothing either: the armed entry fires early and the caller re-arms.
+    /// Arms QP `qpn` for `at` (from `Qp::poll_timeout`). `None` disarms: the heap
+    /// entry turns stale and is dropped when it reaches the top, without a visit to the
+    /// QP. (Letting it fire instead cost a lookup of a cold QP per message burst with
+    /// thousands of QPs: each burst's ACK stops the timer its post started.) A deadline
+    /// later than the armed one does nothing: the armed entry fires early and the caller
+    /// re-arms.
     pub fn arm(&mut self, qpn: u32, at: Option<Instant>) {
         let Some(at) = at else {
+            self.armed.remove(&qpn);
             return;
         };
         if self.armed.get(&qpn).is_some_and(|&h| h <= at) {
@@ -265,6 +270,23 @@ mod tests {
         assert_eq!(d.heap_len(), 1);
         assert_eq!(d.earliest(), Some(t(80)));
         assert_eq!(d.pop_due(t(80)), Some(1));
+    }
+
+    #[test]
+    fn disarmed_qp_never_fires() {
+        let mut d = Deadlines::default();
+        d.arm(1, Some(t(10)));
+        d.arm(2, Some(t(20)));
+        // QP 1's timers stopped (its ACK came): the loop passes poll_timeout's None.
+        d.arm(1, None);
+        assert_eq!(d.earliest(), Some(t(20)), "the stale entry is dropped");
+        assert_eq!(d.pop_due(t(30)), Some(2));
+        assert_eq!(d.pop_due(t(30)), None);
+        // Armed again later: fires once, at the new deadline.
+        d.arm(1, Some(t(40)));
+        assert_eq!(d.pop_due(t(39)), None);
+        assert_eq!(d.pop_due(t(40)), Some(1));
+        assert_eq!(d.heap_len(), 0);
     }
 
     #[test]
