@@ -77,10 +77,11 @@ fn raw_qp(nic: &NicProc, peer: &NicProc, peer_qpn: u32) -> RawQp {
     let Reply::Cq { cq, .. } = ok(&sock, Request::CreateCq { depth: 16 }, &[cfd.as_fd()]).0 else {
         panic!()
     };
-    let ql = QpLayout::new(8, 8).unwrap();
+    let ql = QpLayout::new(8, 8, 0).unwrap();
     let qfd = verbs_api::os::memfd("raw-qp", ql.len).unwrap();
     let qmap = Arc::new(verbs_api::os::map_shared(qfd.as_fd(), ql.len).unwrap());
-    let sq = Ring::<SendWqe>::new(qmap.clone(), ql.sq_offset, ql.sq_capacity).unwrap();
+    let sq = Ring::<SendWqe>::with_stride(qmap.clone(), ql.sq_offset, ql.sq_capacity, ql.sq_stride)
+        .unwrap();
     let rq = Ring::<RecvWqe>::new(qmap.clone(), ql.rq_offset, ql.rq_capacity).unwrap();
     sq.init();
     rq.init();

@@ -544,10 +544,15 @@ impl QueuePair {
                 ));
             }
         }
-        let layout = QpLayout::new(cap.max_send_wr, cap.max_recv_wr)?;
+        let layout = QpLayout::new(cap.max_send_wr, cap.max_recv_wr, cap.max_inline_data)?;
         let fd = os::memfd("softnic-qp", layout.len).map_err(io("creating the QP memfd"))?;
         let map = Arc::new(os::map_shared(fd.as_fd(), layout.len).map_err(io("mapping the QP"))?);
-        let sq = Ring::<SendWqe>::new(map.clone(), layout.sq_offset, layout.sq_capacity)?;
+        let sq = Ring::<SendWqe>::with_stride(
+            map.clone(),
+            layout.sq_offset,
+            layout.sq_capacity,
+            layout.sq_stride,
+        )?;
         let rq = Ring::<RecvWqe>::new(map, layout.rq_offset, layout.rq_capacity)?;
         sq.init();
         rq.init();

@@ -421,10 +421,10 @@ pub(super) mod tests {
     }
 
     fn qp_fd() -> OwnedFd {
-        let l = QpLayout::new(4, 1).unwrap();
+        let l = QpLayout::new(4, 1, 0).unwrap();
         let fd = verbs_api::os::memfd("qp", l.len).unwrap();
         let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
-        Ring::<SendWqe>::new(map.clone(), l.sq_offset, l.sq_capacity)
+        Ring::<SendWqe>::with_stride(map.clone(), l.sq_offset, l.sq_capacity, l.sq_stride)
             .unwrap()
             .init();
         Ring::<RecvWqe>::new(map, l.rq_offset, l.rq_capacity)

@@ -917,7 +917,7 @@ impl Nic {
         let Some(fd) = fds.first() else {
             return err(ErrorCode::Protocol, "CreateQp needs the QP segment memfd");
         };
-        let l = match QpLayout::new(caps.max_send_wr, caps.max_recv_wr) {
+        let l = match QpLayout::new(caps.max_send_wr, caps.max_recv_wr, caps.max_inline) {
             Ok(l) => l,
             Err(e) => {
                 return err(
@@ -977,12 +977,13 @@ impl Nic {
             srq,
         } = *spec;
         let map = map_checked(fd, l.len)?;
-        let rings = Ring::<SendWqe>::new(map.clone(), l.sq_offset, l.sq_capacity)
-            .and_then(|r| r.check_header().map(|()| r))
-            .and_then(|sq| {
-                Ring::<RecvWqe>::new(map, l.rq_offset, l.rq_capacity)
-                    .and_then(|r| r.check_header().map(|()| (sq, r)))
-            });
+        let rings =
+            Ring::<SendWqe>::with_stride(map.clone(), l.sq_offset, l.sq_capacity, l.sq_stride)
+                .and_then(|r| r.check_header().map(|()| r))
+                .and_then(|sq| {
+                    Ring::<RecvWqe>::new(map, l.rq_offset, l.rq_capacity)
+                        .and_then(|r| r.check_header().map(|()| (sq, r)))
+                });
         let (sq, rq) = rings
             .map_err(|e| Box::new(err(ErrorCode::InvalidArgument, format!("QP segment: {e}"))))?;
         let qpn = self.qpn().map_err(|e| {
@@ -1269,10 +1270,10 @@ pub(super) mod tests {
     }
 
     fn qp_fd() -> OwnedFd {
-        let l = QpLayout::new(4, 4).unwrap();
+        let l = QpLayout::new(4, 4, 0).unwrap();
         let fd = verbs_api::os::memfd("qp", l.len).unwrap();
         let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
-        Ring::<SendWqe>::new(map.clone(), l.sq_offset, l.sq_capacity)
+        Ring::<SendWqe>::with_stride(map.clone(), l.sq_offset, l.sq_capacity, l.sq_stride)
             .unwrap()
             .init();
         Ring::<RecvWqe>::new(map, l.rq_offset, l.rq_capacity)

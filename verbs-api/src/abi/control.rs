@@ -287,7 +287,7 @@ pub enum Request {
         cq: Handle,
     },
     /// Attaches the QP segment sent with this frame (layout
-    /// [`super::QpLayout::new`]`(caps.max_send_wr, caps.max_recv_wr)`).
+    /// [`super::QpLayout::new`]`(caps.max_send_wr, caps.max_recv_wr, caps.max_inline)`).
     /// Reply: [`Reply::Qp`].
     CreateQp {
         /// PD handle.

@@ -48,6 +48,12 @@ pub enum LayoutError {
         /// Mapping length.
         mapping_len: usize,
     },
+    /// A slot stride that is not a multiple of 8 between `Slot::HEAD` and the slot's
+    /// size ([`super::Ring::with_stride`]).
+    BadStride {
+        /// The stride given.
+        stride: usize,
+    },
     /// The ring header written by the peer does not describe the expected ring.
     HeaderMismatch {
         /// Capacity in the header.
@@ -79,6 +85,9 @@ impl fmt::Display for LayoutError {
                 f,
                 "ring ends at byte {end} but the mapping is only {mapping_len} bytes"
             ),
+            LayoutError::BadStride { stride } => {
+                write!(f, "ring slot stride {stride} is not a valid size for its slots")
+            }
             LayoutError::HeaderMismatch {
                 capacity,
                 entry_size,
@@ -109,6 +118,11 @@ fn round_up(n: usize, to: usize) -> Option<usize> {
 /// Bytes of a ring of `capacity` slots of `T` (header + slots, rounded to
 /// [`RING_ALIGN`]). `capacity` must be an exact power of two.
 pub fn ring_bytes<T: Slot>(capacity: u32) -> Result<usize, LayoutError> {
+    ring_bytes_strided(capacity, core::mem::size_of::<T>())
+}
+
+/// [`ring_bytes`] for slots `stride` bytes apart ([`super::Ring::with_stride`]).
+pub fn ring_bytes_strided(capacity: u32, stride: usize) -> Result<usize, LayoutError> {
     if capacity == 0 || capacity > MAX_RING_ENTRIES {
         return Err(LayoutError::BadCapacity {
             requested: capacity,
@@ -118,7 +132,7 @@ pub fn ring_bytes<T: Slot>(capacity: u32) -> Result<usize, LayoutError> {
         return Err(LayoutError::NotPowerOfTwo { capacity });
     }
     let slots = (capacity as usize)
-        .checked_mul(core::mem::size_of::<T>())
+        .checked_mul(stride)
         .ok_or(LayoutError::TooLarge { bytes: usize::MAX })?;
     let total = slots
         .checked_add(RING_HEADER_SIZE)
@@ -127,11 +141,27 @@ pub fn ring_bytes<T: Slot>(capacity: u32) -> Result<usize, LayoutError> {
     Ok(total)
 }
 
+/// The slot stride of a QP's send ring: a [`SendWqe`]'s head and room for `max_inline`
+/// inline bytes (capped at [`super::MAX_INLINE`]), rounded up to a word.
+///
+/// Why not always the whole 400-byte slot: most QPs carry little or no inline data,
+/// and a send ring is written by the client and read by the NIC on every post. A
+/// 144-byte stride (no inline data) puts 16 WQEs in 36 cache lines rather than 48, and
+/// a QP with 16 send slots in one page rather than two: with thousands of QPs, whose
+/// rings are cold when their turn comes, that is fewer misses and TLB misses per post
+/// on both sides (issue 12, "Many QPs"; docs/perf.md, session 16).
+pub fn send_wqe_stride(max_inline: u32) -> usize {
+    let inline = (max_inline as usize).min(super::MAX_INLINE);
+    (SendWqe::HEAD + inline).div_ceil(8) * 8
+}
+
 /// The layout of a QP segment: the SQ ring at offset 0, then the RQ ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpLayout {
     /// SQ capacity (power of two).
     pub sq_capacity: u32,
+    /// Bytes from one SQ slot to the next ([`send_wqe_stride`]).
+    pub sq_stride: usize,
     /// RQ capacity (power of two).
     pub rq_capacity: u32,
     /// Offset of the SQ ring (always 0).
@@ -144,11 +174,13 @@ pub struct QpLayout {
 
 impl QpLayout {
     /// The layout for a QP with room for `max_send_wr` and `max_recv_wr` outstanding
-    /// work requests (each rounded up to a power of two).
-    pub fn new(max_send_wr: u32, max_recv_wr: u32) -> Result<Self, LayoutError> {
+    /// work requests (each rounded up to a power of two) and up to `max_inline` bytes
+    /// of inline data per send WQE.
+    pub fn new(max_send_wr: u32, max_recv_wr: u32, max_inline: u32) -> Result<Self, LayoutError> {
         let sq_capacity = ring_capacity(max_send_wr)?;
         let rq_capacity = ring_capacity(max_recv_wr)?;
-        let sq_bytes = ring_bytes::<SendWqe>(sq_capacity)?;
+        let sq_stride = send_wqe_stride(max_inline);
+        let sq_bytes = ring_bytes_strided(sq_capacity, sq_stride)?;
         let rq_bytes = ring_bytes::<RecvWqe>(rq_capacity)?;
         let end = sq_bytes
             .checked_add(rq_bytes)
@@ -156,6 +188,7 @@ impl QpLayout {
         let len = round_up(end, SEGMENT_ALIGN).ok_or(LayoutError::TooLarge { bytes: end })?;
         Ok(QpLayout {
             sq_capacity,
+            sq_stride,
             rq_capacity,
             sq_offset: 0,
             rq_offset: sq_bytes,
@@ -222,6 +255,7 @@ pub fn mr_segment_len(len: usize) -> Result<usize, LayoutError> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::slots::SEND_WQE_SIZE;
     use super::*;
 
     #[test]
@@ -248,9 +282,22 @@ mod tests {
     }
 
     #[test]
+    fn send_stride_is_the_head_plus_the_inline_room() {
+        assert_eq!(send_wqe_stride(0), 144);
+        assert_eq!(send_wqe_stride(1), 152);
+        assert_eq!(send_wqe_stride(64), 208);
+        assert_eq!(send_wqe_stride(256), SEND_WQE_SIZE);
+        assert_eq!(send_wqe_stride(u32::MAX), SEND_WQE_SIZE);
+        // 16 send slots without inline data and one receive slot fit one page.
+        assert_eq!(QpLayout::new(16, 1, 0).unwrap().len, 4096);
+        assert_eq!(QpLayout::new(16, 1, 256).unwrap().len, 8192);
+    }
+
+    #[test]
     fn qp_layout_places_rq_after_sq_and_page_rounds() {
-        let l = QpLayout::new(1, 500).unwrap();
+        let l = QpLayout::new(1, 500, 256).unwrap();
         assert_eq!(l.sq_capacity, 1);
+        assert_eq!(l.sq_stride, 400);
         assert_eq!(l.rq_capacity, 512);
         assert_eq!(l.rq_offset, 192 + 448); // 400 rounded up to 64 with the header
         assert_eq!(l.rq_offset % RING_ALIGN, 0);

@@ -100,7 +100,9 @@ pub const CQ_ARMED: u32 = 1 << 1;
 /// sequence and wakes a poller sleeping on it).
 /// 5: the hybrid-polling line also counts the client's send WQEs the NIC retired
 /// (`sends_retired`: a poller with deep queued work naps).
-pub const ABI_VERSION: u32 = 5;
+/// 6: a send ring's slots are only as far apart as the QP's `max_inline` needs
+/// (`layout::send_wqe_stride`; the header's `entry_size` is that stride).
+pub const ABI_VERSION: u32 = 6;
 
 /// Most scatter/gather entries in one work request (the same as the transport's limit).
 pub const MAX_SGE: usize = 4;

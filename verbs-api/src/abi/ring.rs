@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use memmap2::MmapRaw;
 
-use super::layout::{ring_bytes, LayoutError, RING_ALIGN};
+use super::layout::{ring_bytes_strided, LayoutError, RING_ALIGN};
 use super::slots::Slot;
 use crate::hint;
 
@@ -106,6 +106,11 @@ pub struct Ring<T: Slot> {
     header: NonNull<RingHeader>,
     slots: NonNull<T>,
     capacity: u32,
+    /// Bytes from one slot to the next: `size_of::<T>()`, or less for a ring whose
+    /// values never use their tail (a send ring of a QP with little or no inline data,
+    /// [`super::layout::send_wqe_stride`]). Only the first `stride` bytes of a slot
+    /// are ever read or written.
+    stride: usize,
     _slots: PhantomData<T>,
 }
 
@@ -140,7 +145,25 @@ impl<T: Slot> Ring<T> {
     /// [`super::MAX_RING_ENTRIES`], that `offset` is 64-byte aligned, and that the whole
     /// ring lies inside the mapping. Does not read or write the header.
     pub fn new(map: Arc<MmapRaw>, offset: usize, capacity: u32) -> Result<Self, LayoutError> {
-        let bytes = ring_bytes::<T>(capacity)?;
+        Self::with_stride(map, offset, capacity, core::mem::size_of::<T>())
+    }
+
+    /// [`Ring::new`] with slots `stride` bytes apart: at least `Slot::HEAD`, at most
+    /// `size_of::<T>()`, a multiple of 8 (the ring copies words). A value's bytes past
+    /// the stride are never stored; the producer must only push values whose
+    /// `Slot::used_len` fits (a send ring: inline data up to the QP's `max_inline`).
+    pub fn with_stride(
+        map: Arc<MmapRaw>,
+        offset: usize,
+        capacity: u32,
+        stride: usize,
+    ) -> Result<Self, LayoutError> {
+        let size = core::mem::size_of::<T>();
+        let words_only = by_words::<T>() && stride.is_multiple_of(8);
+        if stride > size || stride < T::HEAD.min(size) || (stride < size && !words_only) {
+            return Err(LayoutError::BadStride { stride });
+        }
+        let bytes = ring_bytes_strided(capacity, stride)?;
         if !offset.is_multiple_of(RING_ALIGN) {
             return Err(LayoutError::Misaligned { offset });
         }
@@ -169,6 +192,7 @@ impl<T: Slot> Ring<T> {
             header: NonNull::new(header).ok_or(LayoutError::Misaligned { offset })?,
             slots: NonNull::new(slots).ok_or(LayoutError::Misaligned { offset })?,
             capacity,
+            stride,
             _slots: PhantomData,
         })
     }
@@ -188,8 +212,7 @@ impl<T: Slot> Ring<T> {
         h.consumer.0.store(0, Ordering::Relaxed);
         h.flags.store(0, Ordering::Relaxed);
         h.capacity.store(self.capacity, Ordering::Relaxed);
-        h.entry_size
-            .store(core::mem::size_of::<T>() as u32, Ordering::Relaxed);
+        h.entry_size.store(self.stride as u32, Ordering::Relaxed);
         h._reserved.store(0, Ordering::Relaxed);
         fence(Ordering::Release);
     }
@@ -200,12 +223,12 @@ impl<T: Slot> Ring<T> {
         let h = self.header();
         let capacity = h.capacity.load(Ordering::Acquire);
         let entry_size = h.entry_size.load(Ordering::Acquire);
-        if capacity != self.capacity || entry_size as usize != core::mem::size_of::<T>() {
+        if capacity != self.capacity || entry_size as usize != self.stride {
             return Err(LayoutError::HeaderMismatch {
                 capacity,
                 entry_size,
                 expected_capacity: self.capacity,
-                expected_entry_size: core::mem::size_of::<T>() as u32,
+                expected_entry_size: self.stride as u32,
             });
         }
         Ok(())
@@ -276,21 +299,41 @@ impl<T: Slot> Ring<T> {
     }
 
     /// Hints (`crate::hint`) for writing: the producer index's line and the used head
-    /// (`Slot::HEAD`) of the `count` slots from `index`, capped at the capacity.
+    /// (`Slot::HEAD`) of the `count` slots from `index`, capped at the capacity; and the
+    /// consumer index's line for reading.
     fn prefetch_for_producer(&self, index: u32, count: u32) {
-        let producer: *const CachePadded<AtomicU32> = &self.header().producer;
+        let h = self.header();
+        let producer: *const CachePadded<AtomicU32> = &h.producer;
         hint::prefetch_range(producer.cast(), 4, true);
-        let head = T::HEAD.min(core::mem::size_of::<T>());
+        // Read when the cached consumer index shows too little room, as it does for a
+        // batch as large as the ring's free part was at the last look.
+        let consumer: *const CachePadded<AtomicU32> = &h.consumer;
+        hint::prefetch_range(consumer.cast(), 4, false);
+        let head = T::HEAD.min(self.stride);
         for k in 0..count.min(self.capacity) {
             hint::prefetch_range(self.slot_ptr(index.wrapping_add(k)).cast(), head, true);
         }
     }
 
+    /// The slot for `index`: valid for [`Ring::stride`] bytes (a whole `T` only when
+    /// the stride is its size), aligned for `T`.
     fn slot_ptr(&self, index: u32) -> *mut T {
         let i = (index & (self.capacity - 1)) as usize;
-        // SAFETY: i < capacity and the `capacity` slots after the header lie inside the
-        // mapping (checked in `new`), so the result is in bounds.
-        unsafe { self.slots.as_ptr().add(i) }
+        // SAFETY: i < capacity and the `capacity` slots of `stride` bytes after the
+        // header lie inside the mapping (checked in `with_stride`), so the start of slot
+        // i is in bounds; it is 8-aligned (the slots start 64-aligned and the stride is
+        // a multiple of 8, or the size of `T`), which is `T`'s alignment or more.
+        unsafe { self.slots.as_ptr().cast::<u8>().add(i * self.stride) }.cast::<T>()
+    }
+
+    /// Bytes from one slot to the next (see [`Ring::with_stride`]).
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+
+    /// Words of a slot the ring may copy (its stride in 8-byte words).
+    fn slot_words(&self) -> usize {
+        self.stride / 8
     }
 }
 
@@ -306,22 +349,28 @@ const fn by_words<T>() -> bool {
 /// "Per-message cost").
 ///
 /// # Safety
-/// `p` must be valid for reads of a `T` and aligned.
-unsafe fn read_slot<T: Slot>(p: *const T) -> T {
+/// `p` must be aligned and valid for reads of `max_words` words, which must be a whole
+/// `T` (`size_of::<T>()` bytes) unless `by_words::<T>()` and `max_words * 8 >=
+/// T::HEAD`.
+unsafe fn read_slot<T: Slot>(p: *const T, max_words: usize) -> T {
     // Zeroed: the bytes past the value's `used_len` are not copied, and zero is a
     // valid `T` (`T: Slot` accepts every bit pattern).
     let mut out = core::mem::MaybeUninit::<T>::zeroed();
     // SAFETY: `p` by the caller's contract; `out` is a local, aligned, apart from `p`,
     // and holds a valid `T` (all zeros, see above).
-    unsafe { read_slot_into(p, out.as_mut_ptr()) };
+    unsafe { read_slot_into(p, out.as_mut_ptr(), max_words) };
     // SAFETY: every byte was zeroed or copied, and `T: Slot` accepts every bit pattern.
     unsafe { out.assume_init() }
 }
 
-/// Words of `v` a ring copies: its `used_len`, clamped to `[T::HEAD, size]`, rounded up.
-fn used_words<T: Slot>(v: &T) -> usize {
+/// Words of `v` a ring copies: its `used_len`, clamped to `[T::HEAD, size]`, rounded up,
+/// and at most `max_words` (the ring's stride).
+fn used_words<T: Slot>(v: &T, max_words: usize) -> usize {
     let size = core::mem::size_of::<T>();
-    v.used_len().clamp(T::HEAD.min(size), size).div_ceil(8)
+    v.used_len()
+        .clamp(T::HEAD.min(size), size)
+        .div_ceil(8)
+        .min(max_words)
 }
 
 /// [`read_slot`] into a place the caller owns, so that a large slot (a 400-byte
@@ -331,9 +380,9 @@ fn used_words<T: Slot>(v: &T) -> usize {
 /// the rest of `out` keeps what it held.
 ///
 /// # Safety
-/// `p` must be valid for reads of a `T` and aligned; `out` valid for reads and writes
-/// of a `T`, aligned, holding a valid `T`, and not overlapping `p`.
-unsafe fn read_slot_into<T: Slot>(p: *const T, out: *mut T) {
+/// `p` as for [`read_slot`]; `out` valid for reads and writes of a `T`, aligned,
+/// holding a valid `T`, and not overlapping `p`.
+unsafe fn read_slot_into<T: Slot>(p: *const T, out: *mut T, max_words: usize) {
     if !by_words::<T>() {
         // SAFETY: the caller's contract.
         return unsafe { out.write(core::ptr::read_volatile(p)) };
@@ -342,14 +391,15 @@ unsafe fn read_slot_into<T: Slot>(p: *const T, out: *mut T) {
     let head = T::HEAD.min(core::mem::size_of::<T>()).div_ceil(8);
     for i in 0..head {
         // SAFETY: i * 8 < size_of::<T>() (head ≤ size / 8, as the size is a multiple of
-        // 8), so both words are inside their `T`, and they are 8-byte aligned (by_words).
+        // 8) and head ≤ max_words (the caller's contract), so both words are inside
+        // their `T` and the slot, and they are 8-byte aligned (by_words).
         unsafe { dst.add(i).write(src.add(i).read_volatile()) };
     }
     // SAFETY: `out` holds a valid `T` (the caller's contract, and a word of a `Slot`
     // copied over another keeps it valid); nothing else refers to it meanwhile.
-    let words = used_words(unsafe { &*out });
+    let words = used_words(unsafe { &*out }, max_words);
     for i in head..words {
-        // SAFETY: as above: words ≤ size / 8.
+        // SAFETY: as above: words ≤ size / 8 and ≤ max_words.
         unsafe { dst.add(i).write(src.add(i).read_volatile()) };
     }
 }
@@ -359,15 +409,16 @@ unsafe fn read_slot_into<T: Slot>(p: *const T, out: *mut T) {
 /// earlier value left there, which no consumer reads as part of this one.
 ///
 /// # Safety
-/// `p` must be valid for writes of a `T` and aligned.
-unsafe fn write_slot<T: Slot>(p: *mut T, value: &T) {
+/// `p` must be aligned and valid for writes of `max_words` words, as for [`read_slot`].
+unsafe fn write_slot<T: Slot>(p: *mut T, value: &T, max_words: usize) {
     if !by_words::<T>() {
         // SAFETY: the caller's contract.
         return unsafe { core::ptr::write_volatile(p, *value) };
     }
     let (src, dst) = ((value as *const T).cast::<u64>(), p.cast::<u64>());
-    for i in 0..used_words(value) {
-        // SAFETY: both words lie inside their `T` (used_words ≤ size / 8) and are 8-byte
+    for i in 0..used_words(value, max_words) {
+        // SAFETY: both words lie inside their `T` and the slot (used_words ≤ size / 8
+        // and ≤ max_words) and are 8-byte
         // aligned (by_words); `T: Slot` has no padding, so every word of `value` is
         // initialised.
         unsafe { dst.add(i).write_volatile(src.add(i).read()) };
@@ -416,9 +467,9 @@ impl<T: Slot> Producer<T> {
         Ok(cap - used)
     }
 
-    /// Hints that the next `count` slots and the producer index will be written: call
-    /// before pushing a batch into a ring that may be cold, so that the lines are
-    /// fetched together rather than one store miss after another.
+    /// Hints that the next `count` slots and the producer index will be written (and the
+    /// consumer index read): call before pushing a batch into a ring that may be cold,
+    /// so that the lines are fetched together rather than one miss after another.
     pub fn prefetch(&self, count: u32) {
         self.ring.prefetch_for_producer(self.tail, count);
     }
@@ -429,11 +480,18 @@ impl<T: Slot> Producer<T> {
         if self.free(1)? == 0 {
             return Err(RingError::Full);
         }
+        // The caller's promise (`with_stride`): a value that does not fit would lose its
+        // tail.
+        debug_assert!(
+            value.used_len() <= self.ring.stride,
+            "value longer than the stride"
+        );
         let p = self.ring.slot_ptr(self.tail);
-        // SAFETY: `p` is an in-bounds, aligned slot (slot_ptr); the consumer does not
-        // read it until we publish (it is past the published producer index). A hostile
-        // consumer reading it early only races on plain data, hence the volatile write.
-        unsafe { write_slot(p, value) };
+        // SAFETY: `p` is an in-bounds, aligned slot of `slot_words` words (slot_ptr; a
+        // whole `T` unless `with_stride` allowed less); the consumer does not read it until
+        // we publish (it is past the published producer index). A hostile consumer reading
+        // it early only races on plain data, hence the volatile write.
+        unsafe { write_slot(p, value, self.ring.slot_words()) };
         self.tail = self.tail.wrapping_add(1);
         Ok(())
     }
@@ -464,9 +522,10 @@ impl<T: Slot> Producer<T> {
         let from = self.tail.wrapping_sub(n);
         for i in 0..n {
             let p = self.ring.slot_ptr(from.wrapping_add(i));
-            // SAFETY: `p` is an in-bounds, aligned slot (slot_ptr); `T: Slot` makes any
-            // bit pattern valid, so whatever the consumer left there is copied out once.
-            let v = unsafe { read_slot(p) };
+            // SAFETY: `p` is an in-bounds, aligned slot of `slot_words` words (slot_ptr; a
+            // whole `T` unless `with_stride` allowed less); `T: Slot` makes any bit pattern
+            // valid, so whatever the consumer left there is copied out once.
+            let v = unsafe { read_slot(p, self.ring.slot_words()) };
             to.push(&v)?;
         }
         to.publish();
@@ -572,10 +631,11 @@ impl<T: Slot> Consumer<T> {
             return Ok(None);
         }
         let p = self.ring.slot_ptr(self.head);
-        // SAFETY: `p` is an in-bounds, aligned slot (slot_ptr). `T: Slot` makes every bit
-        // pattern valid, so a peer's garbage (even a concurrent write by a misbehaving
-        // producer) yields some valid `T`; the volatile read copies it out exactly once.
-        let v = unsafe { read_slot(p) };
+        // SAFETY: `p` is an in-bounds, aligned slot of `slot_words` words (slot_ptr; a
+        // whole `T` unless `with_stride` allowed less). `T: Slot` makes every bit pattern
+        // valid, so a peer's garbage (even a concurrent write by a misbehaving producer)
+        // yields some valid `T`; the volatile read copies it out exactly once.
+        let v = unsafe { read_slot(p, self.ring.slot_words()) };
         self.head = self.head.wrapping_add(1);
         Ok(Some(v))
     }
@@ -588,10 +648,11 @@ impl<T: Slot> Consumer<T> {
             return Ok(false);
         }
         let p = self.ring.slot_ptr(self.head);
-        // SAFETY: `p` is an in-bounds, aligned slot (slot_ptr) in the shared mapping,
-        // `out` an exclusive reference to a valid `T` in this process, so they do not
-        // overlap. `T: Slot` makes every bit pattern valid (see `pop`).
-        unsafe { read_slot_into(p, out) };
+        // SAFETY: `p` is an in-bounds, aligned slot of `slot_words` words (slot_ptr; a
+        // whole `T` unless `with_stride` allowed less) in the shared mapping, `out` an
+        // exclusive reference to a valid `T` in this process, so they do not overlap. `T:
+        // Slot` makes every bit pattern valid (see `pop`).
+        unsafe { read_slot_into(p, out, self.ring.slot_words()) };
         self.head = self.head.wrapping_add(1);
         Ok(true)
     }

@@ -9,7 +9,7 @@ fn anon(len: usize) -> Arc<MmapRaw> {
 }
 
 fn pair(cap: u32) -> (Producer<u64>, Consumer<u64>) {
-    let map = anon(ring_bytes::<u64>(cap).unwrap());
+    let map = anon(crate::abi::layout::ring_bytes::<u64>(cap).unwrap());
     let r = Ring::<u64>::new(map.clone(), 0, cap).unwrap();
     r.init();
     let c = Ring::<u64>::new(map, 0, cap).unwrap();
@@ -171,7 +171,7 @@ fn consumer_index_going_backwards_is_corrupt_for_the_producer() {
 
 #[test]
 fn wrapping_indices_near_u32_max_work() {
-    let map = anon(ring_bytes::<u64>(4).unwrap());
+    let map = anon(crate::abi::layout::ring_bytes::<u64>(4).unwrap());
     let r = Ring::<u64>::new(map.clone(), 0, 4).unwrap();
     r.init();
     header_of(&r)
@@ -358,6 +358,112 @@ fn word_copies_keep_every_used_byte_of_a_send_wqe() {
         assert_eq!(got.inline_data[..copied], w.inline_data[..copied]);
         c.release();
     }
+}
+
+/// A send ring whose slots are only as far apart as the QP's inline room
+/// (`send_wqe_stride`): values round-trip, none spills into its neighbour, and a
+/// hostile producer's slot that claims more inline bytes than the stride holds is
+/// copied only up to the stride — with the ring's last slot at the end of the readable
+/// memory, so a read past it would fault.
+#[test]
+fn strided_send_ring_stays_within_each_slot() {
+    use crate::abi::layout::{ring_bytes_strided, send_wqe_stride};
+    use crate::abi::slots::send_flags;
+    use crate::abi::SendWqe;
+    let (cap, stride) = (4u32, send_wqe_stride(16));
+    assert_eq!(stride, 160);
+    let bytes = ring_bytes_strided(cap, stride).unwrap();
+    // Two pages, the second made inaccessible; the ring ends where the first does.
+    let map = anon(8192);
+    // SAFETY: the second page of our own anonymous mapping, which nothing else uses.
+    let rc = unsafe { libc::mprotect(map.as_mut_ptr().add(4096).cast(), 4096, libc::PROT_NONE) };
+    assert_eq!(rc, 0);
+    let offset = 4096 - bytes;
+    assert_eq!(offset % 64, 0);
+    let r = Ring::<SendWqe>::with_stride(map.clone(), offset, cap, stride).unwrap();
+    r.init();
+    assert_eq!(r.stride(), 160);
+    let (mut p, mut c) = (
+        r.into_producer(),
+        Ring::<SendWqe>::with_stride(map.clone(), offset, cap, stride)
+            .unwrap()
+            .into_consumer(),
+    );
+    c.ring().check_header().unwrap();
+    let wqe = |k: u8| {
+        let mut w = SendWqe {
+            wr_id: u64::from(k),
+            flags: send_flags::INLINE,
+            inline_len: 16,
+            ..SendWqe::default()
+        };
+        w.inline_data[..16].fill(k);
+        w
+    };
+    for k in 0..cap as u8 {
+        p.push(&wqe(k)).unwrap();
+    }
+    p.publish();
+    for k in 0..cap as u8 {
+        assert_eq!(c.pop().unwrap().unwrap(), wqe(k), "slot {k} intact");
+    }
+    c.release();
+    // A producer that ignores the stride: the last slot (ending at the protected page)
+    // says 256 inline bytes. Only the stride's 16 are copied; the rest is zero (`pop`)
+    // or what `out` held (`pop_into`).
+    let last = offset + RING_HEADER_SIZE + (cap as usize - 1) * stride;
+    let inline_len_at = last + core::mem::offset_of!(SendWqe, inline_len);
+    for round in 0..2 {
+        for k in 0..cap as u8 - 1 {
+            p.push(&wqe(k)).unwrap();
+        }
+        p.push(&wqe(9)).unwrap();
+        // SAFETY: a word inside the last slot, in the readable page; nobody reads the
+        // slot meanwhile (it is not published yet).
+        unsafe { map.as_mut_ptr().add(inline_len_at).cast::<u32>().write(256) };
+        p.publish();
+        for k in 0..cap as u8 - 1 {
+            assert_eq!(c.pop().unwrap().unwrap(), wqe(k));
+        }
+        if round == 0 {
+            let got = c.pop().unwrap().unwrap();
+            assert_eq!(got.inline_len, 256);
+            assert_eq!(got.inline_data[..16], [9; 16]);
+            assert!(got.inline_data[16..].iter().all(|&b| b == 0));
+        } else {
+            let mut out = SendWqe {
+                inline_data: [0xEE; 256],
+                ..SendWqe::default()
+            };
+            assert!(c.pop_into(&mut out).unwrap());
+            assert_eq!(out.inline_data[..16], [9; 16]);
+            assert!(out.inline_data[16..].iter().all(|&b| b == 0xEE));
+        }
+        c.release();
+    }
+}
+
+#[test]
+fn with_stride_takes_only_strides_a_slot_can_live_in() {
+    use crate::abi::SendWqe;
+    let map = anon(1 << 16);
+    let ok = |stride| Ring::<SendWqe>::with_stride(map.clone(), 0, 4, stride).is_ok();
+    assert!(ok(144) && ok(152) && ok(400));
+    assert!(!ok(136), "shorter than the head");
+    assert!(!ok(148), "not a whole number of words");
+    assert!(!ok(408), "longer than the slot");
+    // A peer that built the ring with another stride is refused at attach.
+    let r = Ring::<SendWqe>::with_stride(map.clone(), 0, 4, 400).unwrap();
+    r.init();
+    let other = Ring::<SendWqe>::with_stride(map.clone(), 0, 4, 144).unwrap();
+    assert!(matches!(
+        other.check_header(),
+        Err(LayoutError::HeaderMismatch {
+            entry_size: 400,
+            expected_entry_size: 144,
+            ..
+        })
+    ));
 }
 
 #[test]
