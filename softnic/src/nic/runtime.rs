@@ -676,15 +676,26 @@ impl Runtime {
         for _ in 0..RX_BATCHES {
             let n = self.path.io.recv_batch(&mut self.batch)?;
             // Fetch the addressed QPs' entries together (QpEntry::prefetch) before
-            // handling any datagram. A GRO entry holds one flow's datagrams, as a rule
-            // one QP's (the UDP source port is per QP pair): its first datagram's is
-            // fetched. Nothing is checked here (rx_one checks everything).
+            // handling any datagram. A GRO entry holds one peer NIC's datagrams (one
+            // socket each side: one UDP flow), for any of its QPs in any order: each
+            // datagram's QP is fetched, once per run of datagrams for the same QP.
+            // Nothing is checked here (rx_one checks everything).
+            let mut last = None;
             for i in 0..n {
-                let qpn = self.batch.get(i).and_then(|(bytes, ..)| {
-                    Some(wire::bth::Bth::new_checked(bytes).ok()?.dest_qpn().value())
-                });
-                if let Some(e) = qpn.and_then(|q| self.nic.qps.get(&q)) {
-                    e.prefetch();
+                let Some((bytes, _, _, seg)) = self.batch.get(i) else {
+                    continue;
+                };
+                for d in bytes.chunks(seg.max(1)) {
+                    let Ok(bth) = wire::bth::Bth::new_checked(d) else {
+                        continue;
+                    };
+                    let qpn = bth.dest_qpn().value();
+                    if last != Some(qpn) {
+                        last = Some(qpn);
+                        if let Some(e) = self.nic.qps.get(&qpn) {
+                            e.prefetch();
+                        }
+                    }
                 }
             }
             for i in 0..n {

@@ -115,8 +115,12 @@ pub struct Nic {
     pub mrs: MrTable,
     /// Completion queues.
     pub cqs: KeyMap<CompletionQueue>,
-    /// Queue pairs by QPN.
-    pub qps: KeyMap<QpEntry>,
+    /// Queue pairs by QPN. Boxed, so that the table itself is small (16 bytes a QP, in
+    /// cache even with 10,000 QPs) and a look-up finds a QP's address without touching
+    /// its state, which the loop then prefetches for a whole batch at once
+    /// (`QpEntry::prefetch`). Inline, each look-up stalled on the cold entry's key
+    /// before the next could start (docs/perf.md, session 16).
+    pub qps: KeyMap<Box<QpEntry>>,
     /// Shared receive queues by handle (`srq.rs`).
     pub srqs: KeyMap<SrqEntry>,
     /// Counters of SRQs already destroyed.
@@ -1039,7 +1043,7 @@ impl Nic {
             .clients
             .get(&client)
             .map(|c| c.doorbells.page().clone());
-        self.qps.insert(qpn, entry);
+        self.qps.insert(qpn, Box::new(entry));
         Ok((qpn, granted))
     }
 
