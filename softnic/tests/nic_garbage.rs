@@ -17,7 +17,7 @@ use verbs_api::abi::control::{call, QpAttr, QpCaps, QpState, QpType, Reply, Requ
 use verbs_api::abi::ring::{Consumer, Producer};
 use verbs_api::abi::slots::{send_flags, wc_status, wr_opcode};
 use verbs_api::abi::{
-    CqLayout, Cqe, Doorbell, QpLayout, RecvWqe, Ring, SendWqe, ABI_VERSION, DOORBELL_SEGMENT_LEN,
+    CqLayout, Cqe, Doorbell, QpLayout, Ring, SendWqe, ABI_VERSION, DOORBELL_SEGMENT_LEN,
 };
 use verbs_api::{Mtu, SendWr, WcStatus, WrOpcode};
 
@@ -80,9 +80,7 @@ fn raw_qp(nic: &NicProc, peer: &NicProc, peer_qpn: u32) -> RawQp {
     let ql = QpLayout::new(8, 8, 0).unwrap();
     let qfd = verbs_api::os::memfd("raw-qp", ql.len).unwrap();
     let qmap = Arc::new(verbs_api::os::map_shared(qfd.as_fd(), ql.len).unwrap());
-    let sq = Ring::<SendWqe>::with_stride(qmap.clone(), ql.sq_offset, ql.sq_capacity, ql.sq_stride)
-        .unwrap();
-    let rq = Ring::<RecvWqe>::new(qmap.clone(), ql.rq_offset, ql.rq_capacity).unwrap();
+    let (sq, rq) = ql.rings(qmap.clone()).unwrap();
     sq.init();
     rq.init();
     let caps = QpCaps {

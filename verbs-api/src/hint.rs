@@ -51,20 +51,16 @@ pub fn prefetch_range(p: *const u8, len: usize, write: bool) {
         return;
     }
     // From the line holding the first byte to the one holding the last.
-    let first = p as usize & !(LINE - 1);
-    let last = (p as usize).saturating_add(len - 1);
-    let mut at = first;
-    while at <= last {
-        let q = p.wrapping_add(at.wrapping_sub(p as usize));
+    let lead = p as usize % LINE;
+    let lines = lead.saturating_add(len).div_ceil(LINE);
+    let first = p.wrapping_sub(lead);
+    for k in 0..lines {
+        let q = first.wrapping_add(k * LINE);
         if write {
             prefetch_write(q);
         } else {
             prefetch_read(q);
         }
-        at = match at.checked_add(LINE) {
-            Some(a) => a,
-            None => break,
-        };
     }
 }
 

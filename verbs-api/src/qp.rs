@@ -17,7 +17,7 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use crate::abi::control::{self, Reply, Request};
-use crate::abi::{Producer, QpLayout, RecvWqe, Ring, SendWqe, MAX_INLINE, MAX_SGE};
+use crate::abi::{Producer, QpLayout, RecvWqe, SendWqe, MAX_INLINE, MAX_SGE};
 use crate::cq::{CompletionQueue, CqShared};
 use crate::error::{io, Error, PostError, Result};
 use crate::gid::{Gid, ROCE_V2_PORT};
@@ -547,13 +547,7 @@ impl QueuePair {
         let layout = QpLayout::new(cap.max_send_wr, cap.max_recv_wr, cap.max_inline_data)?;
         let fd = os::memfd("softnic-qp", layout.len).map_err(io("creating the QP memfd"))?;
         let map = Arc::new(os::map_shared(fd.as_fd(), layout.len).map_err(io("mapping the QP"))?);
-        let sq = Ring::<SendWqe>::with_stride(
-            map.clone(),
-            layout.sq_offset,
-            layout.sq_capacity,
-            layout.sq_stride,
-        )?;
-        let rq = Ring::<RecvWqe>::new(map, layout.rq_offset, layout.rq_capacity)?;
+        let (sq, rq) = layout.rings(map)?;
         sq.init();
         rq.init();
         let req = Request::CreateQp {

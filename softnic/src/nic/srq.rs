@@ -370,7 +370,7 @@ pub(super) mod tests {
 
     use softnic_transport::time::Instant;
     use verbs_api::abi::control::{AsyncEvent, QpCaps as CQpCaps, QpType, Request, Response};
-    use verbs_api::abi::{CqLayout, Cqe, QpLayout, SendWqe, ABI_VERSION};
+    use verbs_api::abi::{CqLayout, Cqe, QpLayout, ABI_VERSION};
 
     use super::super::quota::Limits;
     use super::super::state::NicInfo;
@@ -424,12 +424,9 @@ pub(super) mod tests {
         let l = QpLayout::new(4, 1, 0).unwrap();
         let fd = verbs_api::os::memfd("qp", l.len).unwrap();
         let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
-        Ring::<SendWqe>::with_stride(map.clone(), l.sq_offset, l.sq_capacity, l.sq_stride)
-            .unwrap()
-            .init();
-        Ring::<RecvWqe>::new(map, l.rq_offset, l.rq_capacity)
-            .unwrap()
-            .init();
+        let (sq, rq) = l.rings(map).unwrap();
+        sq.init();
+        rq.init();
         fd
     }
 

@@ -25,8 +25,8 @@ use verbs_api::abi::control::{
     DeviceAttr, ErrorCode, Handle, QpAttr, QpCaps, QpState, QpType, Reply, Request, Response,
 };
 use verbs_api::abi::{
-    layout, Doorbell, QpLayout, RecvWqe, Ring, SendWqe, ABI_VERSION, DOORBELL_SEGMENT_LEN,
-    DOORBELL_SLOTS, MAX_INLINE, MAX_RING_ENTRIES, MAX_SGE,
+    layout, Doorbell, QpLayout, ABI_VERSION, DOORBELL_SEGMENT_LEN, DOORBELL_SLOTS, MAX_INLINE,
+    MAX_RING_ENTRIES, MAX_SGE,
 };
 use verbs_api::os::WakePipe;
 
@@ -981,13 +981,11 @@ impl Nic {
             srq,
         } = *spec;
         let map = map_checked(fd, l.len)?;
-        let rings =
-            Ring::<SendWqe>::with_stride(map.clone(), l.sq_offset, l.sq_capacity, l.sq_stride)
-                .and_then(|r| r.check_header().map(|()| r))
-                .and_then(|sq| {
-                    Ring::<RecvWqe>::new(map, l.rq_offset, l.rq_capacity)
-                        .and_then(|r| r.check_header().map(|()| (sq, r)))
-                });
+        let rings = l.rings(map).and_then(|(sq, rq)| {
+            sq.check_header()?;
+            rq.check_header()?;
+            Ok((sq, rq))
+        });
         let (sq, rq) = rings
             .map_err(|e| Box::new(err(ErrorCode::InvalidArgument, format!("QP segment: {e}"))))?;
         let qpn = self.qpn().map_err(|e| {
@@ -1269,7 +1267,9 @@ pub(super) mod tests {
         let l = CqLayout::new(8).unwrap();
         let fd = verbs_api::os::memfd("cq", l.len).unwrap();
         let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
-        Ring::<Cqe>::new(map, l.offset, l.capacity).unwrap().init();
+        verbs_api::abi::Ring::<Cqe>::new(map, l.offset, l.capacity)
+            .unwrap()
+            .init();
         fd
     }
 
@@ -1277,12 +1277,9 @@ pub(super) mod tests {
         let l = QpLayout::new(4, 4, 0).unwrap();
         let fd = verbs_api::os::memfd("qp", l.len).unwrap();
         let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
-        Ring::<SendWqe>::with_stride(map.clone(), l.sq_offset, l.sq_capacity, l.sq_stride)
-            .unwrap()
-            .init();
-        Ring::<RecvWqe>::new(map, l.rq_offset, l.rq_capacity)
-            .unwrap()
-            .init();
+        let (sq, rq) = l.rings(map).unwrap();
+        sq.init();
+        rq.init();
         fd
     }
 

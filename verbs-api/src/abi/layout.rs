@@ -197,6 +197,25 @@ impl QpLayout {
     }
 }
 
+impl QpLayout {
+    /// The segment's two rings over `map` (the QP memfd's mapping), the send ring at
+    /// its stride: the one place that turns a QP layout into rings, so that no side
+    /// builds the send ring at another stride than the peer's.
+    pub fn rings(
+        &self,
+        map: std::sync::Arc<memmap2::MmapRaw>,
+    ) -> Result<(super::Ring<SendWqe>, super::Ring<RecvWqe>), LayoutError> {
+        let sq = super::Ring::with_stride(
+            map.clone(),
+            self.sq_offset,
+            self.sq_capacity,
+            self.sq_stride,
+        )?;
+        let rq = super::Ring::new(map, self.rq_offset, self.rq_capacity)?;
+        Ok((sq, rq))
+    }
+}
+
 /// The layout of an SRQ segment: one receive ring at offset 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SrqLayout {

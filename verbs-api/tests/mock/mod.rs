@@ -121,10 +121,7 @@ fn handle(
             let fd = fds.pop().expect("QP memfd");
             let l = QpLayout::new(caps.max_send_wr, caps.max_recv_wr, caps.max_inline).unwrap();
             let map = Arc::new(verbs_api::os::map_peer_shm(fd.as_fd(), l.len).unwrap());
-            let sq =
-                Ring::<SendWqe>::with_stride(map.clone(), l.sq_offset, l.sq_capacity, l.sq_stride)
-                    .unwrap();
-            let rq = Ring::<RecvWqe>::new(map, l.rq_offset, l.rq_capacity).unwrap();
+            let (sq, rq) = l.rings(map).unwrap();
             sq.check_header().unwrap();
             rq.check_header().unwrap();
             let qpn = 0x11 + n.qps.len() as u32;
