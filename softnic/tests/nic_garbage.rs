@@ -77,18 +77,20 @@ fn raw_qp(nic: &NicProc, peer: &NicProc, peer_qpn: u32) -> RawQp {
     let Reply::Cq { cq, .. } = ok(&sock, Request::CreateCq { depth: 16 }, &[cfd.as_fd()]).0 else {
         panic!()
     };
-    let ql = QpLayout::new(8, 8, 0).unwrap();
+    // Four gather entries: a 112-byte stride, room for the garbage posted below (a
+    // `num_sge` of 250 is copied as four entries).
+    let caps = QpCaps {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_sge: 4,
+        max_inline: 0,
+    };
+    let ql = QpLayout::new(8, 8, caps.sq_shape(QpType::Rc)).unwrap();
     let qfd = verbs_api::os::memfd("raw-qp", ql.len).unwrap();
     let qmap = Arc::new(verbs_api::os::map_shared(qfd.as_fd(), ql.len).unwrap());
     let (sq, rq) = ql.rings(qmap.clone()).unwrap();
     sq.init();
     rq.init();
-    let caps = QpCaps {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_sge: 1,
-        max_inline: 0,
-    };
     let req = Request::CreateQp {
         pd,
         qp_type: QpType::Rc,

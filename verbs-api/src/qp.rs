@@ -544,7 +544,17 @@ impl QueuePair {
                 ));
             }
         }
-        let layout = QpLayout::new(cap.max_send_wr, cap.max_recv_wr, cap.max_inline_data)?;
+        let caps = control::QpCaps {
+            max_send_wr: cap.max_send_wr,
+            max_recv_wr: cap.max_recv_wr,
+            max_sge: cap.max_send_sge.max(cap.max_recv_sge),
+            max_inline: cap.max_inline_data,
+        };
+        let layout = QpLayout::new(
+            caps.max_send_wr,
+            caps.max_recv_wr,
+            caps.sq_shape(attr.qp_type),
+        )?;
         let fd = os::memfd("softnic-qp", layout.len).map_err(io("creating the QP memfd"))?;
         let map = Arc::new(os::map_shared(fd.as_fd(), layout.len).map_err(io("mapping the QP"))?);
         let (sq, rq) = layout.rings(map)?;
@@ -555,12 +565,7 @@ impl QueuePair {
             qp_type: attr.qp_type,
             send_cq: attr.send_cq.shared.handle,
             recv_cq: attr.recv_cq.shared.handle,
-            caps: control::QpCaps {
-                max_send_wr: cap.max_send_wr,
-                max_recv_wr: cap.max_recv_wr,
-                max_sge: cap.max_send_sge.max(cap.max_recv_sge),
-                max_inline: cap.max_inline_data,
-            },
+            caps,
             srq: srq.map(|s| s.handle()),
         };
         let (reply, _) = ctx.inner.call("ibv_create_qp", &req, &[fd.as_fd()])?;

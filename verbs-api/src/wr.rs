@@ -471,8 +471,10 @@ pub(crate) unsafe fn build_send_wqe(
     } else {
         wqe.num_sge = n as u8;
     }
-    wqe.flags = flags;
-    if let Some(ud) = wr.ud {
+    // A destination travels only on a UD QP (its stride has room for it; a connected
+    // QP's destination is its peer, and libibverbs ignores `wr.ud` there too).
+    if let Some(ud) = wr.ud.filter(|_| q.qp_type == QpType::Ud) {
+        flags |= send_flags::UD_DEST;
         wqe.ud = UdDest {
             qpn: ud.qpn,
             qkey: ud.qkey,
@@ -485,6 +487,7 @@ pub(crate) unsafe fn build_send_wqe(
             _reserved: [0; 6],
         };
     }
+    wqe.flags = flags;
     Ok(wqe)
 }
 

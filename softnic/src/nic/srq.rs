@@ -370,7 +370,7 @@ pub(super) mod tests {
 
     use softnic_transport::time::Instant;
     use verbs_api::abi::control::{AsyncEvent, QpCaps as CQpCaps, QpType, Request, Response};
-    use verbs_api::abi::{CqLayout, Cqe, QpLayout, ABI_VERSION};
+    use verbs_api::abi::{CqLayout, Cqe, ABI_VERSION};
 
     use super::super::quota::Limits;
     use super::super::state::NicInfo;
@@ -417,16 +417,6 @@ pub(super) mod tests {
         let fd = verbs_api::os::memfd("cq", l.len).unwrap();
         let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
         Ring::<Cqe>::new(map, l.offset, l.capacity).unwrap().init();
-        fd
-    }
-
-    fn qp_fd() -> OwnedFd {
-        let l = QpLayout::new(4, 1, 0).unwrap();
-        let fd = verbs_api::os::memfd("qp", l.len).unwrap();
-        let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
-        let (sq, rq) = l.rings(map).unwrap();
-        sq.init();
-        rq.init();
         fd
     }
 
@@ -480,7 +470,13 @@ pub(super) mod tests {
             },
             srq,
         };
-        call(nic, c, client, req, vec![qp_fd()])
+        call(
+            nic,
+            c,
+            client,
+            req,
+            vec![super::super::state::tests::test_qp_fd(4, 1)],
+        )
     }
 
     /// What the runtime does for a rung SRQ doorbell: drain, then list its events.

@@ -921,7 +921,7 @@ impl Nic {
         let Some(fd) = fds.first() else {
             return err(ErrorCode::Protocol, "CreateQp needs the QP segment memfd");
         };
-        let l = match QpLayout::new(caps.max_send_wr, caps.max_recv_wr, caps.max_inline) {
+        let l = match QpLayout::new(caps.max_send_wr, caps.max_recv_wr, caps.sq_shape(qp_type)) {
             Ok(l) => l,
             Err(e) => {
                 return err(
@@ -1230,6 +1230,23 @@ pub fn request_name(r: &Request) -> &'static str {
 pub(super) mod tests {
     use super::super::quota;
     use super::*;
+
+    /// A QP segment for CreateQp: `max_send_wr`, `max_recv_wr`, one gather entry, no
+    /// inline data, RC; both rings initialised.
+    pub(crate) fn test_qp_fd(max_send_wr: u32, max_recv_wr: u32) -> OwnedFd {
+        let shape = verbs_api::abi::SqShape {
+            max_sge: 1,
+            max_inline: 0,
+            ud: false,
+        };
+        let l = QpLayout::new(max_send_wr, max_recv_wr, shape).unwrap();
+        let fd = verbs_api::os::memfd("qp", l.len).unwrap();
+        let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
+        let (sq, rq) = l.rings(map).unwrap();
+        sq.init();
+        rq.init();
+        fd
+    }
     use std::sync::Arc;
     use verbs_api::abi::{CqLayout, Cqe};
 
@@ -1273,16 +1290,6 @@ pub(super) mod tests {
         fd
     }
 
-    fn qp_fd() -> OwnedFd {
-        let l = QpLayout::new(4, 4, 0).unwrap();
-        let fd = verbs_api::os::memfd("qp", l.len).unwrap();
-        let map = Arc::new(verbs_api::os::map_shared(fd.as_fd(), l.len).unwrap());
-        let (sq, rq) = l.rings(map).unwrap();
-        sq.init();
-        rq.init();
-        fd
-    }
-
     /// PD, CQ, QP and MR of `client`; returns (pd, cq, qpn, mr).
     fn objects(nic: &mut Nic, c: &mut NicCounters, client: u32) -> (u32, u32, u32, u32) {
         let open = Request::OpenDevice {
@@ -1317,7 +1324,7 @@ pub(super) mod tests {
             caps,
             srq: None,
         };
-        let Ok(Reply::Qp { qpn, .. }) = call(nic, c, client, req, vec![qp_fd()]) else {
+        let Ok(Reply::Qp { qpn, .. }) = call(nic, c, client, req, vec![test_qp_fd(4, 4)]) else {
             panic!()
         };
         let fd = verbs_api::os::memfd("mr", 4096).unwrap();

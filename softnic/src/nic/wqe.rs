@@ -32,7 +32,8 @@ pub enum WqeError {
     InlineTooLong(u32),
     /// Inline data on an operation that has no outgoing payload (READ, atomics).
     InlineNotAllowed,
-    /// UD destination QPN above 24 bits, or a GID this NIC cannot reach.
+    /// No UD destination on a UD QP (no `send_flags::UD_DEST`), a destination QPN above
+    /// 24 bits, or a GID this NIC cannot reach.
     BadUdDest,
     /// An atomic without exactly one 8-byte SGE.
     BadAtomicSge,
@@ -144,7 +145,8 @@ pub fn send_wr(
         return Err(WqeError::BadAtomicSge);
     }
     let ud = if qp_type == QpType::Ud {
-        if w.ud.qpn > wire::types::MASK_24 {
+        // Without the flag the ring copied no destination (`SendWqe::used_len`).
+        if w.flags & send_flags::UD_DEST == 0 || w.ud.qpn > wire::types::MASK_24 {
             return Err(WqeError::BadUdDest);
         }
         let addr = gid::endpoint_of(w.ud.gid, w.ud.port);
@@ -322,6 +324,12 @@ mod tests {
         w.ud.qpn = 0x11;
         w.ud.qkey = 0x1111;
         w.ud.gid = gid::gid_of("127.0.0.3".parse().unwrap());
+        // Without UD_DEST the ring copied no destination: refused, whatever is there.
+        assert_eq!(
+            send_wr(&w, QpType::Ud, &CAPS, local()),
+            Err(WqeError::BadUdDest)
+        );
+        w.flags |= send_flags::UD_DEST;
         let wr = send_wr(&w, QpType::Ud, &CAPS, local()).unwrap();
         let d = wr.ud.unwrap();
         assert_eq!(d.addr, "127.0.0.3:4791".parse().unwrap());

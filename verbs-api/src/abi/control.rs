@@ -118,6 +118,18 @@ pub struct QpCaps {
     pub max_inline: u32,
 }
 
+impl QpCaps {
+    /// What the QP's send WQEs can carry, hence its send ring's stride: computed here,
+    /// from the CreateQp request, by the client and by the NIC alike.
+    pub fn sq_shape(&self, qp_type: QpType) -> super::SqShape {
+        super::SqShape {
+            max_sge: self.max_sge,
+            max_inline: self.max_inline,
+            ud: qp_type == QpType::Ud,
+        }
+    }
+}
+
 /// QP attributes for ModifyQp: `None` = not in the attribute mask (`ibv_modify_qp`).
 /// The same shape as `softnic_transport::qp::QpAttr`; the NIC converts field by field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -287,7 +299,7 @@ pub enum Request {
         cq: Handle,
     },
     /// Attaches the QP segment sent with this frame (layout
-    /// [`super::QpLayout::new`]`(caps.max_send_wr, caps.max_recv_wr, caps.max_inline)`).
+    /// [`super::QpLayout::new`]`(caps.max_send_wr, caps.max_recv_wr, caps.sq_shape(qp_type))`).
     /// Reply: [`Reply::Qp`].
     CreateQp {
         /// PD handle.

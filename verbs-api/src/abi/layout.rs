@@ -141,18 +141,40 @@ pub fn ring_bytes_strided(capacity: u32, stride: usize) -> Result<usize, LayoutE
     Ok(total)
 }
 
-/// The slot stride of a QP's send ring: a [`SendWqe`]'s head and room for `max_inline`
-/// inline bytes (capped at [`super::MAX_INLINE`]), rounded up to a word.
+/// What a QP's send WQEs can carry (from CreateQp's capabilities and QP type), which
+/// decides its send ring's stride ([`send_wqe_stride`]). Client and NIC each build it
+/// from the same CreateQp request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SqShape {
+    /// Scatter/gather entries per WQE (CreateQp's `max_sge`, capped at
+    /// [`super::MAX_SGE`]).
+    pub max_sge: u32,
+    /// Inline bytes per send WQE (capped at [`super::MAX_INLINE`]).
+    pub max_inline: u32,
+    /// A UD QP: every WQE carries a destination.
+    pub ud: bool,
+}
+
+/// The slot stride of a QP's send ring: the most a WQE of that QP can use
+/// ([`SendWqe`]'s `used_len`), rounded up to a word. Without inline data or a UD
+/// destination that is the fixed fields and `max_sge` gather entries (at least one:
+/// an atomic's): 64 bytes for one entry, up to 112 for four; otherwise everything up
+/// to the inline area (144 bytes) and `max_inline` bytes of it.
 ///
-/// Why not always the whole 400-byte slot: most QPs carry little or no inline data,
-/// and a send ring is written by the client and read by the NIC on every post. A
-/// 144-byte stride (no inline data) puts 16 WQEs in 36 cache lines rather than 48, and
-/// a QP with 16 send slots in one page rather than two: with thousands of QPs, whose
-/// rings are cold when their turn comes, that is fewer misses and TLB misses per post
-/// on both sides (issue 12, "Many QPs"; docs/perf.md, session 16).
-pub fn send_wqe_stride(max_inline: u32) -> usize {
-    let inline = (max_inline as usize).min(super::MAX_INLINE);
-    (SendWqe::HEAD + inline).div_ceil(8) * 8
+/// Why not always the whole 400-byte slot: a send ring is written by the client and
+/// read by the NIC on every post, and with thousands of QPs their rings are cold when
+/// their turn comes. A QP with one gather entry has one cache line per WQE (16 WQEs in
+/// 16 lines, against 48 at 400 bytes and 36 at session 16's 144) and 16 send slots in
+/// a quarter of a page: fewer misses and TLB misses per post on both sides (issue 12,
+/// "Many QPs"; docs/perf.md).
+pub fn send_wqe_stride(shape: SqShape) -> usize {
+    let used = if shape.max_inline == 0 && !shape.ud {
+        let sges = (shape.max_sge as usize).clamp(1, super::MAX_SGE);
+        SendWqe::HEAD + core::mem::size_of::<super::Sge>() * sges
+    } else {
+        SendWqe::INLINE_AT + (shape.max_inline as usize).min(super::MAX_INLINE)
+    };
+    used.div_ceil(8) * 8
 }
 
 /// The layout of a QP segment: the SQ ring at offset 0, then the RQ ring.
@@ -174,12 +196,11 @@ pub struct QpLayout {
 
 impl QpLayout {
     /// The layout for a QP with room for `max_send_wr` and `max_recv_wr` outstanding
-    /// work requests (each rounded up to a power of two) and up to `max_inline` bytes
-    /// of inline data per send WQE.
-    pub fn new(max_send_wr: u32, max_recv_wr: u32, max_inline: u32) -> Result<Self, LayoutError> {
+    /// work requests (each rounded up to a power of two) and send WQEs of `shape`.
+    pub fn new(max_send_wr: u32, max_recv_wr: u32, shape: SqShape) -> Result<Self, LayoutError> {
         let sq_capacity = ring_capacity(max_send_wr)?;
         let rq_capacity = ring_capacity(max_recv_wr)?;
-        let sq_stride = send_wqe_stride(max_inline);
+        let sq_stride = send_wqe_stride(shape);
         let sq_bytes = ring_bytes_strided(sq_capacity, sq_stride)?;
         let rq_bytes = ring_bytes::<RecvWqe>(rq_capacity)?;
         let end = sq_bytes
@@ -300,21 +321,75 @@ mod tests {
         );
     }
 
+    /// A shape: `max_sge` entries, `max_inline` bytes, UD or not.
+    fn shape(max_sge: u32, max_inline: u32, ud: bool) -> SqShape {
+        SqShape {
+            max_sge,
+            max_inline,
+            ud,
+        }
+    }
+
     #[test]
-    fn send_stride_is_the_head_plus_the_inline_room() {
-        assert_eq!(send_wqe_stride(0), 144);
-        assert_eq!(send_wqe_stride(1), 152);
-        assert_eq!(send_wqe_stride(64), 208);
-        assert_eq!(send_wqe_stride(256), SEND_WQE_SIZE);
-        assert_eq!(send_wqe_stride(u32::MAX), SEND_WQE_SIZE);
-        // 16 send slots without inline data and one receive slot fit one page.
-        assert_eq!(QpLayout::new(16, 1, 0).unwrap().len, 4096);
-        assert_eq!(QpLayout::new(16, 1, 256).unwrap().len, 8192);
+    fn send_stride_is_the_most_a_wqe_of_the_qp_uses() {
+        // Gather entries only: the fixed fields and max_sge entries, at least one.
+        assert_eq!(send_wqe_stride(shape(0, 0, false)), 64);
+        assert_eq!(send_wqe_stride(shape(1, 0, false)), 64);
+        assert_eq!(send_wqe_stride(shape(2, 0, false)), 80);
+        assert_eq!(send_wqe_stride(shape(4, 0, false)), 112);
+        assert_eq!(send_wqe_stride(shape(u32::MAX, 0, false)), 112);
+        // A UD destination or inline room: up to the inline area and that room.
+        assert_eq!(send_wqe_stride(shape(1, 0, true)), 144);
+        assert_eq!(send_wqe_stride(shape(1, 1, false)), 152);
+        assert_eq!(send_wqe_stride(shape(4, 64, true)), 208);
+        assert_eq!(send_wqe_stride(shape(1, 256, false)), SEND_WQE_SIZE);
+        assert_eq!(send_wqe_stride(shape(1, u32::MAX, false)), SEND_WQE_SIZE);
+        // 16 one-entry send slots and one receive slot fit a page, a quarter of it theirs.
+        let l = QpLayout::new(16, 1, shape(1, 0, false)).unwrap();
+        assert_eq!((l.len, l.rq_offset), (4096, 192 + 16 * 64));
+        assert_eq!(
+            QpLayout::new(16, 1, shape(1, 256, false)).unwrap().len,
+            8192
+        );
+    }
+
+    /// Whatever a WQE of a QP carries, within the QP's shape, fits the stride: the
+    /// writer never needs to clamp a WQE it checked against the QP's capabilities.
+    #[test]
+    fn every_wqe_a_shape_allows_fits_its_stride() {
+        use super::super::slots::send_flags::{INLINE, UD_DEST};
+        for ud in [false, true] {
+            for max_sge in 0..=4u32 {
+                for max_inline in [0u32, 1, 8, 100, 256] {
+                    let stride = send_wqe_stride(shape(max_sge, max_inline, ud));
+                    let ud_flag = if ud { UD_DEST } else { 0 };
+                    for num_sge in 0..=max_sge.max(1) {
+                        let w = SendWqe {
+                            flags: ud_flag,
+                            num_sge: num_sge as u8,
+                            ..SendWqe::default()
+                        };
+                        assert!(
+                            w.used_len() <= stride,
+                            "{max_sge} {max_inline} {ud} {num_sge}"
+                        );
+                    }
+                    for len in [0, max_inline / 2, max_inline] {
+                        let w = SendWqe {
+                            flags: ud_flag | INLINE,
+                            inline_len: len,
+                            ..SendWqe::default()
+                        };
+                        assert!(w.used_len() <= stride, "{max_inline} {ud} {len}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
     fn qp_layout_places_rq_after_sq_and_page_rounds() {
-        let l = QpLayout::new(1, 500, 256).unwrap();
+        let l = QpLayout::new(1, 500, shape(4, 256, false)).unwrap();
         assert_eq!(l.sq_capacity, 1);
         assert_eq!(l.sq_stride, 400);
         assert_eq!(l.rq_capacity, 512);

@@ -79,7 +79,7 @@ pub mod ring;
 pub mod slots;
 
 pub use doorbell::{Doorbell, DOORBELL_SEGMENT_LEN, DOORBELL_SLOTS};
-pub use layout::{CqLayout, LayoutError, QpLayout, SrqLayout};
+pub use layout::{CqLayout, LayoutError, QpLayout, SqShape, SrqLayout};
 pub use ring::{CachePadded, Consumer, Producer, Ring, RingError, RingHeader};
 pub use slots::{Cqe, RecvWqe, SendWqe, Sge, Slot, UdDest};
 
@@ -102,7 +102,10 @@ pub const CQ_ARMED: u32 = 1 << 1;
 /// (`sends_retired`: a poller with deep queued work naps).
 /// 6: a send ring's slots are only as far apart as the QP's `max_inline` needs
 /// (`layout::send_wqe_stride`; the header's `entry_size` is that stride).
-pub const ABI_VERSION: u32 = 6;
+/// 7: a send WQE's gather list comes right after its fixed fields (a one-entry WQE is
+/// its first 64 bytes), the UD destination after the gather list and only with
+/// `send_flags::UD_DEST`; the stride follows the QP's `max_sge` too (`SqShape`).
+pub const ABI_VERSION: u32 = 7;
 
 /// Most scatter/gather entries in one work request (the same as the transport's limit).
 pub const MAX_SGE: usize = 4;

@@ -151,7 +151,8 @@ impl<T: Slot> Ring<T> {
     /// [`Ring::new`] with slots `stride` bytes apart: at least `Slot::HEAD`, at most
     /// `size_of::<T>()`, a multiple of 8 (the ring copies words). A value's bytes past
     /// the stride are never stored; the producer must only push values whose
-    /// `Slot::used_len` fits (a send ring: inline data up to the QP's `max_inline`).
+    /// `Slot::used_len` fits (a send ring: what the QP's `max_sge`, `max_inline` and type
+    /// allow, `layout::SqShape`).
     pub fn with_stride(
         map: Arc<MmapRaw>,
         offset: usize,

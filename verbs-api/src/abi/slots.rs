@@ -71,6 +71,11 @@ pub mod send_flags {
     pub const SOLICITED: u8 = 4;
     /// IBV_SEND_INLINE: the payload is in [`super::SendWqe::inline_data`].
     pub const INLINE: u8 = 8;
+    /// softnic's own (no `ibv_send_flags` value): the slot carries a UD destination in
+    /// [`super::SendWqe::ud`]. The library sets it on every WQE of a UD QP; without it
+    /// a ring copies no further than the gather list, and the NIC refuses the WQE of a
+    /// UD QP.
+    pub const UD_DEST: u8 = 0x80;
 }
 
 /// `enum ibv_wc_opcode` values (in [`Cqe::opcode`]).
@@ -212,10 +217,13 @@ pub struct SendWqe {
     pub compare_add: u64,
     /// Swap operand (CMP_AND_SWP).
     pub swap: u64,
-    /// UD destination (UD QPs only).
-    pub ud: UdDest,
     /// Gather list (SEND/WRITE) or scatter list (READ; atomics: one 8-byte entry).
+    /// Right after the fixed fields, so that a one-entry WQE (every atomic, and the
+    /// common WRITE, SEND and READ) is its first 64 bytes: one cache line for the
+    /// client to write and the NIC to read ([`SendWqe::used_len`]).
     pub sges: [Sge; MAX_SGE],
+    /// UD destination (UD QPs only, with [`send_flags::UD_DEST`]).
+    pub ud: UdDest,
     /// Inline payload.
     pub inline_data: [u8; MAX_INLINE],
 }
@@ -281,20 +289,43 @@ impl Default for SendWqe {
 
 // SAFETY: repr(C), integers and integer arrays only, no implicit padding (asserted below).
 unsafe impl Slot for SendWqe {
-    /// Everything but the inline area.
-    const HEAD: usize = core::mem::offset_of!(SendWqe, inline_data);
+    /// The fixed fields, before the gather list.
+    const HEAD: usize = core::mem::offset_of!(SendWqe, sges);
 
-    /// The inline area only with [`send_flags::INLINE`], and only its first
-    /// `inline_len` bytes: most WQEs carry no inline data, and copying the 256-byte
-    /// area in and out of the ring anyway cost more than the rest of the slot
-    /// (docs/perf.md, "Per-message cost").
+    /// Only the bytes this WQE uses: the fixed fields and its `num_sge` gather entries;
+    /// with [`send_flags::UD_DEST`] everything up to the inline area (the UD
+    /// destination is last before it); with [`send_flags::INLINE`] and a non-zero
+    /// `inline_len`, that and the first `inline_len` bytes of the inline area. A one-entry WRITE is 64 bytes, one cache line, rather
+    /// than 144; with thousands of QPs each post writes and the NIC reads cold lines, so
+    /// fewer lines per WQE is fewer misses on both sides (issue 12, "Many QPs";
+    /// docs/perf.md). The 256-byte inline area is never copied unused (it once cost
+    /// more than the rest of the slot: "Per-message cost").
     fn used_len(&self) -> usize {
-        if self.flags & send_flags::INLINE == 0 {
-            return Self::HEAD;
+        let inline = self.flags & send_flags::INLINE != 0;
+        let inline_len = if inline {
+            (self.inline_len as usize).min(MAX_INLINE)
+        } else {
+            0
+        };
+        if inline_len > 0 {
+            Self::INLINE_AT + inline_len
+        } else if self.flags & send_flags::UD_DEST != 0 {
+            Self::INLINE_AT
+        } else if inline {
+            // A zero-length inline message: no gather list either.
+            Self::HEAD
+        } else {
+            Self::HEAD + core::mem::size_of::<Sge>() * usize::from(self.num_sge).min(MAX_SGE)
         }
-        Self::HEAD + (self.inline_len as usize).min(MAX_INLINE)
     }
 }
+
+impl SendWqe {
+    /// Where the inline area starts: everything before it is what a UD or inline WQE
+    /// always uses.
+    pub const INLINE_AT: usize = core::mem::offset_of!(SendWqe, inline_data);
+}
+
 // SAFETY: as above.
 unsafe impl Slot for RecvWqe {}
 // SAFETY: as above.
@@ -314,7 +345,7 @@ const _: () = assert!(core::mem::size_of::<UdDest>() == 4 + 4 + 16 + 2 + 6);
 const _: () = assert!(core::mem::align_of::<UdDest>() == 4);
 const _: () = assert!(
     core::mem::size_of::<SendWqe>()
-        == 8 + 4 + 4 + 8 + 4 + 4 + 8 + 8 + 32 + 16 * MAX_SGE + MAX_INLINE
+        == 8 + 4 + 4 + 8 + 4 + 4 + 8 + 8 + 16 * MAX_SGE + 32 + MAX_INLINE
 );
 const _: () = assert!(core::mem::size_of::<SendWqe>() == SEND_WQE_SIZE);
 const _: () = assert!(<SendWqe as Slot>::HEAD.is_multiple_of(8));
@@ -343,8 +374,8 @@ mod tests {
         assert_eq!(offset_of!(SendWqe, inline_len), 28);
         assert_eq!(offset_of!(SendWqe, compare_add), 32);
         assert_eq!(offset_of!(SendWqe, swap), 40);
-        assert_eq!(offset_of!(SendWqe, ud), 48);
-        assert_eq!(offset_of!(SendWqe, sges), 80);
+        assert_eq!(offset_of!(SendWqe, sges), 48);
+        assert_eq!(offset_of!(SendWqe, ud), 112);
         assert_eq!(offset_of!(SendWqe, inline_data), 144);
     }
 

@@ -117,9 +117,10 @@ fn handle(
                 vec![client_copy],
             )
         }
-        Request::CreateQp { caps, .. } => {
+        Request::CreateQp { caps, qp_type, .. } => {
             let fd = fds.pop().expect("QP memfd");
-            let l = QpLayout::new(caps.max_send_wr, caps.max_recv_wr, caps.max_inline).unwrap();
+            let l =
+                QpLayout::new(caps.max_send_wr, caps.max_recv_wr, caps.sq_shape(qp_type)).unwrap();
             let map = Arc::new(verbs_api::os::map_peer_shm(fd.as_fd(), l.len).unwrap());
             let (sq, rq) = l.rings(map).unwrap();
             sq.check_header().unwrap();

@@ -294,13 +294,13 @@ fn release_except_frees_only_completed_slots_and_never_moves_back() {
 }
 
 /// Slots are copied in and out a word at a time (`read_slot`, `write_slot`), by `pop`
-/// and by `pop_into`: every byte a send WQE uses, the last inline byte included,
-/// survives the trip; without IBV_SEND_INLINE the inline area is neither written into
-/// the slot nor copied out of it (`Slot::used_len`), and with it only `inline_len`
-/// bytes (rounded up to a word) are.
+/// and by `pop_into`: every byte a send WQE uses (`Slot::used_len`: the fixed fields,
+/// `num_sge` gather entries, the UD destination with UD_DEST, `inline_len` inline bytes
+/// with IBV_SEND_INLINE), the last inline byte included, survives the trip, and
+/// nothing past it is written into the slot or copied out of it.
 #[test]
 fn word_copies_keep_every_used_byte_of_a_send_wqe() {
-    use crate::abi::slots::send_flags;
+    use crate::abi::slots::{send_flags, Slot};
     use crate::abi::SendWqe;
     let cap = 4;
     let map = anon(crate::abi::layout::ring_bytes::<SendWqe>(cap).unwrap());
@@ -310,67 +310,98 @@ fn word_copies_keep_every_used_byte_of_a_send_wqe() {
         r.into_producer(),
         Ring::<SendWqe>::new(map, 0, cap).unwrap().into_consumer(),
     );
-    let head = core::mem::offset_of!(SendWqe, inline_data);
-    for k in 0..12u8 {
-        let inline_len = [256, 0, 1, 13][usize::from(k % 4)];
-        let inline = k % 3 != 1;
+    let bytes = |v: &SendWqe| -> Vec<u8> {
+        // SAFETY: SendWqe is plain data without padding (a `Slot`).
+        unsafe { core::slice::from_raw_parts((v as *const SendWqe).cast::<u8>(), 400) }.to_vec()
+    };
+    // Every byte set, so that a byte copied past the used ones would show.
+    let full = {
         let mut w = SendWqe {
-            wr_id: 0x0102_0304_0506_0708 ^ u64::from(k),
-            remote_addr: u64::MAX - u64::from(k),
-            flags: if inline { send_flags::INLINE } else { 0 },
-            inline_len,
+            wr_id: u64::MAX,
+            imm: u32::MAX,
+            remote_addr: u64::MAX,
+            rkey: u32::MAX,
+            compare_add: u64::MAX,
+            swap: u64::MAX,
+            inline_data: [0xA5; 256],
             ..SendWqe::default()
         };
+        for g in &mut w.sges {
+            g.addr = u64::MAX;
+            g.length = u32::MAX;
+            g.lkey = 0xDEAD_BEEF;
+        }
+        w.ud.qpn = 0xFF_FFFF;
+        w.ud.gid = [0x5A; 16];
+        w
+    };
+    for k in 0..24u8 {
+        let inline_len = [256, 0, 1, 13][usize::from(k % 4)];
+        let inline = k % 3 != 1;
+        let ud = k % 5 == 0;
+        let mut w = full;
+        w.wr_id ^= u64::from(k);
+        w.num_sge = k % 6; // 4 and 5 copy all four entries, no more
+        w.inline_len = inline_len;
+        w.flags =
+            if inline { send_flags::INLINE } else { 0 } | if ud { send_flags::UD_DEST } else { 0 };
         for (i, b) in w.inline_data.iter_mut().enumerate() {
             *b = (i as u8).wrapping_mul(31) ^ k;
         }
-        w.sges[3].lkey = 0xDEAD_BEEF;
         p.push(&w).unwrap();
         p.publish();
-        // What a copy keeps: the head, and the used inline bytes rounded up to a word.
-        let copied = if inline {
-            (inline_len as usize).div_ceil(8) * 8
+        let used = w.used_len().div_ceil(8) * 8;
+        let expect = if inline && inline_len > 0 {
+            SendWqe::INLINE_AT + (inline_len as usize).div_ceil(8) * 8
+        } else if ud {
+            SendWqe::INLINE_AT
+        } else if inline {
+            48
         } else {
-            0
+            48 + 16 * usize::from(w.num_sge.min(4))
         };
-        let got = if k % 2 == 0 {
-            let got = c.pop().unwrap().unwrap();
-            assert!(got.inline_data[copied..].iter().all(|&b| b == 0), "zeroed");
-            got
+        assert_eq!(used, expect, "wqe {k}");
+        let (got, rest) = if k % 2 == 0 {
+            (c.pop().unwrap().unwrap(), vec![0u8; 400 - used])
         } else {
             // pop_into overwrites what is used and leaves the rest as it was.
             let mut out = SendWqe {
                 inline_data: [0xEE; 256],
                 ..SendWqe::default()
             };
+            let kept = bytes(&out)[used..].to_vec();
             assert!(c.pop_into(&mut out).unwrap());
-            assert!(out.inline_data[copied..].iter().all(|&b| b == 0xEE), "kept");
             let before = out;
             assert!(!c.pop_into(&mut out).unwrap(), "empty");
             assert_eq!(out, before, "an empty ring leaves the place as it was");
-            out
+            (out, kept)
         };
-        let bytes = |v: &SendWqe| -> Vec<u8> {
-            // SAFETY: SendWqe is plain data without padding (a `Slot`).
-            unsafe { core::slice::from_raw_parts((v as *const SendWqe).cast::<u8>(), 400) }.to_vec()
-        };
-        assert_eq!(bytes(&got)[..head], bytes(&w)[..head], "the head, exactly");
-        assert_eq!(got.inline_data[..copied], w.inline_data[..copied]);
+        assert_eq!(
+            bytes(&got)[..used],
+            bytes(&w)[..used],
+            "the used bytes, exactly"
+        );
+        assert_eq!(bytes(&got)[used..], rest[..], "nothing past them");
         c.release();
     }
 }
 
-/// A send ring whose slots are only as far apart as the QP's inline room
+/// A send ring whose slots are only as far apart as the QP's shape needs
 /// (`send_wqe_stride`): values round-trip, none spills into its neighbour, and a
 /// hostile producer's slot that claims more inline bytes than the stride holds is
 /// copied only up to the stride — with the ring's last slot at the end of the readable
 /// memory, so a read past it would fault.
 #[test]
 fn strided_send_ring_stays_within_each_slot() {
-    use crate::abi::layout::{ring_bytes_strided, send_wqe_stride};
+    use crate::abi::layout::{ring_bytes_strided, send_wqe_stride, SqShape};
     use crate::abi::slots::send_flags;
     use crate::abi::SendWqe;
-    let (cap, stride) = (4u32, send_wqe_stride(16));
+    let shape = SqShape {
+        max_sge: 1,
+        max_inline: 16,
+        ud: false,
+    };
+    let (cap, stride) = (4u32, send_wqe_stride(shape));
     assert_eq!(stride, 160);
     let bytes = ring_bytes_strided(cap, stride).unwrap();
     // Two pages, the second made inaccessible; the ring ends where the first does.
@@ -448,8 +479,8 @@ fn with_stride_takes_only_strides_a_slot_can_live_in() {
     use crate::abi::SendWqe;
     let map = anon(1 << 16);
     let ok = |stride| Ring::<SendWqe>::with_stride(map.clone(), 0, 4, stride).is_ok();
-    assert!(ok(144) && ok(152) && ok(400));
-    assert!(!ok(136), "shorter than the head");
+    assert!(ok(48) && ok(64) && ok(144) && ok(152) && ok(400));
+    assert!(!ok(40), "shorter than the head");
     assert!(!ok(148), "not a whole number of words");
     assert!(!ok(408), "longer than the slot");
     // A peer that built the ring with another stride is refused at attach.
