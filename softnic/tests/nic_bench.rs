@@ -10,7 +10,8 @@
 //!   (round robin), and the memory each QP costs the NIC and the client (RSS deltas);
 //! * `qps_figures`: issue 12's many-QP figures alone, as `key value` lines for
 //!   `tests/perf/run --only qps` (bursts of 16 over 1,000 and 10,000 connected QPs, the
-//!   memory per QP, one pair with and without 10,000 idle QPs per NIC).
+//!   memory per QP, one pair with and without 10,000 idle QPs per NIC);
+//! * `qps_pattern`: one of those patterns alone, for a profiler and the NICs' counters.
 
 mod nic_support;
 
@@ -565,4 +566,41 @@ fn qps_figures() {
     println!("qps_idle_0_mpps {:.4}", median(&without));
     println!("qps_idle_ratio {:.3}", median(&per_round(&with, &without)));
     println!("qps_idle_10000_cpu_percent_meanwhile {cpu:.2}");
+}
+
+/// One pattern of [`qps_figures`] alone on fresh NICs, for a profiler and for the NICs'
+/// counters (docs/perf.md, "Many QPs", session 17: an ACK per burst): `QPS_PATTERN_N`
+/// connected pairs (default 1,000) driven in bursts of 16 per QP, 128 outstanding, or
+/// with `QPS_PATTERN_ONE=1` one pair with 128 outstanding; one warm-up second, then
+/// `QPS_PATTERN_SECONDS` (default 6). The line `measuring` marks the start of the timed
+/// phase (for `perf record` to begin); the rate and both NICs' traffic counters follow
+/// (NIC B's `tx_datagrams` are its ACKs). A pattern that cannot run fails the test.
+#[test]
+#[ignore = "measurement; run with --ignored --nocapture in release"]
+fn qps_pattern() {
+    let var = |k: &str, d: u64| std::env::var(k).ok().map_or(d, |v| v.parse().expect(k));
+    let (n, one, secs) = (
+        var("QPS_PATTERN_N", 1_000) as u32,
+        var("QPS_PATTERN_ONE", 0) == 1,
+        var("QPS_PATTERN_SECONDS", 6),
+    );
+    let a = NicProc::start("pattern-a", "127.0.0.32", 0, &QP_LIMITS);
+    let b = NicProc::start("pattern-b", "127.0.0.33", 0, &QP_LIMITS);
+    let (mut q, burst, per_qp) = if one {
+        (connected_qps(&a, &b, 1, DEPTH as u32), 16, DEPTH / 16)
+    } else {
+        (connected_qps(&a, &b, n, 16), 16, 1)
+    };
+    drive(&mut q, burst, per_qp, Duration::from_secs(1));
+    println!("measuring");
+    std::io::stdout().flush().expect("stdout");
+    let mpps = drive(&mut q, burst, per_qp, Duration::from_secs(secs));
+    let what = if one {
+        "one pair".to_string()
+    } else {
+        format!("{n} QPs")
+    };
+    println!("{what}: {mpps:.3} Mpps over {secs} s (counters include the warm-up second)");
+    print_traffic_stats("A", &a);
+    print_traffic_stats("B", &b);
 }
