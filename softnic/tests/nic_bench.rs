@@ -356,6 +356,11 @@ fn connected_qps(a: &NicProc, b: &NicProc, n: u32, sq: u32) -> ManyQps {
 /// new burst once its previous ones completed (at most `per_qp` in flight). Returns
 /// Mpps; every WR posted has completed when it returns.
 fn drive(q: &mut ManyQps, burst: u64, per_qp: u64, run: Duration) -> f64 {
+    drive_depth(q, burst, per_qp, DEPTH, run)
+}
+
+/// [`drive`] with `depth` WRITEs outstanding in all instead of [`DEPTH`].
+fn drive_depth(q: &mut ManyQps, burst: u64, per_qp: u64, depth: u64, run: Duration) -> f64 {
     let op = WrOpcode::RdmaWrite {
         remote_addr: q.mr[1].addr(),
         rkey: q.mr[1].rkey(),
@@ -367,7 +372,7 @@ fn drive(q: &mut ManyQps, burst: u64, per_qp: u64, run: Duration) -> f64 {
     let mut wrs = Vec::with_capacity(burst as usize);
     let t = Instant::now();
     while t.elapsed() < run || done < posted {
-        while posted - done + burst <= DEPTH && t.elapsed() < run {
+        while posted - done + burst <= depth && t.elapsed() < run {
             if inflight[next] < per_qp {
                 // wr_id: the QP's index in the high half, to find it on completion.
                 wrs.clear();
@@ -570,37 +575,51 @@ fn qps_figures() {
 
 /// One pattern of [`qps_figures`] alone on fresh NICs, for a profiler and for the NICs'
 /// counters (docs/perf.md, "Many QPs", session 17: an ACK per burst): `QPS_PATTERN_N`
-/// connected pairs (default 1,000) driven in bursts of 16 per QP, 128 outstanding, or
-/// with `QPS_PATTERN_ONE=1` one pair with 128 outstanding; one warm-up second, then
-/// `QPS_PATTERN_SECONDS` (default 6). The line `measuring` marks the start of the timed
-/// phase (for `perf record` to begin); the rate and both NICs' traffic counters follow
-/// (NIC B's `tx_datagrams` are its ACKs). A pattern that cannot run fails the test.
+/// connected pairs (default 1,000) driven in bursts of 16 per QP, or with
+/// `QPS_PATTERN_ONE=1` one pair; `QPS_PATTERN_DEPTH` WRITEs outstanding in all (default
+/// 128, as the bench); one warm-up second, then `QPS_PATTERN_SECONDS` (default 6). The
+/// line `measuring` marks the start of the timed phase (for `perf record` to begin); the
+/// rate and both NICs' traffic counters follow (NIC B's `tx_datagrams` are its ACKs). A
+/// pattern that cannot run fails the test.
 #[test]
 #[ignore = "measurement; run with --ignored --nocapture in release"]
 fn qps_pattern() {
     let var = |k: &str, d: u64| std::env::var(k).ok().map_or(d, |v| v.parse().expect(k));
-    let (n, one, secs) = (
+    let (n, one, secs, depth) = (
         var("QPS_PATTERN_N", 1_000) as u32,
         var("QPS_PATTERN_ONE", 0) == 1,
         var("QPS_PATTERN_SECONDS", 6),
+        var("QPS_PATTERN_DEPTH", DEPTH),
     );
-    let a = NicProc::start("pattern-a", "127.0.0.32", 0, &QP_LIMITS);
-    let b = NicProc::start("pattern-b", "127.0.0.33", 0, &QP_LIMITS);
+    let trace = std::env::var("QPS_PATTERN_TRACE").ok();
+    let args = |side: &str| {
+        let mut v: Vec<String> = QP_LIMITS.iter().map(|s| s.to_string()).collect();
+        if let Some(dir) = &trace {
+            v.extend(["--trace-lat".to_string(), format!("{dir}/{side}.txt")]);
+        }
+        v
+    };
+    let (xa, xb) = (args("a"), args("b"));
+    let xa: Vec<&str> = xa.iter().map(String::as_str).collect();
+    let xb: Vec<&str> = xb.iter().map(String::as_str).collect();
+    let a = NicProc::start("pattern-a", "127.0.0.32", 0, &xa);
+    let b = NicProc::start("pattern-b", "127.0.0.33", 0, &xb);
     let (mut q, burst, per_qp) = if one {
-        (connected_qps(&a, &b, 1, DEPTH as u32), 16, DEPTH / 16)
+        (connected_qps(&a, &b, 1, depth as u32), 16, depth / 16)
     } else {
         (connected_qps(&a, &b, n, 16), 16, 1)
     };
-    drive(&mut q, burst, per_qp, Duration::from_secs(1));
+    let run = |q: &mut ManyQps, s| drive_depth(q, burst, per_qp, depth, Duration::from_secs(s));
+    run(&mut q, 1);
     println!("measuring");
     std::io::stdout().flush().expect("stdout");
-    let mpps = drive(&mut q, burst, per_qp, Duration::from_secs(secs));
+    let mpps = run(&mut q, secs);
     let what = if one {
         "one pair".to_string()
     } else {
         format!("{n} QPs")
     };
-    println!("{what}: {mpps:.3} Mpps over {secs} s (counters include the warm-up second)");
+    println!("{what}, {depth} outstanding: {mpps:.3} Mpps over {secs} s (counters include the warm-up second)");
     print_traffic_stats("A", &a);
     print_traffic_stats("B", &b);
 }

@@ -52,8 +52,8 @@ fn packet(
 
 /// Every counter but those a dropped packet moves (`rx_datagrams`, `rx_bytes`,
 /// `rx_drop_bad_icrc`, `rx_placed_bad_icrc`) and those the `softnic stats` request
-/// itself or idle time moves (control requests, the poller's wake-ups and sleeps, client
-/// connections).
+/// itself or idle time moves (control requests, the poller's wake-ups and sleeps, the
+/// loop's passes, client connections).
 fn quiet(nic: &NicProc) -> Vec<(String, u64)> {
     nic.stats()
         .into_iter()
@@ -61,9 +61,16 @@ fn quiet(nic: &NicProc) -> Vec<(String, u64)> {
             !matches!(
                 k.as_str(),
                 "rx_datagrams" | "rx_bytes" | "rx_drop_bad_icrc" | "rx_placed_bad_icrc"
-            ) && !["control", "poller", "async_event", "clients", "sleeps"]
-                .iter()
-                .any(|p| k.starts_with(p))
+            ) && ![
+                "control",
+                "poller",
+                "async_event",
+                "clients",
+                "sleeps",
+                "loop_",
+            ]
+            .iter()
+            .any(|p| k.starts_with(p))
         })
         .collect()
 }

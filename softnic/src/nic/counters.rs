@@ -100,6 +100,11 @@ counters! {
         cq_overrun,
         /// Times the runtime went to sleep in poll(2).
         sleeps,
+        /// Passes of the loop (`Runtime::iterate`), busy or not.
+        loop_passes,
+        /// Of those, passes that found nothing to do (then the loop yields, or sleeps
+        /// after `SPIN`): with `loop_passes`, the share of the NIC's polling that waited.
+        loop_idle_passes,
         /// Clients' CQ pollers woken from their hybrid-polling sleep (one `futex_wake`
         /// each, at a CQ flush; `verbs_api::poll_idle`).
         poller_wakes,

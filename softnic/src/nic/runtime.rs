@@ -418,11 +418,13 @@ impl Runtime {
         while !signals::stop_requested() {
             let now = self.clock.now();
             let work = self.iterate(now)?;
+            self.path.counters.loop_passes += 1;
             if work > 0 {
                 last_work = now;
                 idle_spins = 0;
                 continue;
             }
+            self.path.counters.loop_idle_passes += 1;
             // With --busy-poll the NIC never sleeps, so NEED_WAKEUP is never set.
             if self.busy_poll || now.saturating_duration_since(last_work) < SPIN {
                 if checked.is_none_or(|t| now.saturating_duration_since(t) >= AFFINITY_CHECK) {
