@@ -657,3 +657,46 @@ fn ud_port_space_resolves_a_service_and_a_send_arrives() {
         (CmEventKind::Rejected, 1, cid2.key())
     );
 }
+
+/// `rdma_bind_addr` reserves its port at the bind, as Linux's CM does: port 0 draws an
+/// ephemeral port that `local_addr` names at once (qperf sends it to its client before
+/// it listens) and that the listen then uses; a port another id holds fails at the bind
+/// (`Busy`: EADDRINUSE), leaving that id unbound; destroying the holder frees it. A
+/// client reaching the port learned at bind is accepted.
+#[test]
+fn bind_reserves_its_port_before_the_listen() {
+    let a = NicProc::start("cm-bind-a", "127.0.0.16", 0, &[]);
+    let b = NicProc::start("cm-bind-b", "127.0.0.17", 0, &[]);
+    let (cch, sch) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let mut l = CmId::new(&sch, PortSpace::Tcp).unwrap();
+    l.bind_addr(SocketAddr::new(b.addr, 0)).unwrap();
+    let port = l.local_addr().expect("bound").port();
+    assert!(port >= 49152, "an ephemeral port at bind, got {port}");
+
+    let mut other = CmId::new(&sch, PortSpace::Tcp).unwrap();
+    match other.bind_addr(SocketAddr::new(b.addr, port)) {
+        Err(verbs_api::Error::Nic { code, .. }) => {
+            assert_eq!(code, verbs_api::abi::control::ErrorCode::Busy)
+        }
+        r => panic!("a second bind to port {port}: {r:?}"),
+    }
+    assert_eq!(
+        other.local_addr(),
+        None,
+        "a failed bind leaves the id unbound"
+    );
+    // Another port space is another namespace.
+    let mut udp = CmId::new(&sch, PortSpace::Udp).unwrap();
+    udp.bind_addr(SocketAddr::new(b.addr, port)).unwrap();
+
+    l.listen(4).unwrap();
+    assert_eq!(l.local_addr(), Some(SocketAddr::new(b.addr, port)));
+    let mut cid = client(&cch, &a, &b, port);
+    let (_c, _sid, _s) = connect_accept(&cch, &sch, &mut cid, b"bound first");
+    disconnect(&cch, &sch, &mut cid);
+
+    drop(l);
+    let mut again = CmId::new(&sch, PortSpace::Tcp).unwrap();
+    again.bind_addr(SocketAddr::new(b.addr, port)).unwrap();
+    assert_eq!(again.local_addr(), Some(SocketAddr::new(b.addr, port)));
+}

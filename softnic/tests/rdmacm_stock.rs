@@ -25,13 +25,7 @@ fn stock(name: &str) -> PathBuf {
 /// (they are BIND_NOW: one missing symbol and they do not start).
 #[test]
 fn every_stock_rdmacm_binary_links_against_the_drop_in() {
-    let o = Command::new(env!("CARGO_BIN_EXE_softnic"))
-        .args(["exec", "--print-lib-dir"])
-        .env_remove(softnic::exec::LIB_DIR_ENV)
-        .output()
-        .expect("run softnic exec");
-    assert!(o.status.success(), "{}", text(&o));
-    let dir = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let dir = stock_support::drop_in_dir();
     for name in [
         "rping",
         "ucmatose",

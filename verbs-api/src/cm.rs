@@ -639,12 +639,35 @@ impl CmId {
         Ok(())
     }
 
-    /// `rdma_bind_addr`: binds to the NIC serving `addr.ip()` ([`find_device`]) and to
-    /// `addr.port()` in this id's port space (0 = an ephemeral port, chosen when it
-    /// listens or connects).
+    /// `rdma_bind_addr`: binds to the NIC serving `addr.ip()` ([`find_device`]) and
+    /// reserves `addr.port()` in this id's port space there (0 = a free ephemeral port),
+    /// as Linux's CM does at bind: [`CmId::local_addr`] names the port at once (qperf
+    /// sends it to its peer before it listens), and a port another id holds fails here
+    /// (EADDRINUSE), leaving the id unbound.
     pub fn bind_addr(&mut self, addr: SocketAddr) -> Result<()> {
         let dev = find_device(addr.ip())?;
-        self.bind_to(&dev, addr)
+        self.bind_to(&dev, addr)?;
+        let (_, id) = self.nic()?;
+        let req = CmRequest::Bind {
+            id,
+            port_space: self.ps as u16,
+            port: addr.port(),
+        };
+        let port = match self.call("rdma_bind_addr", req) {
+            Ok(Reply::Cm(CmReply::Port { port })) => port,
+            other => {
+                // Unbound again, as Linux leaves an id whose bind failed.
+                self.unbind();
+                return Err(match other {
+                    Err(e) => e,
+                    Ok(r) => unexpected("Bind", r),
+                });
+            }
+        };
+        if let Some(l) = self.local.as_mut() {
+            l.set_port(port);
+        }
+        Ok(())
     }
 
     /// `rdma_resolve_addr`: binds (if not yet) to the NIC serving `src` (or, with no
@@ -934,13 +957,21 @@ impl CmId {
     }
 }
 
-impl Drop for CmId {
-    fn drop(&mut self) {
+impl CmId {
+    /// Forgets the NIC's id (its reservations go with it) and the binding.
+    fn unbind(&mut self) {
         if let Some((ctx, id)) = self.bound.take() {
             self.channel.unregister(&ctx, id);
             let req = Request::Cm(CmRequest::DestroyId { id });
             let _ = ctx.inner.call("rdma_destroy_id", &req, &[]);
         }
+        self.local = None;
+    }
+}
+
+impl Drop for CmId {
+    fn drop(&mut self) {
+        self.unbind();
     }
 }
 

@@ -495,8 +495,10 @@ pub(crate) fn check_cap(cap: &QpCap, dev: &control::DeviceAttr) -> std::result::
         ("max_send_wr", cap.max_send_wr),
         ("max_recv_wr", cap.max_recv_wr),
     ] {
-        if v == 0 || v > max_wr {
-            return Err(format!("{name} {v} is outside 1..={max_wr}"));
+        // 0 is allowed (a queue the QP never uses), and granted one entry
+        // (`layout::wq_capacity`).
+        if v > max_wr {
+            return Err(format!("{name} {v} is outside 0..={max_wr}"));
         }
     }
     let max_sge = dev.max_sge.min(MAX_SGE as u32);
@@ -1117,7 +1119,7 @@ mod tests {
                 &dev
             )
             .unwrap_err(),
-            "max_recv_wr 2000 is outside 1..=1024"
+            "max_recv_wr 2000 is outside 0..=1024"
         );
         assert!(check_cap(
             &QpCap {
@@ -1135,14 +1137,15 @@ mod tests {
             &dev
         )
         .is_err());
-        assert!(check_cap(
-            &QpCap {
-                max_send_wr: 0,
+        // An empty work queue is allowed (qperf's senders and receivers ask for one).
+        for (s, r) in [(0, 1), (1, 0), (0, 0)] {
+            let cap = QpCap {
+                max_send_wr: s,
+                max_recv_wr: r,
                 ..ok
-            },
-            &dev
-        )
-        .is_err());
+            };
+            assert_eq!(check_cap(&cap, &dev), Ok(()));
+        }
     }
 
     #[test]

@@ -29,6 +29,18 @@ pub fn text(o: &Output) -> String {
     )
 }
 
+/// The directory of softnic's drop-in libraries (`softnic exec --print-lib-dir`, which
+/// links them first if need be).
+pub fn drop_in_dir() -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_softnic"))
+        .args(["exec", "--print-lib-dir"])
+        .env_remove(softnic::exec::LIB_DIR_ENV)
+        .output()
+        .expect("run softnic exec");
+    assert!(o.status.success(), "{}", text(&o));
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
 /// `ldd -r BIN` with `LD_LIBRARY_PATH=dir`: asserts that every symbol and version node
 /// resolves (the stock binaries are BIND_NOW: one missing symbol and they do not start)
 /// and that each of `libs` is loaded from `dir`. Returns ldd's report.

@@ -135,7 +135,7 @@ fn mtu_num(bytes: u32) -> c_int {
 /// WRs can be outstanding: the next post is ENOMEM (pyverbs' `test_full_rq_bad_flow`
 /// posts one more than reported and expects that).
 fn cap_out(c: QpCap) -> ibv_qp_cap {
-    let ring = |wr: u32| verbs_api::abi::layout::ring_capacity(wr).unwrap_or(wr);
+    let ring = |wr: u32| verbs_api::abi::layout::wq_capacity(wr).unwrap_or(wr);
     ibv_qp_cap {
         max_send_wr: ring(c.max_send_wr),
         max_recv_wr: ring(c.max_recv_wr),

@@ -50,6 +50,15 @@ pub struct Event {
 
 /// The errno of a verbs-api CM error, as the kernel would answer.
 pub fn errno_of(e: &verbs_api::Error) -> c_int {
+    // A port another id holds: EADDRINUSE, as Linux's `cma_get_port` answers.
+    if let verbs_api::Error::Nic {
+        verb: "rdma_bind_addr" | "rdma_listen",
+        code: verbs_api::abi::control::ErrorCode::Busy,
+        ..
+    } = e
+    {
+        return libc::EADDRINUSE;
+    }
     if let verbs_api::Error::Io { source, .. } = e {
         if source.raw_os_error().is_none() {
             return match source.kind() {

@@ -289,7 +289,8 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
 }
 
 /// `rdma_bind_addr`: binds to the NIC whose address `addr` is (any address: the first
-/// NIC) and to its port in the id's port space (0: one the NIC picks).
+/// NIC) and reserves its port in the id's port space there (0: one the NIC picks), so
+/// that `rdma_get_src_port` names it at once; a port another id holds: EADDRINUSE.
 ///
 /// # Safety
 /// `id` is live; `addr` is a valid sockaddr.

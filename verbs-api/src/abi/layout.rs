@@ -103,12 +103,23 @@ impl fmt::Display for LayoutError {
 
 impl std::error::Error for LayoutError {}
 
-/// The ring capacity for a requested depth: the next power of two, at least 1.
+/// The ring capacity for a requested depth: the next power of two. A depth of 0 is
+/// refused: a CQ or an SRQ of 0 entries is invalid (as rxe refuses them).
 pub fn ring_capacity(depth: u32) -> Result<u32, LayoutError> {
     if depth == 0 || depth > MAX_RING_ENTRIES {
         return Err(LayoutError::BadCapacity { requested: depth });
     }
     Ok(depth.next_power_of_two())
+}
+
+/// The ring capacity of a QP's work queue for `max_wr`: as [`ring_capacity`], except
+/// that 0 is allowed and gets one slot. A QP may have an empty send or receive queue
+/// (a QP that only receives or only sends: qperf's bandwidth tests ask for
+/// `max_recv_wr` 0 on the sender and `max_send_wr` 0 on the receiver, and rxe and
+/// hardware accept that); the verbs let a device grant more than was asked, and a ring
+/// needs at least one slot, so such a queue is granted, and reported as, one entry.
+pub fn wq_capacity(max_wr: u32) -> Result<u32, LayoutError> {
+    ring_capacity(max_wr.max(1)).map_err(|_| LayoutError::BadCapacity { requested: max_wr })
 }
 
 fn round_up(n: usize, to: usize) -> Option<usize> {
@@ -196,10 +207,11 @@ pub struct QpLayout {
 
 impl QpLayout {
     /// The layout for a QP with room for `max_send_wr` and `max_recv_wr` outstanding
-    /// work requests (each rounded up to a power of two) and send WQEs of `shape`.
+    /// work requests (each rounded up to a power of two, 0 to one: [`wq_capacity`]) and
+    /// send WQEs of `shape`.
     pub fn new(max_send_wr: u32, max_recv_wr: u32, shape: SqShape) -> Result<Self, LayoutError> {
-        let sq_capacity = ring_capacity(max_send_wr)?;
-        let rq_capacity = ring_capacity(max_recv_wr)?;
+        let sq_capacity = wq_capacity(max_send_wr)?;
+        let rq_capacity = wq_capacity(max_recv_wr)?;
         let sq_stride = send_wqe_stride(shape);
         let sq_bytes = ring_bytes_strided(sq_capacity, sq_stride)?;
         let rq_bytes = ring_bytes::<RecvWqe>(rq_capacity)?;
@@ -308,6 +320,26 @@ mod tests {
             Err(LayoutError::BadCapacity { requested: 0 })
         );
         assert!(ring_capacity(MAX_RING_ENTRIES + 1).is_err());
+    }
+
+    #[test]
+    fn an_empty_work_queue_gets_one_slot() {
+        assert_eq!(wq_capacity(0), Ok(1));
+        assert_eq!(wq_capacity(1), Ok(1));
+        assert_eq!(wq_capacity(500), Ok(512));
+        assert_eq!(
+            wq_capacity(MAX_RING_ENTRIES + 1),
+            Err(LayoutError::BadCapacity {
+                requested: MAX_RING_ENTRIES + 1
+            })
+        );
+        let shape = SqShape {
+            max_sge: 1,
+            max_inline: 0,
+            ud: false,
+        };
+        let l = QpLayout::new(0, 0, shape).unwrap();
+        assert_eq!((l.sq_capacity, l.rq_capacity), (1, 1));
     }
 
     #[test]

@@ -94,6 +94,7 @@ impl NicCm {
                     id,
                     IdOwner {
                         listening: None,
+                        bound: None,
                         own_qp: false,
                         accept_psn: None,
                         ..owner
@@ -205,6 +206,7 @@ mod tests {
             client: 1,
             channel: 7,
             listening: None,
+            bound: None,
             own_qp: false,
             accept_psn: None,
         };

@@ -39,6 +39,8 @@ pub struct IdOwner {
     pub channel: Handle,
     /// `(port space, port)` it listens on.
     pub listening: Option<(u16, u16)>,
+    /// `(port space, port)` it reserved at bind (`CmRequest::Bind`), listening or not.
+    pub bound: Option<(u16, u16)>,
     /// The program moves the connection's QP itself (`CmRequest::OwnQp`): the CM's
     /// QP transitions are not applied.
     pub own_qp: bool,

@@ -67,6 +67,35 @@ fn params(qpn: u32, psn: u32, p: CmConnParam, private_data: Vec<u8>) -> ConnPara
     }
 }
 
+impl super::NicCm {
+    /// The port `port` of `ps` for `id` to bind or listen on (`rdma_bind_addr`,
+    /// `rdma_listen`): 0 draws a free ephemeral one, except that an id which reserved a
+    /// port at bind keeps it; a port another id holds is `Busy` (EADDRINUSE).
+    fn take_port(&mut self, id: Handle, ps: u16, port: u16) -> Result<u16, Box<Answer>> {
+        if ps != RDMA_PS_TCP && ps != RDMA_PS_UDP {
+            return Err(fail(
+                ErrorCode::InvalidArgument,
+                format!("rdma_cm port space {ps:#06x} is not served (TCP and UDP only)"),
+            ));
+        }
+        let own = self.ids.get(&id).and_then(|o| o.bound);
+        match port {
+            0 => match own {
+                Some((p_ps, p)) if p_ps == ps => Ok(p),
+                _ => self
+                    .ephemeral_port(ps)
+                    .ok_or_else(|| fail(ErrorCode::NoResources, "no free port")),
+            },
+            p => match self.ports.get(&(ps, p)) {
+                Some(&holder) if holder != id => {
+                    Err(fail(ErrorCode::Busy, format!("port {p} is in use")))
+                }
+                _ => Ok(p),
+            },
+        }
+    }
+}
+
 impl Nic {
     /// `id`'s owner record, if `id` belongs to `client`.
     fn cm_owned(&mut self, client: u32, id: Handle) -> Result<&mut IdOwner, Box<Answer>> {
@@ -193,6 +222,21 @@ impl Nic {
                      sent (one made blocking would hold the NIC); use OpenChannel",
                 ));
             }
+            CmRequest::Bind {
+                id,
+                port_space,
+                port,
+            } => {
+                if self.cm_owned(client, id)?.bound.is_some() {
+                    return Err(fail(ErrorCode::InvalidState, "the id is already bound"));
+                }
+                let port = self.cm.take_port(id, port_space, port)?;
+                self.cm.ports.insert((port_space, port), id);
+                if let Some(o) = self.cm.ids.get_mut(&id) {
+                    o.bound = Some((port_space, port));
+                }
+                ok(Reply::Cm(CmReply::Port { port }))
+            }
             CmRequest::OpenChannel => {
                 let no_pipe = |e| fail(ErrorCode::NoResources, format!("CM event pipe: {e}"));
                 let pipe = SignalPipe::new().map_err(no_pipe)?;
@@ -225,6 +269,7 @@ impl Nic {
                         client,
                         channel,
                         listening: None,
+                        bound: None,
                         own_qp: false,
                         accept_psn: None,
                     },
@@ -243,24 +288,7 @@ impl Nic {
                 backlog,
             } => {
                 self.cm_owned(client, id)?;
-                if port_space != RDMA_PS_TCP && port_space != RDMA_PS_UDP {
-                    return Err(fail(
-                        ErrorCode::InvalidArgument,
-                        format!(
-                            "rdma_cm port space {port_space:#06x} is not served (TCP and UDP only)"
-                        ),
-                    ));
-                }
-                let port = match port {
-                    0 => self
-                        .cm
-                        .ephemeral_port(port_space)
-                        .ok_or_else(|| fail(ErrorCode::NoResources, "no free port"))?,
-                    p if self.cm.ports.contains_key(&(port_space, p)) => {
-                        return Err(fail(ErrorCode::Busy, format!("port {p} is in use")));
-                    }
-                    p => p,
-                };
+                let port = self.cm.take_port(id, port_space, port)?;
                 self.cm
                     .cm
                     .listen(id, ip_service_id(port_space, port), backlog)
@@ -404,8 +432,10 @@ impl Nic {
     /// Forgets a CM id (a connected one sends its DREQ first).
     pub(crate) fn cm_destroy_id(&mut self, now: Instant, id: Handle) {
         if let Some(o) = self.cm.ids.remove(&id) {
-            if let Some(p) = o.listening {
-                self.cm.ports.remove(&p);
+            for p in o.listening.into_iter().chain(o.bound) {
+                if self.cm.ports.get(&p) == Some(&id) {
+                    self.cm.ports.remove(&p);
+                }
             }
         }
         self.cm.cm.destroy_id(now, id);

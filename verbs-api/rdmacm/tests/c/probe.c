@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -42,6 +43,23 @@ static int nic(const char *name)
 	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_IPOIB) == -1 && errno == EOPNOTSUPP);
 	CHECK(rdma_create_id(ch, &id, NULL, 0x1234) == -1 && errno == EINVAL && id == NULL);
 	CHECK(rdma_create_id(ch, NULL, NULL, RDMA_PS_TCP) == -1 && errno == EINVAL);
+	/* rdma_bind_addr to port 0 reserves a port at once (rdma_get_src_port names it
+	 * before any listen, as qperf's server needs); another id cannot bind it
+	 * (EADDRINUSE, as Linux) until the first is destroyed. */
+	struct sockaddr_in any = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
+	struct rdma_cm_id *a = NULL, *b = NULL;
+	CHECK(rdma_create_id(ch, &a, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_bind_addr(a, (struct sockaddr *)&any) == 0);
+	uint16_t port = rdma_get_src_port(a);
+	CHECK(ntohs(port) >= 49152);
+	struct sockaddr_in same = any;
+	same.sin_port = port;
+	CHECK(rdma_create_id(ch, &b, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_bind_addr(b, (struct sockaddr *)&same) == -1 && errno == EADDRINUSE);
+	CHECK(rdma_listen(a, 0) == 0 && rdma_get_src_port(a) == port);
+	CHECK(rdma_destroy_id(a) == 0);
+	CHECK(rdma_bind_addr(b, (struct sockaddr *)&same) == 0 && rdma_get_src_port(b) == port);
+	CHECK(rdma_destroy_id(b) == 0);
 	rdma_destroy_event_channel(ch);
 	printf("ok\n");
 	return 0;

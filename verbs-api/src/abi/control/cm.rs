@@ -56,7 +56,8 @@ pub enum CmRequest {
         id: Handle,
     },
     /// Listens on `port` of port space `port_space` (`RDMA_PS_TCP` or `RDMA_PS_UDP`;
-    /// 0 = a free ephemeral port). Reply: [`CmReply::Port`].
+    /// 0 = a free ephemeral port; a port the id reserved with [`CmRequest::Bind`] is
+    /// its own). Reply: [`CmReply::Port`].
     Listen {
         /// The id.
         id: Handle,
@@ -136,6 +137,20 @@ pub enum CmRequest {
     /// of its own: nothing a client does to its descriptor makes the NIC wait; a full
     /// pipe is skipped). End of file on the pipe means the NIC is gone.
     OpenChannel,
+    /// Reserves `port` of port space `port_space` for the id (`rdma_bind_addr`; 0 = a
+    /// free ephemeral port), as Linux's CM does at bind: `rdma_get_src_port` right
+    /// after the bind names the port a later listen uses (qperf sends it to its
+    /// client before it listens), and a port another id holds is refused here
+    /// (`Busy`, EADDRINUSE), not at the listen. Released when the id is destroyed.
+    /// Reply: [`CmReply::Port`].
+    Bind {
+        /// The id.
+        id: Handle,
+        /// `rdma_port_space`.
+        port_space: u16,
+        /// The port.
+        port: u16,
+    },
 }
 
 /// What the peer sent, for an event (`rdma_cm_event.param.conn`).
