@@ -1,6 +1,6 @@
 """Host packages and the guest image: Debian's kernel (which has rdma_rxe as a module)
-plus a busybox initramfs with the host's rdma-core, ibverbs-utils, perftest, rdmacm-utils
-and iproute2 binaries copied in with their shared libraries.
+plus a busybox initramfs with the host's rdma-core, ibverbs-utils, perftest, rdmacm-utils,
+qperf and iproute2 binaries copied in with their shared libraries.
 
 The kernel .deb is only downloaded and unpacked, never installed on the host. The image is
 cached under a key that covers everything it is built from (kernel package, guest init,
@@ -21,11 +21,11 @@ INIT = os.path.join(os.path.dirname(HERE), "guest", "init.sh")
 # Host packages: qemu for the guest, the tools whose binaries go into the guest, and what
 # the harness itself uses on the host (capture, decode fallback, netns plumbing).
 HOST_PACKAGES = ["qemu-system-x86", "busybox-static", "rdma-core", "ibverbs-providers",
-                 "ibverbs-utils", "perftest", "rdmacm-utils", "iproute2", "tcpdump", "tshark",
+                 "ibverbs-utils", "perftest", "rdmacm-utils", "qperf", "iproute2", "tcpdump", "tshark",
                  "kmod", "cpio", "ethtool", "python3"]
 # Tools copied into the guest: their versions are part of the cache key.
 TOOL_PACKAGES = ["busybox-static", "rdma-core", "ibverbs-providers", "ibverbs-utils",
-                 "perftest", "rdmacm-utils", "iproute2", "kmod"]
+                 "perftest", "rdmacm-utils", "qperf", "iproute2", "kmod"]
 
 # Modules loaded in the guest (dependencies are added by modprobe --show-depends).
 # crc32_generic/crc32-pclmul: rxe asks the crypto API for "crc32" (its ICRC).
@@ -39,7 +39,7 @@ BINARIES = ["/usr/bin/ibv_devices", "/usr/bin/ibv_devinfo", "/usr/bin/ibv_rc_pin
             "/usr/bin/ib_write_bw", "/usr/bin/ib_read_bw", "/usr/bin/ib_send_bw",
             "/usr/bin/ib_atomic_bw", "/usr/bin/ib_write_lat", "/usr/bin/ib_read_lat",
             "/usr/bin/ib_send_lat", "/usr/bin/ib_atomic_lat", "/usr/bin/rping",
-            "/usr/bin/ucmatose", "/usr/bin/udaddy", "/usr/bin/rdma", "/usr/sbin/ip",
+            "/usr/bin/ucmatose", "/usr/bin/udaddy", "/usr/bin/qperf", "/usr/bin/rdma", "/usr/sbin/ip",
             "/usr/sbin/tc", "/usr/bin/kmod"]
 # dlopen()ed, so ldd does not list them: the rxe verbs provider, and libgcc_s, which glibc
 # loads for pthread_exit (without it rping aborts at exit).

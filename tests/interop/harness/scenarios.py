@@ -14,6 +14,7 @@ is reported SKIP with the reason.
 """
 
 import ipaddress
+import re
 from dataclasses import dataclass, field, replace
 
 from . import cmcheck, net, ucloss
@@ -328,6 +329,38 @@ SCENARIOS += [
         judge=cmcheck.refused("RDMA_CM_EVENT_UNREACHABLE", -110,
                               req_count=1 + cmcheck.SOFTNIC_MAX_CM_RETRIES),
         timeout=20),
+]
+
+# qperf (Debian's stock binary; docs/ibverbs.md): its RC tests over the CM (-cm1), its
+# own exchange on TCP 19765, where the server listens from the start (so this is not a
+# `cm` row: the server's CM id exists only once a client asked for a test). Each test
+# makes one connection; `ver_rc_fetch_add` checks every value the atomics return, and
+# `quit` ends the server. The verdict: both exit 0 and the client's output, whichever
+# side it is, has every test's figure.
+QPERF_TESTS = ("rc_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_lat", "ver_rc_fetch_add")
+QPERF_CLIENT = "qperf -lp 19765 -cm1 -t 2 {peer} %s quit" % " ".join(QPERF_TESTS)
+
+
+def _qperf_judge(out):
+    """Both sides exit 0, and each of QPERF_TESTS printed its result line in the client's
+    output (the softnic side's when rxe serves, the guest's otherwise)."""
+    if out.rxe_rc != 0 or out.side_rc != 0:
+        return "rxe rc=%s, softnic side rc=%s" % (out.rxe_rc, out.side_rc)
+    client = out.logs.get("softnic side output" if out.direction == "rxe-server"
+                          else "rxe output", "")
+    for t in QPERF_TESTS:
+        m = re.search(r"(?m)^%s:\n\s+(bw|latency|msg_rate)\s+=\s+([0-9.]+) (\S+)" % t, client)
+        if not m:
+            return "no %s result in the client's output" % t
+        out.notes.append("%s: %s = %s %s" % (t, m.group(1), m.group(2), m.group(3)))
+    return None
+
+
+SCENARIOS += [
+    Scenario(name="qperf_rc_cm", group="qperf", port=19765,
+             rxe="qperf -lp 19765", rxe_client=QPERF_CLIENT,
+             softnic=_stock("qperf -lp 19765"), softnic_client=_stock(QPERF_CLIENT),
+             needs=("run", "exec"), judge=_qperf_judge, timeout=90),
 ]
 
 # IPv6 (issue 10): the guest gets net.GUEST_IP6 and the GID index rxe lists it at (it
