@@ -337,7 +337,7 @@ fn memory_registration_matrix_with_canaries() {
 #[test]
 fn stock_perftest_between_two_nics() {
     let (a, b) = nic_pair("ibvstock-perf", 6);
-    let cases: [(&str, &[&str]); 14] = [
+    let cases: [(&str, &[&str]); 16] = [
         ("ib_write_bw", &["-s", "65536", "-n", "50"]),
         ("ib_read_bw", &["-s", "65536", "-n", "50"]),
         ("ib_send_bw", &["-s", "65536", "-n", "50"]),
@@ -352,12 +352,16 @@ fn stock_perftest_between_two_nics() {
         ("ib_send_lat", &["-c", "UD", "-s", "8", "-n", "20"]),
         ("ib_write_bw", &["-c", "UC", "-s", "4096", "-n", "50"]),
         ("ib_send_bw", &["-c", "UC", "-s", "4096", "-n", "50"]),
+        ("ib_atomic_lat", &["-n", "50"]),
+        ("ib_atomic_lat", &["-A", "CMP_AND_SWAP", "-n", "50"]),
     ];
     for (i, (prog, args)) in cases.into_iter().enumerate() {
         let mut all = vec!["-x", "1", "-F"];
         all.extend_from_slice(args);
         let (srv, cli) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
-        let (s, c) = pair_run(prog, srv, cli, tcp_port(10 + i as u16), &all);
+        // Offsets 10..=23, then 27 and 28 (24..=26 are the `-a` test's).
+        let offset = if i < 14 { 10 + i } else { 13 + i } as u16;
+        let (s, c) = pair_run(prog, srv, cli, tcp_port(offset), &all);
         // The client always prints the result table (a READ latency server is passive).
         assert!(
             c.contains("#bytes"),
