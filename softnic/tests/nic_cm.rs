@@ -700,3 +700,29 @@ fn bind_reserves_its_port_before_the_listen() {
     again.bind_addr(SocketAddr::new(b.addr, port)).unwrap();
     assert_eq!(again.local_addr(), Some(SocketAddr::new(b.addr, port)));
 }
+
+/// The ids a client makes count against `--max-cm-ids-per-user` (each can hold a port
+/// and queued connection requests: unbounded, a client could grow the NIC's tables
+/// without end): the one past the quota is refused with its name, and a destroyed id
+/// gives its unit back.
+#[test]
+fn cm_ids_are_counted_against_the_users_quota() {
+    let nic = NicProc::start("cm-quota", "127.0.0.18", 0, &["--max-cm-ids-per-user", "2"]);
+    let ch = EventChannel::new().unwrap();
+    let bind = |port| {
+        let mut id = CmId::new(&ch, PortSpace::Tcp).unwrap();
+        id.bind_addr(SocketAddr::new(nic.addr, port)).map(|()| id)
+    };
+    let first = bind(7301).unwrap();
+    let _second = bind(7302).unwrap();
+    match bind(7303) {
+        Err(verbs_api::Error::Nic { code, message, .. }) => {
+            assert_eq!(code, verbs_api::abi::control::ErrorCode::NoResources);
+            assert!(message.contains("--max-cm-ids-per-user 2"), "{message}");
+        }
+        r => panic!("a third id: {:?}", r.map(|_| ())),
+    }
+    assert_eq!(nic.stat("control_refused_quota_objects"), 1);
+    drop(first);
+    bind(7303).expect("the destroyed id's unit is back");
+}

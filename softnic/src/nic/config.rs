@@ -184,6 +184,11 @@ pub struct RunArgs {
     /// Most memory regions one user may hold, over all its connections.
     #[arg(long, default_value_t = DEFAULT_MRS)]
     pub max_mrs_per_user: u32,
+    /// Most RDMA CM ids one user may hold, over all its connections (each may hold a
+    /// port; those the NIC makes for incoming connection requests are bounded by the
+    /// listeners' backlogs instead).
+    #[arg(long, default_value_t = DEFAULT_OBJECTS)]
+    pub max_cm_ids_per_user: u32,
     /// Most bytes of client memory the NIC maps for one user (memory regions and ring
     /// segments, over all its connections). Default 1 TiB (2^40).
     #[arg(long, default_value_t = DEFAULT_MAPPED_BYTES)]
@@ -362,6 +367,7 @@ impl Config {
             ("max-cqs-per-user", u64::from(a.max_cqs_per_user)),
             ("max-qps-per-user", u64::from(a.max_qps_per_user)),
             ("max-mrs-per-user", u64::from(a.max_mrs_per_user)),
+            ("max-cm-ids-per-user", u64::from(a.max_cm_ids_per_user)),
             ("max-mapped-bytes-per-user", a.max_mapped_bytes_per_user),
         ] {
             if v == 0 {
@@ -403,6 +409,7 @@ impl Config {
                 cqs: a.max_cqs_per_user,
                 qps: a.max_qps_per_user,
                 mrs: a.max_mrs_per_user,
+                cm_ids: a.max_cm_ids_per_user,
                 mapped_bytes: a.max_mapped_bytes_per_user,
             },
         })
@@ -445,6 +452,7 @@ impl Default for RunArgs {
             max_cqs_per_user: DEFAULT_OBJECTS,
             max_qps_per_user: DEFAULT_OBJECTS,
             max_mrs_per_user: DEFAULT_MRS,
+            max_cm_ids_per_user: DEFAULT_OBJECTS,
             max_mapped_bytes_per_user: DEFAULT_MAPPED_BYTES,
         }
     }

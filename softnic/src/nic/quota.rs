@@ -25,6 +25,8 @@ pub struct Limits {
     pub qps: u32,
     /// Memory regions.
     pub mrs: u32,
+    /// RDMA CM ids (each may hold a port and the connection requests queued on it).
+    pub cm_ids: u32,
     /// Bytes of client memory mapped (regions plus ring segments).
     pub mapped_bytes: u64,
 }
@@ -43,6 +45,7 @@ impl Default for Limits {
             cqs: DEFAULT_OBJECTS,
             qps: DEFAULT_OBJECTS,
             mrs: DEFAULT_MRS,
+            cm_ids: DEFAULT_OBJECTS,
             mapped_bytes: DEFAULT_MAPPED_BYTES,
         }
     }
@@ -59,6 +62,8 @@ pub enum Kind {
     Qp,
     /// Memory region.
     Mr,
+    /// RDMA CM id (`rdma_create_id`).
+    CmId,
 }
 
 impl Kind {
@@ -68,6 +73,7 @@ impl Kind {
             Kind::Cq => "completion queues",
             Kind::Qp => "queue pairs",
             Kind::Mr => "memory regions",
+            Kind::CmId => "rdma_cm ids",
         }
     }
 
@@ -77,6 +83,7 @@ impl Kind {
             Kind::Cq => "--max-cqs-per-user",
             Kind::Qp => "--max-qps-per-user",
             Kind::Mr => "--max-mrs-per-user",
+            Kind::CmId => "--max-cm-ids-per-user",
         }
     }
 }
@@ -92,6 +99,8 @@ pub struct Usage {
     pub qps: u32,
     /// Memory regions.
     pub mrs: u32,
+    /// RDMA CM ids.
+    pub cm_ids: u32,
     /// Mapped bytes.
     pub mapped_bytes: u64,
 }
@@ -103,6 +112,7 @@ impl Usage {
             Kind::Cq => &mut self.cqs,
             Kind::Qp => &mut self.qps,
             Kind::Mr => &mut self.mrs,
+            Kind::CmId => &mut self.cm_ids,
         }
     }
 
@@ -194,6 +204,7 @@ impl Quotas {
             Kind::Cq => self.limits.cqs,
             Kind::Qp => self.limits.qps,
             Kind::Mr => self.limits.mrs,
+            Kind::CmId => self.limits.cm_ids,
         };
         let u = self.users.entry(uid).or_default();
         if *u.count(kind) >= limit {

@@ -128,7 +128,7 @@ pub struct Nic {
     /// PD and CQ handles (one space, so a PD and a CQ never share a number).
     handles: HandleAlloc,
     /// Per-user quotas.
-    quotas: Quotas,
+    pub(crate) quotas: Quotas,
     /// Counters of QPs already destroyed.
     pub retired: QpCounters,
     /// The connection manager on QP1 (`cm/`).
@@ -160,7 +160,7 @@ pub(super) fn ok(r: Reply) -> Answer {
 }
 
 /// The answer to a request over quota (counted under its kind).
-fn refuse(e: QuotaError, counters: &mut NicCounters) -> Answer {
+pub(crate) fn refuse(e: QuotaError, counters: &mut NicCounters) -> Answer {
     match e {
         QuotaError::Objects { .. } => counters.control_refused_quota_objects += 1,
         QuotaError::Bytes { .. } => counters.control_refused_quota_bytes += 1,
@@ -453,7 +453,7 @@ impl Nic {
             Request::DestroySrq { srq } => self.destroy_srq(client, srq),
             Request::GetAsyncEvents => self.async_events(client, counters),
             Request::AsyncEventChannel => self.async_event_channel(client),
-            Request::Cm(r) => self.cm_request(now, client, r, fds),
+            Request::Cm(r) => self.cm_request(now, client, r, fds, counters),
             Request::ModifyQp { qpn, attr } => self.modify_qp(now, client, qpn, &attr),
             Request::QueryQp { qpn } => match self.qps.get(&qpn).filter(|e| e.client == client) {
                 Some(e) => ok(Reply::QpInfo {

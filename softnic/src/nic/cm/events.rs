@@ -93,6 +93,7 @@ impl NicCm {
                 self.ids.insert(
                     id,
                     IdOwner {
+                        quota_uid: None,
                         listening: None,
                         bound: None,
                         own_qp: false,
@@ -205,6 +206,7 @@ mod tests {
         let owner = IdOwner {
             client: 1,
             channel: 7,
+            quota_uid: None,
             listening: None,
             bound: None,
             own_qp: false,

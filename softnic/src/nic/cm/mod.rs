@@ -37,6 +37,10 @@ pub struct IdOwner {
     pub client: u32,
     /// The channel its events go to.
     pub channel: Handle,
+    /// The user whose `--max-cm-ids-per-user` quota it counts against: an id the client
+    /// made (`CmRequest::CreateId`); none for the ids the NIC makes for incoming
+    /// connection requests (bounded by their listener's backlog).
+    pub quota_uid: Option<u32>,
     /// `(port space, port)` it listens on.
     pub listening: Option<(u16, u16)>,
     /// `(port space, port)` it reserved at bind (`CmRequest::Bind`), listening or not.

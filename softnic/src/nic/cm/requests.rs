@@ -15,7 +15,9 @@ use wire::cm::{
 
 use super::events::Channel;
 use super::IdOwner;
-use crate::nic::state::{err, ok, Answer, Nic, MAX_QP_RD_ATOM};
+use crate::nic::counters::NicCounters;
+use crate::nic::quota::Kind;
+use crate::nic::state::{err, ok, refuse, Answer, Nic, MAX_QP_RD_ATOM};
 
 /// `RDMA_PS_TCP`.
 pub const RDMA_PS_TCP: u16 = 0x0106;
@@ -26,6 +28,12 @@ pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 /// `IBV_ACCESS_LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC`: what the CM
 /// gives a QP it moves to INIT (Linux `cma_init_conn_qp` with responder resources).
 pub const CM_QP_ACCESS: u32 = 1 | 2 | 4 | 8;
+
+/// Most connection requests one listener holds unanswered (`rdma_listen`'s backlog is
+/// clamped to it): each is an id the NIC makes for a REQ from the network, so a client's
+/// huge backlog must not let remote peers grow the NIC's tables without bound. The ids a
+/// client makes itself count against `--max-cm-ids-per-user`.
+pub const MAX_CM_BACKLOG: u32 = 4096;
 
 /// An error answer, boxed (it is large).
 fn fail(code: ErrorCode, message: impl Into<String>) -> Box<Answer> {
@@ -198,11 +206,12 @@ impl Nic {
         client: u32,
         req: CmRequest,
         fds: Vec<OwnedFd>,
+        counters: &mut NicCounters,
     ) -> Answer {
         // No CM request uses a descriptor the client sends: one sent (with the refused
         // AttachChannel) is closed here.
         drop(fds);
-        match self.cm_request_inner(now, client, req) {
+        match self.cm_request_inner(now, client, req, counters) {
             Ok(a) => a,
             Err(a) => *a,
         }
@@ -213,6 +222,7 @@ impl Nic {
         now: Instant,
         client: u32,
         req: CmRequest,
+        counters: &mut NicCounters,
     ) -> Result<Answer, Box<Answer>> {
         Ok(match req {
             CmRequest::AttachChannel => {
@@ -262,12 +272,17 @@ impl Nic {
                         format!("no CM channel {channel}"),
                     ));
                 }
+                let uid = self.uid_of(client);
+                if let Err(e) = self.quotas.take(uid, Kind::CmId, 0) {
+                    return Err(Box::new(refuse(e, counters)));
+                }
                 let id = self.cm.cm.create_id();
                 self.cm.ids.insert(
                     id,
                     IdOwner {
                         client,
                         channel,
+                        quota_uid: Some(uid),
                         listening: None,
                         bound: None,
                         own_qp: false,
@@ -291,7 +306,11 @@ impl Nic {
                 let port = self.cm.take_port(id, port_space, port)?;
                 self.cm
                     .cm
-                    .listen(id, ip_service_id(port_space, port), backlog)
+                    .listen(
+                        id,
+                        ip_service_id(port_space, port),
+                        backlog.min(MAX_CM_BACKLOG),
+                    )
                     .map_err(cm_err)?;
                 self.cm.ports.insert((port_space, port), id);
                 if let Some(o) = self.cm.ids.get_mut(&id) {
@@ -432,6 +451,9 @@ impl Nic {
     /// Forgets a CM id (a connected one sends its DREQ first).
     pub(crate) fn cm_destroy_id(&mut self, now: Instant, id: Handle) {
         if let Some(o) = self.cm.ids.remove(&id) {
+            if let Some(uid) = o.quota_uid {
+                self.quotas.give_back(uid, Kind::CmId, 0);
+            }
             for p in o.listening.into_iter().chain(o.bound) {
                 if self.cm.ports.get(&p) == Some(&id) {
                     self.cm.ports.remove(&p);
