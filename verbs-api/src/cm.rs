@@ -729,11 +729,11 @@ impl CmId {
     }
 
     /// `rdma_listen`: REQs for this id's service ID ([`service_id`] of the bound port)
-    /// become CONNECT_REQUEST events, at most `backlog` not yet accepted or rejected
-    /// at once; further REQs are left unanswered so that the active side retries (as
-    /// Linux's CM does when a listener's backlog is full). Needs a prior
-    /// [`CmId::bind_addr`]; port 0 listens on an ephemeral port, which
-    /// [`CmId::local_addr`] then shows.
+    /// become CONNECT_REQUEST events, at most `backlog` (the NIC clamps it to 4096) not
+    /// yet accepted or rejected at once; further REQs are left unanswered so that the
+    /// active side retries (as Linux's CM does when a listener's backlog is full). Needs
+    /// a prior [`CmId::bind_addr`], which reserved the port (an ephemeral one for port
+    /// 0, shown by [`CmId::local_addr`] since the bind).
     pub fn listen(&mut self, backlog: u32) -> Result<()> {
         let local = self
             .local
