@@ -13,11 +13,9 @@ mod nic_support;
 mod stock_support;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use nic_support::NicProc;
-use stock_support::{exec_on, text};
+use stock_support::exec_on;
 
 fn qperf() -> PathBuf {
     stock_support::stock("qperf", "qperf")
@@ -31,76 +29,25 @@ fn qperf_links_against_the_drop_in() {
     stock_support::assert_links_against(&qperf(), &dir, &["librdmacm.so.1", "libibverbs.so.1"]);
 }
 
-/// The qperf server, killed by PID on drop (also when the test fails).
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Runs qperf's `tests` (then `quit`, which ends the server) from a client on `cli`
 /// against a server on `srv`, both through `softnic exec -d`, the exchange on TCP
-/// port `port` (another if that one is taken). Returns the client's output; both must
-/// exit 0.
+/// port `port` (another if that one is taken; `stock_support::pair_run_with`). Returns
+/// the client's output; both must exit 0.
 fn run(srv: &NicProc, cli: &NicProc, port: u16, tests: &[&str]) -> String {
-    for attempt in 0..4u16 {
-        let lp = (port + attempt * 997).to_string();
-        let server = exec_on(srv, &qperf())
-            .args(["-lp", &lp])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn the qperf server");
-        let mut server = Server(server);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let out = loop {
-            let o = exec_on(cli, &qperf())
-                .args(["-lp", &lp, "-cm1", "-t", "1"])
-                .arg(srv.addr.to_string())
-                .args(tests)
-                .arg("quit")
-                .stdin(Stdio::null())
-                .output()
-                .expect("run the qperf client");
-            let t = text(&o);
-            let up = server.0.try_wait().expect("wait").is_none();
-            // Before the server listens the client cannot connect and exits at once.
-            if !o.status.success() && t.contains("failed to connect") && up {
-                assert!(
-                    Instant::now() < deadline,
-                    "the qperf server never listened:\n{t}"
-                );
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
-            }
-            break (o, t);
-        };
-        let end = Instant::now() + nic_support::WAIT;
-        while server.0.try_wait().expect("wait").is_none() && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = server.0.kill();
-        let child = std::mem::replace(&mut server.0, Command::new("true").spawn().expect("true"));
-        let s = text(&child.wait_with_output().expect("server output"));
-        if s.contains("unable to bind to listen port") {
-            continue;
-        }
-        let (o, c) = out;
-        assert!(
-            o.status.success(),
-            "qperf {tests:?} client:\n{c}\nserver:\n{s}"
-        );
-        assert!(
-            s.starts_with("status exit status: 0"),
-            "qperf server:\n{s}\nclient:\n{c}"
-        );
-        return c;
-    }
-    panic!("qperf: no free TCP port for its exchange after 4 tries");
+    let server = |lp: &str| {
+        let mut c = exec_on(srv, &qperf());
+        c.args(["-lp", lp]);
+        c
+    };
+    let client = |lp: &str| {
+        let mut c = exec_on(cli, &qperf());
+        c.args(["-lp", lp, "-cm1", "-t", "1"])
+            .arg(srv.addr.to_string())
+            .args(tests)
+            .arg("quit");
+        c
+    };
+    stock_support::pair_run_with(&format!("qperf {tests:?}"), &server, &client, port).1
 }
 
 /// The value qperf printed for `test` (`rc_bw:` then `    bw  =  5.77 GB/sec`):

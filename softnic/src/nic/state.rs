@@ -1231,6 +1231,9 @@ pub(super) mod tests {
     use super::super::quota;
     use super::*;
 
+    use std::sync::Arc;
+    use verbs_api::abi::{CqLayout, Cqe};
+
     /// A QP segment for CreateQp: `max_send_wr`, `max_recv_wr`, one gather entry, no
     /// inline data, RC; both rings initialised.
     pub(crate) fn test_qp_fd(max_send_wr: u32, max_recv_wr: u32) -> OwnedFd {
@@ -1247,8 +1250,6 @@ pub(super) mod tests {
         rq.init();
         fd
     }
-    use std::sync::Arc;
-    use verbs_api::abi::{CqLayout, Cqe};
 
     const UID: u32 = 1000;
 

@@ -112,7 +112,8 @@ impl Drop for Spawned {
 /// 127.0.0.1), both to completion; both must succeed. Returns (server, client) output.
 /// The client is restarted while the server does not listen yet; PORT is `port`, or
 /// another one if something else on the host holds it (the server then says "Couldn't
-/// listen" or "Address already in use"). `what` names the pair in failure messages.
+/// listen", "Address already in use" or, qperf, "unable to bind to listen port").
+/// `what` names the pair in failure messages.
 pub fn pair_run_with(
     what: &str,
     server: &dyn Fn(&str) -> Command,
@@ -150,9 +151,13 @@ fn pair_attempt(
             .stdin(Stdio::null())
             .output()
             .expect("run client");
-        // The server may not listen yet: the pingpongs and perftest then exit at once.
+        // The server may not listen yet: the pingpongs, perftest and qperf then exit at
+        // once.
+        let t = text(&o);
         let early = !o.status.success()
-            && (text(&o).contains("Couldn't connect") || text(&o).contains("Unable to"));
+            && ["Couldn't connect", "Unable to", "failed to connect"]
+                .iter()
+                .any(|m| t.contains(m));
         let server_gone = srv.0.as_mut().unwrap().try_wait().unwrap().is_some();
         if early && !server_gone && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
@@ -173,7 +178,13 @@ fn pair_attempt(
     };
     let srv_text = text(&srv_out);
     if !srv_out.status.success()
-        && (srv_text.contains("Couldn't listen") || srv_text.contains("Address already in use"))
+        && [
+            "Couldn't listen",
+            "Address already in use",
+            "unable to bind to listen port",
+        ]
+        .iter()
+        .any(|m| srv_text.contains(m))
     {
         return None;
     }

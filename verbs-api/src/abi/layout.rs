@@ -333,12 +333,7 @@ mod tests {
                 requested: MAX_RING_ENTRIES + 1
             })
         );
-        let shape = SqShape {
-            max_sge: 1,
-            max_inline: 0,
-            ud: false,
-        };
-        let l = QpLayout::new(0, 0, shape).unwrap();
+        let l = QpLayout::new(0, 0, shape(1, 0, false)).unwrap();
         assert_eq!((l.sq_capacity, l.rq_capacity), (1, 1));
     }
 
