@@ -105,6 +105,11 @@ counters! {
         /// Of those, passes that found nothing to do (then the loop yields, or sleeps
         /// after `SPIN`): with `loop_passes`, the share of the NIC's polling that waited.
         loop_idle_passes,
+        /// Times the loop found its core held by a thread that does not yield (three
+        /// yields in a row kept it off the core for over a millisecond each, e.g. a
+        /// program polling its memory): each starts 100 ms of sleeping when idle
+        /// instead of spinning (`starved.rs`).
+        spin_starved,
         /// Clients' CQ pollers woken from their hybrid-polling sleep (one `futex_wake`
         /// each, at a CQ flush; `verbs_api::poll_idle`).
         poller_wakes,

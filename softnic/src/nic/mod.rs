@@ -52,6 +52,7 @@ pub mod secret;
 pub mod signals;
 pub mod source;
 pub mod srq;
+pub mod starved;
 pub mod state;
 pub mod sysv_mr;
 pub mod trace;

@@ -12,7 +12,8 @@
 //!        (a receive completion after an idle iteration: yield the core once, drain the rings again)
 //!    active QPs: Qp::poll_transmit ─► ICRC (DF; ID 0, or k in a GSO run) ─► fault ─► pcap ─► UDP
 //!    active QPs: completions transmit made ─► CQ rings; timers re-armed; active set kept
-//!    idle ≥ SPIN: NEED_WAKEUP on every client's doorbell page, re-check, ppoll(2)
+//!    idle ≥ SPIN (or idle at all while starved of the core): NEED_WAKEUP on every
+//!        client's doorbell page, re-check, ppoll(2)
 //! ```
 //!
 //! Readiness decides what is visited; an idle QP costs nothing per iteration (issue 12).
@@ -53,6 +54,9 @@
 //! core when idle), so NEED_WAKEUP is never set and no client post ever makes a syscall.
 //! While spinning, the loop yields after every idle iteration, or after every
 //! [`CO_PINNED_IDLE_SPINS`]th while the NIC and all its clients are pinned to one CPU.
+//! When yields keep losing the core for milliseconds (a thread there never yields, such
+//! as a program polling its memory), it sleeps as soon as it is idle for a while
+//! instead (`starved.rs`): a wake-up preempts such a thread, a yield waits for a tick.
 
 use std::io;
 use std::net::SocketAddr;
@@ -83,6 +87,7 @@ use super::rx_icrc::{self, IcrcPath};
 use super::rx_place;
 use super::signals;
 use super::source;
+use super::starved::StarvedSpin;
 use super::state::{Nic, NicInfo};
 use super::trace::Trace;
 use super::udp::{Offloads, PacketIo, PhasedBuf, RecvBatch, SendOutcome, UdpIo};
@@ -415,9 +420,14 @@ impl Runtime {
         // affinities it depends on were last read.
         let (mut spins_per_yield, mut idle_spins) = (1, 0);
         let mut checked: Option<Instant> = None;
+        let mut starved = StarvedSpin::new();
         while !signals::stop_requested() {
             let now = self.clock.now();
+            if starved.pass_start(now) {
+                self.path.counters.spin_starved += 1;
+            }
             let work = self.iterate(now)?;
+            starved.pass_end(self.clock.now());
             self.path.counters.loop_passes += 1;
             if work > 0 {
                 last_work = now;
@@ -426,7 +436,10 @@ impl Runtime {
             }
             self.path.counters.loop_idle_passes += 1;
             // With --busy-poll the NIC never sleeps, so NEED_WAKEUP is never set.
-            if self.busy_poll || now.saturating_duration_since(last_work) < SPIN {
+            // Spin while work is recent, unless a recent yield found the core held by
+            // a thread that does not yield (`starved.rs`): then a wake-up is faster.
+            let spin = now.saturating_duration_since(last_work) < SPIN && starved.may_spin(now);
+            if self.busy_poll || spin {
                 if checked.is_none_or(|t| now.saturating_duration_since(t) >= AFFINITY_CHECK) {
                     checked = Some(now);
                     let pids = self.nic.clients.values().map(|c| c.pid);
@@ -450,6 +463,7 @@ impl Runtime {
             }
             self.sleep(now)?;
             last_work = self.clock.now();
+            starved.slept(last_work);
         }
         tracing::info!("stopping");
         self.path.trace.finish();

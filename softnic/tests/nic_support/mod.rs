@@ -396,13 +396,14 @@ pub fn print_traffic_stats(label: &str, nic: &NicProc) {
     let s = nic.stats();
     let pick = |k: &str| s.iter().find(|(n, _)| n == k).map_or(0, |(_, v)| *v);
     println!(
-        "NIC {label}: tx_datagrams {} tx_gso_sends {} rx_datagrams {} loop passes {} (idle {}) sleeps {} retransmitted {} (early timeouts {}, charged {}) tx_drop_socket_full {}",
+        "NIC {label}: tx_datagrams {} tx_gso_sends {} rx_datagrams {} loop passes {} (idle {}) sleeps {} (starved spins {}) retransmitted {} (early timeouts {}, charged {}) tx_drop_socket_full {}",
         pick("tx_datagrams"),
         pick("tx_gso_sends"),
         pick("rx_datagrams"),
         pick("loop_passes"),
         pick("loop_idle_passes"),
         pick("sleeps"),
+        pick("spin_starved"),
         pick("qp_retransmitted_packets"),
         pick("qp_early_retransmits"),
         pick("qp_retransmit_timeouts"),
