@@ -401,6 +401,33 @@ fn stock_perftest_all_sizes_between_two_nics() {
     }
 }
 
+/// Signals reach the program as with rdma-core (`tests/ibverbs/signals.c`): a
+/// process-directed SIGALRM runs the program's handler on its own thread, never on
+/// the library's event watcher (which blocks every signal), and interrupts a blocked
+/// `ibv_get_cq_event` with EINTR when the handler lacks SA_RESTART, while a
+/// SA_RESTART handler leaves the wait to go on until the CQ's event; likewise a
+/// blocked `rdma_get_cm_event` (through softnic's librdmacm). qperf ends each
+/// timed test so; without both, its `rc_rdma_write_lat` hung in the wait now and then
+/// ("failed to receive synchronization after test").
+#[test]
+fn signals_interrupt_a_completion_wait_as_with_rdma_core() {
+    let (a, _b) = nic_pair("ibvstock-sig", 26);
+    let exe = compile_c("signals", &["-pthread", "-lrdmacm"]);
+    let o = Command::new(env!("CARGO_BIN_EXE_softnic"))
+        .args(["exec", "-d", &a.name, "--"])
+        .arg(&exe)
+        .arg(&a.name)
+        .env("SOFTNIC_DIR", softnic_dir())
+        .env_remove(softnic::exec::LIB_DIR_ENV)
+        .output()
+        .expect("run softnic exec");
+    assert!(
+        o.status.success() && text(&o).contains("ok "),
+        "{}",
+        text(&o)
+    );
+}
+
 /// Compiles `tests/ibverbs/NAME.c` against the real `<infiniband/verbs.h>` (and
 /// `-libverbs`, which `softnic exec` then replaces) into this test's directory.
 fn compile_c(name: &str, extra: &[&str]) -> PathBuf {

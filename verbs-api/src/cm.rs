@@ -448,7 +448,8 @@ impl EventChannel {
                     source: std::io::Error::from(std::io::ErrorKind::WouldBlock),
                 });
             }
-            os::wait_readable(self.fd(), None).map_err(io("waiting for CM events"))?;
+            // As rdma-core's blocking read: a signal without SA_RESTART ends it (EINTR).
+            os::wait_readable_as_read(self.fd()).map_err(io("waiting for CM events"))?;
         }
     }
 

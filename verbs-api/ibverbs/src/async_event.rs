@@ -105,11 +105,11 @@ impl Events {
             return;
         };
         let (api, shared) = (api.clone(), self.inner.clone());
-        *t = std::thread::Builder::new()
-            .name("softnic-async".into())
-            .spawn(move || watch(&api, &fd, &shared, &stop_rx))
-            .ok()
-            .map(|h| (h, stop, std::process::id()));
+        // Its signals are the program's (`os::spawn_without_signals`).
+        *t =
+            os::spawn_without_signals("softnic-async", move || watch(&api, &fd, &shared, &stop_rx))
+                .ok()
+                .map(|h| (h, stop, std::process::id()));
     }
 
     /// Stops and joins the watcher (at `ibv_close_device`). In a child of `fork(2)`

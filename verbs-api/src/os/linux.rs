@@ -335,6 +335,29 @@ pub fn wait_any_readable<const N: usize>(
     }
 }
 
+/// Blocks until `fd` is readable, as a blocking `read(2)` of it would: a signal whose
+/// handler lacks `SA_RESTART` ends the wait with EINTR, any other interruption is
+/// restarted ([`interrupted_wait_restarts`]). For the C libraries' blocking calls,
+/// which rdma-core implements as reads of a kernel file.
+pub fn wait_readable_as_read(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: one live pollfd.
+        let r = unsafe { libc::poll(&mut pfd, 1, -1) };
+        if r > 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if r < 0 && (e.kind() != io::ErrorKind::Interrupted || !interrupted_wait_restarts()) {
+            return Err(e);
+        }
+    }
+}
+
 /// Sleeps while `*word == expected`, for at most `timeout` (`FUTEX_WAIT`, shared: the
 /// word may sit in memory mapped by another process, and a waker there must reach
 /// us, so not `FUTEX_PRIVATE_FLAG`). Returns when woken, when the word differs (at
@@ -702,6 +725,71 @@ pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8], max_fds: usize) -> io
     })
 }
 
+/// Starts a library thread (`name`) that never takes the program's signals: all
+/// blockable signals are blocked in it from birth. A process-directed signal (an
+/// `alarm`/`setitimer` SIGALRM, a SIGINT) goes to some thread that does not block it;
+/// rdma-core's libraries run no threads, so a program expects its own threads to get
+/// them — qperf ends each timed test by a SIGALRM that must interrupt its wait for a
+/// completion (`ibv_get_cq_event`). The mask is set in the spawning thread around
+/// the spawn (a new thread inherits it) and restored at once, so no signal can reach
+/// the new thread before it is blocked.
+pub fn spawn_without_signals<F>(name: &str, f: F) -> io::Result<std::thread::JoinHandle<()>>
+where
+    F: FnOnce() + Send + 'static,
+{
+    // SAFETY: sigset_t is plain data; sigfillset initialises it fully.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `all` is a live sigset_t.
+    unsafe { libc::sigfillset(&mut all) };
+    // SAFETY: both sets are live; changes only this thread's mask, restored below.
+    let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old) };
+    if r != 0 {
+        return Err(io::Error::from_raw_os_error(r));
+    }
+    let spawned = std::thread::Builder::new().name(name.into()).spawn(f);
+    // SAFETY: `old` is the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    spawned
+}
+
+/// Whether a blocking wait that a signal interrupted (EINTR) should be restarted, as
+/// the kernel restarts a `read(2)` (rdma-core's `ibv_get_cq_event` reads its channel
+/// fd): it does unless the signal's handler was installed without `SA_RESTART`. A
+/// wait built on `epoll_wait`/`poll` is never restarted by the kernel, and which
+/// signal interrupted it is not known here, so this answers "restart" unless some
+/// signal has a handler without `SA_RESTART` (then the program likely relies on
+/// EINTR, as qperf's test timer does). A stop and continue (SIGSTOP, then SIGCONT,
+/// e.g. a debugger) also interrupts `epoll_wait` without any handler: restarted, as
+/// the read would be.
+pub fn interrupted_wait_restarts() -> bool {
+    // Faults (SIGSEGV, SIGBUS, …) are raised by the faulting thread's own instruction,
+    // never during a wait; Rust's runtime and softnic's libibverbs (remapped memory)
+    // install handlers for some of them.
+    const SYNCHRONOUS: [libc::c_int; 6] = [
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGTRAP,
+        libc::SIGSYS,
+    ];
+    (1..=libc::SIGRTMAX()).all(|sig| {
+        if SYNCHRONOUS.contains(&sig) {
+            return true;
+        }
+        // SAFETY: sigaction is plain data; querying (no new action) writes `old` only.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: a null new action only reads the current one into `old`.
+        let r = unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) };
+        r != 0
+            || old.sa_sigaction == libc::SIG_DFL
+            || old.sa_sigaction == libc::SIG_IGN
+            || old.sa_flags & libc::SA_RESTART != 0
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1055,5 +1143,69 @@ mod tests {
         let r = recv_with_fds(b.as_fd(), &mut buf, 2).unwrap();
         assert!(r.fds_truncated);
         assert!(r.fds.len() <= 2);
+    }
+
+    /// The blocked-signal mask of the calling thread (`SigBlk` of /proc/thread-self).
+    fn blocked_here() -> u64 {
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("SigBlk:")).unwrap();
+        u64::from_str_radix(line["SigBlk:".len()..].trim(), 16).unwrap()
+    }
+
+    fn bit(sig: libc::c_int) -> u64 {
+        1 << (sig - 1)
+    }
+
+    #[test]
+    fn a_library_thread_takes_no_signal_and_the_caller_keeps_its_mask() {
+        let before = blocked_here();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = spawn_without_signals("test-nosig", move || {
+            let _ = tx.send(blocked_here());
+        })
+        .unwrap();
+        let inside = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        t.join().unwrap();
+        for sig in [
+            libc::SIGALRM,
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGCHLD,
+            libc::SIGUSR1,
+        ] {
+            assert_ne!(inside & bit(sig), 0, "signal {sig} not blocked: {inside:x}");
+        }
+        assert_eq!(blocked_here(), before, "the spawning thread's mask changed");
+    }
+
+    /// Installs `flags` for SIGUSR2 (a handler that does nothing), runs `f`, restores.
+    fn with_usr2_handler<R>(flags: libc::c_int, f: impl FnOnce() -> R) -> R {
+        extern "C" fn nothing(_: libc::c_int) {}
+        // SAFETY: plain data, filled below.
+        let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        new.sa_sigaction = nothing as extern "C" fn(libc::c_int) as usize;
+        new.sa_flags = flags;
+        // SAFETY: both live; SIGUSR2 is not used by the test harness.
+        let set = unsafe { libc::sigaction(libc::SIGUSR2, &new, &mut old) };
+        assert_eq!(set, 0);
+        let r = f();
+        // SAFETY: restores the saved action.
+        let restored = unsafe { libc::sigaction(libc::SIGUSR2, &old, std::ptr::null_mut()) };
+        assert_eq!(restored, 0);
+        r
+    }
+
+    #[test]
+    fn an_interrupted_wait_restarts_unless_a_handler_lacks_sa_restart() {
+        // The test harness's own fault handlers (SIGSEGV, SIGBUS) do not count.
+        assert!(interrupted_wait_restarts());
+        assert!(with_usr2_handler(
+            libc::SA_RESTART,
+            interrupted_wait_restarts
+        ));
+        assert!(!with_usr2_handler(0, interrupted_wait_restarts));
+        assert!(interrupted_wait_restarts());
     }
 }
