@@ -12,7 +12,10 @@
 //! * hybrid CQ polling: a shared (cross-process) futex on a word of the doorbell page
 //!   ([`futex_wait`], [`futex_wake`]);
 //! * fd passing: `sendmsg`/`recvmsg` with `SCM_RIGHTS` ([`send_with_fds`],
-//!   [`recv_with_fds`]).
+//!   [`recv_with_fds`]);
+//! * signals as rdma-core's libraries leave them to the program: a library thread that
+//!   takes none ([`spawn_without_signals`]) and blocking waits that end with EINTR as a
+//!   `read(2)` would ([`interrupted_wait_restarts`], [`wait_readable_as_read`]).
 //!
 //! A macOS port would substitute `shm_open` + `shm_unlink`, a pipe or kqueue user event,
 //! and the same SCM_RIGHTS (which BSD has) behind these signatures, and for the futex
