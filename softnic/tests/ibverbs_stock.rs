@@ -428,6 +428,50 @@ fn signals_interrupt_a_completion_wait_as_with_rdma_core() {
     );
 }
 
+/// A C program whose NIC dies (SIGKILL, while the NIC slept and had asked to be
+/// woken) survives its next post (`tests/ibverbs/nic_gone.c`): the wake-up the post
+/// makes gets an error, not a SIGPIPE that would kill it (Rust programs ignore SIGPIPE, C
+/// programs do not; rdma-core's libraries never raise one).
+#[test]
+fn a_post_after_the_nic_died_does_not_kill_the_program() {
+    use std::io::{BufRead, Write};
+    let (a, _b) = nic_pair("ibvstock-gone", 28);
+    let exe = compile_c("nic_gone", &[]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_softnic"))
+        .args(["exec", "-d", &a.name, "--"])
+        .arg(&exe)
+        .arg(&a.name)
+        .env("SOFTNIC_DIR", softnic_dir())
+        .env_remove(softnic::exec::LIB_DIR_ENV)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run softnic exec");
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n", "the program did not start");
+    // Idle for far longer than the NIC's 100 µs spin: it sleeps and set NEED_WAKEUP.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SIGKILL, not the SIGTERM of NicProc's drop: a NIC that stops cleanly clears the
+    // flag on its way out.
+    let pid = a.pid().expect("the NIC runs") as libc::pid_t;
+    // SAFETY: kill(2) on the PID of the NIC this test started and has not reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    drop(a);
+    child.stdin.take().unwrap().write_all(b"post\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(
+        o.status.success() && rest.contains("post after the NIC died"),
+        "{:?}: {rest}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 /// Compiles `tests/ibverbs/NAME.c` against the real `<infiniband/verbs.h>` (and
 /// `-libverbs`, which `softnic exec` then replaces) into this test's directory.
 fn compile_c(name: &str, extra: &[&str]) -> PathBuf {

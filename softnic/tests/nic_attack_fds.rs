@@ -7,8 +7,11 @@
 //! even SIGTERM would get through). It used to be an eventfd, one open file that the
 //! NIC read and the client held, so only `RWF_NOWAIT` kept that read from blocking,
 //! and on a kernel refusing the flag for eventfds the NIC fell back to a plain `read`.
-//! It is now the write end of a pipe whose read end only the NIC holds: the client
-//! can neither read it nor change the read end's flags, on any kernel. The readiness
+//! It is now one end of a UNIX datagram socket pair whose other end only the NIC
+//! holds (`os::WakePipe`; a pipe until session 19, whose write raised SIGPIPE in a
+//! client whose NIC had died): the client can change neither the NIC's end's flags nor,
+//! by shutting its own socket down, put the NIC's end at end of file (readable for
+//! good, so that the NIC would never sleep), on any kernel. The readiness
 //! pipe of asynchronous events is handed out as a read end only, a separate open file
 //! from the NIC's write end, and the client makes it blocking too. Each Stats request
 //! below wakes the sleeping NIC and is answered within a bound, or the test fails.
@@ -88,14 +91,11 @@ fn a_client_that_makes_its_shared_descriptors_blocking_cannot_hang_the_nic() {
     let nic = NicProc::start("atkfd", "127.0.0.1", 0, &[]);
     let ctl = connect(&nic);
     let (attacker, wake) = open(&nic);
-    // SAFETY: F_GETFL on a descriptor this test owns; no memory is passed.
-    let flags = unsafe { libc::fcntl(wake.as_raw_fd(), libc::F_GETFL) };
-    assert_eq!(
-        flags & libc::O_ACCMODE,
-        libc::O_WRONLY,
-        "the client holds a write end only, not the open file the NIC reads"
-    );
     os::set_nonblocking(wake.as_fd(), false).unwrap();
+    // Its own socket shut down both ways: the NIC's end must not read as end of file.
+    // SAFETY: shutdown(2) of a socket this test holds; no memory is passed.
+    let shut = unsafe { libc::shutdown(wake.as_raw_fd(), libc::SHUT_RDWR) };
+    assert_eq!(shut, 0);
     let pipe = match call(&attacker, &Request::AsyncEventChannel, &[]).expect("channel") {
         (Response::Ok(Reply::Done), mut fds) if fds.len() == 1 => fds.pop().unwrap(),
         other => panic!("AsyncEventChannel: {other:?}"),

@@ -175,9 +175,8 @@ impl ContextInner {
     /// only if the NIC sleeps (NEED_WAKEUP): the usual post makes no syscall.
     pub(crate) fn ring_doorbell(&self, slot: u32) -> Result<()> {
         if self.doorbell.ring(slot) {
-            // 8 bytes, as to an eventfd: the NIC's `os::WakePipe` takes any write as a
-            // wake-up (and a test's mock NIC may hand out an eventfd).
-            crate::os::eventfd_signal(self.wake.as_fd()).map_err(io("waking the NIC"))?;
+            // A NIC that is gone is an error here, never a SIGPIPE (`os::wake_signal`).
+            crate::os::wake_signal(self.wake.as_fd()).map_err(io("waking the NIC"))?;
         }
         Ok(())
     }

@@ -8,7 +8,7 @@
 //! ```
 //!
 //! (A post that finds the NIC asleep — idle for 100 µs, unless it runs with
-//! `--busy-poll` — also writes the wake pipe: one `write(2)`.)
+//! `--busy-poll` — also writes the wake pipe: one `send(2)`.)
 //!
 //! The names follow libibverbs: [`Device::list`] / [`Device::open`] → [`Context`] →
 //! [`ProtectionDomain`] → [`MemoryRegion`]; [`Context::create_cq`] →

@@ -474,19 +474,35 @@ impl SignalPipe {
 /// which older kernels refuse for eventfds, kept that read from blocking.) The write
 /// end is kept too, so a holder that closes its copy never leaves the pipe at end of
 /// file, which would make it readable for good.
+///
+/// Not a pipe(2) but a UNIX datagram socket pair, which serves as one here (a socket
+/// per end, each with its own `O_NONBLOCK`; every datagram a wake-up) except for a
+/// writer whose reader is gone: [`wake_signal`] sends with `MSG_NOSIGNAL` and gets an
+/// error, where a write to a pipe raises SIGPIPE — which kills a C program (only Rust
+/// programs ignore it) that posts after its NIC was killed, a death rdma-core's
+/// libraries never cause. Datagram, not stream: a holder's `shutdown(2)` of a stream
+/// socket would put the reader at end of file (readable for good), while a datagram
+/// socket's shutdown stays its own. A holder that floods it fills its queue (the
+/// kernel's `max_dgram_qlen`), then its sends fail with EAGAIN.
 #[derive(Debug)]
 pub struct WakePipe {
     read: OwnedFd,
     write: OwnedFd,
 }
 
-/// The most [`WakePipe::drain`] takes at once.
-const WAKE_DRAIN_MAX: usize = 4096;
+/// The most wake-ups (datagrams) [`WakePipe::drain`] takes at once.
+const WAKE_DRAIN_MAX: usize = 64;
 
 impl WakePipe {
-    /// A new, empty pipe ([`pipe`]).
+    /// A new, empty pair, both ends non-blocking and close-on-exec.
     pub fn new() -> io::Result<WakePipe> {
-        pipe().map(|(read, write)| WakePipe { read, write })
+        let mut fds = [0 as libc::c_int; 2];
+        let ty = libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+        // SAFETY: socketpair writes two descriptors into the 2-element array.
+        cvt(unsafe { libc::socketpair(libc::AF_UNIX, ty, 0, fds.as_mut_ptr()) })?;
+        // SAFETY: two fresh descriptors from the kernel, owned by us only.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        Ok(WakePipe { read, write })
     }
 
     /// A copy of the write end, to hand out. Any write wakes the reader; 8 bytes (as
@@ -500,23 +516,46 @@ impl WakePipe {
         self.read.as_fd()
     }
 
-    /// Takes what is waiting, in one read of at most 4 KiB; returns how many bytes.
-    /// Never blocks (the read end's `O_NONBLOCK` is its creator's alone). A writer
-    /// that keeps the pipe full gets no loop: what is left keeps the read end readable,
-    /// so the next wait returns at once and the next drain takes more.
+    /// Takes the wake-ups waiting, at most [`WAKE_DRAIN_MAX`] (one `read(2)` each);
+    /// returns how many. Never blocks (the read end's `O_NONBLOCK` is its creator's
+    /// alone). A writer that keeps sending gets no loop: what is left keeps the read
+    /// end readable, so the next wait returns at once and the next drain takes more.
     pub fn drain(&self) -> io::Result<usize> {
-        let mut buf = [0u8; WAKE_DRAIN_MAX];
-        loop {
-            // SAFETY: reads at most buf.len() bytes into a valid buffer from a valid fd.
+        let mut buf = [0u8; 16];
+        let mut taken = 0;
+        while taken < WAKE_DRAIN_MAX {
+            // SAFETY: reads at most buf.len() bytes into a valid buffer from a valid fd
+            // (a longer datagram is cut short, which is all a wake-up needs).
             let r =
                 unsafe { libc::read(self.read.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            return match cvt_size(r) {
-                Ok(n) => Ok(n),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
-                Err(e) => Err(e),
-            };
+            match cvt_size(r) {
+                Ok(_) => taken += 1,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if taken == 0 => return Err(e),
+                Err(_) => break,
+            }
         }
+        Ok(taken)
+    }
+}
+
+/// Wakes whoever reads the other end of `fd`, a [`WakePipe`]'s write end (8 bytes, as
+/// to an eventfd: the reader takes any bytes as one wake-up). Never blocks
+/// (`MSG_DONTWAIT`, whatever the descriptor's flags), a full buffer is not an error
+/// (its reader has bytes to wake it already), and a reader that is gone is an error
+/// (ECONNREFUSED), never SIGPIPE (`MSG_NOSIGNAL`, and a datagram socket raises none). A descriptor that is not a socket (an eventfd, as test
+/// doubles of the NIC hand out) is written as by [`eventfd_signal`].
+pub fn wake_signal(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let one: u64 = 1;
+    let flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
+    // SAFETY: sends 8 bytes from a valid u64 on a valid fd.
+    let r = unsafe { libc::send(fd.as_raw_fd(), (&one as *const u64).cast(), 8, flags) };
+    match cvt_size(r) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTSOCK) => eventfd_signal(fd),
+        Err(e) => Err(e),
     }
 }
 
@@ -1028,6 +1067,68 @@ mod tests {
         );
     }
 
+    /// Whether SIGPIPE is pending for this thread.
+    fn sigpipe_pending() -> bool {
+        // SAFETY: plain data, filled by sigpending.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is live.
+        assert_eq!(unsafe { libc::sigpending(&mut set) }, 0);
+        // SAFETY: `set` was filled above.
+        unsafe { libc::sigismember(&set, libc::SIGPIPE) == 1 }
+    }
+
+    /// A client whose NIC is gone gets an error from its wake-up, and no SIGPIPE (which
+    /// kills a C program; Rust ignores it, so the test blocks it in this thread and
+    /// looks whether one was raised). Likewise for a holder that shut its socket down.
+    /// The control: a plain write to a pipe without a reader (the wake pipe before it
+    /// was a socket pair) raises SIGPIPE, which the test sees.
+    #[test]
+    fn a_wake_up_to_a_nic_that_is_gone_is_an_error_not_sigpipe() {
+        // SAFETY: plain data; sigemptyset/sigaddset fill it.
+        let mut pipe_only: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `pipe_only` is live; changes this test thread's mask only.
+        unsafe {
+            libc::sigemptyset(&mut pipe_only);
+            libc::sigaddset(&mut pipe_only, libc::SIGPIPE);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &pipe_only, std::ptr::null_mut());
+        }
+        let wake = WakePipe::new().unwrap();
+        let writer = wake.writer().unwrap();
+        wake_signal(writer.as_fd()).unwrap();
+        drop(wake);
+        let gone = wake_signal(writer.as_fd());
+        let raised_gone = sigpipe_pending();
+
+        let wake = WakePipe::new().unwrap();
+        let writer = wake.writer().unwrap();
+        // SAFETY: shutdown(2) of a socket this test holds.
+        let shut = unsafe { libc::shutdown(writer.as_raw_fd(), libc::SHUT_WR) };
+        assert_eq!(shut, 0);
+        let shut = wake_signal(writer.as_fd()).unwrap_err();
+        let raised_shut = sigpipe_pending();
+        let (r, w) = pipe().unwrap();
+        drop(r);
+        let plain = eventfd_signal(w.as_fd()).unwrap_err();
+        let control = sigpipe_pending();
+        // Take the pending SIGPIPE before unblocking (ignored by Rust's runtime anyway).
+        let mut sig = 0;
+        // SAFETY: waits for a signal of the set, which is pending.
+        unsafe {
+            if control {
+                libc::sigwait(&pipe_only, &mut sig);
+            }
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &pipe_only, std::ptr::null_mut());
+        }
+        assert!(gone.is_err(), "a wake-up to a NIC that is gone succeeded");
+        assert!(!raised_gone && !raised_shut, "wake_signal raised SIGPIPE");
+        assert_eq!(shut.raw_os_error(), Some(libc::EPIPE), "{shut}");
+        assert_eq!(plain.raw_os_error(), Some(libc::EPIPE), "{plain}");
+        assert!(
+            control,
+            "a plain write did not raise SIGPIPE: the test cannot see one"
+        );
+    }
+
     #[test]
     fn a_wake_pipe_writer_cannot_make_the_drain_block_or_stop() {
         let wake = WakePipe::new().unwrap();
@@ -1044,24 +1145,21 @@ mod tests {
             let _ = tx.send((empty, one, wake, writer));
         });
         let (empty, one, wake, writer) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
-        assert_eq!(
-            (empty, one),
-            (0, 8),
-            "a wake-up is 8 bytes, as for an eventfd"
-        );
-        // A writer that fills the pipe costs one bounded read per wake-up; the rest
-        // keeps the read end readable for the next.
-        set_nonblocking(writer.as_fd(), true).unwrap();
-        let page = [0u8; 4096];
-        for _ in 0..3 {
-            // SAFETY: writes from a live buffer to a non-blocking pipe this test owns.
-            let n = unsafe { libc::write(writer.as_raw_fd(), page.as_ptr().cast(), page.len()) };
-            assert_eq!(n, 4096);
+        assert_eq!((empty, one), (0, 1), "one write, one wake-up");
+        // A writer that floods it costs one bounded drain per wake-up; the rest keeps
+        // the read end readable for the next.
+        for _ in 0..100 {
+            wake_signal(writer.as_fd()).unwrap();
         }
-        assert_eq!(wake.drain().unwrap(), 4096);
+        assert_eq!(wake.drain().unwrap(), WAKE_DRAIN_MAX);
         assert!(wait_readable(wake.read_end(), Some(Duration::ZERO)).unwrap());
-        assert_eq!(wake.drain().unwrap() + wake.drain().unwrap(), 8192);
-        // The holder closing its copy leaves no end of file (readable for good).
+        assert_eq!(wake.drain().unwrap(), 100 - WAKE_DRAIN_MAX);
+        // The holder shutting its socket down, or closing its copy, leaves no end of
+        // file (readable for good) at the read end.
+        // SAFETY: shutdown(2) of a socket this test holds.
+        let shut = unsafe { libc::shutdown(writer.as_raw_fd(), libc::SHUT_RDWR) };
+        assert_eq!(shut, 0);
+        assert!(!wait_readable(wake.read_end(), Some(Duration::ZERO)).unwrap());
         drop(writer);
         assert!(!wait_readable(wake.read_end(), Some(Duration::ZERO)).unwrap());
         assert_eq!(wake.drain().unwrap(), 0);

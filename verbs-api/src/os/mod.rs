@@ -6,7 +6,9 @@
 //!   [`wait_readable`], [`wait_any_readable`]) and a pipe where the reader must not
 //!   share the writer's open file ([`pipe`], [`pipe_signal`], [`pipe_drain`],
 //!   [`pipe_take`], [`pipe_reopen_write`], [`SignalPipe`]) or the writer the reader's
-//!   ([`WakePipe`], a client's wake-up of the NIC), `epoll` to wait on several as one
+//!   ([`WakePipe`], a socket pair that acts as one, and [`wake_signal`]: a client's
+//!   wake-up of the NIC, EPIPE rather than SIGPIPE once the NIC is gone), `epoll` to
+//!   wait on several as one
 //!   descriptor ([`epoll`], [`epoll_add`]), and `ppoll` to wait on several to the
 //!   microsecond and learn which are ready ([`PollSet`], the NIC's sleep);
 //! * hybrid CQ polling: a shared (cross-process) futex on a word of the doorbell page

@@ -1,0 +1,39 @@
+/* A post after the NIC died. Run by softnic/tests/ibverbs_stock.rs through `softnic
+ * exec` against one NIC, which the test kills (SIGKILL) while this program waits.
+ *
+ *   nic_gone DEV
+ *
+ * Opens DEV, makes an RC QP and takes it to INIT, prints "ready" and reads a line from
+ * stdin (the test kills the NIC meanwhile, long after it went to sleep and asked to be
+ * woken), then posts a receive. With rdma-core a device that disappears never kills
+ * the program; softnic's post wakes the NIC through a datagram socket (no SIGPIPE),
+ * where a pipe's write killed it with SIGPIPE. Prints the post's result and exits 0. */
+#include <stdio.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+
+#include "rc_pair.h"
+
+int main(int argc, char **argv)
+{
+	if (argc != 2)
+		die("usage: nic_gone DEV");
+	struct side s = { .ctx = open_named(argv[1]) };
+	s.pd = ibv_alloc_pd(s.ctx);
+	s.cq = ibv_create_cq(s.ctx, 32, NULL, NULL, 0);
+	side_finish(&s, 0);
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
+	if (ibv_modify_qp(s.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					     IBV_QP_ACCESS_FLAGS))
+		die("init");
+	printf("ready\n");
+	fflush(stdout);
+	char line[16];
+	if (!fgets(line, sizeof(line), stdin))
+		die("stdin");
+	struct ibv_sge sge = { .addr = (uintptr_t)s.buf, .length = 64, .lkey = s.mr->lkey };
+	struct ibv_recv_wr rw = { .wr_id = 7, .sg_list = &sge, .num_sge = 1 }, *bad;
+	int r = ibv_post_recv(s.qp, &rw, &bad);
+	printf("post after the NIC died: %d (%s)\n", r, r ? strerror(r) : "ok");
+	return 0;
+}
