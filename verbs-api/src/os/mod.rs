@@ -7,7 +7,7 @@
 //!   share the writer's open file ([`pipe`], [`pipe_signal`], [`pipe_drain`],
 //!   [`pipe_take`], [`pipe_reopen_write`], [`SignalPipe`]) or the writer the reader's
 //!   ([`WakePipe`], a socket pair that acts as one, and [`wake_signal`]: a client's
-//!   wake-up of the NIC, EPIPE rather than SIGPIPE once the NIC is gone), `epoll` to
+//!   wake-up of the NIC, an error rather than SIGPIPE once the NIC is gone), `epoll` to
 //!   wait on several as one
 //!   descriptor ([`epoll`], [`epoll_add`]), and `ppoll` to wait on several to the
 //!   microsecond and learn which are ready ([`PollSet`], the NIC's sleep);
