@@ -7,7 +7,10 @@
  * stdin (the test kills the NIC meanwhile, long after it went to sleep and asked to be
  * woken), then posts a receive. With rdma-core a device that disappears never kills
  * the program; softnic's post wakes the NIC through a datagram socket (no SIGPIPE),
- * where a pipe's write killed it with SIGPIPE. Prints the post's result and exits 0. */
+ * where a pipe's write killed it with SIGPIPE. Then the context's async_fd becomes
+ * readable within 10 s and ibv_get_async_event returns IBV_EVENT_DEVICE_FATAL, as a
+ * kernel device raises when it goes away (rxe's `rdma link delete`). Prints the post's result and exits 0. */
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <infiniband/verbs.h>
@@ -35,5 +38,17 @@ int main(int argc, char **argv)
 	struct ibv_recv_wr rw = { .wr_id = 7, .sg_list = &sge, .num_sge = 1 }, *bad;
 	int r = ibv_post_recv(s.qp, &rw, &bad);
 	printf("post after the NIC died: %d (%s)\n", r, r ? strerror(r) : "ok");
+	struct pollfd p = { .fd = s.ctx->async_fd, .events = POLLIN };
+	if (poll(&p, 1, 10000) != 1)
+		die("no async event within 10 s of the NIC's death");
+	struct ibv_async_event ev;
+	if (ibv_get_async_event(s.ctx, &ev))
+		die("ibv_get_async_event");
+	if (ev.event_type != IBV_EVENT_DEVICE_FATAL) {
+		fprintf(stderr, "FAIL async event %d, want IBV_EVENT_DEVICE_FATAL\n", ev.event_type);
+		return 2;
+	}
+	ibv_ack_async_event(&ev);
+	printf("IBV_EVENT_DEVICE_FATAL\n");
 	return 0;
 }

@@ -19,6 +19,8 @@
  *  2. The handler with SA_RESTART: the wait goes on through the alarms and returns
  *     the CQ's event when a second thread, five alarms later, moves the QP to ERR
  *     (its posted receive is flushed to the CQ).
+ *  4. ibv_get_async_event with no event coming, handler without SA_RESTART: -1 with
+ *     errno EINTR (rdma-core's is a read of async_fd).
  *  3. rdma_get_cm_event with no event coming (librdmacm's blocking write(2) to its
  *     device in rdma-core), handler without SA_RESTART: -1 with errno EINTR.
  * Prints "ok" at the end. */
@@ -180,6 +182,19 @@ int main(int argc, char **argv)
 	struct ibv_wc wc;
 	if (ibv_poll_cq(s.cq, 1, &wc) != 1 || wc.wr_id != 7 || wc.status != IBV_WC_WR_FLUSH_ERR)
 		die("the flushed receive");
+	/* 4. The async event wait, handler without SA_RESTART. */
+	set_handler(0);
+	timer_ms(20, 10);
+	struct ibv_async_event aev;
+	r = ibv_get_async_event(s.ctx, &aev);
+	err = errno;
+	timer_ms(0, 0);
+	if (r != -1 || err != EINTR) {
+		fprintf(stderr, "FAIL ibv_get_async_event returned %d errno %d, want -1 EINTR\n",
+			r, err);
+		return 2;
+	}
+
 	/* 3. The CM's event wait, handler without SA_RESTART. */
 	struct rdma_event_channel *cm = rdma_create_event_channel();
 	if (!cm)

@@ -52,6 +52,7 @@ const EVENT_COMM_EST: c_int = 4;
 const EVENT_SQ_DRAINED: c_int = 5;
 const EVENT_PATH_MIG: c_int = 6;
 const EVENT_PATH_MIG_ERR: c_int = 7;
+const EVENT_DEVICE_FATAL: c_int = 8;
 const EVENT_SRQ_ERR: c_int = 14;
 const EVENT_SRQ_LIMIT_REACHED: c_int = 15;
 const EVENT_QP_LAST_WQE_REACHED: c_int = 16;
@@ -131,8 +132,27 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The watcher: waits for the NIC's pipe (or [`POLL_INTERVAL`] without one), asks, and
-/// queues what it gets until `stop` is signalled or the NIC is gone.
+/// queues what it gets until `stop` is signalled or the NIC is gone; then it queues
+/// `IBV_EVENT_DEVICE_FATAL`, as a kernel device raises on removal (rxe's `rdma link
+/// delete`, a hardware RNIC's catastrophic error), so that a program blocked in
+/// `ibv_get_async_event` learns that its device is gone.
 fn watch(api: &Context, fd: &OwnedFd, s: &Shared, stop: &OwnedFd) {
+    if run_watch(api, fd, s, stop) == Ended::NicGone {
+        lock(&s.queue).push_back((0, EVENT_DEVICE_FATAL));
+        let _ = os::eventfd_signal(fd.as_fd());
+    }
+}
+
+/// Why [`run_watch`] returned.
+#[derive(PartialEq)]
+enum Ended {
+    /// `ibv_close_device` (or a failed wait): no event.
+    Stopped,
+    /// The NIC closed its pipe or stopped answering.
+    NicGone,
+}
+
+fn run_watch(api: &Context, fd: &OwnedFd, s: &Shared, stop: &OwnedFd) -> Ended {
     let ready = api.async_event_channel().ok();
     loop {
         let stopped = match &ready {
@@ -140,17 +160,23 @@ fn watch(api: &Context, fd: &OwnedFd, s: &Shared, stop: &OwnedFd) {
             None => os::wait_readable(stop.as_fd(), Some(POLL_INTERVAL)),
         };
         if stopped.unwrap_or(true) {
-            return; // stopped, or poll(2) failed
+            return Ended::Stopped; // stopped, or poll(2) failed
         }
         // Empty the pipe before asking: an event the NIC notices after the answer
         // writes it again. End of file: the NIC is gone.
         if let Some(r) = &ready {
             if !matches!(os::pipe_drain(r.as_fd()), Ok(true)) {
-                return;
+                return Ended::NicGone;
             }
         }
-        let Ok(events) = api.poll_async_events() else {
-            return; // the NIC is gone: no more events
+        let events = match api.poll_async_events() {
+            Ok(events) => events,
+            // The control connection broke: the NIC died or closed it.
+            Err(verbs_api::Error::Control(_) | verbs_api::Error::Io { .. }) => {
+                return Ended::NicGone;
+            }
+            // A refusal or a garbled answer from a NIC still there: stop asking.
+            Err(_) => return Ended::Stopped,
         };
         deliver(events, fd, s);
     }
@@ -194,16 +220,12 @@ pub unsafe extern "C" fn ibv_get_async_event(
     // SAFETY: caller contract.
     let ctx = unsafe { softnic_context(context) };
     let mut buf = [0u8; 8];
-    loop {
-        // SAFETY: reads at most 8 bytes into buf.
-        let r = unsafe { libc::read(ctx.async_fd().as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
-        if r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-            continue;
-        }
-        if r < 0 {
-            return -1; // errno from read (EAGAIN on a non-blocking fd)
-        }
-        break;
+    // A plain read, as rdma-core's: the kernel restarts it after a signal whose handler
+    // has SA_RESTART, and EINTR (like EAGAIN on a non-blocking fd) goes to the program.
+    // SAFETY: reads at most 8 bytes into buf.
+    let r = unsafe { libc::read(ctx.async_fd().as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
+    if r < 0 {
+        return -1; // errno from read
     }
     // One count per queued event, so the queue cannot be empty here.
     let Some((element, kind)) = lock(&ctx.events.inner.queue).pop_front() else {
