@@ -7,8 +7,8 @@
 //! (its clients polling a CQ, the peer NIC). A program that waits by reading its own
 //! memory in a tight loop — qperf's `rc_rdma_write_poll_lat`, MPI-style RDMA WRITE
 //! polling — never yields: a yield hands it the core until the scheduler's next tick
-//! (4 ms at `HZ=250`), and each hop of a round trip waited that long (qperf measured
-//! 2–3 ms per round trip between two NICs on two cores).
+//! (4 ms at `HZ=250`), and each hop of a round trip waited for one (qperf measured
+//! 2–4 ms per round trip between two NICs on two cores).
 //!
 //! A sleeping thread is different: when its wake-up comes (the client's wake pipe
 //! written because NEED_WAKEUP is set, a packet on the socket) the scheduler lets it
@@ -49,7 +49,7 @@ pub struct StarvedSpin {
     last_end: Option<Instant>,
     /// Until when idle passes sleep at once.
     sleep_until: Option<Instant>,
-    /// Starved gaps so far in a row, and when the last one ended.
+    /// Starved gaps so far in a row, and the pass start that noticed the last one.
     strikes: u32,
     last_strike: Option<Instant>,
 }
