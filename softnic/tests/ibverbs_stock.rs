@@ -413,12 +413,8 @@ fn stock_perftest_all_sizes_between_two_nics() {
 fn signals_interrupt_a_completion_wait_as_with_rdma_core() {
     let (a, _b) = nic_pair("ibvstock-sig", 26);
     let exe = compile_c("signals", &["-pthread", "-lrdmacm"]);
-    let o = Command::new(env!("CARGO_BIN_EXE_softnic"))
-        .args(["exec", "-d", &a.name, "--"])
-        .arg(&exe)
+    let o = stock_support::exec_on(&a, &exe)
         .arg(&a.name)
-        .env("SOFTNIC_DIR", softnic_dir())
-        .env_remove(softnic::exec::LIB_DIR_ENV)
         .output()
         .expect("run softnic exec");
     assert!(
@@ -438,12 +434,8 @@ fn a_post_after_the_nic_died_does_not_kill_the_program() {
     use std::io::{BufRead, Write};
     let (a, _b) = nic_pair("ibvstock-gone", 28);
     let exe = compile_c("nic_gone", &[]);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_softnic"))
-        .args(["exec", "-d", &a.name, "--"])
-        .arg(&exe)
+    let mut child = stock_support::exec_on(&a, &exe)
         .arg(&a.name)
-        .env("SOFTNIC_DIR", softnic_dir())
-        .env_remove(softnic::exec::LIB_DIR_ENV)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

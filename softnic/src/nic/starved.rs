@@ -43,7 +43,7 @@ pub const STRIKE_WINDOW: Duration = Duration::from_millis(20);
 pub const STARVED_HOLD: Duration = Duration::from_millis(100);
 
 /// The loop's record of its last pass and of the last time a yield was starved.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct StarvedSpin {
     /// The end of the last pass (or of the last sleep); `None` before the first.
     last_end: Option<Instant>,
@@ -57,12 +57,7 @@ pub struct StarvedSpin {
 impl StarvedSpin {
     /// A guard that has seen no pass yet.
     pub fn new() -> Self {
-        StarvedSpin {
-            last_end: None,
-            sleep_until: None,
-            strikes: 0,
-            last_strike: None,
-        }
+        StarvedSpin::default()
     }
 
     /// At the start of a pass: notes whether the time since the last pass ended (a
@@ -102,12 +97,6 @@ impl StarvedSpin {
     /// Whether an idle pass may spin (otherwise it sleeps at once).
     pub fn may_spin(&self, now: Instant) -> bool {
         self.sleep_until.is_none_or(|t| now >= t)
-    }
-}
-
-impl Default for StarvedSpin {
-    fn default() -> Self {
-        StarvedSpin::new()
     }
 }
 

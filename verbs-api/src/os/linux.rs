@@ -301,6 +301,16 @@ pub fn wait_any_readable<const N: usize>(
     fds: [BorrowedFd<'_>; N],
     timeout: Option<Duration>,
 ) -> io::Result<[bool; N]> {
+    poll_readable(fds, timeout, || true)
+}
+
+/// The `poll(2)` loop of [`wait_any_readable`] and [`wait_readable_as_read`]: an EINTR
+/// is retried with the remaining time while `restart()` says so, and returned otherwise.
+fn poll_readable<const N: usize>(
+    fds: [BorrowedFd<'_>; N],
+    timeout: Option<Duration>,
+    restart: impl Fn() -> bool,
+) -> io::Result<[bool; N]> {
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut pfds = fds.map(|fd| libc::pollfd {
         fd: fd.as_raw_fd(),
@@ -321,7 +331,7 @@ pub fn wait_any_readable<const N: usize>(
         let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
         if r < 0 {
             let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
+            if e.kind() == io::ErrorKind::Interrupted && restart() {
                 continue;
             }
             return Err(e);
@@ -340,22 +350,7 @@ pub fn wait_any_readable<const N: usize>(
 /// restarted ([`interrupted_wait_restarts`]). For the C libraries' blocking calls,
 /// which rdma-core implements as reads of a kernel file.
 pub fn wait_readable_as_read(fd: BorrowedFd<'_>) -> io::Result<()> {
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    loop {
-        // SAFETY: one live pollfd.
-        let r = unsafe { libc::poll(&mut pfd, 1, -1) };
-        if r > 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if r < 0 && (e.kind() != io::ErrorKind::Interrupted || !interrupted_wait_restarts()) {
-            return Err(e);
-        }
-    }
+    poll_readable([fd], None, interrupted_wait_restarts).map(|_| ())
 }
 
 /// Sleeps while `*word == expected`, for at most `timeout` (`FUTEX_WAIT`, shared: the
@@ -544,8 +539,9 @@ impl WakePipe {
 /// to an eventfd: the reader takes any bytes as one wake-up). Never blocks
 /// (`MSG_DONTWAIT`, whatever the descriptor's flags), a full buffer is not an error
 /// (its reader has bytes to wake it already), and a reader that is gone is an error
-/// (ECONNREFUSED), never SIGPIPE (`MSG_NOSIGNAL`, and a datagram socket raises none). A descriptor that is not a socket (an eventfd, as test
-/// doubles of the NIC hand out) is written as by [`eventfd_signal`].
+/// (ECONNREFUSED), never SIGPIPE (`MSG_NOSIGNAL`, and a datagram socket raises none).
+/// A descriptor that is not a socket (an eventfd, as test doubles of the NIC hand out)
+/// is written as by [`eventfd_signal`].
 pub fn wake_signal(fd: BorrowedFd<'_>) -> io::Result<()> {
     let one: u64 = 1;
     let flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
