@@ -173,7 +173,9 @@ fn loss_and_corruption_keep_gso_runs_and_exactly_once() {
 /// milliseconds (poll(2)'s timeout, rounded up) takes at least 8 × 1.1 ms = 8.8 ms
 /// (9.0–9.2 ms measured, with `PollSet::wait` rounding up for the purpose), which the
 /// bound of 8 ms fails, while ≈ 6 ms between the schedule and the bound absorb a loaded
-/// host's scheduling delays (2.3–2.6 ms at load 7; best of three attempts).
+/// host's scheduling delays (2.3–2.6 ms at load 7). Attempts go on until one is under
+/// the bound, at most six: on a doubly loaded host single attempts took 8.7 and 15.9 ms
+/// (sessions 18–19), and a NIC sleeping whole milliseconds fails all six.
 /// `--strict-ack-timeout`, so that every expiry is a whole Local ACK Timeout: the
 /// adaptive timer resends after as little as 100 µs, often with no sleep between. At
 /// 5 % loss the millisecond wait, not the timer, had decided how long each
@@ -190,7 +192,12 @@ fn local_ack_timeouts_are_kept_to_the_microsecond_while_the_nic_sleeps() {
     // What a NIC whose sleeps end on whole milliseconds cannot beat (see above).
     let bound = std::time::Duration::from_millis(8);
     let mut best = std::time::Duration::MAX;
-    for attempt in 0..3 {
+    let mut attempts = 0;
+    for attempt in 0..6 {
+        if best < bound {
+            break;
+        }
+        attempts += 1;
         let (mut x, y) = rc_pair_with_timeout(&a, &b, Mtu::Mtu1024, 4096, 4, TIMEOUT);
         let sge = [x.mr.sge(0, 64)];
         let op = WrOpcode::RdmaWrite {
@@ -212,10 +219,10 @@ fn local_ack_timeouts_are_kept_to_the_microsecond_while_the_nic_sleeps() {
     }
     assert!(
         best < bound,
-        "eight {lat:?} timeouts took {best:?} at best (a NIC sleeping whole ms: >= 8.8 ms)"
+        "eight {lat:?} timeouts took {best:?} at best of {attempts} (a NIC sleeping whole ms: >= 8.8 ms)"
     );
     assert!(
-        a.stat("qp_retransmit_timeouts") >= 3 * 7,
+        a.stat("qp_retransmit_timeouts") >= attempts * 7,
         "every expiry charged"
     );
 }
