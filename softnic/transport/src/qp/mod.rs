@@ -48,6 +48,7 @@ mod responder;
 mod responses;
 mod rto;
 mod served;
+mod sq_pool;
 pub mod state;
 mod timers;
 mod ud;
@@ -478,7 +479,7 @@ impl Qp {
             port_mtu: DEFAULT_PORT_MTU,
             local: None,
             srq: None,
-            req: Requester::new(caps.max_send_wr),
+            req: Requester::new(),
             resp: Responder::new(caps.max_recv_wr),
             timers: Timers::default(),
             completions: VecDeque::new(),
@@ -794,7 +795,7 @@ impl Qp {
             self.push_completion(c);
             return Ok(());
         }
-        self.req.push(wr, self.qp_type);
+        self.req.push(wr, self.caps.max_send_wr);
         Ok(())
     }
 
