@@ -643,7 +643,7 @@ impl<T: Slot> Consumer<T> {
     /// has just written them, usually on another core, so each is a cross-core miss.
     /// Read one after another, each miss waits for the one before; hinted together,
     /// they overlap. In the 8-QP pattern of `nic_bench` (bursts of 16 WQEs per
-    /// doorbell) the NIC's ring drain went from ≈ 25 to ≈ 4 ns a message, 60 % of it
+    /// doorbell) the NIC's ring drain went from 16–25 to 7–9 ns a message, most of it
     /// having been the first load of each slot (docs/perf.md, "Many QPs", session 21).
     fn prefetch_slots(&self, n: u32) {
         let first = self.head & (self.ring.capacity - 1);
