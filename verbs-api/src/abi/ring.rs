@@ -615,7 +615,8 @@ impl<T: Slot> Consumer<T> {
     }
 
     /// Filled slots, reloading the producer index (Acquire) only when the cached value
-    /// says the ring is empty. Errors when the producer index is impossible.
+    /// says the ring is empty; a reload that finds new slots hints their lines
+    /// ([`Consumer::prefetch_slots`]). Errors when the producer index is impossible.
     pub fn available(&mut self) -> Result<u32, RingError> {
         if let Some(e) = self.corrupt {
             return Err(e);
@@ -643,8 +644,9 @@ impl<T: Slot> Consumer<T> {
     /// has just written them, usually on another core, so each is a cross-core miss.
     /// Read one after another, each miss waits for the one before; hinted together,
     /// they overlap. In the 8-QP pattern of `nic_bench` (bursts of 16 WQEs per
-    /// doorbell) the NIC's ring drain went from 16–25 to 7–9 ns a message, most of it
-    /// having been the first load of each slot (docs/perf.md, "Many QPs", session 21).
+    /// doorbell) the NIC's ring drain went from 16–25 to 6.5–9.4 ns a message, most of
+    /// it having been the first load of each slot (docs/perf.md, "Many QPs", session
+    /// 21; the message rate there did not move).
     fn prefetch_slots(&self, n: u32) {
         let first = self.head & (self.ring.capacity - 1);
         let base = self.ring.slot_ptr(0).cast::<u8>();
