@@ -616,7 +616,7 @@ impl<T: Slot> Consumer<T> {
 
     /// Filled slots, reloading the producer index (Acquire) only when the cached value
     /// says the ring is empty; a reload that finds new slots hints their lines
-    /// ([`Consumer::prefetch_slots`]). Errors when the producer index is impossible.
+    /// (`prefetch_spans`). Errors when the producer index is impossible.
     pub fn available(&mut self) -> Result<u32, RingError> {
         if let Some(e) = self.corrupt {
             return Err(e);
