@@ -511,7 +511,7 @@ impl WakePipe {
         self.read.as_fd()
     }
 
-    /// Takes the wake-ups waiting, at most `WAKE_DRAIN_MAX` (64) (one `read(2)` each);
+    /// Takes the wake-ups waiting, at most `WAKE_DRAIN_MAX`, 64 (one `read(2)` each);
     /// returns how many. Never blocks (the read end's `O_NONBLOCK` is its creator's
     /// alone). A writer that keeps sending gets no loop: what is left keeps the read
     /// end readable, so the next wait returns at once and the next drain takes more.
