@@ -310,9 +310,15 @@ impl<T: Slot> Ring<T> {
         // batch as large as the ring's free part was at the last look.
         let consumer: *const CachePadded<AtomicU32> = &h.consumer;
         hint::prefetch_range(consumer.cast(), 4, false);
-        let head = T::HEAD.min(self.stride);
+        self.prefetch_slots(index, count, T::HEAD.min(self.stride), true);
+    }
+
+    /// Hints the first `len` bytes of each of the `count` slots from `index` (capped at
+    /// the capacity), for writing when `write`. Through [`Ring::slot_ptr`], so a run
+    /// that wraps past the last slot continues at the first.
+    fn prefetch_slots(&self, index: u32, count: u32, len: usize, write: bool) {
         for k in 0..count.min(self.capacity) {
-            hint::prefetch_range(self.slot_ptr(index.wrapping_add(k)).cast(), head, true);
+            hint::prefetch_range(self.slot_ptr(index.wrapping_add(k)).cast(), len, write);
         }
     }
 
@@ -587,26 +593,9 @@ pub struct Consumer<T: Slot> {
 }
 
 /// Most bytes of new slots a [`Consumer`] hints at once when it finds them (16 lines:
-/// 16 one-line WQEs, a burst; more would queue behind the CPU's fill buffers).
+/// 16 one-line WQEs, a burst; more would queue behind the CPU's fill buffers), and at
+/// least one slot.
 const PREFETCH_BYTES: usize = 1024;
-
-/// The byte ranges of the slot area, as (offset, length), that [`Consumer`]'s
-/// prefetch hints for `n` filled slots from slot index `first` (< `capacity`) of
-/// `stride` bytes each: none for fewer than two slots, else the first `n` slots'
-/// bytes up to [`PREFETCH_BYTES`], split in two where they wrap past the last slot.
-fn prefetch_spans(first: u32, n: u32, capacity: u32, stride: usize) -> [(usize, usize); 2] {
-    // One slot alone is read next anyway: nothing to overlap with.
-    if n < 2 {
-        return [(0, 0); 2];
-    }
-    let bytes = (n.min(capacity) as usize)
-        .saturating_mul(stride)
-        .min(PREFETCH_BYTES);
-    let off = first as usize * stride;
-    let to_end = (capacity as usize * stride).saturating_sub(off);
-    let head = bytes.min(to_end);
-    [(off, head), (0, bytes - head)]
-}
 
 impl<T: Slot> Consumer<T> {
     /// The ring (flags, capacity).
@@ -616,7 +605,7 @@ impl<T: Slot> Consumer<T> {
 
     /// Filled slots, reloading the producer index (Acquire) only when the cached value
     /// says the ring is empty; a reload that finds new slots hints their lines
-    /// (`prefetch_spans`). Errors when the producer index is impossible.
+    /// (`prefetch_new`). Errors when the producer index is impossible.
     pub fn available(&mut self) -> Result<u32, RingError> {
         if let Some(e) = self.corrupt {
             return Err(e);
@@ -636,23 +625,27 @@ impl<T: Slot> Consumer<T> {
             return Err(e);
         }
         self.cached_producer = producer;
-        self.prefetch_slots(n);
+        self.prefetch_new(n);
         Ok(n)
     }
 
-    /// Hints (`crate::hint`) the new slots' lines ([`prefetch_spans`]): the producer
-    /// has just written them, usually on another core, so each is a cross-core miss.
-    /// Read one after another, each miss waits for the one before; hinted together,
-    /// they overlap. In the 8-QP pattern of `nic_bench` (bursts of 16 WQEs per
-    /// doorbell) the NIC's ring drain went from 16–25 to 6.5–9.4 ns a message, most of
-    /// it having been the first load of each slot (docs/perf.md, "Many QPs", session
-    /// 21; the message rate there did not move).
-    fn prefetch_slots(&self, n: u32) {
-        let first = self.head & (self.ring.capacity - 1);
-        let base = self.ring.slot_ptr(0).cast::<u8>();
-        for (off, len) in prefetch_spans(first, n, self.ring.capacity, self.ring.stride) {
-            hint::prefetch_range(base.wrapping_add(off), len, false);
+    /// Hints (`crate::hint`) the lines of the `n` new slots from the head, when there
+    /// are two or more (one alone is read next anyway: nothing to overlap with), at
+    /// most [`PREFETCH_BYTES`] of them: the producer has just written them, usually on
+    /// another core, so each is a cross-core miss. Read one after another, each miss
+    /// waits for the one before; hinted together, they overlap. In the 8-QP pattern of
+    /// `nic_bench` (bursts of 16 WQEs per doorbell) the NIC's ring drain went from
+    /// 16–25 to 6.5–9.4 ns a message, most of it having been the first load of each
+    /// slot (docs/perf.md, "Many QPs", session 21; the message rate there did not
+    /// move).
+    fn prefetch_new(&self, n: u32) {
+        if n < 2 {
+            return;
         }
+        let stride = self.ring.stride;
+        let most = (PREFETCH_BYTES / stride).max(1) as u32;
+        self.ring
+            .prefetch_slots(self.head, n.min(most), stride, false);
     }
 
     /// Puts back the slot the last [`Consumer::pop`] returned, so that the next pop

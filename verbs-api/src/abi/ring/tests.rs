@@ -530,32 +530,3 @@ fn unpop_returns_the_slot_to_the_next_pop_unless_released() {
     c.unpop(); // released: stays taken
     assert_eq!(c.pop().unwrap(), Some(1));
 }
-
-/// The prefetch of new slots (`Consumer::available`) stays inside the slot area, starts
-/// at the head slot, wraps to slot 0, and covers the new slots up to its limit.
-#[test]
-fn prefetch_spans_cover_the_new_slots_inside_the_ring() {
-    for cap in [1u32, 2, 4, 16, 64, 1024] {
-        for stride in [8usize, 64, 192] {
-            let area = cap as usize * stride;
-            for first in (0..cap).step_by((cap as usize / 8).max(1)) {
-                for n in 0..=cap {
-                    let [(o1, l1), (o2, l2)] = prefetch_spans(first, n, cap, stride);
-                    let want = if n < 2 {
-                        0
-                    } else {
-                        (n as usize * stride).min(PREFETCH_BYTES)
-                    };
-                    assert_eq!(
-                        l1 + l2,
-                        want,
-                        "cap {cap} stride {stride} first {first} n {n}"
-                    );
-                    assert!(l1 == 0 || o1 == first as usize * stride);
-                    assert!(o1 + l1 <= area && o2 + l2 <= area);
-                    assert!(l2 == 0 || (o2 == 0 && o1 + l1 == area));
-                }
-            }
-        }
-    }
-}
