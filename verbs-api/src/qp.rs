@@ -732,11 +732,13 @@ impl QueuePair {
         {
             // Held across the inline copies so no region can be unmapped meanwhile.
             let mrs = self.pd.mrs.read().unwrap_or_else(|e| e.into_inner());
+            // Each WR is built here and pushed from here (`build_send_wqe`: no copies).
+            let mut wqe = SendWqe::default();
             for (index, wr) in wrs.iter().enumerate() {
                 // SAFETY: the table's entries are live mappings while its lock is held
                 // (a MemoryRegion removes its entry before unmapping).
-                let built = unsafe { build_send_wqe(wr, &q, &mrs) };
-                let pushed_one = built.and_then(|wqe| {
+                let built = unsafe { build_send_wqe(wr, &q, &mrs, &mut wqe) };
+                let pushed_one = built.and_then(|()| {
                     let capacity = self.sq.ring().capacity();
                     self.sq.push(&wqe).map_err(|e| push_error(e, capacity))
                 });
