@@ -732,7 +732,8 @@ impl QueuePair {
         {
             // Held across the inline copies so no region can be unmapped meanwhile.
             let mrs = self.pd.mrs.read().unwrap_or_else(|e| e.into_inner());
-            // Each WR is built here and pushed from here (`build_send_wqe`: no copies).
+            // Each WR is built in this one slot and copied once, into the ring
+            // (`build_send_wqe`).
             let mut wqe = SendWqe::default();
             for (index, wr) in wrs.iter().enumerate() {
                 // SAFETY: the table's entries are live mappings while its lock is held

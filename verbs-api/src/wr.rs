@@ -568,6 +568,83 @@ mod tests {
         unsafe { build_send_wqe(wr, q, mrs, &mut wqe) }.map(|()| wqe)
     }
 
+    /// The bytes of `w` a ring slot receives (`Slot::used_len`).
+    fn slot_bytes(w: &SendWqe) -> Vec<u8> {
+        use crate::abi::Slot;
+        // SAFETY: SendWqe is repr(C) plain data without padding (slots.rs), so all of
+        // its bytes are initialised; `w` outlives the slice.
+        let all = unsafe {
+            std::slice::from_raw_parts(
+                (w as *const SendWqe).cast::<u8>(),
+                std::mem::size_of::<SendWqe>(),
+            )
+        };
+        all[..w.used_len()].to_vec()
+    }
+
+    /// `post_send` builds every WR of a call in one scratch slot: what reaches the ring
+    /// for each must be what a fresh slot would give, whatever the WRs before it left
+    /// there (a long inline payload, a UD destination, more SGEs, a refused WR).
+    #[test]
+    fn a_reused_scratch_slot_carries_nothing_of_an_earlier_wr() {
+        let buf = [0x5au8; 256];
+        let mrs = table(&[(0x10, &buf, AccessFlags::NONE)]);
+        let base = buf.as_ptr() as u64;
+        let sge = |off: u64, length: u32, lkey: u32| Sge {
+            addr: base + off,
+            length,
+            lkey,
+        };
+        let (one, bad) = ([sge(0, 8, 0x10)], [sge(0, 8, 0x99)]);
+        let two = [sge(16, 32, 0x10), sge(64, 24, 0x10)];
+        let long: &[u8] = &[0xc3; 60];
+        let short: &[u8] = &[0x3c; 3];
+        let (pieces_long, pieces_short) = ([long], [short]);
+        let write = WrOpcode::RdmaWrite {
+            remote_addr: 0x4000,
+            rkey: 0x77,
+        };
+        let dest = UdAddress {
+            gid: Gid::default(),
+            udp_port: 4791,
+            qpn: 0x1234,
+            qkey: 0x11,
+        };
+        let rc = limits(QpState::Rts);
+        let mut ud = limits(QpState::Rts);
+        ud.qp_type = QpType::Ud;
+        let wrs: [(SendWr<'_>, &QpLimits); 9] = [
+            (
+                SendWr::new(1, WrOpcode::Send, &[]).inline_bytes(&pieces_long),
+                &rc,
+            ),
+            (SendWr::new(2, write, &one), &rc),
+            (SendWr::new(3, WrOpcode::Send, &two).signaled(), &rc),
+            (SendWr::new(4, WrOpcode::SendWithImm(9), &one).to(dest), &ud),
+            (
+                SendWr::new(5, WrOpcode::Send, &[]).inline_bytes(&pieces_short),
+                &rc,
+            ),
+            (SendWr::new(6, write, &bad), &rc),
+            (SendWr::new(7, write, &two).inline(), &rc),
+            (SendWr::new(8, WrOpcode::Send, &[]).inline(), &rc),
+            (SendWr::new(9, write, &one), &rc),
+        ];
+        let mut scratch = SendWqe::default();
+        for (wr, q) in &wrs {
+            let fresh = post(wr, q, &mrs);
+            // SAFETY: every table entry points at a live test buffer.
+            let reused = unsafe { build_send_wqe(wr, q, &mrs, &mut scratch) };
+            match (fresh, reused) {
+                (Ok(w), Ok(())) => {
+                    assert_eq!(slot_bytes(&scratch), slot_bytes(&w), "wr {}", wr.wr_id)
+                }
+                (Err(a), Err(b)) => assert_eq!(a, b),
+                (a, b) => panic!("wr {}: fresh {a:?}, reused {b:?}", wr.wr_id),
+            }
+        }
+    }
+
     #[test]
     fn write_builds_the_slot_fields() {
         let buf = [0u8; 128];
