@@ -672,3 +672,28 @@ impl Stamps {
         s
     }
 }
+
+/// `-q` is bounded by the device's `max_qp` (the NIC's per-user QP quota), as perftest
+/// is by the device's, not by a cap of the tool's own: up to it the run works, and one
+/// more is refused before the run, naming the flag that raises the quota.
+#[test]
+fn qps_up_to_the_devices_max_qp() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let quota: &[&str] = &["--max-qps-per-user", "6"];
+    let six = ["-q", "6", "-s", "64", "-n", "50"];
+    let (_, c, _a, _b) = run_pair_on([quota, quota], "write_bw", "maxqp", &six, &six);
+    check_bw(&c, &[64], 300);
+    let a = NicProc::start("perf-maxqp7-a", "127.0.0.2", 0, quota);
+    let b = NicProc::start("perf-maxqp7-b", "127.0.0.3", 0, quota);
+    let (srv, cli) = spawn_pair(&a, &b, "write_bw", &["-q", "7"], &["-q", "7"]);
+    let (cok, _, cerr) = cli.finish();
+    let (sok, _, serr) = srv.finish();
+    assert!(!sok && !cok, "-q 7 over a quota of 6 ran");
+    for err in [&serr, &cerr] {
+        assert!(
+            err.contains("-q 7 is above the device's max_qp, 6")
+                && err.contains("--max-qps-per-user"),
+            "{err}"
+        );
+    }
+}

@@ -118,7 +118,8 @@ pub struct BwTimes {
 
 /// perftest's BW arithmetic over `times` for `total` operations of `size` bytes.
 /// Peak: the best per-operation time over every window from a post to a later
-/// completion (perftest skips it, printing 0, beyond 20000 iterations).
+/// completion ([`super::peak`]; perftest skips it, printing 0, beyond 20000 iterations
+/// per QP).
 pub fn bw_report(size: u64, total: u64, times: &BwTimes, peak: bool) -> BwReport {
     let first = times.posted.first().copied().unwrap_or(0);
     let last = times.completed.last().map_or(first, |&(_, t)| t);
@@ -133,22 +134,11 @@ pub fn bw_report(size: u64, total: u64, times: &BwTimes, peak: bool) -> BwReport
         r.msg_rate = total as f64 / secs / 1e6;
     }
     if peak {
-        let mut best = f64::INFINITY;
-        let mut ci = 0usize;
-        for (i, &tp) in times.posted.iter().enumerate() {
-            // Completions covering operation i or later.
-            while times.completed.get(ci).is_some_and(|&(j, _)| j < i) {
-                ci += 1;
+        if let Some((t, ops)) = super::peak::best_window(&times.posted, &times.completed) {
+            let best = t as f64 / ops as f64;
+            if best > 0.0 {
+                r.bw_peak = size as f64 * 1e9 / best / 1_048_576.0;
             }
-            for &(j, tc) in times.completed.iter().skip(ci) {
-                let per_op = tc.saturating_sub(tp) as f64 / (j - i + 1) as f64;
-                if per_op < best {
-                    best = per_op;
-                }
-            }
-        }
-        if best.is_finite() && best > 0.0 {
-            r.bw_peak = size as f64 * 1e9 / best / 1_048_576.0;
         }
     }
     r

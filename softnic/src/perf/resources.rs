@@ -162,6 +162,12 @@ impl Resources {
     pub fn create(ctx: Context, p: &Params, geo: Geometry) -> Result<Resources, String> {
         let err = |what: &'static str| move |e: verbs_api::Error| format!("{what}: {e}");
         let dev = ctx.attributes().clone();
+        if geo.qps > dev.max_qp as usize {
+            return Err(format!(
+                "-q {} is above the device's max_qp, {} (softnic run --max-qps-per-user)",
+                geo.qps, dev.max_qp
+            ));
+        }
         let pd = ctx.alloc_pd().map_err(err("Couldn't allocate PD"))?;
         let mr = pd
             .alloc_mr(geo.region_len(), AccessFlags::ALL)
