@@ -77,7 +77,8 @@ pub struct QpEntry {
     /// Membership of the runtime's active set (`ready.rs`); the owner gives each QP a
     /// unique serial.
     pub ticket: Ticket,
-    /// The last transmit visit ended on its budget, not on an empty QP.
+    /// The last transmit visit ended on its budget, not on an empty QP; or a packet
+    /// reached the QP since that visit (it may have something to send now).
     pub tx_more: bool,
     /// Its slot on the client's doorbell page (set by the owner).
     pub doorbell: u32,

@@ -138,6 +138,16 @@ const RUN_ROOM: usize = super::udp::GSO_MAX_BYTES + TX_SLOT;
 /// Packets one QP may send per iteration (fairness between QPs).
 const TX_BUDGET: usize = 64;
 
+/// Packets a transmit pass sends between two looks at the socket. A pass visits every
+/// active QP (up to [`TX_BUDGET`] packets each): over 10,000 busy QPs that was up to
+/// 640,000 packets, ≈ 150 ms in which nothing read the socket, so the peer's ACKs
+/// overflowed its receive buffer (`RcvbufErrors`), each lost ACK timed out and resent
+/// a window that had arrived, and `softnic perf write_bw -q 10000` fell to 2.6–3.8 Mpps
+/// with a third of its packets resent (docs/perf.md, session 23). Cutting the pass
+/// short instead costs a visit of every active QP per cut (completions, timers), which
+/// at 1,000 QPs cost 6–15 % of the rate. 1,024 packets are ≈ 0.2 ms of 8 B WRITEs.
+const RX_EVERY: usize = 1024;
+
 /// Control messages handled per iteration (and at most one Stats, which costs a pass
 /// over every QP): a burst of requests from many connections waits for the next
 /// iteration rather than holding packets back.
@@ -500,11 +510,9 @@ impl Runtime {
         let drained = self.drain(now);
         work += drained;
         if drained > 0 && self.rx_empty {
-            work += self.transmit(now);
+            work += self.transmit(now)?;
         }
-        let arrived = self.receive(now)?;
-        self.rx_empty = arrived == 0;
-        work += arrived;
+        work += self.receive(now)?;
         let path = &mut self.path;
         work += self
             .nic
@@ -519,7 +527,7 @@ impl Runtime {
             now = self.clock.now();
             work += self.drain(now);
         }
-        work += self.transmit(now);
+        work += self.transmit(now)?;
         self.drain_wakes();
         self.path.release(now);
         work += self.complete(now);
@@ -688,6 +696,13 @@ impl Runtime {
     }
 
     fn receive(&mut self, now: Instant) -> io::Result<usize> {
+        let total = self.receive_batches(now)?;
+        self.rx_empty = total == 0;
+        Ok(total)
+    }
+
+    /// [`Runtime::receive`]'s work: up to [`RX_BATCHES`] batches.
+    fn receive_batches(&mut self, now: Instant) -> io::Result<usize> {
         let mut total = 0;
         for _ in 0..RX_BATCHES {
             let n = self.path.io.recv_batch(&mut self.batch)?;
@@ -740,14 +755,22 @@ impl Runtime {
     }
 
     /// Sends what the active QPs have, up to [`TX_BUDGET`] packets each; a QP that
-    /// used its whole budget is marked `tx_more` and stays active.
-    fn transmit(&mut self, now: Instant) -> usize {
+    /// used its whole budget is marked `tx_more` and stays active. Every [`RX_EVERY`]
+    /// packets it receives what has arrived (the QPs listed while it ran wait for the
+    /// next pass).
+    fn transmit(&mut self, now: Instant) -> io::Result<usize> {
         if self.path.io.max_segments() > 1 && self.path.fault.fits_runs() {
             return self.transmit_segments(now);
         }
         let mut sent = 0;
-        let mrs = &self.nic.mrs;
-        for &it in self.nic.active.items() {
+        let mut since_rx = 0;
+        for k in 0..self.nic.active.len() {
+            if since_rx >= RX_EVERY {
+                since_rx = 0;
+                self.receive(now)?;
+            }
+            let it = self.nic.active.items()[k];
+            let mrs = &self.nic.mrs;
             let Some(e) = self.nic.qps.get_mut(&it.qpn).filter(|e| e.ticket.owns(it)) else {
                 continue;
             };
@@ -762,9 +785,10 @@ impl Runtime {
                 };
                 self.path.transmit(now, pkt, t.dest, t.digest);
                 sent += 1;
+                since_rx += 1;
             }
         }
-        sent
+        Ok(sent)
     }
 
     /// The GSO send path: consecutive packets to one destination — from one QP or from
@@ -776,12 +800,22 @@ impl Runtime {
     /// fault injector drops never joins (`fault.rs`: loss keeps the runs). A QP's own
     /// packets keep their order (runs are sent in the order they were built). So many
     /// QPs with one small message each (ACKs too) cost a few `sendmsg`s, not one each.
-    fn transmit_segments(&mut self, now: Instant) -> usize {
+    fn transmit_segments(&mut self, now: Instant) -> io::Result<usize> {
         let mut sent = 0;
-        let mrs = &self.nic.mrs;
         let max = self.path.io.max_segments();
         let mut run = Run::default();
-        for &it in self.nic.active.items() {
+        let mut since_rx = 0;
+        // QPs the receives below list are behind these: they wait for the next pass.
+        for k in 0..self.nic.active.len() {
+            if since_rx >= RX_EVERY {
+                // What was built goes out first: an ACK received now answers only
+                // packets on the wire.
+                sent += run.send(&mut self.path, now, &mut self.tx_buf, &self.tx_digests);
+                since_rx = 0;
+                self.receive(now)?;
+            }
+            let it = self.nic.active.items()[k];
+            let mrs = &self.nic.mrs;
             let Some(e) = self.nic.qps.get_mut(&it.qpn).filter(|e| e.ticket.owns(it)) else {
                 continue;
             };
@@ -806,6 +840,7 @@ impl Runtime {
                     break;
                 };
                 budget -= 1;
+                since_rx += 1;
                 if self.path.fault.drops(&self.tx_buf[off..off + t.len]) {
                     continue; // lost on purpose: not kept, the next packet reuses its slot
                 }
@@ -838,7 +873,7 @@ impl Runtime {
             }
             e.tx_more = budget == 0;
         }
-        sent + run.send(&mut self.path, now, &mut self.tx_buf, &self.tx_digests)
+        Ok(sent + run.send(&mut self.path, now, &mut self.tx_buf, &self.tx_digests))
     }
 
     /// Writes the completions the active QPs have now and publishes them, before the
@@ -1232,8 +1267,12 @@ fn rx_one(
                     })
                 }
             }
-            // It may have a response, an ACK or a completion now: visit it.
+            // It may have a response, an ACK or a completion now: visit it. And keep it
+            // listed until a transmit visit has asked what it has to send: a packet
+            // received in the middle of a transmit pass (`RX_EVERY`) may reach a QP that
+            // pass has visited already, or lists one behind its end.
             nic.active.mark(qpn, &mut e.ticket);
+            e.tx_more = true;
         }
         Err(source::Mismatch::Address) => c.rx_drop_source_address += 1,
         Err(source::Mismatch::Port) => c.rx_drop_source_port += 1,
