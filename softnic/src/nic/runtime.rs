@@ -769,7 +769,9 @@ impl Runtime {
                 since_rx = 0;
                 self.receive(now)?;
             }
-            let it = self.nic.active.items()[k];
+            let Some(&it) = self.nic.active.items().get(k) else {
+                break;
+            };
             let mrs = &self.nic.mrs;
             let Some(e) = self.nic.qps.get_mut(&it.qpn).filter(|e| e.ticket.owns(it)) else {
                 continue;
@@ -814,7 +816,9 @@ impl Runtime {
                 since_rx = 0;
                 self.receive(now)?;
             }
-            let it = self.nic.active.items()[k];
+            let Some(&it) = self.nic.active.items().get(k) else {
+                break;
+            };
             let mrs = &self.nic.mrs;
             let Some(e) = self.nic.qps.get_mut(&it.qpn).filter(|e| e.ticket.owns(it)) else {
                 continue;
