@@ -141,11 +141,12 @@ const TX_BUDGET: usize = 64;
 /// Packets a transmit pass sends between two looks at the socket. A pass visits every
 /// active QP (up to [`TX_BUDGET`] packets each): over 10,000 busy QPs that was up to
 /// 640,000 packets, ≈ 150 ms in which nothing read the socket, so the peer's ACKs
-/// overflowed its receive buffer (`RcvbufErrors`), each lost ACK timed out and resent
-/// a window that had arrived, and `softnic perf write_bw -q 10000` fell to 2.6–3.8 Mpps
-/// with a third of its packets resent (docs/perf.md, session 23). Cutting the pass
-/// short instead costs a visit of every active QP per cut (completions, timers), which
-/// at 1,000 QPs cost 6–15 % of the rate. 1,024 packets are ≈ 0.2 ms of 8 B WRITEs.
+/// overflowed its receive buffer (`RcvbufErrors`), each lost or late ACK timed out and
+/// resent a window that had arrived, and `softnic perf write_bw -q 10000` fell to
+/// 2.5–3.8 Mpps with up to a third of its packets resent (docs/perf.md, session 23).
+/// Cutting the pass short instead costs a visit of every active QP per cut (completions,
+/// timers): cut every 1,024 packets, `-q 10000` made 1 Mpps. 1,024 packets are ≈ 0.2 ms
+/// of 8 B WRITEs.
 const RX_EVERY: usize = 1024;
 
 /// Control messages handled per iteration (and at most one Stats, which costs a pass
