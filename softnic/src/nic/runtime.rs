@@ -696,14 +696,8 @@ impl Runtime {
         list
     }
 
+    /// Up to [`RX_BATCHES`] batches; notes whether the socket was found empty.
     fn receive(&mut self, now: Instant) -> io::Result<usize> {
-        let total = self.receive_batches(now)?;
-        self.rx_empty = total == 0;
-        Ok(total)
-    }
-
-    /// [`Runtime::receive`]'s work: up to [`RX_BATCHES`] batches.
-    fn receive_batches(&mut self, now: Instant) -> io::Result<usize> {
         let mut total = 0;
         for _ in 0..RX_BATCHES {
             let n = self.path.io.recv_batch(&mut self.batch)?;
@@ -752,6 +746,7 @@ impl Runtime {
                 break;
             }
         }
+        self.rx_empty = total == 0;
         Ok(total)
     }
 

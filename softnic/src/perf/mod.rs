@@ -6,8 +6,9 @@
 //! One job per file: [`args`] (flags and defaults), [`exchange`] (the TCP exchange,
 //! byte-exact), [`resources`] (verbs objects and buffer layout), [`bw`] and [`lat`]
 //! (the measurement loops), [`report`] (perftest's printed tables), [`peak`] (their BW
-//! peak, without perftest's quadratic search), [`verify`] (`--verify` data checks). This file sequences the exchange exactly as each perftest
-//! program does, since a peer blocks on every step.
+//! peak, without perftest's quadratic search), [`verify`] (`--verify` data checks).
+//! This file sequences the exchange exactly as each perftest program does, since a peer
+//! blocks on every step.
 
 pub mod args;
 pub mod bw;
