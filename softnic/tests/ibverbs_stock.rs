@@ -401,6 +401,31 @@ fn stock_perftest_all_sizes_between_two_nics() {
     }
 }
 
+/// Stock `ib_write_bw -q 1000`: perftest puts every QP's send completions on one CQ
+/// of `tx_depth` × QPs entries (128,000 here), above a work queue's 32,768
+/// (`MAX_RING_ENTRIES`), where it failed with "Couldn't create CQ" until CQs got a
+/// limit of their own (`MAX_CQ_ENTRIES`, the device's `max_cqe`). `-n 100`: Debian's
+/// perftest 4.5-0.17 counts `cq_mod` (100) per completion, so with a QP count above 1
+/// an iteration count that is not a multiple of it can leave the run spinning without
+/// polling (fixed upstream in perftest 5ff3afa); `-N` skips perftest's own BW-peak
+/// search, which tries every pair of post and completion (100,000² here).
+#[test]
+fn stock_perftest_with_a_thousand_qps() {
+    let (a, b) = nic_pair("ibvstock-kqp", 30);
+    let args = ["-x", "1", "-F", "-q", "1000", "-s", "8", "-n", "100", "-N"];
+    let (s, c) = pair_run("ib_write_bw", &a, &b, tcp_port(60), &args);
+    // #bytes #iterations BW-peak BW-average MsgRate: one row, all QPs' messages.
+    let row = c
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() == 5 && f[0] == "8");
+    assert_eq!(
+        row.map(|f| f[1]),
+        Some("100000"),
+        "ib_write_bw -q 1000: result row\n{c}\nserver:\n{s}"
+    );
+}
+
 /// Signals reach the program as with rdma-core (`tests/ibverbs/signals.c`): a
 /// process-directed SIGALRM runs the program's handler on its own thread, never on
 /// the library's event watcher (which blocks every signal), and interrupts a blocked

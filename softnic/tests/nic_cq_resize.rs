@@ -57,3 +57,35 @@ fn resize_keeps_unpolled_completions_and_refuses_to_drop_them() {
     deliver(&mut x, &mut y, 10, 1);
     assert_eq!(poll_one(&mut x.cq).wr_id, 10);
 }
+
+/// A CQ may be as deep as the device's `max_cqe`, which is above a work queue's
+/// `max_qp_wr` (one CQ serves many QPs: perftest's `-q 1000` asks for 128,000), and no
+/// deeper: one more is refused before the NIC is asked. The NIC maps the whole ring
+/// and completes into it.
+#[test]
+fn a_cq_grows_to_the_devices_max_cqe_and_no_further() {
+    let a = NicProc::start("cqmax-a", "127.0.0.1", 0, &[]);
+    let b = NicProc::start("cqmax-b", "127.0.0.1", 0, &[]);
+    let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
+    let dev = x.ctx.query_device().expect("query");
+    assert!(dev.max_cqe > dev.max_qp_wr, "{dev:?}");
+    assert!(
+        dev.max_cqe >= 1_280_000,
+        "perftest -q 10000: {}",
+        dev.max_cqe
+    );
+    deliver(&mut x, &mut y, 0, 2);
+    assert_eq!(x.cq.resize(dev.max_cqe).expect("grow"), dev.max_cqe);
+    deliver(&mut x, &mut y, 2, 1);
+    let ids: Vec<u64> = poll_n(&mut x.cq, 3).iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, [0, 1, 2]);
+    let e = x.cq.resize(dev.max_cqe + 1).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    let e = x.ctx.create_cq(dev.max_cqe + 1).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert_eq!(
+        x.cq.capacity(),
+        dev.max_cqe,
+        "a refused resize changes nothing"
+    );
+}

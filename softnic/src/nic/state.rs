@@ -25,8 +25,8 @@ use verbs_api::abi::control::{
     DeviceAttr, ErrorCode, Handle, QpAttr, QpCaps, QpState, QpType, Reply, Request, Response,
 };
 use verbs_api::abi::{
-    layout, Doorbell, QpLayout, ABI_VERSION, DOORBELL_SEGMENT_LEN, DOORBELL_SLOTS, MAX_INLINE,
-    MAX_RING_ENTRIES, MAX_SGE,
+    layout, Doorbell, QpLayout, ABI_VERSION, DOORBELL_SEGMENT_LEN, DOORBELL_SLOTS, MAX_CQ_ENTRIES,
+    MAX_INLINE, MAX_RING_ENTRIES, MAX_SGE,
 };
 use verbs_api::os::WakePipe;
 
@@ -284,7 +284,7 @@ impl Nic {
             max_qp: self.quotas.limits().qps,
             max_qp_wr: MAX_RING_ENTRIES,
             max_sge: MAX_SGE as u32,
-            max_cqe: MAX_RING_ENTRIES,
+            max_cqe: MAX_CQ_ENTRIES,
             max_inline: MAX_INLINE as u32,
             max_mr: self.quotas.limits().mrs,
             max_mr_size: MAX_MR_SIZE,

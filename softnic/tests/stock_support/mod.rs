@@ -144,6 +144,21 @@ fn pair_attempt(
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn server");
+    // Read as it comes: a server that prints more than a pipe holds (perftest's
+    // addresses of 1,000 QPs) would block until the client ended, and the client waits
+    // for it.
+    let mut child = child;
+    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let out_reader = drain(child.stdout.take().map(|r| Box::new(r) as _));
+    let err_reader = drain(child.stderr.take().map(|r| Box::new(r) as _));
     let mut srv = Spawned(Some(child));
     let deadline = Instant::now() + crate::nic_support::WAIT;
     let cli = loop {
@@ -169,12 +184,17 @@ fn pair_attempt(
     // Bounded wait for the server (the client finished, so it has too, or soon).
     let deadline = Instant::now() + crate::nic_support::WAIT;
     let mut child = srv.0.take().unwrap();
-    let srv_out = loop {
+    let status = loop {
         if child.try_wait().unwrap().is_some() || Instant::now() > deadline {
             let _ = child.kill();
-            break child.wait_with_output().unwrap();
+            break child.wait().unwrap();
         }
         std::thread::sleep(Duration::from_millis(20));
+    };
+    let srv_out = Output {
+        status,
+        stdout: out_reader.join().unwrap_or_default(),
+        stderr: err_reader.join().unwrap_or_default(),
     };
     let srv_text = text(&srv_out);
     if !srv_out.status.success()

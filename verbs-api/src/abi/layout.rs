@@ -9,7 +9,7 @@ use std::fmt;
 
 use super::ring::RING_HEADER_SIZE;
 use super::slots::{Cqe, RecvWqe, SendWqe, Slot};
-use super::MAX_RING_ENTRIES;
+use super::{MAX_CQ_ENTRIES, MAX_RING_ENTRIES};
 
 /// Alignment of every ring inside a segment (a cache line).
 pub const RING_ALIGN: usize = 64;
@@ -20,10 +20,13 @@ pub const SEGMENT_ALIGN: usize = 4096;
 /// Why a layout is impossible.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LayoutError {
-    /// Zero entries, or more than [`MAX_RING_ENTRIES`].
+    /// Zero entries, or more than the ring kind allows ([`MAX_RING_ENTRIES`] for work
+    /// queues, [`MAX_CQ_ENTRIES`] for CQs).
     BadCapacity {
         /// Entries requested.
         requested: u32,
+        /// The ring kind's largest capacity.
+        max: u32,
     },
     /// Capacity is not a power of two (ring constructors take exact capacities; use
     /// [`ring_capacity`] to round a user's depth).
@@ -70,10 +73,9 @@ pub enum LayoutError {
 impl fmt::Display for LayoutError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            LayoutError::BadCapacity { requested } => write!(
-                f,
-                "ring depth {requested} is outside 1..={MAX_RING_ENTRIES}"
-            ),
+            LayoutError::BadCapacity { requested, max } => {
+                write!(f, "ring depth {requested} is outside 1..={max}")
+            }
             LayoutError::NotPowerOfTwo { capacity } => {
                 write!(f, "ring capacity {capacity} is not a power of two")
             }
@@ -106,8 +108,16 @@ impl std::error::Error for LayoutError {}
 /// The ring capacity for a requested depth: the next power of two. A depth of 0 is
 /// refused: a CQ or an SRQ of 0 entries is invalid (as rxe refuses them).
 pub fn ring_capacity(depth: u32) -> Result<u32, LayoutError> {
-    if depth == 0 || depth > MAX_RING_ENTRIES {
-        return Err(LayoutError::BadCapacity { requested: depth });
+    ring_capacity_up_to(depth, MAX_RING_ENTRIES)
+}
+
+/// [`ring_capacity`] for a ring kind whose largest capacity is `max` (a power of two).
+fn ring_capacity_up_to(depth: u32, max: u32) -> Result<u32, LayoutError> {
+    if depth == 0 || depth > max {
+        return Err(LayoutError::BadCapacity {
+            requested: depth,
+            max,
+        });
     }
     Ok(depth.next_power_of_two())
 }
@@ -119,7 +129,10 @@ pub fn ring_capacity(depth: u32) -> Result<u32, LayoutError> {
 /// hardware accept that); the verbs let a device grant more than was asked, and a ring
 /// needs at least one slot, so such a queue is granted, and reported as, one entry.
 pub fn wq_capacity(max_wr: u32) -> Result<u32, LayoutError> {
-    ring_capacity(max_wr.max(1)).map_err(|_| LayoutError::BadCapacity { requested: max_wr })
+    ring_capacity(max_wr.max(1)).map_err(|_| LayoutError::BadCapacity {
+        requested: max_wr,
+        max: MAX_RING_ENTRIES,
+    })
 }
 
 fn round_up(n: usize, to: usize) -> Option<usize> {
@@ -129,14 +142,25 @@ fn round_up(n: usize, to: usize) -> Option<usize> {
 /// Bytes of a ring of `capacity` slots of `T` (header + slots, rounded to
 /// [`RING_ALIGN`]). `capacity` must be an exact power of two.
 pub fn ring_bytes<T: Slot>(capacity: u32) -> Result<usize, LayoutError> {
-    ring_bytes_strided(capacity, core::mem::size_of::<T>())
+    ring_bytes_within(capacity, core::mem::size_of::<T>(), T::MAX_ENTRIES)
 }
 
-/// [`ring_bytes`] for slots `stride` bytes apart ([`super::Ring::with_stride`]).
+/// [`ring_bytes`] for slots `stride` bytes apart ([`super::Ring::with_stride`]) of a
+/// work queue ring (at most [`MAX_RING_ENTRIES`]).
 pub fn ring_bytes_strided(capacity: u32, stride: usize) -> Result<usize, LayoutError> {
-    if capacity == 0 || capacity > MAX_RING_ENTRIES {
+    ring_bytes_within(capacity, stride, MAX_RING_ENTRIES)
+}
+
+/// Bytes of a ring of `capacity` slots `stride` bytes apart, `capacity` at most `max`.
+pub(crate) fn ring_bytes_within(
+    capacity: u32,
+    stride: usize,
+    max: u32,
+) -> Result<usize, LayoutError> {
+    if capacity == 0 || capacity > max {
         return Err(LayoutError::BadCapacity {
             requested: capacity,
+            max,
         });
     }
     if !capacity.is_power_of_two() {
@@ -286,9 +310,9 @@ pub struct CqLayout {
 }
 
 impl CqLayout {
-    /// The layout for a CQ of at least `depth` entries.
+    /// The layout for a CQ of at least `depth` entries (at most [`MAX_CQ_ENTRIES`]).
     pub fn new(depth: u32) -> Result<Self, LayoutError> {
-        let capacity = ring_capacity(depth)?;
+        let capacity = ring_capacity_up_to(depth, MAX_CQ_ENTRIES)?;
         let bytes = ring_bytes::<Cqe>(capacity)?;
         let len = round_up(bytes, SEGMENT_ALIGN).ok_or(LayoutError::TooLarge { bytes })?;
         Ok(CqLayout {
@@ -317,9 +341,36 @@ mod tests {
         assert_eq!(ring_capacity(512), Ok(512));
         assert_eq!(
             ring_capacity(0),
-            Err(LayoutError::BadCapacity { requested: 0 })
+            Err(LayoutError::BadCapacity {
+                requested: 0,
+                max: MAX_RING_ENTRIES
+            })
         );
         assert!(ring_capacity(MAX_RING_ENTRIES + 1).is_err());
+    }
+
+    #[test]
+    fn a_cq_may_be_larger_than_a_work_queue() {
+        let l = CqLayout::new(128_000).unwrap();
+        assert_eq!(l.capacity, 1 << 17);
+        assert!(l.len >= ring_bytes::<Cqe>(1 << 17).unwrap());
+        assert_eq!(
+            CqLayout::new(MAX_CQ_ENTRIES).unwrap().capacity,
+            MAX_CQ_ENTRIES
+        );
+        assert_eq!(
+            CqLayout::new(MAX_CQ_ENTRIES + 1),
+            Err(LayoutError::BadCapacity {
+                requested: MAX_CQ_ENTRIES + 1,
+                max: MAX_CQ_ENTRIES
+            })
+        );
+        // Work queue rings keep their own, smaller limit.
+        const { assert!(MAX_RING_ENTRIES < MAX_CQ_ENTRIES) };
+        assert!(ring_bytes::<Cqe>(MAX_RING_ENTRIES * 2).is_ok());
+        assert!(ring_bytes::<RecvWqe>(MAX_RING_ENTRIES * 2).is_err());
+        assert!(ring_bytes_strided(MAX_RING_ENTRIES * 2, SEND_WQE_SIZE).is_err());
+        assert!(SrqLayout::new(MAX_RING_ENTRIES + 1).is_err());
     }
 
     #[test]
@@ -330,7 +381,8 @@ mod tests {
         assert_eq!(
             wq_capacity(MAX_RING_ENTRIES + 1),
             Err(LayoutError::BadCapacity {
-                requested: MAX_RING_ENTRIES + 1
+                requested: MAX_RING_ENTRIES + 1,
+                max: MAX_RING_ENTRIES
             })
         );
         let l = QpLayout::new(0, 0, shape(1, 0, false)).unwrap();

@@ -113,6 +113,16 @@ pub const MAX_SGE: usize = 4;
 /// Most inline bytes in one send work request.
 pub const MAX_INLINE: usize = 256;
 
-/// Most entries in one ring (a larger request is refused: it bounds what a client can
-/// make the NIC map).
+/// Most entries in one work queue ring (send, receive, SRQ): a larger request is
+/// refused. It bounds the WQEs one QP can queue (and the NIC can be made to map) for
+/// each `max_qp_wr`, as rxe's 32768 (`RXE_MAX_QP_WR`) does.
 pub const MAX_RING_ENTRIES: u32 = 1 << 15;
+
+/// Most entries in one completion queue ring, the device's `max_cqe`. Larger than a work
+/// queue's: programs size one CQ for all their QPs. perftest's `ib_write_bw -q N`
+/// creates one send CQ of `tx_depth` × N entries (128,000 at `-q 1000`, 1,280,000 at
+/// `-q 10000`), which rxe's 32767 refuses ("Couldn't create CQ"); ConnectX devices
+/// report 4,194,303. A CQ ring costs 40 bytes per entry of client memory, mapped by
+/// both sides and counted against the user's mapped-bytes quota (`nic/quota.rs`);
+/// untouched pages cost nothing.
+pub const MAX_CQ_ENTRIES: u32 = 1 << 22;

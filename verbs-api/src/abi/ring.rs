@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use memmap2::MmapRaw;
 
-use super::layout::{ring_bytes_strided, LayoutError, RING_ALIGN};
+use super::layout::{ring_bytes_within, LayoutError, RING_ALIGN};
 use super::slots::Slot;
 use crate::hint;
 
@@ -141,8 +141,8 @@ impl<T: Slot> fmt::Debug for Ring<T> {
 impl<T: Slot> Ring<T> {
     /// A view of the ring at `offset` in `map` with `capacity` slots of `T`.
     ///
-    /// Checks that `capacity` is a power of two no larger than
-    /// [`super::MAX_RING_ENTRIES`], that `offset` is 64-byte aligned, and that the whole
+    /// Checks that `capacity` is a power of two no larger than [`Slot::MAX_ENTRIES`],
+    /// that `offset` is 64-byte aligned, and that the whole
     /// ring lies inside the mapping. Does not read or write the header.
     pub fn new(map: Arc<MmapRaw>, offset: usize, capacity: u32) -> Result<Self, LayoutError> {
         Self::with_stride(map, offset, capacity, core::mem::size_of::<T>())
@@ -164,7 +164,7 @@ impl<T: Slot> Ring<T> {
         if stride > size || stride < T::HEAD.min(size) || (stride < size && !words_only) {
             return Err(LayoutError::BadStride { stride });
         }
-        let bytes = ring_bytes_strided(capacity, stride)?;
+        let bytes = ring_bytes_within(capacity, stride, T::MAX_ENTRIES)?;
         if !offset.is_multiple_of(RING_ALIGN) {
             return Err(LayoutError::Misaligned { offset });
         }

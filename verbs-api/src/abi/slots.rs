@@ -22,6 +22,10 @@ pub unsafe trait Slot: Copy + 'static {
     /// Bytes at the start of every value that a ring always copies.
     const HEAD: usize = core::mem::size_of::<Self>();
 
+    /// Most slots a ring of this type may have: [`super::MAX_RING_ENTRIES`] for work
+    /// queues, [`super::MAX_CQ_ENTRIES`] for completions.
+    const MAX_ENTRIES: u32 = super::MAX_RING_ENTRIES;
+
     /// Bytes from the start of this value that carry meaning; a ring copies only
     /// these (in whole words, at least [`Slot::HEAD`], at most the size) and leaves
     /// the rest of the slot as it was. Read from a copy already taken, never from
@@ -329,7 +333,10 @@ impl SendWqe {
 // SAFETY: as above.
 unsafe impl Slot for RecvWqe {}
 // SAFETY: as above.
-unsafe impl Slot for Cqe {}
+unsafe impl Slot for Cqe {
+    // One CQ serves many QPs (the constant's docs).
+    const MAX_ENTRIES: u32 = super::MAX_CQ_ENTRIES;
+}
 
 /// Size of [`SendWqe`] in bytes.
 pub const SEND_WQE_SIZE: usize = 400;
