@@ -260,6 +260,11 @@ fn a_control_socket_flood_is_refused_per_user() {
     );
     assert_eq!(stat(&ctl, "control_refused_quota_objects"), 1);
     assert_eq!(stat(&ctl, "control_refused_quota_bytes"), 1);
+    // A stock program says only "Unable to create …": the NIC's log names the flag.
+    let log = a.log_text();
+    for flag in ["--max-mrs-per-user 10", "--max-mapped-bytes-per-user"] {
+        assert!(log.contains(flag), "the log should name {flag}:\n{log}");
+    }
     assert_eq!(stat(&ctl, "mrs"), 1 + MAX_MRS_PER_USER as u64);
 
     // The flooder leaves: its connections and quota are released, so root now gets

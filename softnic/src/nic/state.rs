@@ -159,11 +159,19 @@ pub(super) fn ok(r: Reply) -> Answer {
     (Response::Ok(r), Vec::new())
 }
 
-/// The answer to a request over quota (counted under its kind).
+/// The answer to a request over quota (counted under its kind). The client gets the
+/// reason, but a stock program turns it into ENOMEM and "Unable to create QP", so the
+/// NIC's log says it too, naming the `softnic run` flag that raises the limit: at the
+/// 1st, 2nd, 4th, 8th … refusal of each kind, so that a client looping on refusals
+/// cannot flood the log.
 pub(crate) fn refuse(e: QuotaError, counters: &mut NicCounters) -> Answer {
-    match e {
-        QuotaError::Objects { .. } => counters.control_refused_quota_objects += 1,
-        QuotaError::Bytes { .. } => counters.control_refused_quota_bytes += 1,
+    let n = match e {
+        QuotaError::Objects { .. } => &mut counters.control_refused_quota_objects,
+        QuotaError::Bytes { .. } => &mut counters.control_refused_quota_bytes,
+    };
+    *n += 1;
+    if n.is_power_of_two() {
+        tracing::warn!(refusals = *n, "refused over quota: {e}");
     }
     err(ErrorCode::NoResources, e.to_string())
 }
