@@ -14,6 +14,12 @@ use crate::time::Instant;
 impl Cm {
     /// Leaves an established connection (`rdma_disconnect`): the QP goes to ERR, a
     /// DREQ goes out; `Disconnected` follows the DREP (or Max CM Retries timeouts).
+    ///
+    /// A connection already being left or gone — the peer's DREQ came first (the QP
+    /// went to ERR and the DREP out then), or this side asked before — is left
+    /// successfully with nothing to send, as Linux's `rdma_disconnect` returns 0 when
+    /// neither a DREQ nor a DREP can be sent: both ends of perftest `-R` disconnect
+    /// every QP at the end, and whichever asks second must not fail.
     pub fn disconnect(
         &mut self,
         now: Instant,
@@ -24,8 +30,10 @@ impl Cm {
             return Err(CmError::PrivateDataTooLong);
         }
         let c = self.ids.get(&h).ok_or(CmError::NoSuchId)?;
-        if c.state != CmState::Established {
-            return Err(CmError::InvalidState(c.state));
+        match c.state {
+            CmState::Established => {}
+            CmState::DreqSent | CmState::TimeWait | CmState::Closed => return Ok(()),
+            s => return Err(CmError::InvalidState(s)),
         }
         let dreq = DreqRepr {
             local_comm_id: c.local_comm_id,

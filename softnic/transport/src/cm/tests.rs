@@ -218,8 +218,25 @@ fn connect_accept_rtu_then_disconnect_drep_timewait() {
     assert!(matches!(&events(&mut p.a)[..], [Event::Disconnected { id }] if *id == a));
     assert!(matches!(&events(&mut p.b)[..], [Event::Disconnected { id }] if *id == b));
     assert_eq!(p.a.state(a), Some(CmState::TimeWait));
+    // The other end asks too, after the DREQ reached it (perftest -R disconnects both
+    // ends): nothing more to send, and no error, as on Linux; asking twice likewise.
+    let sent = p.log.len();
+    assert_eq!(p.b.disconnect(p.now, b, &[]), Ok(()));
+    assert_eq!(p.a.disconnect(p.now, a, &[]), Ok(()));
+    p.pump();
+    assert_eq!(
+        p.log.len(),
+        sent,
+        "no DREQ or DREP after the first exchange"
+    );
+    assert!(actions(&mut p.a).is_empty() && actions(&mut p.b).is_empty());
     p.tick();
     assert_eq!(p.a.state(a), Some(CmState::Closed));
+    assert_eq!(
+        p.a.disconnect(p.now, a, &[]),
+        Ok(()),
+        "closed: nothing to do"
+    );
     assert!(matches!(
         &events(&mut p.a)[..],
         [Event::TimewaitExit { .. }]
