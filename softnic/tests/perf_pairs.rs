@@ -5,13 +5,12 @@
 
 mod nic_support;
 
-use std::io::Read;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use nic_support::{softnic_dir, NicProc};
+use nic_support::{read_in_background, softnic_dir, NicProc};
 
 /// The tests share two cores with the NICs they start: run one pair at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -28,7 +27,7 @@ fn free_port() -> u16 {
 /// A `softnic perf` child, killed by PID if still running when dropped. Its output is
 /// read as it comes (threads), so a long one (two lines per QP with `-q 4096`) never
 /// fills the pipe and blocks the tool.
-struct PerfProc(Option<Child>, [Option<std::thread::JoinHandle<String>>; 2]);
+struct PerfProc(Option<Child>, [Option<std::thread::JoinHandle<Vec<u8>>>; 2]);
 
 impl PerfProc {
     fn spawn(args: &[String]) -> PerfProc {
@@ -41,15 +40,8 @@ impl PerfProc {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn softnic perf");
-        fn reader(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
-            std::thread::spawn(move || {
-                let mut s = String::new();
-                let _ = r.read_to_string(&mut s);
-                s
-            })
-        }
-        let out = child.stdout.take().map(reader);
-        let err = child.stderr.take().map(reader);
+        let out = child.stdout.take().map(read_in_background);
+        let err = child.stderr.take().map(read_in_background);
         PerfProc(Some(child), [out, err])
     }
 
@@ -68,8 +60,10 @@ impl PerfProc {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let [out, mut err] =
-            std::mem::take(&mut self.1).map(|h| h.and_then(|h| h.join().ok()).unwrap_or_default());
+        let [out, mut err] = std::mem::take(&mut self.1).map(|h| {
+            let bytes = h.and_then(|h| h.join().ok()).unwrap_or_default();
+            String::from_utf8_lossy(&bytes).into_owned()
+        });
         if status.is_none() {
             err.push_str("\n[killed: ran longer than the test's limit]");
         }

@@ -465,3 +465,16 @@ fn ip_of(addr: &str) -> IpAddr {
         .parse()
         .expect("address")
 }
+
+/// Reads `r` to its end on a thread of its own: a child's pipe read as the child
+/// writes, so one that prints more than a pipe holds (a line per QP with many QPs)
+/// never blocks on it while the test waits for something else.
+pub fn read_in_background(
+    mut r: impl std::io::Read + Send + 'static,
+) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = r.read_to_end(&mut v);
+        v
+    })
+}

@@ -138,7 +138,7 @@ fn pair_attempt(
 ) -> Option<(String, String)> {
     use std::process::Stdio;
     use std::time::{Duration, Instant};
-    let child = server(port)
+    let mut child = server(port)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -147,18 +147,14 @@ fn pair_attempt(
     // Read as it comes: a server that prints more than a pipe holds (perftest's
     // addresses of 1,000 QPs) would block until the client ended, and the client waits
     // for it.
-    let mut child = child;
-    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut v);
-            }
-            v
-        })
-    };
-    let out_reader = drain(child.stdout.take().map(|r| Box::new(r) as _));
-    let err_reader = drain(child.stderr.take().map(|r| Box::new(r) as _));
+    let out_reader = child
+        .stdout
+        .take()
+        .map(crate::nic_support::read_in_background);
+    let err_reader = child
+        .stderr
+        .take()
+        .map(crate::nic_support::read_in_background);
     let mut srv = Spawned(Some(child));
     let deadline = Instant::now() + crate::nic_support::WAIT;
     let cli = loop {
@@ -193,8 +189,8 @@ fn pair_attempt(
     };
     let srv_out = Output {
         status,
-        stdout: out_reader.join().unwrap_or_default(),
-        stderr: err_reader.join().unwrap_or_default(),
+        stdout: out_reader.and_then(|h| h.join().ok()).unwrap_or_default(),
+        stderr: err_reader.and_then(|h| h.join().ok()).unwrap_or_default(),
     };
     let srv_text = text(&srv_out);
     if !srv_out.status.success()

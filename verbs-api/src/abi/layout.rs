@@ -9,7 +9,7 @@ use std::fmt;
 
 use super::ring::RING_HEADER_SIZE;
 use super::slots::{Cqe, RecvWqe, SendWqe, Slot};
-use super::{MAX_CQ_ENTRIES, MAX_RING_ENTRIES};
+use super::MAX_RING_ENTRIES;
 
 /// Alignment of every ring inside a segment (a cache line).
 pub const RING_ALIGN: usize = 64;
@@ -21,7 +21,7 @@ pub const SEGMENT_ALIGN: usize = 4096;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LayoutError {
     /// Zero entries, or more than the ring kind allows ([`MAX_RING_ENTRIES`] for work
-    /// queues, [`MAX_CQ_ENTRIES`] for CQs).
+    /// queues, [`MAX_CQ_ENTRIES`](super::MAX_CQ_ENTRIES) for CQs).
     BadCapacity {
         /// Entries requested.
         requested: u32,
@@ -310,9 +310,10 @@ pub struct CqLayout {
 }
 
 impl CqLayout {
-    /// The layout for a CQ of at least `depth` entries (at most [`MAX_CQ_ENTRIES`]).
+    /// The layout for a CQ of at least `depth` entries (at most
+    /// [`MAX_CQ_ENTRIES`](super::MAX_CQ_ENTRIES), the CQE slot's [`Slot::MAX_ENTRIES`]).
     pub fn new(depth: u32) -> Result<Self, LayoutError> {
-        let capacity = ring_capacity_up_to(depth, MAX_CQ_ENTRIES)?;
+        let capacity = ring_capacity_up_to(depth, Cqe::MAX_ENTRIES)?;
         let bytes = ring_bytes::<Cqe>(capacity)?;
         let len = round_up(bytes, SEGMENT_ALIGN).ok_or(LayoutError::TooLarge { bytes })?;
         Ok(CqLayout {
@@ -332,6 +333,7 @@ pub fn mr_segment_len(len: usize) -> Result<usize, LayoutError> {
 #[cfg(test)]
 mod tests {
     use super::super::slots::SEND_WQE_SIZE;
+    use super::super::MAX_CQ_ENTRIES;
     use super::*;
 
     #[test]

@@ -142,8 +142,8 @@ impl<T: Slot> Ring<T> {
     /// A view of the ring at `offset` in `map` with `capacity` slots of `T`.
     ///
     /// Checks that `capacity` is a power of two no larger than [`Slot::MAX_ENTRIES`],
-    /// that `offset` is 64-byte aligned, and that the whole
-    /// ring lies inside the mapping. Does not read or write the header.
+    /// that `offset` is 64-byte aligned, and that the whole ring lies inside the
+    /// mapping. Does not read or write the header.
     pub fn new(map: Arc<MmapRaw>, offset: usize, capacity: u32) -> Result<Self, LayoutError> {
         Self::with_stride(map, offset, capacity, core::mem::size_of::<T>())
     }
