@@ -726,3 +726,66 @@ fn cm_ids_are_counted_against_the_users_quota() {
     drop(first);
     bind(7303).expect("the destroyed id's unit is back");
 }
+
+/// A process's CM ids share one control connection per NIC (`cm_context`): with
+/// `--max-connections-per-user 2`, twenty ids bind and one of them connects and
+/// carries a WRITE, and the NIC saw one client. Before, every id opened its own
+/// connection, so perftest `-R -q 300` failed to connect under the default limit of
+/// 256.
+#[test]
+fn a_processs_cm_ids_share_one_control_connection_per_nic() {
+    let flags = ["--max-connections-per-user", "2"];
+    let a = NicProc::start("cm-share-a", "127.0.0.19", 0, &flags);
+    let b = NicProc::start("cm-share-b", "127.0.0.20", 0, &flags);
+    let (cch, sch) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let _l = listener(&sch, &b, 7400);
+    let ids: Vec<CmId> = (0..20)
+        .map(|i| {
+            let mut id = CmId::new(&cch, PortSpace::Tcp).unwrap();
+            id.bind_addr(SocketAddr::new(a.addr, 0))
+                .unwrap_or_else(|e| panic!("id {i} binds: {e}"));
+            id
+        })
+        .collect();
+    let mut cid = client(&cch, &a, &b, 7400);
+    let (mut c, _sid, s) = connect_accept(&cch, &sch, &mut cid, b"shared");
+    c.qp.query().unwrap();
+    c.mr.write(0, b"one connection");
+    let w = [c.mr.sge(0, 14)];
+    let write = WrOpcode::RdmaWrite {
+        remote_addr: s.mr.addr(),
+        rkey: s.mr.rkey(),
+    };
+    c.qp.post_send(&[SendWr::new(1, write, &w).signaled()])
+        .unwrap();
+    let wc = poll_one(&mut c.cq);
+    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    assert_eq!(s.mr.read_vec(0, 14), b"one connection");
+    drop(ids);
+    disconnect(&cch, &sch, &mut cid);
+    assert_eq!(
+        a.stat("clients_opened"),
+        1,
+        "one control connection on the client's NIC"
+    );
+    assert_eq!(b.stat("clients_opened"), 1, "one on the listener's");
+    assert_eq!(a.stat("control_refused_connections_user"), 0);
+}
+
+/// The shared connection is not reused once its NIC has gone: after a restart at the
+/// same address, a new id (its channel still holding the old connection) binds on the
+/// new NIC.
+#[test]
+fn after_a_nic_restart_new_cm_ids_open_a_new_connection() {
+    let mut nic = NicProc::start("cm-restart", "127.0.0.21", 0, &[]);
+    let ch = EventChannel::new().unwrap();
+    let mut old = CmId::new(&ch, PortSpace::Tcp).unwrap();
+    old.bind_addr(SocketAddr::new(nic.addr, 7410)).unwrap();
+    nic.stop();
+    let nic = NicProc::start("cm-restart", "127.0.0.21", 0, &[]);
+    let mut id = CmId::new(&ch, PortSpace::Tcp).unwrap();
+    id.bind_addr(SocketAddr::new(nic.addr, 7410))
+        .expect("a bind on the restarted NIC");
+    assert_eq!(id.local_addr(), Some(SocketAddr::new(nic.addr, 7410)));
+    drop(old);
+}

@@ -27,12 +27,12 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::abi::control::cm::{CmEventMsg, CmReply, CmRequest};
 use crate::abi::control::{Handle, Reply, Request};
-use crate::device::{Context, Device};
+use crate::device::{Context, ContextInner, Device};
 use crate::error::{io, Error, Result};
 use crate::mr::AccessFlags;
 use crate::os;
@@ -268,6 +268,38 @@ struct ChannelState {
     keys: HashMap<(usize, Handle), CmIdKey>,
     /// Events fetched (or made locally) but not yet returned.
     pending: VecDeque<CmEvent>,
+}
+
+/// The control connection this process's CM ids use on `dev`: one per NIC, shared by
+/// every [`CmId`] and [`EventChannel`] of the process, opened by the first id bound
+/// there and closed with the last id or channel holding it.
+///
+/// Why shared: a connection costs the NIC an OS thread and counts against
+/// `--max-connections-per-user` (default 256), and costs the process descriptors. A
+/// program with one id per QP — perftest `-R -q 1000`, one id per connection of a
+/// server — would otherwise hit either limit long before the NIC's QP limit. The NIC
+/// serves any number of ids and channels on one connection, and lets an id bind a QP
+/// of another connection of the same user (the program's `ibv_context`).
+///
+/// A connection the NIC has closed (it restarted) is not reused: the next id opens a
+/// new one.
+fn cm_context(dev: &Device) -> Result<Context> {
+    type Shared = Vec<(std::path::PathBuf, Weak<ContextInner>)>;
+    static SHARED: Mutex<Shared> = Mutex::new(Vec::new());
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    shared.retain(|(_, w)| w.strong_count() > 0);
+    let live = shared
+        .iter()
+        .filter(|(p, _)| p == dev.path())
+        .filter_map(|(_, w)| w.upgrade())
+        .find(|c| !c.peer_closed());
+    if let Some(inner) = live {
+        return Ok(Context { inner });
+    }
+    let ctx = dev.open_context()?;
+    shared.retain(|(p, _)| p != dev.path());
+    shared.push((dev.path().to_path_buf(), Arc::downgrade(&ctx.inner)));
+    Ok(ctx)
 }
 
 fn ctx_key(ctx: &Context) -> usize {
@@ -622,7 +654,7 @@ impl CmId {
                 "the rdma_cm id is already bound".into(),
             ));
         }
-        let ctx = dev.open_context()?;
+        let ctx = cm_context(dev)?;
         let channel = self.channel.attach(&ctx)?;
         let req = Request::Cm(CmRequest::CreateId { channel });
         let id = match ctx.inner.call("rdma_create_id", &req, &[])?.0 {

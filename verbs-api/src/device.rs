@@ -150,6 +150,14 @@ pub(crate) struct ContextInner {
 }
 
 impl ContextInner {
+    /// Whether the NIC has closed this connection (it exited or restarted): the NIC
+    /// writes the socket only to answer a request, so between calls it is readable
+    /// only at end of file.
+    pub(crate) fn peer_closed(&self) -> bool {
+        let sock = self.sock.lock().unwrap_or_else(|e| e.into_inner());
+        crate::os::wait_readable(sock.as_fd(), Some(Duration::ZERO)).unwrap_or(true)
+    }
+
     /// One request/response round trip; a NIC error becomes [`Error::Nic`].
     pub(crate) fn call(
         &self,

@@ -3,8 +3,8 @@
 //! in the NIC.
 //!
 //! `id->verbs` is an `ibv_context` of softnic's libibverbs, one per NIC for the
-//! process, around the verbs-api context of the first id bound to that NIC
-//! ([`softnic_ibverbs::internal::wrap_context`]); the PD, CQs and QP a program creates
+//! process, around the verbs-api context (control connection) every id bound to that
+//! NIC shares ([`softnic_ibverbs::internal::wrap_context`]); the PD, CQs and QP a program creates
 //! on it are the objects the CM then binds (the NIC accepts a QP of any connection of
 //! the same user). These contexts stay open for the life of the process, as rdma-core's
 //! librdmacm keeps its device contexts: programs such as rping destroy the id before
@@ -87,9 +87,9 @@ pub(crate) fn lookup(key: CmIdKey) -> Option<*mut Id> {
 /// One `ibv_context` per NIC (by name) for the whole process, as rdma-core's
 /// librdmacm has one per device: every id on a NIC has the same `verbs`, so a PD made
 /// on one id's `verbs` carries the QPs of the others (perftest does this). It wraps
-/// the connection of the first id bound to that NIC (the wrapper keeps it open); the
-/// NIC lets an id bind a QP of any connection of the same user. Never closed: see the
-/// module doc.
+/// the control connection the process's ids share on that NIC (the wrapper keeps it
+/// open); the NIC lets an id bind a QP of any connection of the same user. Never
+/// closed: see the module doc.
 static CONTEXTS: Mutex<Vec<(String, usize)>> = Mutex::new(Vec::new());
 
 fn context_for(api: &verbs_api::Context) -> *mut ibv_context {

@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use verbs_api::os::SignalPipe;
 
 use softnic_transport::cm::{Event, IdHandle, PeerParams};
-use verbs_api::abi::control::cm::{CmEventConn, CmEventMsg, CmEventUd};
+use verbs_api::abi::control::cm::{CmEventConn, CmEventMsg, CmEventUd, MAX_EVENTS_PER_REPLY};
 use wire::cm::{CmaHeader, CMA_HEADER_LEN};
 
 use super::{IdOwner, NicCm};
@@ -34,6 +34,21 @@ pub struct Channel {
     pub pipe: SignalPipe,
     /// Events not yet fetched.
     pub queue: VecDeque<CmEventMsg>,
+}
+
+impl Channel {
+    /// What a `GetEvents` answers: the oldest events, at most [`MAX_EVENTS_PER_REPLY`]
+    /// so that the answer fits a control frame. The client reads the pipe empty before
+    /// asking, so an event queued after this writes it again; so does this when it
+    /// leaves events behind, and the client asks again.
+    pub fn take_events(&mut self) -> Vec<CmEventMsg> {
+        let n = self.queue.len().min(MAX_EVENTS_PER_REPLY);
+        let v: Vec<_> = self.queue.drain(..n).collect();
+        if !self.queue.is_empty() {
+            self.pipe.notify();
+        }
+        v
+    }
 }
 
 /// `enum rdma_cm_event_type` values.
@@ -229,6 +244,29 @@ mod tests {
         cm.channels.get_mut(&7).unwrap().queue.clear();
         cm.queue(msg(id, kind::DISCONNECTED, 0));
         assert_eq!(take(&reader), Some(1));
+    }
+
+    /// A long queue is answered in frame-sized parts, oldest first, the pipe written
+    /// again after each part that leaves events behind and not after the last.
+    #[test]
+    fn events_are_taken_in_parts_that_fit_a_frame() {
+        let (mut cm, reader, id) = cm_with_channel();
+        let take = |r: &std::os::fd::OwnedFd| verbs_api::os::pipe_take(r.as_fd()).unwrap();
+        let total = 2 * MAX_EVENTS_PER_REPLY + 5;
+        for i in 0..total {
+            cm.queue(msg(id, kind::DISCONNECTED, -(i as i32)));
+        }
+        let mut seen = Vec::new();
+        let ch = cm.channels.get_mut(&7).unwrap();
+        for expect in [MAX_EVENTS_PER_REPLY, MAX_EVENTS_PER_REPLY, 5] {
+            assert_eq!(take(&reader), Some(1), "the pipe says there is more");
+            let part = ch.take_events();
+            assert_eq!(part.len(), expect);
+            seen.extend(part.iter().map(|m| -m.status as usize));
+        }
+        assert_eq!(take(&reader), Some(0), "nothing left, nothing written");
+        assert_eq!(seen, (0..total).collect::<Vec<_>>(), "in order, each once");
+        assert!(ch.take_events().is_empty());
     }
 
     #[test]

@@ -432,12 +432,7 @@ impl Nic {
                 done()
             }
             CmRequest::GetEvents { channel } => match self.cm.channels.get_mut(&channel) {
-                Some(c) if c.client == client => {
-                    // The client reads the pipe empty before asking, so an event
-                    // queued after this answer writes it again.
-                    let v: Vec<_> = c.queue.drain(..).collect();
-                    ok(Reply::Cm(CmReply::Events(v)))
-                }
+                Some(c) if c.client == client => ok(Reply::Cm(CmReply::Events(c.take_events()))),
                 _ => {
                     return Err(fail(
                         ErrorCode::NotFound,

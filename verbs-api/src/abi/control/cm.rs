@@ -19,6 +19,13 @@ use serde::{Deserialize, Serialize};
 
 use super::{Handle, QpAttr};
 
+/// The most events one [`CmRequest::GetEvents`] answer carries. Bounded so that the
+/// answer fits a control frame ([`super::MAX_FRAME`]) whatever the events hold: a
+/// channel may have thousands queued (one id per QP, thousands of QPs), each with up
+/// to 224 bytes of private data, and an answer too long to send would end the
+/// connection and every id on it.
+pub const MAX_EVENTS_PER_REPLY: usize = 32;
+
 /// What a connect or accept offers (`struct rdma_conn_param`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CmConnParam {
@@ -109,7 +116,9 @@ pub enum CmRequest {
         /// The id.
         id: Handle,
     },
-    /// Takes the channel's pending events (never blocks). Reply: [`CmReply::Events`].
+    /// Takes the channel's oldest pending events, at most [`MAX_EVENTS_PER_REPLY`]
+    /// (never blocks). Reply: [`CmReply::Events`]. When more are left the NIC writes
+    /// the channel's pipe again, so the client asks again.
     GetEvents {
         /// The channel.
         channel: Handle,
@@ -239,4 +248,47 @@ pub enum CmReply {
         /// RTR → RTS.
         rts: QpAttr,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{encode, Reply};
+    use super::*;
+
+    /// [`MAX_EVENTS_PER_REPLY`] of the longest events there are (private data longer
+    /// than any CM message carries, every number at its widest, IPv6 addresses with
+    /// scope IDs) encode as one frame.
+    #[test]
+    fn a_full_events_answer_fits_a_control_frame() {
+        let v6: SocketAddr = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff%4294967295]:65535"
+            .parse()
+            .unwrap();
+        let widest = CmEventMsg {
+            id: Handle::MAX,
+            listen_id: Some(Handle::MAX),
+            kind: u32::MAX,
+            status: i32::MIN,
+            conn: Some(CmEventConn {
+                private_data: vec![255; 256],
+                responder_resources: u8::MAX,
+                initiator_depth: u8::MAX,
+                flow_control: true,
+                retry_count: u8::MAX,
+                rnr_retry_count: u8::MAX,
+                srq: true,
+                qp_num: u32::MAX,
+                psn: u32::MAX,
+            }),
+            peer: Some(v6),
+            local: Some(v6),
+            ud: Some(CmEventUd {
+                qp_num: u32::MAX,
+                qkey: u32::MAX,
+                dest: v6,
+            }),
+        };
+        let answer = Reply::Cm(CmReply::Events(vec![widest; MAX_EVENTS_PER_REPLY]));
+        let frame = encode(&super::super::Response::Ok(answer)).expect("fits one frame");
+        assert!(frame.len() <= super::super::MAX_FRAME, "{}", frame.len());
+    }
 }
