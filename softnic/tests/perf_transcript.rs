@@ -176,6 +176,38 @@ fn spawn_perf(args: &[String]) -> Child {
         .expect("spawn softnic perf")
 }
 
+/// Starts a `softnic perf` server (`args` from [`server_args`]: `-p 0`, a free port)
+/// and reads the port it took from the line it prints before it waits. Choosing a port
+/// here (a listener bound and dropped) left a window in which another test could be
+/// handed the same port before the server bound it.
+fn spawn_perf_server(args: &[String]) -> (Child, u16) {
+    let mut child = spawn_perf(args);
+    let mut out = child.stdout.take().expect("piped");
+    let mut head = Vec::new();
+    // Byte by byte up to the port's line, so nothing after it is read here (finish
+    // reads the rest); bounded by the child: end of file if it dies.
+    let port = loop {
+        let mut b = [0u8];
+        if out.read(&mut b).expect("read softnic perf") == 0 {
+            let (_, rest) = finish(child);
+            panic!(
+                "softnic perf never listened:\n{}{rest}",
+                String::from_utf8_lossy(&head)
+            );
+        }
+        head.push(b[0]);
+        if b[0] == b'\n' {
+            let text = String::from_utf8_lossy(&head);
+            let last = text.lines().last().unwrap_or_default();
+            if let Some(p) = last.strip_prefix(" TCP port of the exchange: ") {
+                break p.trim().parse().expect("a port number");
+            }
+        }
+    };
+    child.stdout = Some(out);
+    (child, port)
+}
+
 /// Waits (bounded) for `child`; returns (success, stdout + stderr).
 fn finish(mut child: Child) -> (bool, String) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -290,37 +322,8 @@ fn write_bw_client_against_a_scripted_ib_write_bw_server() {
 fn read_lat_server_against_a_scripted_ib_read_lat_client() {
     let a = NicProc::start("tr-rl-a", "127.0.0.2", 0, &[]);
     let b = NicProc::start("tr-rl-b", "127.0.0.3", 0, &[]);
-    let port = listener().1;
-    let child = spawn_perf(&[
-        "read_lat".into(),
-        "-d".into(),
-        a.name.clone(),
-        "-p".into(),
-        port.to_string(),
-        "-o".into(),
-        "4".into(),
-        "--peer-udp-port".into(),
-        b.port.to_string(),
-        "--timeout".into(),
-        "30".into(),
-    ]);
-    // Connect (the server may not listen yet: perftest would fail, we retry).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let s = loop {
-        match TcpStream::connect(("127.0.0.1", port)) {
-            Ok(s) => break s,
-            Err(e) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "softnic perf never listened: {e}"
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    };
-    s.set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
-    let mut peer = Peer { s, server: false };
+    let (child, port) = spawn_perf_server(&server_args("read_lat", &a, &b, &["-o", "4"]));
+    let mut peer = connect_to(port);
     peer.preamble();
     let mut cli = side(&b, 2 * 4096, 16);
     cli.qp.to_init(AccessFlags::REMOTE_READ).expect("INIT");
@@ -367,34 +370,17 @@ fn read_lat_server_against_a_scripted_ib_read_lat_client() {
     );
 }
 
-/// Connects to a `softnic perf` server on `port` (retrying while it starts).
+/// Connects to the `softnic perf` server [`spawn_perf_server`] started on `port`.
 fn connect_to(port: u16) -> Peer {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let s = loop {
-        match TcpStream::connect(("127.0.0.1", port)) {
-            Ok(s) => break s,
-            Err(e) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "softnic perf never listened: {e}"
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    };
+    // It printed the port after it listened: no retry needed.
+    let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to softnic perf");
     s.set_read_timeout(Some(Duration::from_secs(30)))
         .expect("timeout");
     Peer { s, server: false }
 }
 
-fn server_args(
-    test: &str,
-    nic: &NicProc,
-    peer: &NicProc,
-    port: u16,
-    extra: &[&str],
-) -> Vec<String> {
-    let mut v: Vec<String> = [test, "-d", &nic.name, "-p", &port.to_string()]
+fn server_args(test: &str, nic: &NicProc, peer: &NicProc, extra: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = [test, "-d", &nic.name, "-p", "0"]
         .iter()
         .map(|s| s.to_string())
         .collect();
@@ -410,13 +396,11 @@ fn server_args(
 fn send_bw_server_against_a_scripted_ib_send_bw_client() {
     let a = NicProc::start("tr-sbw-a", "127.0.0.2", 0, &[]);
     let b = NicProc::start("tr-sbw-b", "127.0.0.3", 0, &[]);
-    let port = listener().1;
     let (n, size) = (50u64, 512u32);
-    let child = spawn_perf(&server_args(
+    let (child, port) = spawn_perf_server(&server_args(
         "send_bw",
         &a,
         &b,
-        port,
         &["-n", "50", "-s", "512", "--verify"],
     ));
     let mut peer = connect_to(port);
@@ -478,13 +462,11 @@ fn send_bw_server_against_a_scripted_ib_send_bw_client() {
 fn atomic_bw_server_against_a_scripted_ib_atomic_bw_client() {
     let a = NicProc::start("tr-abw-a", "127.0.0.2", 0, &[]);
     let b = NicProc::start("tr-abw-b", "127.0.0.3", 0, &[]);
-    let port = listener().1;
     let n = 100u64;
-    let child = spawn_perf(&server_args(
+    let (child, port) = spawn_perf_server(&server_args(
         "atomic_bw",
         &a,
         &b,
-        port,
         &["-n", "100", "--verify"],
     ));
     let mut peer = connect_to(port);
@@ -629,15 +611,9 @@ fn write_lat_client_against_a_scripted_ib_write_lat_server() {
 fn send_lat_server_against_a_scripted_ib_send_lat_client() {
     let a = NicProc::start("tr-sl-a", "127.0.0.2", 0, &[]);
     let b = NicProc::start("tr-sl-b", "127.0.0.3", 0, &[]);
-    let port = listener().1;
     let (n, size) = (40u64, 16u32);
-    let child = spawn_perf(&server_args(
-        "send_lat",
-        &a,
-        &b,
-        port,
-        &["-n", "40", "-s", "16"],
-    ));
+    let (child, port) =
+        spawn_perf_server(&server_args("send_lat", &a, &b, &["-n", "40", "-s", "16"]));
     let mut peer = connect_to(port);
     peer.preamble();
     let mut cli = side(&b, 2 * 4096, 64);

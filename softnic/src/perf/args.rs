@@ -97,7 +97,9 @@ pub struct PerfArgs {
     /// Path MTU: 256, 512, 1024, 2048 or 4096 (default: the device's).
     #[arg(short = 'm', long = "mtu")]
     pub mtu: Option<u32>,
-    /// TCP port of the exchange.
+    /// TCP port of the exchange. A server given 0 takes a free port and prints it
+    /// (" TCP port of the exchange: N") before it waits: no race for a port between
+    /// choosing and listening.
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,
     /// Number of QPs (BW tests only).

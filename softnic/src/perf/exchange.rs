@@ -300,9 +300,10 @@ impl Comm {
         }
     }
 
-    /// Server: listen on `0.0.0.0:port` (SO_REUSEADDR, as perftest) and accept one
-    /// client, waiting at most `timeout` for it.
-    pub fn accept(port: u16, timeout: Duration) -> Result<Comm> {
+    /// Server: listen on `0.0.0.0:port` (SO_REUSEADDR, as perftest; port 0: a free
+    /// port, handed to `listening` before the wait so the caller can tell the client)
+    /// and accept one client, waiting at most `timeout` for it.
+    pub fn accept(port: u16, timeout: Duration, listening: impl FnOnce(u16)) -> Result<Comm> {
         let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
         sock.set_reuse_address(true)?;
         let addr: std::net::SocketAddr = ([0, 0, 0, 0], port).into();
@@ -312,6 +313,8 @@ impl Comm {
         sock.listen(1)?;
         let listener: TcpListener = sock.into();
         listener.set_nonblocking(true)?;
+        let port = listener.local_addr()?.port();
+        listening(port);
         let deadline = std::time::Instant::now() + timeout;
         // Bounded by the deadline: one accept attempt every 10 ms.
         loop {

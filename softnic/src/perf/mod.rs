@@ -84,7 +84,13 @@ fn run(a: &PerfArgs) -> Result<Vec<String>, String> {
     }
     let mut comm = match &p.host {
         Some(h) => Comm::connect(h, p.port, p.timeout),
-        None => Comm::accept(p.port, p.timeout),
+        None => Comm::accept(p.port, p.timeout, |port| {
+            if p.port == 0 {
+                // Told only when asked for (`-p 0`): perftest prints no port.
+                println!(" TCP port of the exchange: {port}");
+                let _ = std::io::stdout().flush();
+            }
+        }),
     }
     .map_err(|e| format!("Unable to init the socket connection: {e}"))?;
     let err = |e: exchange::ExchangeError| {
