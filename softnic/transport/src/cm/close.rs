@@ -255,6 +255,11 @@ impl Cm {
         };
         match state {
             CmState::ReqSent | CmState::ReqRcvd | CmState::RepSent => {
+                if state == CmState::ReqRcvd {
+                    // Not accepted yet: it still holds a slot of its listener's backlog.
+                    let listener = self.ids.get(&h).and_then(|c| c.listener);
+                    self.release_backlog(listener);
+                }
                 let kind = if state == CmState::ReqSent {
                     MessageKind::Rep
                 } else {

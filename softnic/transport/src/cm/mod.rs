@@ -29,6 +29,8 @@ mod qp_attr;
 pub mod sidr;
 pub mod timer;
 
+#[cfg(any(test, feature = "testing"))]
+pub mod fuzzing;
 #[cfg(test)]
 mod tests;
 
@@ -200,6 +202,22 @@ pub struct CmCounters {
     pub timeouts: u64,
 }
 
+/// The sizes of a [`Cm`]'s tables ([`Cm::occupancy`]; test support).
+#[cfg(any(test, feature = "testing"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Occupancy {
+    /// Ids (of every state, listeners and closed ones included).
+    pub ids: usize,
+    /// Service IDs listened on.
+    pub listeners: usize,
+    /// Local communication IDs indexed.
+    pub comm_ids: usize,
+    /// QPNs bound.
+    pub qpns: usize,
+    /// MADs, events and QP actions queued and not yet polled.
+    pub queued: usize,
+}
+
 /// How the CM identifies itself and paces retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CmConfig {
@@ -281,6 +299,19 @@ impl Cm {
         &self.counters
     }
 
+    /// How many entries each of the CM's tables holds (test support: the hostile-input
+    /// driver in [`fuzzing`] bounds them).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn occupancy(&self) -> Occupancy {
+        Occupancy {
+            ids: self.ids.len(),
+            listeners: self.listeners.len(),
+            comm_ids: self.by_comm_id.len(),
+            qpns: self.by_qpn.len(),
+            queued: self.tx.len() + self.events.len() + self.qp_actions.len(),
+        }
+    }
+
     /// An id's state.
     pub fn state(&self, id: IdHandle) -> Option<CmState> {
         self.ids.get(&id).map(|c| c.state)
@@ -300,7 +331,9 @@ impl Cm {
 
     /// Forgets an id at once (`rdma_destroy_id`): a connected id sends a DREQ first
     /// (without waiting for the DREP), a connection request not yet answered is
-    /// rejected (consumer reject), a listener stops listening.
+    /// rejected (consumer reject; a SIDR request, SIDR REP "reject", as Linux's
+    /// `cm_destroy_id` does) — which also frees its listener's backlog slot —, a
+    /// listener stops listening.
     pub fn destroy_id(&mut self, now: Instant, h: IdHandle) {
         match self.ids.get(&h).map(|c| c.state) {
             Some(CmState::Established) => {
@@ -308,6 +341,9 @@ impl Cm {
             }
             Some(CmState::ReqRcvd) => {
                 let _ = self.reject(h, &[]);
+            }
+            Some(CmState::SidrReqRcvd) => {
+                let _ = self.sidr_reply(h, None, &[]);
             }
             _ => {}
         }
@@ -317,7 +353,11 @@ impl Cm {
     /// Drops an id and every index entry pointing at it.
     fn forget(&mut self, h: IdHandle) {
         if let Some(c) = self.ids.remove(&h) {
-            self.by_comm_id.remove(&c.local_comm_id);
+            // Only if still its own: a closed id's comm ID leaves the index at the end
+            // of TimeWait and may then be drawn again for a new connection.
+            if self.by_comm_id.get(&c.local_comm_id) == Some(&h) {
+                self.by_comm_id.remove(&c.local_comm_id);
+            }
             if let Some(q) = c.qpn {
                 if self.by_qpn.get(&q) == Some(&h) {
                     self.by_qpn.remove(&q);

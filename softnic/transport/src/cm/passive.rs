@@ -187,7 +187,8 @@ impl Cm {
         Ok(())
     }
 
-    fn release_backlog(&mut self, listener: Option<IdHandle>) {
+    /// A request of `listener` was answered (or given up): its backlog slot is free.
+    pub(super) fn release_backlog(&mut self, listener: Option<IdHandle>) {
         if let Some(l) = listener.and_then(|l| self.ids.get_mut(&l)) {
             l.pending = l.pending.saturating_sub(1);
         }

@@ -616,3 +616,68 @@ fn qp_steps_are_the_transitions_the_cm_applies() {
     };
     assert_eq!((a_rq, a_sq), (0x1000, 0x2000));
 }
+
+/// Found by the hostile-input driver (`fuzzing.rs`): destroying a SIDR request the
+/// consumer had not answered left its listener's backlog slot taken for good, so after
+/// `backlog` such requests the service dropped every SIDR REQ (and the requester heard
+/// nothing until it gave up). Destroying it answers "reject" and frees the slot, as
+/// Linux's `cm_destroy_id` does (`cm_reject_sidr_req(IB_SIDR_REJECT)`).
+#[test]
+fn destroying_an_unanswered_sidr_request_frees_its_backlog_slot() {
+    let mut p = Pair::new();
+    let l = p.b.create_id();
+    p.b.listen(l, UD_SID, 1).unwrap();
+    let a = p.a.create_id();
+    p.a.sidr_request(p.now, a, route(&p), UD_SID, &[]).unwrap();
+    p.pump();
+    let Some(Event::ConnectRequest { id, .. }) = p.b.poll_event() else {
+        panic!()
+    };
+    p.b.destroy_id(p.now, id);
+    p.pump();
+    assert!(
+        matches!(&events(&mut p.a)[..], [Event::Rejected { id, reason: 2, .. }] if *id == a),
+        "the requester is told at once"
+    );
+    let a2 = p.a.create_id();
+    p.a.sidr_request(p.now, a2, route(&p), UD_SID, &[]).unwrap();
+    p.pump();
+    assert_eq!(p.b.counters().rx_drop_backlog, 0);
+    assert!(matches!(
+        &events(&mut p.b)[..],
+        [Event::ConnectRequest { listener, .. }] if *listener == l
+    ));
+}
+
+/// Found by the hostile-input driver: `qp_failed` on a connection request not yet
+/// accepted rejected it but kept its listener's backlog slot, so the listener took one
+/// REQ fewer for good. (The NIC calls `qp_failed` only after an accept has queued QP
+/// transitions, so this needs a caller outside the contract; the slot is freed anyway.)
+#[test]
+fn a_failed_request_frees_its_backlog_slot() {
+    let mut p = Pair::new();
+    let l = p.b.create_id();
+    p.b.listen(l, SID, 1).unwrap();
+    let a = p.a.create_id();
+    p.a.connect(p.now, a, route(&p), SID, params(0x11, 1))
+        .unwrap();
+    p.pump();
+    let Some(Event::ConnectRequest { id, .. }) = p.b.poll_event() else {
+        panic!()
+    };
+    p.b.qp_failed(p.now, id);
+    assert!(matches!(
+        &events(&mut p.b)[..],
+        [Event::ConnectError { .. }]
+    ));
+    p.pump();
+    let a2 = p.a.create_id();
+    p.a.connect(p.now, a2, route(&p), SID, params(0x12, 1))
+        .unwrap();
+    p.pump();
+    assert_eq!(p.b.counters().rx_drop_backlog, 0);
+    assert!(matches!(
+        &events(&mut p.b)[..],
+        [Event::ConnectRequest { listener, .. }] if *listener == l
+    ));
+}
