@@ -35,6 +35,7 @@ mod nic_support;
 
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -252,7 +253,14 @@ fn hostile_channel(sock: &UnixStream) -> (Handle, Vec<OwnedFd>) {
         }
         other => panic!("OpenChannel: {other:?}"),
     };
-    let write = os::pipe_reopen_write(read.as_fd()).unwrap();
+    // A write end of the attacker's own (`/proc/self/fd/N` opened for writing is a new
+    // open file of the same pipe), to fill the pipe and make it blocking.
+    let write: OwnedFd = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/self/fd/{}", read.as_raw_fd()))
+        .expect("a write end of the event pipe")
+        .into();
     fill(&read, &write);
     (channel, vec![read, write])
 }

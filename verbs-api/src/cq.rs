@@ -294,9 +294,6 @@ impl Drop for CqShared {
 pub struct CompletionQueue {
     ring: Consumer<Cqe>,
     pub(crate) shared: Arc<CqShared>,
-    /// This process's own write end of the event pipe, opened on the first
-    /// [`Self::raise_event`].
-    raise: Option<OwnedFd>,
 }
 
 impl fmt::Debug for CompletionQueue {
@@ -332,7 +329,6 @@ impl CompletionQueue {
                 event: fds.remove(0),
                 idle: IdleState::default(),
             }),
-            raise: None,
         })
     }
 
@@ -502,22 +498,6 @@ impl CompletionQueue {
                 ),
             }),
         }
-    }
-
-    /// Makes the event pipe readable from this process, as if the NIC had signalled
-    /// an armed CQ: `ibv_req_notify_cq` finding completions already waiting raises
-    /// the event at once. Writes through a write end of this process's own
-    /// ([`os::pipe_reopen_write`]), never the NIC's.
-    pub fn raise_event(&mut self) -> Result<()> {
-        let fd = match &self.raise {
-            Some(fd) => fd,
-            None => {
-                let fd = os::pipe_reopen_write(self.shared.event.as_fd())
-                    .map_err(io("opening a write end of the CQ's event pipe"))?;
-                self.raise.insert(fd)
-            }
-        };
-        os::pipe_signal(fd.as_fd()).map_err(io("raising a CQ event"))
     }
 
     /// Requests a notification for the next completion (`ibv_req_notify_cq`); returns

@@ -129,6 +129,53 @@ pub fn pair_run_with(
     panic!("{what}: no free TCP port for the exchange after 4 tries");
 }
 
+/// The longest a stock client may run before [`pair_run_with`] kills it: a client
+/// that hangs (a lost completion, a missed event) fails its test instead of holding CI.
+const CLIENT_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// `cmd`'s output (stdin from /dev/null), killed by PID if it runs longer than `limit`;
+/// its output then says so.
+pub fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Output {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let out = child
+        .stdout
+        .take()
+        .map(crate::nic_support::read_in_background);
+    let err = child
+        .stderr
+        .take()
+        .map(crate::nic_support::read_in_background);
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break child.wait().expect("wait");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let join = |h: Option<std::thread::JoinHandle<Vec<u8>>>| {
+        h.and_then(|h| h.join().ok()).unwrap_or_default()
+    };
+    let mut stderr = join(err);
+    if !status.success() && std::time::Instant::now() > deadline {
+        stderr.extend_from_slice(format!("\n[killed after {limit:?}]\n").as_bytes());
+    }
+    Output {
+        status,
+        stdout: join(out),
+        stderr,
+    }
+}
+
 /// One [`pair_run_with`] attempt; None when the server could not listen on `port`.
 fn pair_attempt(
     what: &str,
@@ -158,10 +205,7 @@ fn pair_attempt(
     let mut srv = Spawned(Some(child));
     let deadline = Instant::now() + crate::nic_support::WAIT;
     let cli = loop {
-        let o = client(port)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run client");
+        let o = output_within(&mut client(port), CLIENT_LIMIT);
         // The server may not listen yet: the pingpongs, perftest and qperf then exit at
         // once.
         let t = text(&o);

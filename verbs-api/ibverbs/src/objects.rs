@@ -8,9 +8,8 @@
 //! A completion channel is an epoll descriptor: each CQ created on the channel adds the
 //! read end of its event pipe (which the NIC writes when the CQ is armed and a
 //! completion arrives), so the channel fd is readable, to `poll(2)` as to
-//! `ibv_get_cq_event`, exactly when one of its CQs has an event. The NIC writes through
-//! a write end of its own; `ibv_req_notify_cq` raising an event itself writes through
-//! another, of this process (`verbs_api::CompletionQueue::raise_event`).
+//! `ibv_get_cq_event`, exactly when one of its CQs has an event. Only the NIC writes the
+//! pipes, through write ends of its own.
 
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -428,10 +427,16 @@ fn yield_every() -> u32 {
 }
 
 /// The `req_notify_cq` op behind the inline `ibv_req_notify_cq`: arms the CQ so the
-/// NIC signals its next completion on the CQ's event pipe. softnic does not distinguish
+/// NIC signals its *next* completion on the CQ's event pipe, as rxe and the kernel's
+/// verbs do (`IB_CQ_NEXT_COMP`, no `IB_CQ_REPORT_MISSED_EVENTS`): completions already
+/// waiting raise nothing, so a program re-arms and then polls (the pattern every
+/// verbs program uses; the arm is fenced against the NIC's publish, so a completion
+/// either is seen by that poll or raises the event). Raising at once instead gave
+/// perftest 4.5's `ib_send_lat -e`, which acks, re-arms and polls each event's CQ, a
+/// second event for every completion, and its one channel for both CQs then woke its
+/// send wait for a receive: "Couldn't post send". softnic does not distinguish
 /// solicited completions, so `solicited_only` arms for every completion (a superset,
-/// as the verbs allow spurious events). If completions are already waiting, the event
-/// is raised at once, so a program that arms and then sleeps never misses them.
+/// as the verbs allow spurious events).
 ///
 /// # Safety
 /// `cq` came from [`ibv_create_cq`].
@@ -443,11 +448,7 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut c_void, _solicited_only: c_int) 
     let c = unsafe { softnic_cq(cq as *mut ibv_cq) };
     let mut api = c.api.lock().unwrap_or_else(|e| e.into_inner());
     match api.arm() {
-        Ok(true) => 0,
-        Ok(false) => match api.raise_event() {
-            Ok(()) => 0,
-            Err(e) => errno::of(&e),
-        },
+        Ok(_) => 0,
         Err(e) => errno::of(&e),
     }
 }

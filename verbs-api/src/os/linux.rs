@@ -594,29 +594,6 @@ pub fn pipe_take(fd: BorrowedFd<'_>) -> io::Result<Option<usize>> {
     }
 }
 
-/// A write end of its own for the pipe whose read end is `read`: `/proc/self/fd/N`
-/// opened for writing (non-blocking, close-on-exec) is a new open file of the same
-/// pipe, so its flags are the opener's alone. A client uses it to raise an event on a
-/// pipe the NIC handed it the read end of (`ibv_req_notify_cq` with completions
-/// already waiting), without the NIC ever sharing its own write end.
-pub fn pipe_reopen_write(read: BorrowedFd<'_>) -> io::Result<OwnedFd> {
-    let path =
-        CString::new(format!("/proc/self/fd/{}", read.as_raw_fd())).map_err(io::Error::other)?;
-    let flags = libc::O_WRONLY | libc::O_NONBLOCK | libc::O_CLOEXEC;
-    // SAFETY: path is a valid NUL-terminated string; flags are valid open flags.
-    let fd = cvt(unsafe { libc::open(path.as_ptr(), flags) })?;
-    // SAFETY: fresh descriptor from the kernel, owned by us only.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: an all-zero `stat` is a valid value to be overwritten by fstat.
-    let mut st: libc::stat = unsafe { core::mem::zeroed() };
-    // SAFETY: fd is valid, st is a valid out-pointer.
-    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFIFO {
-        return Err(invalid("not a pipe"));
-    }
-    Ok(fd)
-}
-
 /// A close-on-exec epoll instance: one descriptor that `poll(2)` reports readable
 /// while any descriptor added with [`epoll_add`] is.
 pub fn epoll() -> io::Result<OwnedFd> {
@@ -1185,25 +1162,6 @@ mod tests {
             "EOF wakes"
         );
         assert!(!pipe_drain(r.as_fd()).unwrap(), "end of file");
-    }
-
-    #[test]
-    fn a_reopened_write_end_is_an_open_file_of_its_own() {
-        let nic = SignalPipe::new().unwrap();
-        let client = nic.reader().unwrap();
-        let own = pipe_reopen_write(client.as_fd()).unwrap();
-        // The client's flags on its write end are not the NIC's.
-        set_nonblocking(own.as_fd(), false).unwrap();
-        assert!(is_nonblocking(nic.write.as_fd()).unwrap());
-        pipe_signal(own.as_fd()).unwrap();
-        nic.signal().unwrap();
-        assert_eq!(pipe_take(client.as_fd()).unwrap(), Some(2));
-        assert_eq!(pipe_take(client.as_fd()).unwrap(), Some(0));
-        drop(own);
-        drop(nic);
-        assert_eq!(pipe_take(client.as_fd()).unwrap(), None, "end of file");
-        let e = eventfd().unwrap();
-        assert!(pipe_reopen_write(e.as_fd()).is_err(), "not a pipe");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! * wake-ups: `eventfd` ([`eventfd`], [`eventfd_signal`], [`eventfd_drain`],
 //!   [`wait_readable`], [`wait_any_readable`]) and a pipe where the reader must not
 //!   share the writer's open file ([`pipe`], [`pipe_signal`], [`pipe_drain`],
-//!   [`pipe_take`], [`pipe_reopen_write`], [`SignalPipe`]) or the writer the reader's
+//!   [`pipe_take`], [`SignalPipe`]) or the writer the reader's
 //!   ([`WakePipe`], a socket pair that acts as one, and [`wake_signal`]: a client's
 //!   wake-up of the NIC, an error rather than SIGPIPE once the NIC is gone), `epoll` to
 //!   wait on several as one
