@@ -89,6 +89,12 @@ fn ibv_devinfo_verbose_describes_the_nic() {
         "state:\t\t\tPORT_ACTIVE (4)".to_string(),
         "link_layer:\t\tEthernet".to_string(),
         "gid_tbl_len:\t\t1024".to_string(),
+        // What softnic does (query.rs DEVICE_CAP_FLAGS): no flag for what it does not.
+        "device_cap_flags:\t\t0x00021800".to_string(),
+        "max_srq:\t\t\t4096".to_string(),
+        "max_srq_wr:\t\t\t32768".to_string(),
+        "max_srq_sge:\t\t\t4".to_string(),
+        "max_ah:\t\t\t\t2147483647".to_string(),
         "max_msg_sz:\t\t0x7fffff00".to_string(),
         format!("GID[  0]:\t\t{ll}, RoCE v2"),
         "GID[  1]:\t\t::ffff:127.0.0.1, RoCE v2".to_string(),

@@ -1038,6 +1038,13 @@ pub const IBV_TRANSPORT_IB: c_int = 0;
 pub const IBV_LINK_LAYER_ETHERNET: u8 = 2;
 /// `IBV_PORT_ACTIVE`.
 pub const IBV_PORT_ACTIVE: c_int = 4;
+/// `IBV_DEVICE_SYS_IMAGE_GUID` (`enum ibv_device_cap_flags`).
+pub const IBV_DEVICE_SYS_IMAGE_GUID: c_uint = 1 << 11;
+/// `IBV_DEVICE_RC_RNR_NAK_GEN`.
+pub const IBV_DEVICE_RC_RNR_NAK_GEN: c_uint = 1 << 12;
+/// `IBV_DEVICE_MEM_WINDOW`.
+pub const IBV_DEVICE_MEM_WINDOW: c_uint = 1 << 17;
+
 /// `IBV_ATOMIC_HCA`.
 pub const IBV_ATOMIC_HCA: c_int = 1;
 /// `IBV_GID_TYPE_ROCE_V2`.

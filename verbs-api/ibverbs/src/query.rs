@@ -38,6 +38,17 @@ fn mtu_enum(bytes: u32) -> c_int {
     }
 }
 
+/// `device_cap_flags`: what softnic does of `enum ibv_device_cap_flags`, and nothing
+/// it does only in part (a program tests these before it uses a feature; pyverbs skips
+/// tests by them): the system image GUID it reports, the RNR NAKs it generates (IBTA
+/// 9.7.5.2.8), and memory windows (`ibv_alloc_mw`, IBTA 10.6.7). Not the type 2A/2B
+/// flags: a type 2 window is reachable from every QP of its PD, not only the QP it is
+/// associated with (docs/pyverbs.md); nor the memory management extensions (no fast
+/// registration), resizing a QP's or SRQ's work queue, port events, checksum offloads,
+/// XRC, flow steering.
+const DEVICE_CAP_FLAGS: c_uint =
+    IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_MEM_WINDOW;
+
 /// The classic device attributes of an open context.
 pub fn device_attr(ctx: &crate::device::SoftnicContext) -> ibv_device_attr {
     let a = &ctx.attr;
@@ -69,6 +80,15 @@ pub fn device_attr(ctx: &crate::device::SoftnicContext) -> ibv_device_attr {
     d.max_qp_init_rd_atom = clamp(a.max_qp_rd_atom);
     d.max_res_rd_atom = clamp(a.max_qp_rd_atom.saturating_mul(a.max_qp));
     d.atomic_cap = IBV_ATOMIC_HCA;
+    d.device_cap_flags = DEVICE_CAP_FLAGS;
+    // SRQs count against the QP quota (`take_srq_quota`); each is a ring like a
+    // receive queue's, of up to MAX_SGE scatter entries per WQE.
+    d.max_srq = clamp(a.max_qp);
+    d.max_srq_wr = clamp(a.max_qp_wr);
+    d.max_srq_sge = clamp(verbs_api::abi::MAX_SGE as u32);
+    // An address handle is this library's own small allocation (a GID), nothing in
+    // the NIC: no limit but memory, reported as mlx5 does.
+    d.max_ah = c_int::MAX;
     d.max_pkeys = 1;
     d.phys_port_cnt = 1;
     d
