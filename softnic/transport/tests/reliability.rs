@@ -561,6 +561,49 @@ fn retry_exhausted() {
     assert_eq!(drain(&mut p.a)[0].status, WcStatus::WrFlushErr);
 }
 
+/// A Local ACK Timeout far below what a loaded host can answer in (`timeout` 1: 8 µs)
+/// is raised to `MIN_CHARGED_ACK_TIMEOUT` (≈ 1.05 ms, rxe's one jiffy at HZ=1000) for
+/// what counts as a retry: a peer silent for 2 ms costs no connection with
+/// `retry_cnt` 3, where strict timing charges a retry every 8 µs and gives up after 32.
+#[test]
+fn a_tiny_local_ack_timeout_is_charged_no_faster_than_the_floor() {
+    for (timer, dead) in [(AckTimer::Adaptive, false), (AckTimer::Strict, true)] {
+        let cfg = PairConfig {
+            retry_cnt: 3,
+            timeout: 1,
+            ..rc(1024)
+        };
+        let (mut p, a, b) = pair(cfg, 14);
+        p.a.qp.set_ack_timer(timer);
+        // Silent for 2 ms, then the path answers.
+        let until = p.now + softnic_transport::time::Duration::from_millis(2);
+        p.filter = Some(from_a(Verdict::Drop));
+        p.a.qp
+            .post_send(rdma(1, SendOp::Write, &[a.sge(0, 10)], &b, 0))
+            .unwrap();
+        for _ in 0..STEPS {
+            if p.now >= until || !p.step() {
+                break;
+            }
+        }
+        p.filter = None;
+        p.drive(STEPS);
+        let want = if dead {
+            WcStatus::RetryExcErr
+        } else {
+            WcStatus::Success
+        };
+        assert_eq!(drain(&mut p.a)[0].status, want, "{timer:?}");
+        let charged = p.a.qp.counters().retransmit_timeouts;
+        if dead {
+            assert_eq!(charged, 3, "{timer:?}");
+        } else {
+            // One per ≈ 1.05 ms of silence, the second at most as the path returns.
+            assert!(charged <= 2, "{timer:?}: {charged} charged in 2 ms");
+        }
+    }
+}
+
 /// With an RTT estimate the adaptive timer resends a lost packet within milliseconds
 /// instead of the 67 ms Local ACK Timeout of `timeout` 14 — yet a peer that went silent
 /// is declared dead exactly when strict timing would: after `retry_cnt + 1` Local ACK

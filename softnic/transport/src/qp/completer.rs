@@ -122,7 +122,11 @@ impl Qp {
     /// Arms the retransmission timer: the adaptive timeout, at most the Local ACK
     /// Timeout (`rto.rs`); none when `timeout` is 0.
     pub(super) fn arm_retransmit(&mut self, now: Instant) {
-        self.timers.retransmit = self.req.rto.deadline(now, ack_timeout(self.attrs.timeout));
+        let lat = self
+            .req
+            .rto
+            .local_ack_timeout(ack_timeout(self.attrs.timeout));
+        self.timers.retransmit = self.req.rto.deadline(now, lat);
     }
 
     /// Retires the SEND/WRITE WQEs whose every PSN is ≤ `p` and records partial
@@ -534,7 +538,9 @@ impl Qp {
                     self.arm_retransmit(now);
                     return;
                 }
-                let lat = ack_timeout(self.attrs.timeout).unwrap_or(Duration::MAX);
+                let lat = (self.req.rto)
+                    .local_ack_timeout(ack_timeout(self.attrs.timeout))
+                    .unwrap_or(Duration::MAX);
                 if self.req.rto.on_expiry(now, lat) {
                     self.retry(RetryCause::Timeout);
                 } else if self.probe_tail() {

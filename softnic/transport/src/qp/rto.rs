@@ -63,6 +63,17 @@ use wire::Psn;
 /// of 4–11 million sent — within this host's noise, perhaps somewhat more.
 pub const MIN_RTO: Duration = Duration::from_micros(100);
 
+/// The shortest Local ACK Timeout the adaptive timer charges retries by: 4.096 µs ×
+/// 2^8 ≈ 1.05 ms, what rxe's timer gives any shorter `timeout` (it counts in jiffies,
+/// at least one: 1 ms at HZ=1000, 4 ms at Debian's HZ=250). Below it a loaded host,
+/// not the path, decides whether a connection lives: `ib_write_bw -u 1` (8 µs) charged
+/// a retry every 8 µs without progress, so seven retries lasted 64 µs — shorter than
+/// one scheduling delay of the peer NIC with two busy-polling programs on two cores
+/// (about 1 ms in the captures) — and failed with RETRY_EXC_ERR every run, where rxe
+/// runs it. Resends are still timed on the RTT estimate; only what counts as a
+/// retry waits this long. [`AckTimer::Strict`] keeps the exact value.
+pub const MIN_CHARGED_ACK_TIMEOUT: Duration = Duration::from_nanos(4096 << 8);
+
 /// How the requester times acknowledgements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AckTimer {
@@ -96,6 +107,16 @@ pub(super) struct Rto {
 impl Rto {
     pub fn mode(&self) -> AckTimer {
         self.mode
+    }
+
+    /// The Local ACK Timeout this timer works with for the `timeout` attribute's value
+    /// `attr` (`None`: infinite): adaptive timing raises it to
+    /// [`MIN_CHARGED_ACK_TIMEOUT`], strict timing takes it as it is.
+    pub fn local_ack_timeout(&self, attr: Option<Duration>) -> Option<Duration> {
+        match self.mode {
+            AckTimer::Adaptive => attr.map(|d| d.max(MIN_CHARGED_ACK_TIMEOUT)),
+            AckTimer::Strict => attr,
+        }
     }
 
     pub fn set_mode(&mut self, mode: AckTimer) {
