@@ -438,16 +438,7 @@ fn stock_perftest_with_a_thousand_qps() {
 #[test]
 fn cq_events_arm_for_the_next_completion_as_rxe() {
     let (a, _b) = nic_pair("ibvstock-cqev", 32);
-    let exe = compile_c("cq_events", &[]);
-    let o = stock_support::exec_on(&a, &exe)
-        .arg(&a.name)
-        .output()
-        .expect("run softnic exec");
-    assert!(
-        o.status.success() && text(&o).contains("ok"),
-        "{}",
-        text(&o)
-    );
+    c_program_passes(&a, "cq_events", &[], "ok");
 }
 
 /// Stock perftest latency tests with completion events (`-e`), both directions.
@@ -488,13 +479,20 @@ fn stock_perftest_latency_with_completion_events() {
 #[test]
 fn signals_interrupt_a_completion_wait_as_with_rdma_core() {
     let (a, _b) = nic_pair("ibvstock-sig", 26);
-    let exe = compile_c("signals", &["-pthread", "-lrdmacm"]);
-    let o = stock_support::exec_on(&a, &exe)
-        .arg(&a.name)
+    c_program_passes(&a, "signals", &["-pthread", "-lrdmacm"], "ok ");
+}
+
+/// Compiles `tests/ibverbs/NAME.c` (with `cflags`), runs it through `softnic exec` on
+/// `nic` with the device's name as its argument, and asserts that it exits 0 printing
+/// `want`.
+fn c_program_passes(nic: &NicProc, name: &str, cflags: &[&str], want: &str) {
+    let exe = compile_c(name, cflags);
+    let o = stock_support::exec_on(nic, &exe)
+        .arg(&nic.name)
         .output()
         .expect("run softnic exec");
     assert!(
-        o.status.success() && text(&o).contains("ok "),
+        o.status.success() && text(&o).contains(want),
         "{}",
         text(&o)
     );

@@ -6,11 +6,11 @@
 mod nic_support;
 
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nic_support::{read_in_background, softnic_dir, NicProc};
+use nic_support::{softnic_dir, NicProc, Running};
 
 /// The tests share two cores with the NICs they start: run one pair at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -24,59 +24,31 @@ fn free_port() -> u16 {
     l.local_addr().expect("addr").port()
 }
 
-/// A `softnic perf` child, killed by PID if still running when dropped. Its output is
-/// read as it comes (threads), so a long one (two lines per QP with `-q 4096`) never
-/// fills the pipe and blocks the tool.
-struct PerfProc(Option<Child>, [Option<std::thread::JoinHandle<Vec<u8>>>; 2]);
+/// A `softnic perf` child ([`Running`]: killed by PID if still running when dropped,
+/// its output read as it comes, so a long one — two lines per QP with `-q 4096` — never
+/// fills the pipe and blocks the tool).
+struct PerfProc(Running);
 
 impl PerfProc {
     fn spawn(args: &[String]) -> PerfProc {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_softnic"))
-            .arg("perf")
-            .args(args)
-            .env("SOFTNIC_DIR", softnic_dir())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn softnic perf");
-        let out = child.stdout.take().map(read_in_background);
-        let err = child.stderr.take().map(read_in_background);
-        PerfProc(Some(child), [out, err])
+        PerfProc(Running::spawn(
+            Command::new(env!("CARGO_BIN_EXE_softnic"))
+                .arg("perf")
+                .args(args)
+                .env("SOFTNIC_DIR", softnic_dir())
+                .stdin(Stdio::null()),
+        ))
     }
 
     /// Waits (bounded) and returns (success, stdout, stderr).
-    fn finish(mut self) -> (bool, String, String) {
-        let mut child = self.0.take().expect("running");
-        let deadline = Instant::now() + RUN_LIMIT;
-        let status = loop {
-            if let Some(st) = child.try_wait().expect("wait") {
-                break Some(st);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let [out, mut err] = std::mem::take(&mut self.1).map(|h| {
-            let bytes = h.and_then(|h| h.join().ok()).unwrap_or_default();
-            String::from_utf8_lossy(&bytes).into_owned()
-        });
-        if status.is_none() {
+    fn finish(self) -> (bool, String, String) {
+        let (o, killed) = self.0.finish(RUN_LIMIT);
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let mut err = text(&o.stderr);
+        if killed {
             err.push_str("\n[killed: ran longer than the test's limit]");
         }
-        (status.is_some_and(|s| s.success()), out, err)
-    }
-}
-
-impl Drop for PerfProc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        (o.status.success() && !killed, text(&o.stdout), err)
     }
 }
 

@@ -9,11 +9,10 @@ mod nic_support;
 mod stock_support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use nic_support::{read_in_background, softnic_dir, NicProc};
+use nic_support::{softnic_dir, NicProc, Running};
 use stock_support::text;
 
 /// A stock binary, which must be installed.
@@ -117,66 +116,31 @@ fn nic_pair(tag: &str, host: u8) -> (NicProc, NicProc) {
     stock_support::nic_pair(150, tag, host)
 }
 
-/// A spawned process, killed by PID on drop (also when the test fails); its output
-/// read as it comes (`read_in_background`): perftest with many QPs prints a line per
-/// QP, more than a pipe holds, and would block on a pipe read only at the end.
-struct Spawned {
-    child: Child,
-    out: Option<JoinHandle<Vec<u8>>>,
-    err: Option<JoinHandle<Vec<u8>>>,
-}
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// `softnic exec -d NIC -- /usr/bin/PROG ARGS` (PROG a stock binary, or an absolute
-/// path to a program the test compiled), output captured.
-fn spawn(nic: &NicProc, prog: &str, args: &[String]) -> Spawned {
+/// path to a program the test compiled), output read as it comes (perftest with many
+/// QPs prints a line per QP, more than a pipe holds), killed by PID on drop.
+fn spawn(nic: &NicProc, prog: &str, args: &[String]) -> Running {
     let bin = if Path::new(prog).is_absolute() {
         PathBuf::from(prog)
     } else {
         stock(prog)
     };
-    let mut child = Command::new(env!("CARGO_BIN_EXE_softnic"))
-        .args(["exec", "-d", &nic.name, "--"])
-        .arg(bin)
-        .args(args)
-        .env("SOFTNIC_DIR", softnic_dir())
-        .env_remove(softnic::exec::LIB_DIR_ENV)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn softnic exec");
-    let out = child.stdout.take().map(read_in_background);
-    let err = child.stderr.take().map(read_in_background);
-    Spawned { child, out, err }
+    Running::spawn(
+        Command::new(env!("CARGO_BIN_EXE_softnic"))
+            .args(["exec", "-d", &nic.name, "--"])
+            .arg(bin)
+            .args(args)
+            .env("SOFTNIC_DIR", softnic_dir())
+            .env_remove(softnic::exec::LIB_DIR_ENV),
+    )
 }
 
 /// Waits at most `limit` for `p` to exit (else kills it by PID); its output, prefixed
 /// with "TIMED OUT" if it had to be killed.
-fn finish(mut p: Spawned, limit: Duration) -> String {
-    let end = Instant::now() + limit;
-    let mut late = false;
-    while p.child.try_wait().expect("wait").is_none() {
-        if Instant::now() >= end {
-            let _ = p.child.kill();
-            late = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let status = p.child.wait().expect("wait");
-    let join = |h: Option<JoinHandle<Vec<u8>>>| h.map(|h| h.join().unwrap_or_default());
-    let o = text(&Output {
-        status,
-        stdout: join(p.out.take()).unwrap_or_default(),
-        stderr: join(p.err.take()).unwrap_or_default(),
-    });
-    if late {
+fn finish(p: Running, limit: Duration) -> String {
+    let (o, killed) = p.finish(limit);
+    let o = text(&o);
+    if killed {
         format!("TIMED OUT after {limit:?}, killed: {o}")
     } else {
         o
@@ -191,7 +155,7 @@ type Run<'a> = (&'a str, &'a NicProc, Vec<String>);
 /// moment; a client that comes before is rejected (no listener: REJ reason 8, "invalid
 /// service ID") and tries again, as a user would.
 fn client_until_accepted(
-    server: &mut Spawned,
+    server: &mut Running,
     (prog, cli, cli_args): Run<'_>,
     rejected: impl Fn(&str) -> bool,
 ) -> String {
@@ -199,7 +163,7 @@ fn client_until_accepted(
     for _ in 0..10 {
         std::thread::sleep(Duration::from_millis(500));
         c = finish(spawn(cli, prog, &cli_args), Duration::from_secs(60));
-        let running = server.child.try_wait().expect("wait").is_none();
+        let running = !server.exited();
         if !(running && rejected(&c)) {
             break;
         }

@@ -478,3 +478,74 @@ pub fn read_in_background(
         v
     })
 }
+
+/// A child process whose stdout and stderr are read as they come
+/// ([`read_in_background`]), waited for at most a given time and killed by PID on drop
+/// (also when the test fails): the one way the tests run a program that may print
+/// much (a line per QP) or hang.
+pub struct Running {
+    child: Option<Child>,
+    out: Option<std::thread::JoinHandle<Vec<u8>>>,
+    err: Option<std::thread::JoinHandle<Vec<u8>>>,
+}
+
+impl Running {
+    /// Starts `cmd` with its stdout and stderr piped (stdin as `cmd` says).
+    pub fn spawn(cmd: &mut Command) -> Running {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let out = child.stdout.take().map(read_in_background);
+        let err = child.stderr.take().map(read_in_background);
+        Running {
+            child: Some(child),
+            out,
+            err,
+        }
+    }
+
+    /// Whether it has exited (without waiting).
+    pub fn exited(&mut self) -> bool {
+        let child = self.child.as_mut().expect("running");
+        child.try_wait().expect("wait").is_some()
+    }
+
+    /// Waits at most `limit` for it to exit, else kills it by PID; its output, and
+    /// whether it had to be killed.
+    pub fn finish(mut self, limit: Duration) -> (std::process::Output, bool) {
+        let mut child = self.child.take().expect("running");
+        let deadline = Instant::now() + limit;
+        let mut killed = false;
+        let status = loop {
+            if let Some(st) = child.try_wait().expect("wait") {
+                break st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                killed = true;
+                break child.wait().expect("wait");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let join = |h: Option<std::thread::JoinHandle<Vec<u8>>>| {
+            h.and_then(|h| h.join().ok()).unwrap_or_default()
+        };
+        let output = std::process::Output {
+            status,
+            stdout: join(self.out.take()),
+            stderr: join(self.err.take()),
+        };
+        (output, killed)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

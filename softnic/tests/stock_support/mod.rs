@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::nic_support::NicProc;
+use crate::nic_support::{NicProc, Running};
 
 /// A stock binary, which must be installed (`.ci/run` installs `packages`).
 pub fn stock(name: &str, packages: &str) -> PathBuf {
@@ -96,18 +96,6 @@ pub fn exec_on(nic: &NicProc, bin: &Path) -> Command {
     c
 }
 
-/// A spawned process, killed by PID on drop (also when the test fails).
-struct Spawned(Option<std::process::Child>);
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 /// Runs `server(PORT)` and then `client(PORT)` (the client's command already names
 /// 127.0.0.1), both to completion; both must succeed. Returns (server, client) output.
 /// The client is restarted while the server does not listen yet; PORT is `port`, or
@@ -133,49 +121,6 @@ pub fn pair_run_with(
 /// that hangs (a lost completion, a missed event) fails its test instead of holding CI.
 const CLIENT_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// `cmd`'s output (stdin from /dev/null), killed by PID if it runs longer than `limit`;
-/// its output then says so.
-pub fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Output {
-    use std::process::Stdio;
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let out = child
-        .stdout
-        .take()
-        .map(crate::nic_support::read_in_background);
-    let err = child
-        .stderr
-        .take()
-        .map(crate::nic_support::read_in_background);
-    let deadline = std::time::Instant::now() + limit;
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            break child.wait().expect("wait");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    let join = |h: Option<std::thread::JoinHandle<Vec<u8>>>| {
-        h.and_then(|h| h.join().ok()).unwrap_or_default()
-    };
-    let mut stderr = join(err);
-    if !status.success() && std::time::Instant::now() > deadline {
-        stderr.extend_from_slice(format!("\n[killed after {limit:?}]\n").as_bytes());
-    }
-    Output {
-        status,
-        stdout: join(out),
-        stderr,
-    }
-}
-
 /// One [`pair_run_with`] attempt; None when the server could not listen on `port`.
 fn pair_attempt(
     what: &str,
@@ -185,27 +130,18 @@ fn pair_attempt(
 ) -> Option<(String, String)> {
     use std::process::Stdio;
     use std::time::{Duration, Instant};
-    let mut child = server(port)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn server");
-    // Read as it comes: a server that prints more than a pipe holds (perftest's
+    // Output read as it comes: a server that prints more than a pipe holds (perftest's
     // addresses of 1,000 QPs) would block until the client ended, and the client waits
     // for it.
-    let out_reader = child
-        .stdout
-        .take()
-        .map(crate::nic_support::read_in_background);
-    let err_reader = child
-        .stderr
-        .take()
-        .map(crate::nic_support::read_in_background);
-    let mut srv = Spawned(Some(child));
+    let mut srv = Running::spawn(server(port).stdin(Stdio::null()));
     let deadline = Instant::now() + crate::nic_support::WAIT;
     let cli = loop {
-        let o = output_within(&mut client(port), CLIENT_LIMIT);
+        let (mut o, killed) =
+            Running::spawn(client(port).stdin(Stdio::null())).finish(CLIENT_LIMIT);
+        if killed {
+            o.stderr
+                .extend_from_slice(format!("\n[killed after {CLIENT_LIMIT:?}]\n").as_bytes());
+        }
         // The server may not listen yet: the pingpongs, perftest and qperf then exit at
         // once.
         let t = text(&o);
@@ -213,8 +149,7 @@ fn pair_attempt(
             && ["Couldn't connect", "Unable to", "failed to connect"]
                 .iter()
                 .any(|m| t.contains(m));
-        let server_gone = srv.0.as_mut().unwrap().try_wait().unwrap().is_some();
-        if early && !server_gone && Instant::now() < deadline {
+        if early && !srv.exited() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         }
@@ -222,20 +157,7 @@ fn pair_attempt(
     };
     let cli_text = text(&cli);
     // Bounded wait for the server (the client finished, so it has too, or soon).
-    let deadline = Instant::now() + crate::nic_support::WAIT;
-    let mut child = srv.0.take().unwrap();
-    let status = loop {
-        if child.try_wait().unwrap().is_some() || Instant::now() > deadline {
-            let _ = child.kill();
-            break child.wait().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let srv_out = Output {
-        status,
-        stdout: out_reader.and_then(|h| h.join().ok()).unwrap_or_default(),
-        stderr: err_reader.and_then(|h| h.join().ok()).unwrap_or_default(),
-    };
+    let (srv_out, _) = srv.finish(crate::nic_support::WAIT);
     let srv_text = text(&srv_out);
     if !srv_out.status.success()
         && [
