@@ -399,7 +399,7 @@ fn run(msg: usize, depth: usize, rounds: usize, inline: bool, layout: Layout) ->
                 w.num_sge = 0;
                 w.inline_len = msg as u32;
                 let from = &client[at(i)..at(i) + msg];
-                w.inline_data[..msg].copy_from_slice(from);
+                w.inline_area_mut()[..msg].copy_from_slice(from);
             }
             rings.sq_client.push(&w).expect("SQ room");
         }

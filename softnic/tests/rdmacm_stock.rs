@@ -32,6 +32,8 @@ fn every_stock_rdmacm_binary_links_against_the_drop_in() {
         "udaddy",
         "rdma_server",
         "rdma_client",
+        "rdma_xserver",
+        "rdma_xclient",
         "mckey",
         "ib_write_bw",
         "ib_send_lat",
@@ -396,5 +398,27 @@ fn rdma_server_and_client() {
         );
         assert!(s.contains("rdma_server: end 0"), "{s}");
         assert!(c.contains("rdma_client: end 0"), "{c}");
+    }
+}
+
+/// Stock `rdma_xserver` / `rdma_xclient` over RC (`-c r`): the client creates its QP
+/// with `max_inline_data` 0 and then SENDs its 16-byte message with IBV_SEND_INLINE
+/// (rdma-core's `rdma_xclient.c` asks for no inline room and relies on the grant). rxe
+/// grants a QP at least `max_send_sge` × 16 inline bytes, and so does softnic
+/// (`SqShape::inline_capacity`); before that the post failed with EINVAL and the
+/// client printed "rdma_post_send" and "end -1". Both directions.
+#[test]
+fn rdma_xserver_and_xclient_send_inline_on_a_qp_that_asked_for_none() {
+    let (a, b) = nic_pair("cmstock-xep", 16);
+    for (srv, cli) in [(&a, &b), (&b, &a)] {
+        let common = args(&["-p", "7475", "-c", "r"]);
+        let mut cli_args = args(&["-s", &srv.addr.to_string()]);
+        cli_args.extend(common.clone());
+        let (s, c) = cm_pair(
+            ("rdma_xserver", srv, common),
+            ("rdma_xclient", cli, cli_args),
+        );
+        assert!(s.contains("rdma_xserver: end 0"), "{s}");
+        assert!(c.contains("rdma_xclient: end 0"), "{c}");
     }
 }

@@ -552,11 +552,11 @@ impl QueuePair {
             max_sge: cap.max_send_sge.max(cap.max_recv_sge),
             max_inline: cap.max_inline_data,
         };
-        let layout = QpLayout::new(
-            caps.max_send_wr,
-            caps.max_recv_wr,
-            caps.sq_shape(attr.qp_type),
-        )?;
+        let shape = caps.sq_shape(attr.qp_type);
+        let layout = QpLayout::new(caps.max_send_wr, caps.max_recv_wr, shape)?;
+        // The inline room the NIC grants from the same shape: at least what was asked
+        // and at least the gather list's, as rxe (`SqShape::inline_capacity`).
+        cap.max_inline_data = shape.inline_capacity();
         let fd = os::memfd("softnic-qp", layout.len).map_err(io("creating the QP memfd"))?;
         let map = Arc::new(os::map_shared(fd.as_fd(), layout.len).map_err(io("mapping the QP"))?);
         let (sq, rq) = layout.rings(map)?;

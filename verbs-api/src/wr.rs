@@ -451,41 +451,6 @@ pub(crate) unsafe fn build_send_wqe(
     if q.sq_sig_all {
         flags |= send_flags::SIGNALED;
     }
-    if inline {
-        let max = q.max_inline.min(MAX_INLINE as u32);
-        if total > u64::from(max) {
-            return Err(PostError::InlineTooLarge {
-                len: total as usize,
-                max,
-            });
-        }
-        let mut at = 0usize;
-        for piece in wr.inline_data {
-            wqe.inline_data[at..at + piece.len()].copy_from_slice(piece);
-            at += piece.len();
-        }
-        for sge in wr.sg_list {
-            let len = sge.length as usize;
-            // SAFETY: check_sge proved [addr, addr+len) lies inside a table entry, which
-            // the caller guarantees is mapped and readable; at + len ≤ total ≤ MAX_INLINE
-            // bounds the destination. The source is shared memory the NIC may write,
-            // so it is copied byte-wise without forming a reference.
-            unsafe {
-                core::ptr::copy_nonoverlapping(
-                    sge.addr as usize as *const u8,
-                    wqe.inline_data.as_mut_ptr().add(at),
-                    len,
-                );
-            }
-            at += len;
-        }
-        wqe.inline_len = at as u32;
-        wqe.num_sge = 0;
-        wqe.sges = [Sge::default(); MAX_SGE];
-        flags |= send_flags::INLINE;
-    } else {
-        wqe.num_sge = n as u8;
-    }
     // A destination travels only on a UD QP (its stride has room for it; a connected
     // QP's destination is its peer, and libibverbs ignores `wr.ud` there too).
     if let Some(ud) = wr.ud.filter(|_| q.qp_type == QpType::Ud) {
@@ -501,6 +466,44 @@ pub(crate) unsafe fn build_send_wqe(
             },
             _reserved: [0; 6],
         };
+    }
+    if inline {
+        let max = q.max_inline.min(MAX_INLINE as u32);
+        if total > u64::from(max) {
+            return Err(PostError::InlineTooLarge {
+                len: total as usize,
+                max,
+            });
+        }
+        // The payload starts where `flags` says (after a UD destination, else over the
+        // gather list: `SendWqe::inline_offset`), so the flags go in first.
+        wqe.flags = flags | send_flags::INLINE;
+        let area = wqe.inline_area_mut();
+        let mut at = 0usize;
+        for piece in wr.inline_data {
+            area[at..at + piece.len()].copy_from_slice(piece);
+            at += piece.len();
+        }
+        for sge in wr.sg_list {
+            let len = sge.length as usize;
+            // SAFETY: check_sge proved [addr, addr+len) lies inside a table entry, which
+            // the caller guarantees is mapped and readable; at + len ≤ total ≤ MAX_INLINE
+            // = area.len() bounds the destination. The source is shared memory the NIC
+            // may write, so it is copied byte-wise without forming a reference.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    sge.addr as usize as *const u8,
+                    area.as_mut_ptr().add(at),
+                    len,
+                );
+            }
+            at += len;
+        }
+        wqe.inline_len = at as u32;
+        wqe.num_sge = 0;
+        flags |= send_flags::INLINE;
+    } else {
+        wqe.num_sge = n as u8;
     }
     wqe.flags = flags;
     Ok(())
@@ -823,7 +826,7 @@ mod tests {
             &mrs,
         )
         .unwrap();
-        assert_eq!(&w.inline_data[..w.inline_len as usize], b"hello world");
+        assert_eq!(w.inline_payload(), b"hello world");
         assert_eq!(w.num_sge, 0);
         assert_eq!(w.flags & send_flags::INLINE, send_flags::INLINE);
         let mut q = limits(QpState::Rts);
@@ -847,7 +850,7 @@ mod tests {
             &[],
         )
         .unwrap();
-        assert_eq!(&w.inline_data[..w.inline_len as usize], b"hello world");
+        assert_eq!(w.inline_payload(), b"hello world");
         assert_eq!((w.num_sge, w.flags), (0, send_flags::INLINE));
         let mut small = q;
         small.max_inline = 10;

@@ -1007,7 +1007,8 @@ impl Nic {
             max_send_wr: l.sq_capacity,
             max_recv_wr: l.rq_capacity,
             max_sge: caps.max_sge,
-            max_inline: caps.max_inline,
+            // At least what was asked; the stride has room for more (`inline_capacity`).
+            max_inline: caps.sq_shape(qp_type).inline_capacity(),
         };
         let tcaps = tqp::QpCaps {
             max_send_wr: granted.max_send_wr,

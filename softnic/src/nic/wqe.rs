@@ -32,8 +32,8 @@ pub enum WqeError {
     InlineTooLong(u32),
     /// Inline data on an operation that has no outgoing payload (READ, atomics).
     InlineNotAllowed,
-    /// No UD destination on a UD QP (no `send_flags::UD_DEST`), a destination QPN above
-    /// 24 bits, or a GID this NIC cannot reach.
+    /// No UD destination on a UD QP (no `send_flags::UD_DEST`), one on a connected QP,
+    /// a destination QPN above 24 bits, or a GID this NIC cannot reach.
     BadUdDest,
     /// An atomic without exactly one 8-byte SGE.
     BadAtomicSge,
@@ -64,7 +64,12 @@ impl fmt::Display for WqeError {
             WqeError::TooManySge(n) => write!(f, "{n} SGEs exceed the QP's max_sge"),
             WqeError::InlineTooLong(n) => write!(f, "{n} inline bytes exceed the QP's max_inline"),
             WqeError::InlineNotAllowed => write!(f, "inline data on READ or atomic"),
-            WqeError::BadUdDest => write!(f, "UD destination invalid or unreachable"),
+            WqeError::BadUdDest => {
+                write!(
+                    f,
+                    "UD destination missing, invalid, unreachable or on a connected QP"
+                )
+            }
             WqeError::BadAtomicSge => write!(f, "atomic needs exactly one 8-byte SGE"),
         }
     }
@@ -115,6 +120,12 @@ pub fn send_wr(
     if !allowed {
         return Err(WqeError::OpcodeNotForQpType(w.opcode));
     }
+    // A destination on a connected QP: refused, not ignored. It would move an inline
+    // payload past the gather list (`SendWqe::inline_offset`), beyond the QP's stride,
+    // which bounds only the QP's granted `max_inline` from the right offset.
+    if qp_type != QpType::Ud && w.flags & send_flags::UD_DEST != 0 {
+        return Err(WqeError::BadUdDest);
+    }
     let is_atomic = matches!(op, SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. });
     let inline = if w.flags & send_flags::INLINE != 0 {
         if is_atomic || op == SendOp::Read {
@@ -124,11 +135,7 @@ pub fn send_wr(
         if n as usize > MAX_INLINE || n > caps.max_inline {
             return Err(WqeError::InlineTooLong(n));
         }
-        let data = w.inline_data.get(..n as usize);
-        Some(
-            data.and_then(Inline::new)
-                .ok_or(WqeError::InlineTooLong(n))?,
-        )
+        Some(Inline::new(w.inline_payload()).ok_or(WqeError::InlineTooLong(n))?)
     } else {
         None
     };
@@ -292,15 +299,27 @@ mod tests {
         w.inline_len = u32::MAX;
         assert!(send_wr(&w, QpType::Rc, &CAPS, local()).is_err());
         w.inline_len = 64;
-        w.inline_data
+        w.inline_area_mut()
             .iter_mut()
             .enumerate()
             .for_each(|(i, b)| *b = i as u8);
         let wr = send_wr(&w, QpType::Rc, &CAPS, local()).unwrap();
+        let want: Vec<u8> = (0..64).collect();
         assert_eq!(
             wr.inline.as_ref().map(Inline::as_bytes),
-            Some(&w.inline_data[..64]),
+            Some(&want[..]),
             "exactly the first inline_len bytes are kept"
+        );
+        // On a connected QP the payload lies over the gather list; a UD destination
+        // there is refused rather than moving the payload past the QP's stride.
+        assert_eq!(
+            w.inline_offset(),
+            <SendWqe as verbs_api::abi::slots::Slot>::HEAD
+        );
+        w.flags |= send_flags::UD_DEST;
+        assert_eq!(
+            send_wr(&w, QpType::Rc, &CAPS, local()),
+            Err(WqeError::BadUdDest)
         );
         assert_eq!(wr.num_sge, 0);
         let mut w = wqe(wr_opcode::ATOMIC_FETCH_AND_ADD);

@@ -177,24 +177,56 @@ pub(crate) fn ring_bytes_within(
 }
 
 /// What a QP's send WQEs can carry (from CreateQp's capabilities and QP type), which
-/// decides its send ring's stride ([`send_wqe_stride`]). Client and NIC each build it
-/// from the same CreateQp request.
+/// decides its send ring's stride ([`send_wqe_stride`]) and the inline room it grants
+/// ([`SqShape::inline_capacity`]). Client and NIC each build it from the same
+/// CreateQp request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SqShape {
     /// Scatter/gather entries per WQE (CreateQp's `max_sge`, capped at
     /// [`super::MAX_SGE`]).
     pub max_sge: u32,
-    /// Inline bytes per send WQE (capped at [`super::MAX_INLINE`]).
+    /// Inline bytes per send WQE asked for (capped at [`super::MAX_INLINE`]).
     pub max_inline: u32,
     /// A UD QP: every WQE carries a destination.
     pub ud: bool,
 }
 
+impl SqShape {
+    /// Where this QP's inline payloads start in a WQE ([`SendWqe::inline_offset`]).
+    fn inline_offset(&self) -> usize {
+        if self.ud {
+            SendWqe::INLINE_AT
+        } else {
+            SendWqe::HEAD
+        }
+    }
+
+    /// Bytes of a WQE after [`Self::inline_offset`] that the QP needs: its gather
+    /// entries (at least one: an atomic's) or its inline room, whichever is larger.
+    fn payload_room(&self) -> usize {
+        let sges = (self.max_sge as usize).clamp(1, super::MAX_SGE);
+        let gather = core::mem::size_of::<super::Sge>() * sges;
+        gather.max((self.max_inline as usize).min(super::MAX_INLINE))
+    }
+
+    /// The inline bytes the QP is granted, what `ibv_create_qp` reports as
+    /// `max_inline_data`: all of the stride after the inline offset (at most
+    /// [`super::MAX_INLINE`]). At least what was asked for, and at least the room of
+    /// the gather list (16 bytes per entry), as rxe grants (`rxe_qp_init_req`: inline
+    /// data and gather list share its WQE's room, so it reports the larger of
+    /// `max_send_sge` × 16 and `max_inline_data`).
+    pub fn inline_capacity(&self) -> u32 {
+        let room = send_wqe_stride(*self) - self.inline_offset();
+        room.min(super::MAX_INLINE) as u32
+    }
+}
+
 /// The slot stride of a QP's send ring: the most a WQE of that QP can use
-/// ([`SendWqe`]'s `used_len`), rounded up to a word. Without inline data or a UD
-/// destination that is the fixed fields and `max_sge` gather entries (at least one:
-/// an atomic's): 64 bytes for one entry, up to 112 for four; otherwise everything up
-/// to the inline area (144 bytes) and `max_inline` bytes of it.
+/// ([`SendWqe`]'s `used_len`), rounded up to a word. That is the fixed fields (and,
+/// on a UD QP, its destination) and then the larger of `max_sge` gather entries (at
+/// least one: an atomic's) and `max_inline` bytes, which share that room
+/// ([`SendWqe::inline_offset`]): 64 bytes for one entry and no more than 16 bytes
+/// inline, up to 112 for four; 144 + 16 for a one-entry UD QP.
 ///
 /// Why not always the whole 400-byte slot: a send ring is written by the client and
 /// read by the NIC on every post, and with thousands of QPs their rings are cold when
@@ -203,13 +235,7 @@ pub struct SqShape {
 /// a quarter of a page: fewer misses and TLB misses per post on both sides (issue 12,
 /// "Many QPs"; docs/perf.md).
 pub fn send_wqe_stride(shape: SqShape) -> usize {
-    let used = if shape.max_inline == 0 && !shape.ud {
-        let sges = (shape.max_sge as usize).clamp(1, super::MAX_SGE);
-        SendWqe::HEAD + core::mem::size_of::<super::Sge>() * sges
-    } else {
-        SendWqe::INLINE_AT + (shape.max_inline as usize).min(super::MAX_INLINE)
-    };
-    used.div_ceil(8) * 8
+    (shape.inline_offset() + shape.payload_room()).div_ceil(8) * 8
 }
 
 /// The layout of a QP segment: the SQ ring at offset 0, then the RQ ring.
@@ -413,18 +439,22 @@ mod tests {
 
     #[test]
     fn send_stride_is_the_most_a_wqe_of_the_qp_uses() {
-        // Gather entries only: the fixed fields and max_sge entries, at least one.
+        // The fixed fields and max_sge entries (at least one), or the inline room if
+        // larger: the two share the bytes after the fixed fields.
         assert_eq!(send_wqe_stride(shape(0, 0, false)), 64);
         assert_eq!(send_wqe_stride(shape(1, 0, false)), 64);
+        assert_eq!(send_wqe_stride(shape(1, 16, false)), 64);
         assert_eq!(send_wqe_stride(shape(2, 0, false)), 80);
         assert_eq!(send_wqe_stride(shape(4, 0, false)), 112);
         assert_eq!(send_wqe_stride(shape(u32::MAX, 0, false)), 112);
-        // A UD destination or inline room: up to the inline area and that room.
-        assert_eq!(send_wqe_stride(shape(1, 0, true)), 144);
-        assert_eq!(send_wqe_stride(shape(1, 1, false)), 152);
+        assert_eq!(send_wqe_stride(shape(1, 17, false)), 72);
+        assert_eq!(send_wqe_stride(shape(4, 64, false)), 112);
+        assert_eq!(send_wqe_stride(shape(1, 256, false)), 48 + 256);
+        assert_eq!(send_wqe_stride(shape(1, u32::MAX, false)), 48 + 256);
+        // A UD QP: the same after its destination.
+        assert_eq!(send_wqe_stride(shape(1, 0, true)), 160);
         assert_eq!(send_wqe_stride(shape(4, 64, true)), 208);
-        assert_eq!(send_wqe_stride(shape(1, 256, false)), SEND_WQE_SIZE);
-        assert_eq!(send_wqe_stride(shape(1, u32::MAX, false)), SEND_WQE_SIZE);
+        assert_eq!(send_wqe_stride(shape(1, 256, true)), SEND_WQE_SIZE);
         // 16 one-entry send slots and one receive slot fit a page, a quarter of it theirs.
         let l = QpLayout::new(16, 1, shape(1, 0, false)).unwrap();
         assert_eq!((l.len, l.rq_offset), (4096, 192 + 16 * 64));
@@ -432,6 +462,43 @@ mod tests {
             QpLayout::new(16, 1, shape(1, 256, false)).unwrap().len,
             8192
         );
+    }
+
+    /// The inline room granted is at least what was asked for and at least the gather
+    /// list's (rxe's least grant), and never more than the stride holds.
+    #[test]
+    fn inline_capacity_is_the_stride_after_the_inline_offset() {
+        assert_eq!(shape(1, 0, false).inline_capacity(), 16);
+        assert_eq!(shape(0, 0, false).inline_capacity(), 16);
+        assert_eq!(shape(2, 0, false).inline_capacity(), 32);
+        assert_eq!(shape(4, 0, false).inline_capacity(), 64);
+        assert_eq!(shape(1, 17, false).inline_capacity(), 24);
+        assert_eq!(shape(1, 256, false).inline_capacity(), 256);
+        assert_eq!(shape(1, 0, true).inline_capacity(), 16);
+        assert_eq!(shape(4, 100, true).inline_capacity(), 104);
+        for ud in [false, true] {
+            for max_sge in 0..=4u32 {
+                for max_inline in 0..=256u32 {
+                    let s = shape(max_sge, max_inline, ud);
+                    let cap = s.inline_capacity();
+                    assert!(cap >= max_inline && cap >= 16 * max_sge, "{s:?}");
+                    assert!(cap as usize <= super::super::MAX_INLINE, "{s:?}");
+                    // A WQE that uses all of it fits the stride.
+                    let w = SendWqe {
+                        flags: super::super::slots::send_flags::INLINE
+                            | if ud {
+                                super::super::slots::send_flags::UD_DEST
+                            } else {
+                                0
+                            },
+                        inline_len: cap,
+                        ..SendWqe::default()
+                    };
+                    assert_eq!(w.used_len(), w.inline_offset() + cap as usize);
+                    assert!(w.used_len() <= send_wqe_stride(s), "{s:?}");
+                }
+            }
+        }
     }
 
     /// Whatever a WQE of a QP carries, within the QP's shape, fits the stride: the
@@ -470,7 +537,7 @@ mod tests {
 
     #[test]
     fn qp_layout_places_rq_after_sq_and_page_rounds() {
-        let l = QpLayout::new(1, 500, shape(4, 256, false)).unwrap();
+        let l = QpLayout::new(1, 500, shape(4, 256, true)).unwrap();
         assert_eq!(l.sq_capacity, 1);
         assert_eq!(l.sq_stride, 400);
         assert_eq!(l.rq_capacity, 512);

@@ -105,7 +105,10 @@ pub const CQ_ARMED: u32 = 1 << 1;
 /// 7: a send WQE's gather list comes right after its fixed fields (a one-entry WQE is
 /// its first 64 bytes), the UD destination after the gather list and only with
 /// `send_flags::UD_DEST`; the stride follows the QP's `max_sge` too (`SqShape`).
-pub const ABI_VERSION: u32 = 7;
+/// 8: an inline payload lies over the gather list unless the WQE carries a UD
+/// destination (`SendWqe::inline_offset`); a QP is granted the inline room its stride
+/// has (`SqShape::inline_capacity`).
+pub const ABI_VERSION: u32 = 8;
 
 /// Most scatter/gather entries in one work request (the same as the transport's limit).
 pub const MAX_SGE: usize = 4;

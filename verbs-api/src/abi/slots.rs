@@ -73,7 +73,8 @@ pub mod send_flags {
     pub const SIGNALED: u8 = 2;
     /// IBV_SEND_SOLICITED: set the BTH solicited-event bit.
     pub const SOLICITED: u8 = 4;
-    /// IBV_SEND_INLINE: the payload is in [`super::SendWqe::inline_data`].
+    /// IBV_SEND_INLINE: the payload is in the slot itself
+    /// ([`super::SendWqe::inline_payload`]).
     pub const INLINE: u8 = 8;
     /// softnic's own (no `ibv_send_flags` value): the slot carries a UD destination in
     /// [`super::SendWqe::ud`]. The library sets it on every WQE of a UD QP; without it
@@ -215,7 +216,7 @@ pub struct SendWqe {
     pub remote_addr: u64,
     /// Remote key (WRITE, READ, atomics).
     pub rkey: u32,
-    /// Bytes used in `inline_data` with [`send_flags::INLINE`].
+    /// Inline payload bytes with [`send_flags::INLINE`] ([`SendWqe::inline_payload`]).
     pub inline_len: u32,
     /// Compare (CMP_AND_SWP) or add (FETCH_AND_ADD) operand.
     pub compare_add: u64,
@@ -228,8 +229,9 @@ pub struct SendWqe {
     pub sges: [Sge; MAX_SGE],
     /// UD destination (UD QPs only, with [`send_flags::UD_DEST`]).
     pub ud: UdDest,
-    /// Inline payload.
-    pub inline_data: [u8; MAX_INLINE],
+    /// The rest of the slot. An inline payload lies here on a UD WQE; on any other it
+    /// starts at the gather list ([`SendWqe::inline_offset`]).
+    pub tail: [u8; MAX_INLINE],
 }
 
 /// A receive work queue entry (`struct ibv_recv_wr`).
@@ -286,7 +288,7 @@ impl Default for SendWqe {
             swap: 0,
             ud: UdDest::default(),
             sges: [Sge::default(); MAX_SGE],
-            inline_data: [0; MAX_INLINE],
+            tail: [0; MAX_INLINE],
         }
     }
 }
@@ -297,13 +299,13 @@ unsafe impl Slot for SendWqe {
     const HEAD: usize = core::mem::offset_of!(SendWqe, sges);
 
     /// Only the bytes this WQE uses: the fixed fields and its `num_sge` gather entries;
-    /// with [`send_flags::UD_DEST`] everything up to the inline area (the UD
+    /// with [`send_flags::UD_DEST`] everything up to [`SendWqe::INLINE_AT`] (the UD
     /// destination is last before it); with [`send_flags::INLINE`] and a non-zero
-    /// `inline_len`, that and the first `inline_len` bytes of the inline area. A one-entry WRITE is 64 bytes, one cache line, rather
-    /// than 144; with thousands of QPs each post writes and the NIC reads cold lines, so
-    /// fewer lines per WQE is fewer misses on both sides (issue 12, "Many QPs";
-    /// docs/perf.md). The 256-byte inline area is never copied unused (it once cost
-    /// more than the rest of the slot: "Per-message cost").
+    /// `inline_len`, that and the payload ([`SendWqe::inline_offset`]). A one-entry
+    /// WRITE is 64 bytes, one cache line, rather than 144; with thousands of QPs each
+    /// post writes and the NIC reads cold lines, so fewer lines per WQE is fewer misses
+    /// on both sides (issue 12, "Many QPs"; docs/perf.md). The inline area is never
+    /// copied unused (it once cost more than the rest of the slot: "Per-message cost").
     fn used_len(&self) -> usize {
         let inline = self.flags & send_flags::INLINE != 0;
         let inline_len = if inline {
@@ -312,7 +314,7 @@ unsafe impl Slot for SendWqe {
             0
         };
         if inline_len > 0 {
-            Self::INLINE_AT + inline_len
+            self.inline_offset() + inline_len
         } else if self.flags & send_flags::UD_DEST != 0 {
             Self::INLINE_AT
         } else if inline {
@@ -325,10 +327,62 @@ unsafe impl Slot for SendWqe {
 }
 
 impl SendWqe {
-    /// Where the inline area starts: everything before it is what a UD or inline WQE
-    /// always uses.
-    pub const INLINE_AT: usize = core::mem::offset_of!(SendWqe, inline_data);
+    /// Where a UD WQE's inline payload starts, after its destination: everything
+    /// before it is what a UD WQE always uses.
+    pub const INLINE_AT: usize = core::mem::offset_of!(SendWqe, tail);
+
+    /// Where this WQE's inline payload starts: right after the fixed fields
+    /// ([`Slot::HEAD`], over the gather list an inline WQE does not use), or after the
+    /// UD destination with [`send_flags::UD_DEST`].
+    ///
+    /// Why over the gather list: a QP's send ring is only as wide as its WQEs can be
+    /// (`layout::send_wqe_stride`), and a QP that asked for no inline room still has
+    /// its gather entries' 16 bytes each. Inline bytes there cost no wider a ring, so
+    /// every QP can take `max_send_sge` × 16 inline bytes, the least rxe grants
+    /// (`rxe_qp_init_req`: its WQE keeps the gather list and inline data in one union),
+    /// and a program that sends 16 bytes inline on a QP created with
+    /// `max_inline_data` 0 (rdma-core's `rdma_xclient`) works on both.
+    pub fn inline_offset(&self) -> usize {
+        if self.flags & send_flags::UD_DEST != 0 {
+            Self::INLINE_AT
+        } else {
+            Self::HEAD
+        }
+    }
+
+    /// The inline payload: `inline_len` bytes (at most [`MAX_INLINE`]) from
+    /// [`Self::inline_offset`]. Meaningful only with [`send_flags::INLINE`].
+    pub fn inline_payload(&self) -> &[u8] {
+        let at = self.inline_offset();
+        let len = (self.inline_len as usize).min(MAX_INLINE);
+        &self.as_bytes()[at..at + len]
+    }
+
+    /// The [`MAX_INLINE`] bytes an inline payload may fill, from
+    /// [`Self::inline_offset`] (so set [`send_flags::UD_DEST`] first). Writing them
+    /// overwrites the gather list of a WQE without a UD destination.
+    pub fn inline_area_mut(&mut self) -> &mut [u8] {
+        let at = self.inline_offset();
+        &mut self.as_bytes_mut()[at..at + MAX_INLINE]
+    }
+
+    fn as_bytes(&self) -> &[u8; SEND_WQE_SIZE] {
+        // SAFETY: SendWqe is repr(C), SEND_WQE_SIZE bytes of integers and integer
+        // arrays without padding (asserted below), so every byte is initialised and u8
+        // has no alignment requirement; the borrow of `self` bounds the view's life.
+        unsafe { &*(self as *const SendWqe).cast::<[u8; SEND_WQE_SIZE]>() }
+    }
+
+    fn as_bytes_mut(&mut self) -> &mut [u8; SEND_WQE_SIZE] {
+        // SAFETY: as in `as_bytes`; and every field is plain integers, for which any
+        // byte pattern written through the view is a valid value.
+        unsafe { &mut *(self as *mut SendWqe).cast::<[u8; SEND_WQE_SIZE]>() }
+    }
 }
+
+// The inline area fits after either offset.
+const _: () = assert!(<SendWqe as Slot>::HEAD + MAX_INLINE <= SEND_WQE_SIZE);
+const _: () = assert!(SendWqe::INLINE_AT + MAX_INLINE <= SEND_WQE_SIZE);
 
 // SAFETY: as above.
 unsafe impl Slot for RecvWqe {}
@@ -383,7 +437,7 @@ mod tests {
         assert_eq!(offset_of!(SendWqe, swap), 40);
         assert_eq!(offset_of!(SendWqe, sges), 48);
         assert_eq!(offset_of!(SendWqe, ud), 112);
-        assert_eq!(offset_of!(SendWqe, inline_data), 144);
+        assert_eq!(offset_of!(SendWqe, tail), 144);
     }
 
     #[test]

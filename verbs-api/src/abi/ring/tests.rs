@@ -323,7 +323,7 @@ fn word_copies_keep_every_used_byte_of_a_send_wqe() {
             rkey: u32::MAX,
             compare_add: u64::MAX,
             swap: u64::MAX,
-            inline_data: [0xA5; 256],
+            tail: [0xA5; 256],
             ..SendWqe::default()
         };
         for g in &mut w.sges {
@@ -345,14 +345,15 @@ fn word_copies_keep_every_used_byte_of_a_send_wqe() {
         w.inline_len = inline_len;
         w.flags =
             if inline { send_flags::INLINE } else { 0 } | if ud { send_flags::UD_DEST } else { 0 };
-        for (i, b) in w.inline_data.iter_mut().enumerate() {
+        for (i, b) in w.inline_area_mut().iter_mut().enumerate() {
             *b = (i as u8).wrapping_mul(31) ^ k;
         }
         p.push(&w).unwrap();
         p.publish();
         let used = w.used_len().div_ceil(8) * 8;
         let expect = if inline && inline_len > 0 {
-            SendWqe::INLINE_AT + (inline_len as usize).div_ceil(8) * 8
+            let at = if ud { SendWqe::INLINE_AT } else { 48 };
+            at + (inline_len as usize).div_ceil(8) * 8
         } else if ud {
             SendWqe::INLINE_AT
         } else if inline {
@@ -366,7 +367,7 @@ fn word_copies_keep_every_used_byte_of_a_send_wqe() {
         } else {
             // pop_into overwrites what is used and leaves the rest as it was.
             let mut out = SendWqe {
-                inline_data: [0xEE; 256],
+                tail: [0xEE; 256],
                 ..SendWqe::default()
             };
             let kept = bytes(&out)[used..].to_vec();
@@ -402,7 +403,7 @@ fn strided_send_ring_stays_within_each_slot() {
         ud: false,
     };
     let (cap, stride) = (4u32, send_wqe_stride(shape));
-    assert_eq!(stride, 160);
+    assert_eq!(stride, 64);
     let bytes = ring_bytes_strided(cap, stride).unwrap();
     // Two pages, the second made inaccessible; the ring ends where the first does.
     let map = anon(8192);
@@ -413,7 +414,7 @@ fn strided_send_ring_stays_within_each_slot() {
     assert_eq!(offset % 64, 0);
     let r = Ring::<SendWqe>::with_stride(map.clone(), offset, cap, stride).unwrap();
     r.init();
-    assert_eq!(r.stride(), 160);
+    assert_eq!(r.stride(), 64);
     let (mut p, mut c) = (
         r.into_producer(),
         Ring::<SendWqe>::with_stride(map.clone(), offset, cap, stride)
@@ -428,7 +429,7 @@ fn strided_send_ring_stays_within_each_slot() {
             inline_len: 16,
             ..SendWqe::default()
         };
-        w.inline_data[..16].fill(k);
+        w.inline_area_mut()[..16].fill(k);
         w
     };
     for k in 0..cap as u8 {
@@ -459,16 +460,14 @@ fn strided_send_ring_stays_within_each_slot() {
         if round == 0 {
             let got = c.pop().unwrap().unwrap();
             assert_eq!(got.inline_len, 256);
-            assert_eq!(got.inline_data[..16], [9; 16]);
-            assert!(got.inline_data[16..].iter().all(|&b| b == 0));
+            assert_eq!(got.inline_payload()[..16], [9; 16]);
+            assert!(got.inline_payload()[16..].iter().all(|&b| b == 0));
         } else {
-            let mut out = SendWqe {
-                inline_data: [0xEE; 256],
-                ..SendWqe::default()
-            };
+            let mut out = SendWqe::default();
+            out.inline_area_mut().fill(0xEE);
             assert!(c.pop_into(&mut out).unwrap());
-            assert_eq!(out.inline_data[..16], [9; 16]);
-            assert!(out.inline_data[16..].iter().all(|&b| b == 0xEE));
+            assert_eq!(out.inline_payload()[..16], [9; 16]);
+            assert!(out.inline_payload()[16..].iter().all(|&b| b == 0xEE));
         }
         c.release();
     }
