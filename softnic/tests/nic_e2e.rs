@@ -5,7 +5,9 @@
 mod nic_support;
 
 use nic_support::*;
-use verbs_api::{AccessFlags, Mtu, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
+use verbs_api::{
+    AccessFlags, MemoryRegion, Mtu, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
+};
 
 fn sges(s: &Side, offset: usize, len: usize) -> Vec<Sge> {
     if len == 0 {
@@ -425,4 +427,113 @@ fn small_writes_posted_together_leave_in_runs_longer_than_16() {
         calls > 0 && sent > 16 * calls,
         "{sent} datagrams in {calls} GSO sends: runs no longer than 16"
     );
+}
+
+/// Local protection errors are the NIC's to find, when it executes the WR, as on rxe
+/// and hardware (IBTA 10.7.2.2 C10-79; `wr::check_inline_sge`): the post succeeds, the
+/// WR completes with `IBV_WC_LOC_PROT_ERR`, the QP goes to the error state and the WR
+/// behind it is flushed. Until session 26 the library refused such a post with EINVAL,
+/// so a program waiting for the completion (rping with a mismatched `-S`) saw an errno
+/// instead. A receive whose region lacks LOCAL_WRITE fails when a SEND lands there: the
+/// receiver's completion is LOC_PROT_ERR and the sender's REM_OP_ERR (NAK Remote
+/// Operational Error, IBTA 9.7.5.2.4).
+#[test]
+fn a_bad_local_sge_completes_with_a_local_protection_error() {
+    let a = NicProc::start("lprot-a", "127.0.9.30", 0, &[]);
+    let b = NicProc::start("lprot-b", "127.0.9.31", 0, &[]);
+    type Case = fn(&Side, &Side, &MemoryRegion) -> (WrOpcode, Sge);
+    let cases: [(&str, Case); 4] = [
+        ("SEND past its region's end", |x, _, _| {
+            let mut s = x.mr.sge(0, 64);
+            s.addr = x.mr.addr() + x.mr.len() as u64 - 8;
+            (WrOpcode::Send, s)
+        }),
+        ("WRITE from an unknown lkey", |x, y, _| {
+            let mut s = x.mr.sge(0, 64);
+            s.lkey ^= 0x5A5A;
+            let (remote_addr, rkey) = (y.mr.addr(), y.mr.rkey());
+            (WrOpcode::RdmaWrite { remote_addr, rkey }, s)
+        }),
+        ("READ into a region without LOCAL_WRITE", |_, y, ro| {
+            let (remote_addr, rkey) = (y.mr.addr(), y.mr.rkey());
+            (WrOpcode::RdmaRead { remote_addr, rkey }, ro.sge(0, 64))
+        }),
+        (
+            "fetch-and-add into a region without LOCAL_WRITE",
+            |_, y, ro| {
+                let (remote_addr, rkey) = (y.mr.addr(), y.mr.rkey());
+                let op = WrOpcode::AtomicFetchAndAdd {
+                    remote_addr,
+                    rkey,
+                    add: 1,
+                };
+                (op, ro.sge(0, 8))
+            },
+        ),
+    ];
+    for (what, case) in cases {
+        let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
+        let mut ro =
+            x.pd.alloc_mr(4096, AccessFlags::NONE)
+                .expect("read-only mr");
+        ro.fill(0, ro.len(), 0xEE);
+        y.mr.fill(0, y.mr.len(), 0x11);
+        y.qp.post_recv(&[RecvWr::new(500, &sges(&y, 0, 64))])
+            .expect("post recv");
+        let (op, sge) = case(&x, &y, &ro);
+        let next = [x.mr.sge(0, 8)];
+        x.qp.post_send(&[
+            SendWr::new(1, op, &[sge]).signaled(),
+            SendWr::new(2, WrOpcode::Send, &next).signaled(),
+        ])
+        .unwrap_or_else(|e| panic!("{what}: the post is accepted: {e}"));
+        let c = poll_one(&mut x.cq);
+        assert_eq!(
+            (c.wr_id, c.status),
+            (1, WcStatus::LocProtErr),
+            "{what}: {c:?}"
+        );
+        let c = poll_one(&mut x.cq);
+        assert_eq!(
+            (c.wr_id, c.status),
+            (2, WcStatus::WrFlushErr),
+            "{what}: {c:?}"
+        );
+        assert_eq!(
+            x.qp.query().expect("query").0,
+            verbs_api::QpState::Err,
+            "{what}"
+        );
+        assert!(
+            ro.read_vec(0, ro.len()).iter().all(|&b| b == 0xEE),
+            "{what}: the read-only region is untouched"
+        );
+        // A gather error stops the QP before anything leaves. A READ's or atomic's
+        // is found when its response lands, and the SEND behind it may have reached
+        // the peer by then (the requester pipelines), though it completes here as
+        // flushed: as on any RNIC.
+        if matches!(op, WrOpcode::Send | WrOpcode::RdmaWrite { .. }) {
+            assert_eq!(
+                y.mr.read_vec(0, 8),
+                [0x11; 8],
+                "{what}: the peer is untouched"
+            );
+        }
+    }
+    // A receive into a region without LOCAL_WRITE.
+    let (mut x, mut y) = rc_pair(&a, &b, Mtu::Mtu1024, 4096, 8);
+    let mut ro =
+        y.pd.alloc_mr(4096, AccessFlags::NONE)
+            .expect("read-only mr");
+    ro.fill(0, ro.len(), 0xEE);
+    y.qp.post_recv(&[RecvWr::new(7, &[ro.sge(0, 64)])])
+        .expect("a receive into a read-only region is accepted");
+    x.mr.fill(0, 64, 0x22);
+    x.qp.post_send(&[SendWr::new(8, WrOpcode::Send, &sges(&x, 0, 64)).signaled()])
+        .expect("post send");
+    let r = poll_one(&mut y.cq);
+    assert_eq!((r.wr_id, r.status), (7, WcStatus::LocProtErr), "{r:?}");
+    let s = poll_one(&mut x.cq);
+    assert_eq!((s.wr_id, s.status), (8, WcStatus::RemOpErr), "{s:?}");
+    assert!(ro.read_vec(0, ro.len()).iter().all(|&b| b == 0xEE));
 }

@@ -256,7 +256,11 @@ pub(crate) struct CqShared {
 impl CqShared {
     fn after_empty(&self) -> bool {
         let ctx = &self.ctx.inner;
-        self.idle.after_empty(&ctx.poll, &ctx.doorbell)
+        let slept = self.idle.after_empty(&ctx.poll, &ctx.doorbell);
+        if slept {
+            ctx.check_nic_alive();
+        }
+        slept
     }
 }
 
@@ -376,7 +380,11 @@ impl CompletionQueue {
     }
 
     /// Fills `out` with up to `out.len()` completions and returns how many
-    /// (`ibv_poll_cq`). No syscalls. An error means the NIC corrupted the ring.
+    /// (`ibv_poll_cq`). No syscalls. Errors: [`Error::Ring`], the NIC corrupted the
+    /// ring; [`Error::NicGone`], the CQ is empty and its NIC has died, as an idle
+    /// poller noticed ([`Self::idle`] looks at most every 100 ms while it sleeps; a
+    /// loop that never calls it, or that spins with [`Self::set_poll_yield`] 0, is not
+    /// told). Completions the NIC published before it died are still returned first.
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize> {
         let max = out.len();
         self.poll_with(max, |i, wc| out[i] = wc)
@@ -407,6 +415,9 @@ impl CompletionQueue {
                 }
                 None => break,
             }
+        }
+        if n == 0 && max > 0 && self.shared.ctx.inner.nic_gone() {
+            return Err(Error::NicGone);
         }
         if n > 0 {
             self.ring.release();

@@ -10,8 +10,9 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::abi::control::{self, DeviceAttr, Reply, Request, Response};
 use crate::abi::{Doorbell, ABI_VERSION, DOORBELL_SEGMENT_LEN};
@@ -147,7 +148,18 @@ pub(crate) struct ContextInner {
     /// Hybrid polling's per-context state.
     pub(crate) poll: ContextPoll,
     attr: DeviceAttr,
+    /// Set once an idle poller found the NIC's end of the connection closed
+    /// ([`Self::check_nic_alive`]); never cleared.
+    nic_gone: AtomicBool,
+    /// When [`Self::check_nic_alive`] last looked, in ns since `opened`.
+    alive_checked_ns: AtomicU64,
+    opened: Instant,
 }
+
+/// The least time between two looks at the connection by idle pollers
+/// ([`ContextInner::check_nic_alive`]): a dead NIC is noticed within this (plus the
+/// poller's spin window and one sleep), for at most one `poll(2)` per interval.
+const ALIVE_CHECK_EVERY: Duration = Duration::from_millis(100);
 
 impl ContextInner {
     /// Whether the NIC has closed this connection (it exited or restarted): the NIC
@@ -156,6 +168,41 @@ impl ContextInner {
     pub(crate) fn peer_closed(&self) -> bool {
         let sock = self.sock.lock().unwrap_or_else(|e| e.into_inner());
         crate::os::wait_readable(sock.as_fd(), Some(Duration::ZERO)).unwrap_or(true)
+    }
+
+    /// Whether an idle poller has found the NIC gone ([`Self::check_nic_alive`]).
+    pub(crate) fn nic_gone(&self) -> bool {
+        self.nic_gone.load(Ordering::Relaxed)
+    }
+
+    /// Called by a CQ poller that has just slept or napped (nothing completed for its
+    /// spin window): at most every [`ALIVE_CHECK_EVERY`], looks whether the NIC has
+    /// closed the connection ([`Self::peer_closed`]) and, if so, records it, so that
+    /// polls of an empty CQ then fail ([`crate::cq::CompletionQueue::poll`]).
+    ///
+    /// Why: a program that only polls would otherwise spin for ever when its NIC dies
+    /// (stock `ib_write_bw` did); the async fd's `IBV_EVENT_DEVICE_FATAL` and a channel
+    /// wait's EIO reach only programs that read them. The look costs a `poll(2)`, and
+    /// only a poller that is sleeping anyway makes it, so a busy data path stays
+    /// syscall-free. It skips a round when another thread holds the connection (a verb
+    /// in flight learns of a dead NIC by itself).
+    pub(crate) fn check_nic_alive(&self) {
+        let now = u64::try_from(self.opened.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let last = self.alive_checked_ns.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < ALIVE_CHECK_EVERY.as_nanos() as u64
+            || self
+                .alive_checked_ns
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let Ok(sock) = self.sock.try_lock() else {
+            return;
+        };
+        if crate::os::wait_readable(sock.as_fd(), Some(Duration::ZERO)).unwrap_or(false) {
+            self.nic_gone.store(true, Ordering::Relaxed);
+        }
     }
 
     /// One request/response round trip; a NIC error becomes [`Error::Nic`].
@@ -268,6 +315,9 @@ impl Context {
                 doorbell,
                 poll: ContextPoll::from_env(),
                 attr: device_attr,
+                nic_gone: AtomicBool::new(false),
+                alive_checked_ns: AtomicU64::new(0),
+                opened: Instant::now(),
             }),
         })
     }

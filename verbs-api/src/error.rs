@@ -66,6 +66,9 @@ pub enum Error {
     },
     /// The completion ring is corrupt (the NIC misbehaved).
     Ring(RingError),
+    /// The NIC closed this context's connection (it exited or was killed): an empty
+    /// CQ's poll says so once an idle poller has noticed (`CompletionQueue::poll`).
+    NicGone,
 }
 
 /// Why a work request could not be posted.
@@ -83,14 +86,16 @@ pub enum PostError {
         /// The QP's max_sge.
         max: u32,
     },
-    /// An SGE names a key that is not a memory region of this PD.
+    /// An SGE of an inline send (whose bytes the library copies at post) names a key
+    /// that is not a memory region of this PD. Other SGEs are the NIC's to check when
+    /// it executes the request: a completion with `WcStatus::LocProtErr`.
     BadLkey {
         /// SGE index.
         sge: usize,
         /// The key.
         lkey: u32,
     },
-    /// An SGE reaches outside its memory region.
+    /// An SGE of an inline send reaches outside its memory region (see `BadLkey`).
     OutOfRange {
         /// SGE index.
         sge: usize,
@@ -102,14 +107,6 @@ pub enum PostError {
         mr_addr: u64,
         /// Region length.
         mr_len: u64,
-    },
-    /// The NIC must write into this SGE (receive, READ, atomic result) but its region
-    /// lacks LOCAL_WRITE.
-    NoLocalWrite {
-        /// SGE index.
-        sge: usize,
-        /// The key.
-        lkey: u32,
     },
     /// Inline data longer than the QP's max_inline.
     InlineTooLarge {
@@ -155,10 +152,6 @@ impl fmt::Display for PostError {
                 f,
                 "SGE {sge}: [{addr:#x}, +{length}) is outside its memory region [{mr_addr:#x}, +{mr_len})"
             ),
-            PostError::NoLocalWrite { sge, lkey } => write!(
-                f,
-                "SGE {sge}: the NIC must write here but region {lkey:#x} lacks LOCAL_WRITE access"
-            ),
             PostError::InlineTooLarge { len, max } => write!(
                 f,
                 "{len} bytes inline, but the QP was created with max_inline_data {max}"
@@ -198,6 +191,7 @@ impl fmt::Display for Error {
                 reason,
             } => write!(f, "work request {index} (wr_id {wr_id:#x}): {reason}"),
             Error::Ring(e) => write!(f, "completion queue: {e}"),
+            Error::NicGone => f.write_str("the NIC closed the connection (it exited or was killed)"),
         }
     }
 }

@@ -146,7 +146,7 @@ impl ProtectionDomain {
     ) -> Result<FdMemoryRegion> {
         self.check_fd_region(iova, len, access)?;
         let req = make(self.inner.handle, len as u64, access.0);
-        self.finish_fd_region(&req, fds, iova, len, access)
+        self.finish_fd_region(&req, fds, iova, len)
     }
 
     fn check_fd_region(&self, iova: u64, len: usize, access: AccessFlags) -> Result<()> {
@@ -167,7 +167,6 @@ impl ProtectionDomain {
         fds: &[BorrowedFd<'_>],
         iova: u64,
         len: usize,
-        access: AccessFlags,
     ) -> Result<FdMemoryRegion> {
         let (reply, _) = self.inner.ctx.inner.call("ibv_reg_mr", req, fds)?;
         let (handle, lkey, rkey) = match reply {
@@ -182,7 +181,6 @@ impl ProtectionDomain {
                 lkey,
                 addr: iova,
                 len: len as u64,
-                access,
             });
         Ok(FdMemoryRegion {
             iova,

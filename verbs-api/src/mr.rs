@@ -170,7 +170,6 @@ impl MemoryRegion {
                 lkey,
                 addr: iova,
                 len: len as u64,
-                access,
             });
         Ok(MemoryRegion {
             map,

@@ -13,19 +13,20 @@ use crate::error::{Error, Result};
 use crate::mr::{AccessFlags, MemoryRegion};
 use crate::qp::{QpInitAttr, QueuePair};
 
+/// A region of the PD as the library knows it: enough to read an inline send's bytes
+/// from it (`wr::check_inline_sge`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MrEntry {
     pub lkey: u32,
     pub addr: u64,
     pub len: u64,
-    pub access: AccessFlags,
 }
 
 pub(crate) struct PdShared {
     pub ctx: Context,
     pub handle: Handle,
-    /// Regions of this PD. Read-locked on every post (uncontended: no syscall);
-    /// write-locked only by registration and deregistration.
+    /// Regions of this PD. Read-locked by every send post (uncontended: no syscall),
+    /// for its inline copies; write-locked only by registration and deregistration.
     pub mrs: RwLock<Vec<MrEntry>>,
 }
 

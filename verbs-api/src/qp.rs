@@ -777,9 +777,8 @@ impl QueuePair {
         let mut result = Ok(());
         let mut pushed = 0usize;
         {
-            let mrs = self.pd.mrs.read().unwrap_or_else(|e| e.into_inner());
             for (index, wr) in wrs.iter().enumerate() {
-                let pushed_one = build_recv_wqe(wr, &q, &mrs).and_then(|wqe| {
+                let pushed_one = build_recv_wqe(wr, &q).and_then(|wqe| {
                     let capacity = self.rq.ring().capacity();
                     self.rq.push(&wqe).map_err(|e| push_error(e, capacity))
                 });

@@ -160,9 +160,8 @@ impl SharedReceiveQueue {
         let mut result = Ok(());
         let mut pushed = 0usize;
         {
-            let mrs = self.pd.mrs.read().unwrap_or_else(|e| e.into_inner());
             for (index, wr) in wrs.iter().enumerate() {
-                let pushed_one = build_recv_wqe(wr, &q, &mrs).and_then(|wqe| {
+                let pushed_one = build_recv_wqe(wr, &q).and_then(|wqe| {
                     let capacity = self.ring.ring().capacity();
                     self.ring.push(&wqe).map_err(|e| match e {
                         crate::abi::RingError::Full => PostError::QueueFull { capacity },

@@ -12,7 +12,6 @@ use crate::abi::slots::{send_flags, wr_opcode};
 use crate::abi::{RecvWqe, SendWqe, UdDest, MAX_INLINE, MAX_SGE};
 use crate::error::PostError;
 use crate::gid::{Gid, ROCE_V2_PORT};
-use crate::mr::AccessFlags;
 use crate::pd::MrEntry;
 use crate::qp::{QpState, QpType};
 
@@ -262,12 +261,19 @@ pub(crate) struct QpLimits {
     pub sq_sig_all: bool,
 }
 
-/// Finds the region of `sge` and checks range and (when `need_write`) LOCAL_WRITE.
-fn check_sge(i: usize, sge: &Sge, mrs: &[MrEntry], need_write: bool) -> Result<MrEntry, PostError> {
+/// Finds the region of an inline send's `sge` and checks that the SGE lies inside it:
+/// the library itself reads those bytes, so they must be this process's mapped memory.
+///
+/// Only inline SGEs are checked here. Every other SGE is the NIC's to check when it
+/// executes the request, as rxe and hardware do (IBTA 10.7.2.2 C10-79: a bad L_Key or
+/// address is a local protection error, reported in the completion): the post
+/// succeeds, and the WR completes with `IBV_WC_LOC_PROT_ERR` and moves the QP to the
+/// error state. A program that checks only completions (rping with a mismatched `-S`)
+/// then sees what it sees on rxe, not an errno from the post.
+fn check_inline_sge(i: usize, sge: &Sge, mrs: &[MrEntry]) -> Result<(), PostError> {
     let mr = mrs
         .iter()
         .find(|m| m.lkey == sge.lkey)
-        .copied()
         .ok_or(PostError::BadLkey {
             sge: i,
             lkey: sge.lkey,
@@ -286,13 +292,7 @@ fn check_sge(i: usize, sge: &Sge, mrs: &[MrEntry], need_write: bool) -> Result<M
             mr_len: mr.len,
         });
     }
-    if need_write && !mr.access.contains(AccessFlags::LOCAL_WRITE) {
-        return Err(PostError::NoLocalWrite {
-            sge: i,
-            lkey: sge.lkey,
-        });
-    }
-    Ok(mr)
+    Ok(())
 }
 
 /// Checks `wr` and builds its ring slot in `wqe`, a scratch slot the caller reuses for
@@ -376,7 +376,9 @@ pub(crate) unsafe fn build_send_wqe(
     wqe._reserved0 = 0;
     wqe.inline_len = 0;
     for (i, sge) in wr.sg_list.iter().enumerate() {
-        check_sge(i, sge, mrs, need_write)?;
+        if inline {
+            check_inline_sge(i, sge, mrs)?;
+        }
         total += u64::from(sge.length);
         wqe.sges[i] = *sge;
     }
@@ -486,7 +488,7 @@ pub(crate) unsafe fn build_send_wqe(
         }
         for sge in wr.sg_list {
             let len = sge.length as usize;
-            // SAFETY: check_sge proved [addr, addr+len) lies inside a table entry, which
+            // SAFETY: check_inline_sge proved [addr, addr+len) lies inside a table entry, which
             // the caller guarantees is mapped and readable; at + len ≤ total ≤ MAX_INLINE
             // = area.len() bounds the destination. The source is shared memory the NIC
             // may write, so it is copied byte-wise without forming a reference.
@@ -509,12 +511,9 @@ pub(crate) unsafe fn build_send_wqe(
     Ok(())
 }
 
-/// Checks `wr` and builds its ring slot.
-pub(crate) fn build_recv_wqe(
-    wr: &RecvWr<'_>,
-    q: &QpLimits,
-    mrs: &[MrEntry],
-) -> Result<RecvWqe, PostError> {
+/// Checks `wr` and builds its ring slot. Its SGEs' keys, ranges and LOCAL_WRITE access
+/// are the NIC's to check, when a message lands there (see [`check_inline_sge`]).
+pub(crate) fn build_recv_wqe(wr: &RecvWr<'_>, q: &QpLimits) -> Result<RecvWqe, PostError> {
     if q.state == QpState::Reset {
         return Err(PostError::WrongState(q.state));
     }
@@ -532,7 +531,6 @@ pub(crate) fn build_recv_wqe(
         ..RecvWqe::default()
     };
     for (i, sge) in wr.sg_list.iter().enumerate() {
-        check_sge(i, sge, mrs, true)?;
         wqe.sges[i] = *sge;
     }
     Ok(wqe)
@@ -554,13 +552,12 @@ mod tests {
     }
 
     /// A fake region table over test-owned buffers.
-    fn table(bufs: &[(u32, &[u8], AccessFlags)]) -> Vec<MrEntry> {
+    fn table(bufs: &[(u32, &[u8])]) -> Vec<MrEntry> {
         bufs.iter()
-            .map(|(lkey, b, access)| MrEntry {
+            .map(|(lkey, b)| MrEntry {
                 lkey: *lkey,
                 addr: b.as_ptr() as u64,
                 len: b.len() as u64,
-                access: *access,
             })
             .collect()
     }
@@ -591,7 +588,7 @@ mod tests {
     #[test]
     fn a_reused_scratch_slot_carries_nothing_of_an_earlier_wr() {
         let buf = [0x5au8; 256];
-        let mrs = table(&[(0x10, &buf, AccessFlags::NONE)]);
+        let mrs = table(&[(0x10, &buf)]);
         let base = buf.as_ptr() as u64;
         let sge = |off: u64, length: u32, lkey: u32| Sge {
             addr: base + off,
@@ -651,7 +648,7 @@ mod tests {
     #[test]
     fn write_builds_the_slot_fields() {
         let buf = [0u8; 128];
-        let mrs = table(&[(0x10, &buf, AccessFlags::NONE)]);
+        let mrs = table(&[(0x10, &buf)]);
         let base = buf.as_ptr() as u64;
         let sgl = [Sge {
             addr: base + 8,
@@ -677,10 +674,40 @@ mod tests {
         assert_eq!((w.remote_addr, w.rkey, w.imm), (0x1000, 0x55, 0xabcd));
     }
 
+    /// A gather list's keys and ranges are the NIC's to judge (a LOC_PROT_ERR
+    /// completion, as rxe): the post takes them as they are.
     #[test]
-    fn bad_lkey_names_the_sge() {
+    fn a_bad_lkey_or_range_is_posted_for_the_nic_to_judge() {
         let buf = [0u8; 64];
-        let mrs = table(&[(0x10, &buf, AccessFlags::NONE)]);
+        let mrs = table(&[(0x10, &buf)]);
+        let base = buf.as_ptr() as u64;
+        let sgl = [
+            Sge {
+                addr: base + 60,
+                length: 8,
+                lkey: 0x10,
+            },
+            Sge {
+                addr: base,
+                length: 8,
+                lkey: 0x1234,
+            },
+        ];
+        let w = post(
+            &SendWr::new(1, WrOpcode::Send, &sgl),
+            &limits(QpState::Rts),
+            &mrs,
+        )
+        .unwrap();
+        assert_eq!((w.num_sge, w.sges[0], w.sges[1]), (2, sgl[0], sgl[1]));
+    }
+
+    /// An inline send's bytes are read by the library itself: their SGEs must lie in
+    /// this PD's regions.
+    #[test]
+    fn an_inline_sges_bad_lkey_is_named() {
+        let buf = [0u8; 64];
+        let mrs = table(&[(0x10, &buf)]);
         let base = buf.as_ptr() as u64;
         let sgl = [
             Sge {
@@ -695,7 +722,7 @@ mod tests {
             },
         ];
         let err = post(
-            &SendWr::new(1, WrOpcode::Send, &sgl),
+            &SendWr::new(1, WrOpcode::Send, &sgl).inline(),
             &limits(QpState::Rts),
             &mrs,
         )
@@ -714,9 +741,9 @@ mod tests {
     }
 
     #[test]
-    fn out_of_range_and_overflow_are_caught() {
+    fn an_inline_sge_out_of_range_or_overflowing_is_caught() {
         let buf = [0u8; 64];
-        let mrs = table(&[(1, &buf, AccessFlags::NONE)]);
+        let mrs = table(&[(1, &buf)]);
         let base = buf.as_ptr() as u64;
         for sge in [
             Sge {
@@ -736,7 +763,7 @@ mod tests {
             },
         ] {
             let e = post(
-                &SendWr::new(1, WrOpcode::Send, &[sge]),
+                &SendWr::new(1, WrOpcode::Send, &[sge]).inline(),
                 &limits(QpState::Rts),
                 &mrs,
             )
@@ -745,15 +772,14 @@ mod tests {
         }
     }
 
+    /// LOCAL_WRITE on a READ's or atomic's local region is the NIC's to check (the
+    /// post takes it); the atomic's shape is checked here, as rxe does at post.
     #[test]
-    fn read_and_atomics_need_local_write_and_shape() {
+    fn atomics_need_their_shape() {
         let ro = [0u8; 64];
         let mut rw = [0u8; 64];
         let rw_ptr = rw.as_mut_ptr() as u64;
-        let mrs = table(&[
-            (1, &ro, AccessFlags::NONE),
-            (2, &rw, AccessFlags::LOCAL_WRITE),
-        ]);
+        let mrs = table(&[(1, &ro), (2, &rw)]);
         let q = limits(QpState::Rts);
         let read = WrOpcode::RdmaRead {
             remote_addr: 0,
@@ -764,10 +790,7 @@ mod tests {
             length: 8,
             lkey: 1,
         }];
-        assert_eq!(
-            post(&SendWr::new(1, read, &ro_sge), &q, &mrs),
-            Err(PostError::NoLocalWrite { sge: 0, lkey: 1 })
-        );
+        assert!(post(&SendWr::new(1, read, &ro_sge), &q, &mrs).is_ok());
         let rw8 = [Sge {
             addr: rw_ptr,
             length: 8,
@@ -807,7 +830,7 @@ mod tests {
     fn inline_copies_the_bytes_and_respects_max_inline() {
         let a = *b"hello ";
         let b = *b"world";
-        let mrs = table(&[(1, &a, AccessFlags::NONE), (2, &b, AccessFlags::NONE)]);
+        let mrs = table(&[(1, &a), (2, &b)]);
         let sgl = [
             Sge {
                 addr: a.as_ptr() as u64,
@@ -879,7 +902,7 @@ mod tests {
             Err(PostError::Unsupported(_))
         ));
         let buf = [0u8; 8];
-        let mrs = table(&[(1, &buf, AccessFlags::NONE)]);
+        let mrs = table(&[(1, &buf)]);
         let sgl = [Sge {
             addr: buf.as_ptr() as u64,
             length: 8,
@@ -896,7 +919,7 @@ mod tests {
     #[test]
     fn state_type_and_sge_count_rules() {
         let buf = [0u8; 64];
-        let mrs = table(&[(1, &buf, AccessFlags::LOCAL_WRITE)]);
+        let mrs = table(&[(1, &buf)]);
         let s = Sge {
             addr: buf.as_ptr() as u64,
             length: 1,
@@ -946,46 +969,24 @@ mod tests {
         assert_eq!(w.flags, send_flags::SIGNALED);
     }
 
+    /// A receive's regions are the NIC's to check when a message lands (a LOC_PROT_ERR
+    /// completion); the post checks the QP's state and the SGE count.
     #[test]
-    fn recv_needs_local_write_and_state() {
-        let buf = [0u8; 64];
-        let mrs = table(&[
-            (1, &buf, AccessFlags::NONE),
-            (2, &buf, AccessFlags::LOCAL_WRITE),
-        ]);
-        let p = buf.as_ptr() as u64;
+    fn recv_needs_a_state_and_takes_any_sge() {
         let q = limits(QpState::Init);
+        let sge = Sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 0xBAD,
+        };
+        let w = build_recv_wqe(&RecvWr::new(9, &[sge]), &q).unwrap();
+        assert_eq!((w.wr_id, w.num_sge, w.sges[0]), (9, 1, sge));
         assert_eq!(
-            build_recv_wqe(
-                &RecvWr::new(
-                    1,
-                    &[Sge {
-                        addr: p,
-                        length: 8,
-                        lkey: 1
-                    }]
-                ),
-                &q,
-                &mrs
-            ),
-            Err(PostError::NoLocalWrite { sge: 0, lkey: 1 })
+            build_recv_wqe(&RecvWr::new(9, &[sge, sge]), &q),
+            Err(PostError::TooManySge { count: 2, max: 1 })
         );
-        let w = build_recv_wqe(
-            &RecvWr::new(
-                9,
-                &[Sge {
-                    addr: p,
-                    length: 8,
-                    lkey: 2,
-                }],
-            ),
-            &q,
-            &mrs,
-        )
-        .unwrap();
-        assert_eq!((w.wr_id, w.num_sge, w.sges[0].lkey), (9, 1, 2));
         assert_eq!(
-            build_recv_wqe(&RecvWr::new(1, &[]), &limits(QpState::Reset), &mrs),
+            build_recv_wqe(&RecvWr::new(1, &[]), &limits(QpState::Reset)),
             Err(PostError::WrongState(QpState::Reset))
         );
     }

@@ -202,14 +202,15 @@ fn qp_lifecycle_posts_and_completions() {
         "{e}"
     );
 
-    // Bad key, named precisely.
+    // Bad key of an inline send (the library reads those bytes itself), named
+    // precisely. Other SGEs' keys are the NIC's to check (a LOC_PROT_ERR completion).
     let bogus = [Sge {
         addr: mr.addr(),
         length: 8,
         lkey: 0x1234,
     }];
     let e = qp
-        .post_send(&[SendWr::new(10, WrOpcode::Send, &bogus)])
+        .post_send(&[SendWr::new(10, WrOpcode::Send, &bogus).inline()])
         .unwrap_err()
         .to_string();
     assert_eq!(e, "work request 0 (wr_id 0xa): SGE 0: lkey 0x1234 is not a memory region of this protection domain");

@@ -9,10 +9,13 @@
  * the program; softnic's post wakes the NIC through a datagram socket (no SIGPIPE),
  * where a pipe's write killed it with SIGPIPE. Then the context's async_fd becomes
  * readable within 10 s and ibv_get_async_event returns IBV_EVENT_DEVICE_FATAL, as a
- * kernel device raises when it goes away (rxe's `rdma link delete`). Prints the post's result and exits 0. */
+ * kernel device raises when it goes away (rxe's `rdma link delete`). Before that, a
+ * busy ibv_poll_cq loop on the empty CQ must return a negative value within 10 s.
+ * Prints the post's result and exits 0. */
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <infiniband/verbs.h>
 
 #include "rc_pair.h"
@@ -38,6 +41,19 @@ int main(int argc, char **argv)
 	struct ibv_recv_wr rw = { .wr_id = 7, .sg_list = &sge, .num_sge = 1 }, *bad;
 	int r = ibv_post_recv(s.qp, &rw, &bad);
 	printf("post after the NIC died: %d (%s)\n", r, r ? strerror(r) : "ok");
+	/* A program that only polls learns it too: an empty CQ's poll fails once an idle
+	 * poller has looked (at most every 100 ms while it sleeps), where it spun for ever. */
+	struct ibv_wc wc;
+	int n = 0;
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		n = ibv_poll_cq(s.cq, 1, &wc);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while (n == 0 && t.tv_sec - t0.tv_sec < 10);
+	if (n >= 0)
+		die("ibv_poll_cq still found the CQ merely empty 10 s after the NIC's death");
+	printf("poll after the NIC died: negative\n");
 	struct pollfd p = { .fd = s.ctx->async_fd, .events = POLLIN };
 	if (poll(&p, 1, 10000) != 1)
 		die("no async event within 10 s of the NIC's death");

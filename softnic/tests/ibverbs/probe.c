@@ -238,12 +238,14 @@ int main(int argc, char **argv)
 	       qia2.send_cq == cq);
 	struct ibv_recv_wr rwr = { .wr_id = 7, .sg_list = NULL, .num_sge = 0 }, *bad_r = NULL;
 	printf("post_recv %d\n", ibv_post_recv(qp, &rwr, &bad_r));
-	struct ibv_sge bad_sge = { .addr = (uintptr_t)buf, .length = 8, .lkey = mr->lkey + 1 };
-	struct ibv_send_wr swr = { .wr_id = 9, .sg_list = &bad_sge, .num_sge = 1,
+	/* The QP is still in INIT (RTS from INIT is illegal): a send is EINVAL, as on rxe.
+	 * (A bad lkey is no post error: it completes with IBV_WC_LOC_PROT_ERR.) */
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = 8, .lkey = mr->lkey };
+	struct ibv_send_wr swr = { .wr_id = 9, .sg_list = &sge, .num_sge = 1,
 				   .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED },
 			   *bad_s = NULL;
 	rc = ibv_post_send(qp, &swr, &bad_s);
-	printf("post_send_bad_lkey %d bad_is_wr %d\n", rc, bad_s == &swr);
+	printf("post_send_in_init %d bad_is_wr %d\n", rc, bad_s == &swr);
 	printf("qp_ex %s\n", ibv_qp_to_qp_ex(qp) ? "ptr" : "null");
 	printf("destroy_qp %d\n", ibv_destroy_qp(qp));
 	printf("destroy_cq %d\n", ibv_destroy_cq(cq));
