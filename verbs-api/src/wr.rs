@@ -674,25 +674,25 @@ mod tests {
         assert_eq!((w.remote_addr, w.rkey, w.imm), (0x1000, 0x55, 0xabcd));
     }
 
+    /// Two SGEs on `buf` (registered as 0x10): the first at `first_at`, the second
+    /// under a key no region has.
+    fn known_then_unknown_key(buf: &[u8], first_at: u64) -> [Sge; 2] {
+        let base = buf.as_ptr() as u64;
+        let sge = |addr, lkey| Sge {
+            addr,
+            length: 8,
+            lkey,
+        };
+        [sge(base + first_at, 0x10), sge(base, 0x1234)]
+    }
+
     /// A gather list's keys and ranges are the NIC's to judge (a LOC_PROT_ERR
     /// completion, as rxe): the post takes them as they are.
     #[test]
     fn a_bad_lkey_or_range_is_posted_for_the_nic_to_judge() {
         let buf = [0u8; 64];
         let mrs = table(&[(0x10, &buf)]);
-        let base = buf.as_ptr() as u64;
-        let sgl = [
-            Sge {
-                addr: base + 60,
-                length: 8,
-                lkey: 0x10,
-            },
-            Sge {
-                addr: base,
-                length: 8,
-                lkey: 0x1234,
-            },
-        ];
+        let sgl = known_then_unknown_key(&buf, 60);
         let w = post(
             &SendWr::new(1, WrOpcode::Send, &sgl),
             &limits(QpState::Rts),
@@ -708,19 +708,7 @@ mod tests {
     fn an_inline_sges_bad_lkey_is_named() {
         let buf = [0u8; 64];
         let mrs = table(&[(0x10, &buf)]);
-        let base = buf.as_ptr() as u64;
-        let sgl = [
-            Sge {
-                addr: base,
-                length: 8,
-                lkey: 0x10,
-            },
-            Sge {
-                addr: base,
-                length: 8,
-                lkey: 0x1234,
-            },
-        ];
+        let sgl = known_then_unknown_key(&buf, 0);
         let err = post(
             &SendWr::new(1, WrOpcode::Send, &sgl).inline(),
             &limits(QpState::Rts),
