@@ -674,7 +674,10 @@ fn qps_up_to_the_devices_max_qp() {
 /// the NIC reads its socket within it (`RX_EVERY` in nic/runtime.rs). When it did not,
 /// the ACKs waited for the pass to end, the QPs' retransmission timers expired meanwhile,
 /// and a fifth of the packets were sent again (`softnic perf write_bw -q 4096 -n 300`:
-/// 497,342 resent for 1,228,800 WRITEs; now under a hundred). Fails above 2 %.
+/// 497,342 resent for 1,228,800 WRITEs; now under a hundred on a quiet host). Fails
+/// above 10 %: half of what the bug cost, and above what CPU contention alone makes
+/// (6.2 % with a `cargo build` running beside it on the 2 cores, session 26; it failed
+/// at 2 % that way, and once in CI while helpers loaded the machine).
 #[test]
 fn many_busy_qps_resend_nothing() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -683,7 +686,7 @@ fn many_busy_qps_resend_nothing() {
     check_bw(&c, &[8], 409_600);
     let resent = b.stat("qp_retransmitted_packets");
     assert!(
-        resent * 50 < 409_600,
+        resent * 10 < 409_600,
         "{resent} of 409,600 WRITEs resent between lossless NICs"
     );
 }
