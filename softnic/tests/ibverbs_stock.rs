@@ -506,10 +506,23 @@ fn c_program_passes(nic: &NicProc, name: &str, cflags: &[&str], want: &str) {
 /// `async_fd` delivers `IBV_EVENT_DEVICE_FATAL`, as a kernel device's removal does.
 #[test]
 fn a_post_after_the_nic_died_does_not_kill_the_program() {
-    use std::io::{BufRead, Write};
-    let (a, _b) = nic_pair("ibvstock-gone", 28);
     let exe = compile_c("nic_gone", &[]);
-    let mut child = stock_support::exec_on(&a, &exe)
+    // Once with hybrid polling, once spinning as on hardware: the poll itself reads the
+    // NIC's life sign, whatever happens between polls.
+    nic_gone_run(&exe, "ibvstock-gone", 28, None);
+    nic_gone_run(&exe, "ibvstock-gone-spin", 36, Some("0"));
+}
+
+/// One run of `nic_gone.c` (see [`a_post_after_the_nic_died_does_not_kill_the_program`])
+/// with `SOFTNIC_IBV_POLL_YIELD` set to `poll_yield` if given.
+fn nic_gone_run(exe: &Path, tag: &str, host: u8, poll_yield: Option<&str>) {
+    use std::io::{BufRead, Write};
+    let (a, _b) = nic_pair(tag, host);
+    let mut cmd = stock_support::exec_on(&a, exe);
+    if let Some(v) = poll_yield {
+        cmd.env("SOFTNIC_IBV_POLL_YIELD", v);
+    }
+    let mut child = cmd
         .arg(&a.name)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -537,7 +550,7 @@ fn a_post_after_the_nic_died_does_not_kill_the_program() {
             && rest.contains("post after the NIC died")
             && rest.contains("poll after the NIC died: negative")
             && rest.contains("IBV_EVENT_DEVICE_FATAL"),
-        "{:?}: {rest}{}",
+        "{poll_yield:?} {:?}: {rest}{}",
         o.status,
         String::from_utf8_lossy(&o.stderr)
     );

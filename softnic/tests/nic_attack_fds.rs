@@ -66,8 +66,8 @@ fn open(nic: &NicProc) -> (UnixStream, OwnedFd) {
     };
     let db = os::memfd("fd-flags-doorbell", DOORBELL_SEGMENT_LEN).unwrap();
     match call(&sock, &req, &[db.as_fd()]).expect("OpenDevice") {
-        (Response::Ok(Reply::Opened { .. }), mut fds) if fds.len() == 1 => {
-            let wake = fds.pop().unwrap();
+        (Response::Ok(Reply::Opened { .. }), mut fds) if fds.len() == 2 => {
+            let wake = fds.swap_remove(0);
             (sock, wake)
         }
         other => panic!("OpenDevice: {other:?}"),

@@ -60,7 +60,8 @@ fn raw_open(nic: &NicProc) -> (UnixStream, std::os::fd::OwnedFd, Doorbell) {
         },
         &[dfd.as_fd()],
     );
-    let wake = fds.pop().expect("wake fd");
+    assert_eq!(fds.len(), 2, "the wake fd and the NIC's life sign");
+    let wake = fds.swap_remove(0);
     (sock, wake, doorbell)
 }
 

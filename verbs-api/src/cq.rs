@@ -256,11 +256,7 @@ pub(crate) struct CqShared {
 impl CqShared {
     fn after_empty(&self) -> bool {
         let ctx = &self.ctx.inner;
-        let slept = self.idle.after_empty(&ctx.poll, &ctx.doorbell);
-        if slept {
-            ctx.check_nic_alive();
-        }
-        slept
+        self.idle.after_empty(&ctx.poll, &ctx.doorbell)
     }
 }
 
@@ -381,10 +377,10 @@ impl CompletionQueue {
 
     /// Fills `out` with up to `out.len()` completions and returns how many
     /// (`ibv_poll_cq`). No syscalls. Errors: [`Error::Ring`], the NIC corrupted the
-    /// ring; [`Error::NicGone`], the CQ is empty and its NIC has died, as an idle
-    /// poller noticed ([`Self::idle`] looks at most every 100 ms while it sleeps; a
-    /// loop that never calls it, or that spins with [`Self::set_poll_yield`] 0, is not
-    /// told). Completions the NIC published before it died are still returned first.
+    /// ring; [`Error::NicGone`], the CQ is empty and its NIC has exited (one load of
+    /// the NIC's life sign, a word the kernel marks when the NIC process ends:
+    /// `os::life_sign`). Completions the NIC published before it died are still
+    /// returned first.
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize> {
         let max = out.len();
         self.poll_with(max, |i, wc| out[i] = wc)

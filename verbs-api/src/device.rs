@@ -10,9 +10,8 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::abi::control::{self, DeviceAttr, Reply, Request, Response};
 use crate::abi::{Doorbell, ABI_VERSION, DOORBELL_SEGMENT_LEN};
@@ -148,18 +147,10 @@ pub(crate) struct ContextInner {
     /// Hybrid polling's per-context state.
     pub(crate) poll: ContextPoll,
     attr: DeviceAttr,
-    /// Set once an idle poller found the NIC's end of the connection closed
-    /// ([`Self::check_nic_alive`]); never cleared.
-    nic_gone: AtomicBool,
-    /// When [`Self::check_nic_alive`] last looked, in ns since `opened`.
-    alive_checked_ns: AtomicU64,
-    opened: Instant,
+    /// The NIC's life sign, mapped read-only: whether the NIC process has exited,
+    /// without a syscall (`os::LifeSignView`).
+    life: crate::os::LifeSignView,
 }
-
-/// The least time between two looks at the connection by idle pollers
-/// ([`ContextInner::check_nic_alive`]): a dead NIC is noticed within this (plus the
-/// poller's spin window and one sleep), for at most one `poll(2)` per interval.
-const ALIVE_CHECK_EVERY: Duration = Duration::from_millis(100);
 
 impl ContextInner {
     /// Whether the NIC has closed this connection (it exited or restarted): the NIC
@@ -170,39 +161,14 @@ impl ContextInner {
         crate::os::wait_readable(sock.as_fd(), Some(Duration::ZERO)).unwrap_or(true)
     }
 
-    /// Whether an idle poller has found the NIC gone ([`Self::check_nic_alive`]).
+    /// Whether the NIC process has exited (killed, crashed or stopped): one load of
+    /// its life sign, a word the kernel marks when the NIC's holder thread exits
+    /// (`os::life_sign`). Why: a program that only polls would otherwise spin for ever
+    /// when its NIC dies (stock `ib_write_bw` did); the async fd's
+    /// `IBV_EVENT_DEVICE_FATAL` and a channel wait's EIO reach only programs that read
+    /// them. An empty CQ's poll looks every time ([`crate::cq::CompletionQueue::poll`]).
     pub(crate) fn nic_gone(&self) -> bool {
-        self.nic_gone.load(Ordering::Relaxed)
-    }
-
-    /// Called by a CQ poller that has just slept or napped (nothing completed for its
-    /// spin window): at most every [`ALIVE_CHECK_EVERY`], looks whether the NIC has
-    /// closed the connection ([`Self::peer_closed`]) and, if so, records it, so that
-    /// polls of an empty CQ then fail ([`crate::cq::CompletionQueue::poll`]).
-    ///
-    /// Why: a program that only polls would otherwise spin for ever when its NIC dies
-    /// (stock `ib_write_bw` did); the async fd's `IBV_EVENT_DEVICE_FATAL` and a channel
-    /// wait's EIO reach only programs that read them. The look costs a `poll(2)`, and
-    /// only a poller that is sleeping anyway makes it, so a busy data path stays
-    /// syscall-free. It skips a round when another thread holds the connection (a verb
-    /// in flight learns of a dead NIC by itself).
-    pub(crate) fn check_nic_alive(&self) {
-        let now = u64::try_from(self.opened.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let last = self.alive_checked_ns.load(Ordering::Relaxed);
-        if now.saturating_sub(last) < ALIVE_CHECK_EVERY.as_nanos() as u64
-            || self
-                .alive_checked_ns
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            return;
-        }
-        let Ok(sock) = self.sock.try_lock() else {
-            return;
-        };
-        if crate::os::wait_readable(sock.as_fd(), Some(Duration::ZERO)).unwrap_or(false) {
-            self.nic_gone.store(true, Ordering::Relaxed);
-        }
+        self.life.owner_died()
     }
 
     /// One request/response round trip; a NIC error becomes [`Error::Nic`].
@@ -301,12 +267,15 @@ impl Context {
                 })
             }
         };
-        if fds.len() != 1 {
+        if fds.len() != 2 {
             return Err(Error::Protocol(format!(
-                "OpenDevice reply carried {} descriptors, expected the wake pipe",
+                "OpenDevice reply carried {} descriptors, expected the wake pipe and the \
+                 NIC's life sign",
                 fds.len()
             )));
         }
+        let life = crate::os::LifeSignView::map(fds[1].as_fd())
+            .map_err(io("mapping the NIC's life sign"))?;
         let wake = fds.remove(0);
         Ok(Context {
             inner: Arc::new(ContextInner {
@@ -315,9 +284,7 @@ impl Context {
                 doorbell,
                 poll: ContextPoll::from_env(),
                 attr: device_attr,
-                nic_gone: AtomicBool::new(false),
-                alive_checked_ns: AtomicU64::new(0),
-                opened: Instant::now(),
+                life,
             }),
         })
     }

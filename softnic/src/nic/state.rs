@@ -542,6 +542,12 @@ impl Nic {
             Ok(d) => d,
             Err(e) => return err(ErrorCode::Internal, format!("dup: {e}")),
         };
+        // The page whose word the kernel marks when this NIC process exits, so that a
+        // client that only polls learns it (`verbs_api::os::life_sign`).
+        let life = match verbs_api::os::life_sign().and_then(|l| l.fd().try_clone_to_owned()) {
+            Ok(fd) => fd,
+            Err(e) => return err(ErrorCode::Internal, format!("life sign: {e}")),
+        };
         tracing::info!(client, uid, pid, program = %program, "client opened the device");
         counters.clients_opened += 1;
         self.clients.insert(
@@ -560,7 +566,7 @@ impl Nic {
             Response::Ok(Reply::Opened {
                 device: self.device_attr(),
             }),
-            vec![writer],
+            vec![writer, life],
         )
     }
 

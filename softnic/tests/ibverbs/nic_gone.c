@@ -41,8 +41,8 @@ int main(int argc, char **argv)
 	struct ibv_recv_wr rw = { .wr_id = 7, .sg_list = &sge, .num_sge = 1 }, *bad;
 	int r = ibv_post_recv(s.qp, &rw, &bad);
 	printf("post after the NIC died: %d (%s)\n", r, r ? strerror(r) : "ok");
-	/* A program that only polls learns it too: an empty CQ's poll fails once an idle
-	 * poller has looked (at most every 100 ms while it sleeps), where it spun for ever. */
+	/* A program that only polls learns it too: an empty CQ's poll fails once the NIC
+	 * has ended (the NIC's life sign, a word the kernel marks), where it spun for ever. */
 	struct ibv_wc wc;
 	int n = 0;
 	struct timespec t0, t;

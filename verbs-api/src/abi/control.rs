@@ -226,7 +226,8 @@ pub struct MrSegment {
 pub enum Request {
     /// First message on a connection; carries the client's doorbell memfd
     /// ([`super::doorbell::DOORBELL_SEGMENT_LEN`] bytes, zeroed). Reply:
-    /// [`Reply::Opened`] + the wake pipe's write end.
+    /// [`Reply::Opened`] + the wake pipe's write end and the NIC's life sign
+    /// (`os::life_sign`, mapped read-only).
     OpenDevice {
         /// Must equal [`super::ABI_VERSION`].
         abi_version: u32,

@@ -108,7 +108,10 @@ pub const CQ_ARMED: u32 = 1 << 1;
 /// 8: an inline payload lies over the gather list unless the WQE carries a UD
 /// destination (`SendWqe::inline_offset`); a QP is granted the inline room its stride
 /// has (`SqShape::inline_capacity`).
-pub const ABI_VERSION: u32 = 8;
+/// 9: OpenDevice's answer carries a second descriptor, the NIC's life sign
+/// (`os::life_sign`): a page the client maps read-only and reads to learn that the
+/// NIC has exited.
+pub const ABI_VERSION: u32 = 9;
 
 /// Most scatter/gather entries in one work request (the same as the transport's limit).
 pub const MAX_SGE: usize = 4;

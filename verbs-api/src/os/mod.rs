@@ -13,6 +13,9 @@
 //!   microsecond and learn which are ready ([`PollSet`], the NIC's sleep);
 //! * hybrid CQ polling: a shared (cross-process) futex on a word of the doorbell page
 //!   ([`futex_wait`], [`futex_wake`]);
+//! * whether the NIC still runs, readable without a syscall: a robust futex the kernel
+//!   marks when the NIC exits ([`life_sign`], [`LifeSignView`]; a macOS port would fall
+//!   back to polling the control socket now and then);
 //! * fd passing: `sendmsg`/`recvmsg` with `SCM_RIGHTS` ([`send_with_fds`],
 //!   [`recv_with_fds`]);
 //! * signals as rdma-core's libraries leave them to the program: a library thread that
@@ -32,6 +35,10 @@
 mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::*;
+#[cfg(target_os = "linux")]
+mod life_sign;
+#[cfg(target_os = "linux")]
+pub use life_sign::{life_sign, LifeSign, LifeSignView, LIFE_SIGN_LEN};
 #[cfg(target_os = "linux")]
 mod poll_set;
 #[cfg(target_os = "linux")]

@@ -72,11 +72,16 @@ fn handle(
             let e = verbs_api::os::eventfd().unwrap();
             let client_copy = e.try_clone().unwrap();
             n.wake = Some(e);
+            // The mock is this process: its life sign says "alive" while the test runs.
+            let life = verbs_api::os::life_sign()
+                .unwrap()
+                .fd()
+                .try_clone_to_owned();
             (
                 Response::Ok(Reply::Opened {
                     device: device_attr(name),
                 }),
-                vec![client_copy],
+                vec![client_copy, life.unwrap()],
             )
         }
         Request::QueryDevice => (Response::Ok(Reply::Device(device_attr(name))), vec![]),
