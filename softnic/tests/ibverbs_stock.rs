@@ -500,8 +500,9 @@ fn c_program_passes(nic: &NicProc, name: &str, cflags: &[&str], want: &str) {
 
 /// A C program whose NIC dies (SIGKILL, while the NIC slept and had asked to be
 /// woken) survives its next post (`tests/ibverbs/nic_gone.c`): the wake-up the post
-/// makes gets an error, not a SIGPIPE that would kill it (Rust programs ignore SIGPIPE, C
-/// programs do not; rdma-core's libraries never raise one); a loop polling its empty
+/// makes gets an error (EIO: the NIC's life sign), not a SIGPIPE that would kill it (Rust
+/// programs ignore SIGPIPE, C programs do not; rdma-core's libraries never raise one); a
+/// loop polling its empty
 /// CQ gets a negative `ibv_poll_cq` (it spun for ever before session 26); and its
 /// `async_fd` delivers `IBV_EVENT_DEVICE_FATAL`, as a kernel device's removal does.
 #[test]
@@ -547,7 +548,7 @@ fn nic_gone_run(exe: &Path, tag: &str, host: u8, poll_yield: Option<&str>) {
     std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
     assert!(
         o.status.success()
-            && rest.contains("post after the NIC died")
+            && rest.contains("post after the NIC died: 5 (")
             && rest.contains("poll after the NIC died: negative")
             && rest.contains("IBV_EVENT_DEVICE_FATAL"),
         "{poll_yield:?} {:?}: {rest}{}",

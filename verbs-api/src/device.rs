@@ -171,6 +171,16 @@ impl ContextInner {
         self.life.owner_died()
     }
 
+    /// [`Error::NicGone`] if the NIC process has exited: a post checks this first, so
+    /// that a work request given to a dead NIC fails whether or not the NIC was asleep
+    /// (a wake-up then failed with ECONNREFUSED; a busy NIC's post "succeeded").
+    pub(crate) fn check_nic_alive(&self) -> Result<()> {
+        match self.nic_gone() {
+            true => Err(Error::NicGone),
+            false => Ok(()),
+        }
+    }
+
     /// One request/response round trip; a NIC error becomes [`Error::Nic`].
     pub(crate) fn call(
         &self,

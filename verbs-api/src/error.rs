@@ -66,8 +66,8 @@ pub enum Error {
     },
     /// The completion ring is corrupt (the NIC misbehaved).
     Ring(RingError),
-    /// The NIC closed this context's connection (it exited or was killed): an empty
-    /// CQ's poll says so once an idle poller has noticed (`CompletionQueue::poll`).
+    /// The NIC process has exited (stopped, crashed or killed), as its life sign says
+    /// (`os::life_sign`): an empty CQ's poll and every post fail with this.
     NicGone,
 }
 
@@ -191,7 +191,7 @@ impl fmt::Display for Error {
                 reason,
             } => write!(f, "work request {index} (wr_id {wr_id:#x}): {reason}"),
             Error::Ring(e) => write!(f, "completion queue: {e}"),
-            Error::NicGone => f.write_str("the NIC closed the connection (it exited or was killed)"),
+            Error::NicGone => f.write_str("the NIC process has exited (stopped, crashed or killed)"),
         }
     }
 }

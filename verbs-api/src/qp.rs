@@ -722,6 +722,7 @@ impl QueuePair {
     /// refused one are posted ([`Error::Post`] says which, like `bad_wr`). No syscall
     /// unless the NIC is asleep (NEED_WAKEUP on the doorbell page).
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+        self.pd.ctx.inner.check_nic_alive()?;
         let q = self.limits();
         let mut result = Ok(());
         let mut pushed = 0usize;
@@ -766,6 +767,7 @@ impl QueuePair {
     /// Posts receive work requests (`ibv_post_recv`), same conventions as
     /// [`Self::post_send`].
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        self.pd.ctx.inner.check_nic_alive()?;
         if self.srq.is_some() {
             return Err(Error::InvalidState {
                 qpn: self.qpn,

@@ -149,6 +149,7 @@ impl SharedReceiveQueue {
     /// [`crate::QueuePair::post_recv`]: on error the earlier ones are posted. No
     /// syscall unless the NIC is asleep.
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        self.pd.ctx.inner.check_nic_alive()?;
         let q = QpLimits {
             qp_type: QpType::Rc,
             state: QpState::Init,

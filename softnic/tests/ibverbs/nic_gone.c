@@ -6,8 +6,10 @@
  * Opens DEV, makes an RC QP and takes it to INIT, prints "ready" and reads a line from
  * stdin (the test kills the NIC meanwhile, long after it went to sleep and asked to be
  * woken), then posts a receive. With rdma-core a device that disappears never kills
- * the program; softnic's post wakes the NIC through a datagram socket (no SIGPIPE),
- * where a pipe's write killed it with SIGPIPE. Then the context's async_fd becomes
+ * the program. softnic's post fails with EIO, as it reads the NIC's life sign (a word
+ * the kernel marks when the NIC ends); before that it woke the NIC through a datagram
+ * socket (ECONNREFUSED, no SIGPIPE), and before that a pipe's write killed the program
+ * with SIGPIPE. Then the context's async_fd becomes
  * readable within 10 s and ibv_get_async_event returns IBV_EVENT_DEVICE_FATAL, as a
  * kernel device raises when it goes away (rxe's `rdma link delete`). Before that, a
  * busy ibv_poll_cq loop on the empty CQ must return a negative value within 10 s.

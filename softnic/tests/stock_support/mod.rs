@@ -101,6 +101,10 @@ pub fn exec_on(nic: &NicProc, bin: &Path) -> Command {
 /// The client is restarted while the server does not listen yet; PORT is `port`, or
 /// another one if something else on the host holds it (the server then says "Couldn't
 /// listen", "Address already in use" or, qperf, "unable to bind to listen port").
+/// The pair also starts over when qperf's client lost qperf's own listen race: its
+/// server tells the client its CM port before it calls `rdma_listen`, so a quick REQ is
+/// rejected (REJ reason 8) and the client prints "unexpected event from RDMA CM: Event
+/// rejected" (docs/interop.md, where the rxe rows rerun on it too).
 /// `what` names the pair in failure messages.
 pub fn pair_run_with(
     what: &str,
@@ -114,14 +118,15 @@ pub fn pair_run_with(
             return outputs;
         }
     }
-    panic!("{what}: no free TCP port for the exchange after 4 tries");
+    panic!("{what}: 4 tries, each lost to a taken TCP port or to qperf's listen race");
 }
 
 /// The longest a stock client may run before [`pair_run_with`] kills it: a client
 /// that hangs (a lost completion, a missed event) fails its test instead of holding CI.
 const CLIENT_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// One [`pair_run_with`] attempt; None when the server could not listen on `port`.
+/// One [`pair_run_with`] attempt; None when the server could not listen on `port`, or
+/// the client lost qperf's listen race.
 fn pair_attempt(
     what: &str,
     server: &dyn Fn(&str) -> Command,
@@ -156,6 +161,10 @@ fn pair_attempt(
         break o;
     };
     let cli_text = text(&cli);
+    if !cli.status.success() && cli_text.contains("unexpected event from RDMA CM: Event rejected") {
+        eprintln!("{what}: qperf's listen race (a REQ before rdma_listen); starting over");
+        return None; // `srv` is killed (by PID) as it drops
+    }
     // Bounded wait for the server (the client finished, so it has too, or soon).
     let (srv_out, _) = srv.finish(crate::nic_support::WAIT);
     let srv_text = text(&srv_out);
