@@ -412,8 +412,8 @@ impl CompletionQueue {
                 None => break,
             }
         }
-        if n == 0 && max > 0 && self.shared.ctx.inner.nic_gone() {
-            return Err(Error::NicGone);
+        if n == 0 && max > 0 {
+            self.shared.ctx.inner.check_nic_alive()?;
         }
         if n > 0 {
             self.ring.release();

@@ -161,21 +161,17 @@ impl ContextInner {
         crate::os::wait_readable(sock.as_fd(), Some(Duration::ZERO)).unwrap_or(true)
     }
 
-    /// Whether the NIC process has exited (killed, crashed or stopped): one load of
-    /// its life sign, a word the kernel marks when the NIC's holder thread exits
-    /// (`os::life_sign`). Why: a program that only polls would otherwise spin for ever
+    /// [`Error::NicGone`] if the NIC process has exited (killed, crashed or stopped):
+    /// one load of its life sign, a word the kernel marks when the NIC's holder thread
+    /// exits (`os::life_sign`). Why: a program that only polls would otherwise spin for ever
     /// when its NIC dies (stock `ib_write_bw` did); the async fd's
     /// `IBV_EVENT_DEVICE_FATAL` and a channel wait's EIO reach only programs that read
-    /// them. An empty CQ's poll looks every time ([`crate::cq::CompletionQueue::poll`]).
-    pub(crate) fn nic_gone(&self) -> bool {
-        self.life.owner_died()
-    }
-
-    /// [`Error::NicGone`] if the NIC process has exited: a post checks this first, so
-    /// that a work request given to a dead NIC fails whether or not the NIC was asleep
-    /// (a wake-up then failed with ECONNREFUSED; a busy NIC's post "succeeded").
+    /// them. An empty CQ's poll looks every time ([`crate::cq::CompletionQueue::poll`]),
+    /// and so does every post, first, so that a work request given to a dead NIC fails
+    /// whether or not the NIC was asleep (a wake-up then failed with ECONNREFUSED; a
+    /// busy NIC's post "succeeded").
     pub(crate) fn check_nic_alive(&self) -> Result<()> {
-        match self.nic_gone() {
+        match self.life.owner_died() {
             true => Err(Error::NicGone),
             false => Ok(()),
         }

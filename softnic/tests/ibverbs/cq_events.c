@@ -79,24 +79,16 @@ int main(int argc, char **argv)
 {
 	if (argc != 2)
 		die("usage: cq_events DEV");
-	struct side s = { .ctx = open_named(argv[1]) };
-	struct ibv_comp_channel *ch = ibv_create_comp_channel(s.ctx);
-	if (!ch)
-		die("channel");
-	s.pd = ibv_alloc_pd(s.ctx);
-	s.cq = ibv_create_cq(s.ctx, 32, NULL, ch, 0);
-	side_finish(&s, 0);
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
-	if (ibv_modify_qp(s.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-					     IBV_QP_ACCESS_FLAGS))
-		die("init");
+	struct side s = side_open(argv[1], 1);
+	struct ibv_comp_channel *ch = s.cq->channel;
+	qp_to_init(s.qp, 0);
 
 	/* 1. */
 	post_recv(&s, 1);
 	post_recv(&s, 2);
 	if (ibv_req_notify_cq(s.cq, 0))
 		die("req_notify");
-	a.qp_state = IBV_QPS_ERR;
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
 	if (ibv_modify_qp(s.qp, &a, IBV_QP_STATE))
 		die("modify to ERR");
 	take_event(ch, s.cq);

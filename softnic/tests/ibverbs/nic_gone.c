@@ -26,14 +26,8 @@ int main(int argc, char **argv)
 {
 	if (argc != 2)
 		die("usage: nic_gone DEV");
-	struct side s = { .ctx = open_named(argv[1]) };
-	s.pd = ibv_alloc_pd(s.ctx);
-	s.cq = ibv_create_cq(s.ctx, 32, NULL, NULL, 0);
-	side_finish(&s, 0);
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
-	if (ibv_modify_qp(s.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-					     IBV_QP_ACCESS_FLAGS))
-		die("init");
+	struct side s = side_open(argv[1], 0);
+	qp_to_init(s.qp, 0);
 	printf("ready\n");
 	fflush(stdout);
 	char line[16];

@@ -1,6 +1,6 @@
-/* Shared by the C programs of softnic/tests/ibverbs: die(), open_named(), and rc_connect(), which
- * takes an RC QP through INIT, RTR and RTS to a peer QP (GID index 1, the NIC's
- * address, as stock programs use with -g 1 / -x 1). */
+/* Shared by the C programs of softnic/tests/ibverbs: die(), open_named(), side_open(),
+ * qp_to_init(), and rc_connect(), which takes an RC QP through INIT, RTR and RTS to a
+ * peer QP (GID index 1, the NIC's address, as stock programs use with -g 1 / -x 1). */
 #ifndef SOFTNIC_TEST_RC_PAIR_H
 #define SOFTNIC_TEST_RC_PAIR_H
 #include <malloc.h>
@@ -62,13 +62,34 @@ static inline struct ibv_context *open_named(const char *name)
 	return ctx;
 }
 
-static inline void rc_connect(struct ibv_qp *qp, struct ibv_qp *peer_qp, union ibv_gid peer_gid)
+/* A side on the device `name`: its PD and a 32-entry CQ, on a new completion channel
+ * (`s.cq->channel`) when `with_channel`, then side_finish(s, 0). */
+static inline struct side side_open(const char *name, int with_channel)
+{
+	struct side s = { .ctx = open_named(name) };
+	struct ibv_comp_channel *ch = NULL;
+	if (with_channel && !(ch = ibv_create_comp_channel(s.ctx)))
+		die("channel");
+	s.pd = ibv_alloc_pd(s.ctx);
+	s.cq = ibv_create_cq(s.ctx, 32, NULL, ch, 0);
+	side_finish(&s, 0);
+	return s;
+}
+
+/* Takes `qp` from RESET to INIT on port 1 with `access` (ibv_access_flags). */
+static inline void qp_to_init(struct ibv_qp *qp, unsigned int access)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE };
+				 .qp_access_flags = access };
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 					     IBV_QP_ACCESS_FLAGS))
 		die("init");
+}
+
+static inline void rc_connect(struct ibv_qp *qp, struct ibv_qp *peer_qp, union ibv_gid peer_gid)
+{
+	qp_to_init(qp, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	struct ibv_qp_attr a;
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = IBV_MTU_1024;

@@ -114,13 +114,9 @@ int main(int argc, char **argv)
 		die("usage: signals DEV");
 	main_tid = (pid_t)syscall(SYS_gettid);
 	start_watchdog();
-	struct side s = { .ctx = open_named(argv[1]) };
-	struct ibv_comp_channel *ch = ibv_create_comp_channel(s.ctx);
-	if (!ch)
-		die("channel");
-	s.pd = ibv_alloc_pd(s.ctx);
-	s.cq = ibv_create_cq(s.ctx, 32, NULL, ch, 0);
-	side_finish(&s, 0); /* creates the QP: the event watcher thread starts */
+	/* Creates the QP: the event watcher thread starts. */
+	struct side s = side_open(argv[1], 1);
+	struct ibv_comp_channel *ch = s.cq->channel;
 	if (ibv_req_notify_cq(s.cq, 0))
 		die("req_notify");
 
@@ -156,10 +152,7 @@ int main(int argc, char **argv)
 	}
 
 	/* 2. SA_RESTART: the wait survives the alarms and returns the CQ's event. */
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
-	if (ibv_modify_qp(s.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-					     IBV_QP_ACCESS_FLAGS))
-		die("init");
+	qp_to_init(s.qp, 0);
 	struct ibv_sge sge = { .addr = (uintptr_t)s.buf, .length = 64, .lkey = s.mr->lkey };
 	struct ibv_recv_wr rw = { .wr_id = 7, .sg_list = &sge, .num_sge = 1 }, *bad;
 	if (ibv_post_recv(s.qp, &rw, &bad))
