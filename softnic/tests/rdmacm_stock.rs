@@ -267,6 +267,52 @@ fn udaddy_between_two_nics() {
     cmatose_pair("udaddy", "cmstock-ud", 6, &["-C", "0"]);
 }
 
+/// Stock `mckey`: UD multicast through the CM. Two receivers, one on each NIC, join
+/// an IPv4 group (`rdma_resolve_addr` to the group, `rdma_join_multicast`: the QP is
+/// attached as the program takes MULTICAST_JOIN), then a sender on the first NIC
+/// joins and sends ten 100-byte SENDs with immediate to QPN 0xFFFFFF with the Q_Key
+/// and address vector of its MULTICAST_JOIN. Each receiver must take all ten (mckey
+/// waits for them and prints "data transfers complete"), the one beside the sender
+/// through the loopback copy of the group's datagrams; all three exit 0.
+#[test]
+fn mckey_multicast_reaches_receivers_on_both_nics() {
+    let (a, b) = nic_pair("cmstock-mckey", 18);
+    // A group of this test run alone: concurrent runs on one host would share it.
+    let pid = std::process::id();
+    let group = format!("239.{}.{}.18", 150 + pid % 50, 1 + (pid / 100) % 250);
+    let mut receivers = Vec::new();
+    for nic in [&a, &b] {
+        let ip = nic.addr.to_string();
+        receivers.push(spawn(nic, "mckey", &args(&["-m", &group, "-b", &ip])));
+    }
+    // The receivers join at once and the sender sends 3 s after its own join (mckey
+    // sleeps "to give the SM a chance"): no race.
+    std::thread::sleep(Duration::from_millis(500));
+    let a_ip = a.addr.to_string();
+    let sender = spawn(&a, "mckey", &args(&["-m", &group, "-b", &a_ip, "-s"]));
+    let s = finish(sender, Duration::from_secs(30));
+    let rs: Vec<String> = receivers
+        .into_iter()
+        .map(|r| finish(r, Duration::from_secs(30)))
+        .collect();
+    assert!(
+        s.starts_with("status exit status: 0") && s.contains("initiating data transfers"),
+        "sender:\n{s}\nreceivers:\n{rs:?}"
+    );
+    let joined = format!("joined dgid: ::ffff:{group} mlid 0x0 sl 0");
+    for r in [&s].into_iter().chain(&rs) {
+        assert!(r.contains(&joined), "{r}");
+    }
+    for r in &rs {
+        assert!(
+            r.starts_with("status exit status: 0")
+                && r.contains("receiving data transfers")
+                && r.contains("data transfers complete"),
+            "receiver:\n{r}\nsender:\n{s}"
+        );
+    }
+}
+
 /// How perftest 4.5 (Debian 12) reports a REJ of its *first* connection (the one it
 /// exchanges its parameters on, `rdma_client_connect`): `RDMA_CM_EVENT_REJECTED` is 8.
 const PERFTEST_EARLY_REJ: &str = "Unexpected CM event bl blka 8";

@@ -59,6 +59,10 @@ pub const MAX_SIDR_REQ_PRIVATE_DATA: usize = 216 - 36;
 /// The Q_Key of UD QPs created through the CM (`RDMA_UDP_QKEY` in Linux `cma.c`).
 pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 
+/// The QP number a multicast group is sent to (IBTA 9.6.1.1), reported by
+/// MULTICAST_JOIN.
+pub const MULTICAST_QPN: u32 = 0xFF_FFFF;
+
 /// The port space of a [`CmId`] (`enum rdma_port_space`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u16)]
@@ -149,9 +153,10 @@ pub enum CmEventKind {
     Disconnected = 10,
     /// `RDMA_CM_EVENT_DEVICE_REMOVAL`: the NIC went away.
     DeviceRemoval = 11,
-    /// `RDMA_CM_EVENT_MULTICAST_JOIN` (not raised).
+    /// `RDMA_CM_EVENT_MULTICAST_JOIN` ([`CmId::join_multicast`]).
     MulticastJoin = 12,
-    /// `RDMA_CM_EVENT_MULTICAST_ERROR` (not raised).
+    /// `RDMA_CM_EVENT_MULTICAST_ERROR` (the C library's, when attaching the id's QP
+    /// to a joined group fails).
     MulticastError = 13,
     /// `RDMA_CM_EVENT_ADDR_CHANGE` (not raised).
     AddrChange = 14,
@@ -746,6 +751,54 @@ impl CmId {
             param: CmEventParam::None,
             new_id: None,
         });
+    }
+
+    /// `rdma_join_multicast` on a UD id (`RDMA_PS_UDP`) bound to a NIC (after
+    /// [`CmId::bind_addr`] or [`CmId::resolve_addr`]): raises MULTICAST_JOIN with what
+    /// the kernel's CM reports for a RoCEv2 join (`cma_iboe_join_multicast`): the
+    /// address vector of the group (MGID `::ffff:a.b.c.d`, the NIC's address GID, hop
+    /// limit 64), QPN 0xFFFFFF and Q_Key [`RDMA_UDP_QKEY`]. There is no subnet
+    /// manager to ask: the NIC joins the IP group when a QP attaches
+    /// ([`crate::QueuePair::attach_mcast`], which the C library calls as librdmacm
+    /// does when the program takes the event). Errors, as Linux's: a group that is
+    /// not IPv4 multicast is refused (IPv6 groups with Unsupported: RoCEv2's CM joins
+    /// IPv4 groups only), an id that is not UD or not bound with InvalidArgument.
+    pub fn join_multicast(&mut self, group: SocketAddr) -> Result<()> {
+        if self.ps != PortSpace::Udp || self.bound.is_none() {
+            return Err(Error::InvalidArgument(
+                "rdma_join_multicast needs a UD id bound to a device".into(),
+            ));
+        }
+        let IpAddr::V4(g) = group.ip() else {
+            return Err(Error::Io {
+                what: "rdma_join_multicast: IPv6 groups over RoCEv2",
+                source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+            });
+        };
+        if !g.is_multicast() {
+            return Err(Error::InvalidArgument(format!(
+                "rdma_join_multicast: {g} is not a multicast group"
+            )));
+        }
+        self.channel.push_local(CmEvent {
+            id: self.key,
+            listen_id: None,
+            kind: CmEventKind::MulticastJoin,
+            status: 0,
+            param: CmEventParam::Ud(UdEventParam {
+                private_data: Vec::new(),
+                qp_num: MULTICAST_QPN,
+                qkey: RDMA_UDP_QKEY,
+                ah_attr: AhAttr {
+                    dgid: crate::Gid::from(g),
+                    sgid_index: crate::gid::ADDRESS_GID_INDEX as u8,
+                    hop_limit: 64,
+                    udp_port: 0,
+                },
+            }),
+            new_id: None,
+        });
+        Ok(())
     }
 
     /// `rdma_resolve_route`: raises ROUTE_RESOLVED (RoCE needs no path record query:

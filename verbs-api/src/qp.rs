@@ -648,6 +648,41 @@ impl QueuePair {
         }
     }
 
+    /// Attaches this UD QP to the multicast group `gid` (`ibv_attach_mcast`; RoCE has
+    /// no LIDs): from now on it receives a copy of every datagram sent to the group
+    /// with its Q_Key, with the group's GID as the GRH's destination. A RoCEv2 group
+    /// is an IP multicast address: IPv4 `224.0.0.0/4` as `::ffff:a.b.c.d`, or an IPv6
+    /// `ff00::/8` address, of the NIC's family. Send to it with an address handle
+    /// whose GID is the group and the remote QPN 0xFFFFFF. Attaching twice is no
+    /// error.
+    pub fn attach_mcast(&self, gid: Gid) -> Result<()> {
+        let req = Request::AttachMcast {
+            qpn: self.qpn,
+            gid: gid.raw(),
+        };
+        match self.pd.ctx.inner.call("ibv_attach_mcast", &req, &[])?.0 {
+            Reply::Done => Ok(()),
+            other => Err(Error::Protocol(format!(
+                "AttachMcast answered with {other:?}"
+            ))),
+        }
+    }
+
+    /// Detaches this QP from the multicast group `gid` (`ibv_detach_mcast`); an error
+    /// if it was not attached. Destroying the QP detaches it from every group.
+    pub fn detach_mcast(&self, gid: Gid) -> Result<()> {
+        let req = Request::DetachMcast {
+            qpn: self.qpn,
+            gid: gid.raw(),
+        };
+        match self.pd.ctx.inner.call("ibv_detach_mcast", &req, &[])?.0 {
+            Reply::Done => Ok(()),
+            other => Err(Error::Protocol(format!(
+                "DetachMcast answered with {other:?}"
+            ))),
+        }
+    }
+
     /// RESET → INIT with P_Key index 0, port 1 and `access` (RC/UC) or
     /// [`DEFAULT_QKEY`] (UD), as `ibv_rc_pingpong` does.
     pub fn to_init(&mut self, access: AccessFlags) -> Result<()> {

@@ -78,6 +78,12 @@ counters! {
         rx_drop_parse_other,
         /// Dropped: no QP with the BTH destination QPN.
         rx_drop_unknown_qpn,
+        /// Datagrams received on a multicast group's socket with the multicast QPN, each
+        /// handed to every QP attached to the group (`mcast.rs`).
+        rx_mcast_datagrams,
+        /// Dropped: sent to a multicast group but not to the multicast QPN 0xFFFFFF
+        /// (IBTA 9.6.1.1).
+        rx_drop_mcast_qpn,
         /// Dropped: for a connected (RC/UC) QP, from an IP address other than its peer's
         /// (spoofed or stray; see `source.rs`).
         rx_drop_source_address,

@@ -35,6 +35,7 @@ pub mod doorbells;
 pub mod fault;
 pub mod gid;
 pub mod handles;
+pub mod mcast;
 pub mod memory;
 pub mod mr_view;
 pub mod mw;

@@ -68,7 +68,7 @@ use std::time::Duration;
 use crossbeam::channel::{unbounded, Receiver};
 use softnic_transport::qp::PayloadDigest;
 use softnic_transport::time::Instant;
-use verbs_api::abi::control::{Reply, Request, Response};
+use verbs_api::abi::control::{ErrorCode, Reply, Request, Response};
 use verbs_api::os::PollSet;
 use wire::icrc::{IcrcParams, IpParams};
 use wire::PacketRepr;
@@ -80,6 +80,7 @@ use super::control::{ConnCounters, ControlMsg, ControlServer};
 use super::counters::{self, NicCounters};
 use super::doorbells::Target;
 use super::fault::FaultInjector;
+use super::mcast::{self, GroupSockets};
 use super::pcap::PcapWriter;
 use super::ready::ActiveSet;
 use super::rings::DRAIN_BUDGET;
@@ -330,6 +331,8 @@ pub struct Runtime {
     wake_ctl: bool,
     /// Clients whose wake pipe was readable when the last sleep ended: drain those.
     wake_clients: Vec<u32>,
+    /// The sockets of the multicast groups QPs are attached to (`mcast.rs`).
+    groups: GroupSockets,
     _server: ControlServer,
 }
 
@@ -415,6 +418,7 @@ impl Runtime {
             polls: PollSet::new(),
             wake_ctl: false,
             wake_clients: Vec::new(),
+            groups: GroupSockets::default(),
             _server: server,
         })
     }
@@ -641,6 +645,13 @@ impl Runtime {
                     fds,
                     reply,
                 } => {
+                    // A group's socket is opened before its first QP attaches, so that
+                    // a group the kernel will not join is refused, not silent.
+                    if let Err(message) = self.open_group_of(&req) {
+                        let code = ErrorCode::NoResources;
+                        let _ = reply.send((Response::Err { code, message }, Vec::new()));
+                        continue;
+                    }
                     let answer =
                         self.nic
                             .request(now, client, uid, req, fds, &mut self.path.counters);
@@ -663,7 +674,27 @@ impl Runtime {
                 }
             }
         }
+        // Groups whose last QP left (detached, destroyed, or its client gone), or whose
+        // attach was refused after the socket opened, close their socket.
+        if n > 0 && !self.groups.is_empty() {
+            self.groups.sync(&self.nic.mcast);
+        }
         n
+    }
+
+    /// For an AttachMcast request: opens the socket of its group (`mcast.rs`), unless
+    /// open. Why the kernel refused, if it did.
+    fn open_group_of(&mut self, req: &Request) -> Result<(), String> {
+        let Request::AttachMcast { gid, .. } = req else {
+            return Ok(());
+        };
+        let Some(g) = mcast::group_of(*gid, self.path.local) else {
+            return Ok(());
+        };
+        let gro = self.path.io.gro();
+        self.groups
+            .open(g, self.path.local, gro, &self.nic.mcast)
+            .map_err(|e| format!("cannot join {g}: {e}"))
     }
 
     /// The counter list of `softnic stats`.
@@ -735,6 +766,8 @@ impl Runtime {
                     peer: peer.filter(|p| p.is_ipv4() == local.is_ipv4()),
                     truncated,
                     icrc: peer.and_then(|p| self.path.solver.sender(local, p)),
+                    local,
+                    group: None,
                 };
                 for (k, d) in bytes.chunks(seg.max(1)).enumerate() {
                     self.path.trace.rx(d);
@@ -745,6 +778,34 @@ impl Runtime {
             if n < super::udp::RECV_BATCH {
                 break;
             }
+        }
+        // One batch per group socket per iteration (none without attached QPs).
+        for (group, io) in self.groups.iter_mut() {
+            let n = match io.recv_batch(&mut self.batch) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::debug!(%group, error = %e, "multicast receive failed");
+                    continue;
+                }
+            };
+            let local = io.local_addr();
+            for i in 0..n {
+                let Some((bytes, peer, truncated, seg)) = self.batch.get(i) else {
+                    continue;
+                };
+                let from = Origin {
+                    peer: peer.filter(|p| p.is_ipv4() == local.is_ipv4()),
+                    truncated,
+                    icrc: peer.and_then(|p| self.path.solver.sender(local, p)),
+                    local,
+                    group: Some(group),
+                };
+                for (k, d) in bytes.chunks(seg.max(1)).enumerate() {
+                    self.path.trace.rx(d);
+                    rx_one(&mut self.nic, &mut self.path, now, d, &from, k);
+                }
+            }
+            total += n;
         }
         self.rx_empty = total == 0;
         Ok(total)
@@ -1010,6 +1071,9 @@ impl Runtime {
             for c in self.nic.clients.values() {
                 polls.push(c.wake.read_end());
             }
+            for io in self.groups.iter() {
+                polls.push(io.poll_fd());
+            }
             // To the microsecond (ppoll), not poll(2)'s whole milliseconds: a
             // retransmission timer 100 µs away must not wait 1 ms (issue 12: at 5 %
             // loss the timer-repaired losses waited ≈ 1.2 ms, a fifth of the run).
@@ -1148,6 +1212,11 @@ struct Origin {
     truncated: bool,
     /// The sender's ICRC look-ups (`None` for another address family).
     icrc: Option<rx_icrc::Sender>,
+    /// The address the datagrams were sent to: the NIC's own, or a group's.
+    local: SocketAddr,
+    /// The multicast group they were sent to (`mcast.rs`), `None` for the NIC's own
+    /// address.
+    group: Option<std::net::IpAddr>,
 }
 
 /// Handles one received datagram (the `position`-th of its GRO buffer): parse, ICRC,
@@ -1177,8 +1246,8 @@ fn rx_one(
     // packet (2 % of the dataplane bench at 64 KiB).
     let parsed = PacketRepr::parse(bytes);
     let placed = match &parsed {
-        Ok(pkt) => rx_place::place_received(nic, pkt, peer),
-        Err(_) => None,
+        Ok(pkt) if from.group.is_none() => rx_place::place_received(nic, pkt, peer),
+        _ => None,
     };
     // Two calls, not one with an `Option`: `verify_from` is the check with no digest
     // folded in at compile time, and the generic one cost an 8 B packet ≈ 15 ns more
@@ -1192,7 +1261,7 @@ fn rx_one(
     if let Some(p) = path.pcap.as_mut() {
         let params = match &verified {
             Some((params, _)) => Some(*params),
-            None => rx_icrc::params(path.local, peer, 0),
+            None => rx_icrc::params(from.local, peer, 0),
         };
         if let Some(params) = params {
             if p.record(&params, bytes).is_err() {
@@ -1223,10 +1292,41 @@ fn rx_one(
         }
     };
     let qpn = pkt.repr.bth.dest_qpn.value();
+    if let Some(group) = from.group {
+        // A group's datagram goes to the multicast QPN, and from there to every QP
+        // attached to the group (each checks its Q_Key); nothing else is accepted on a
+        // group's socket.
+        if qpn != mcast::MULTICAST_QPN {
+            c.rx_drop_mcast_qpn += 1;
+            return;
+        }
+        c.rx_mcast_datagrams += 1;
+        for i in 0..nic.mcast.members(group).len() {
+            let q = nic.mcast.members(group)[i];
+            deliver(nic, c, now, peer, Some(group), pkt, None, q);
+        }
+        return;
+    }
     if pkt.repr.bth.dest_qpn == wire::Qpn::GSI {
         nic.cm.handle_packet(now, peer, pkt);
         return;
     }
+    deliver(nic, c, now, peer, None, pkt, placed.as_ref(), qpn);
+}
+
+/// Hands a checked packet to QP `qpn` (sent to the multicast `group`, if `Some`),
+/// through its SRQ if it has one, and lists the QP for a visit.
+#[allow(clippy::too_many_arguments)]
+fn deliver(
+    nic: &mut Nic,
+    c: &mut NicCounters,
+    now: Instant,
+    peer: SocketAddr,
+    group: Option<std::net::IpAddr>,
+    pkt: &wire::ParsedPacket<'_>,
+    placed: Option<&rx_place::Speculation>,
+    qpn: u32,
+) {
     let Some(e) = nic.qps.get_mut(&qpn) else {
         c.rx_drop_unknown_qpn += 1;
         return;
@@ -1238,8 +1338,8 @@ fn rx_one(
             match e.qp.srq().and_then(|h| Some((h, nic.srqs.get_mut(&h)?))) {
                 Some((h, s)) => {
                     s.refill(c);
-                    rx_place::handle(placed.as_ref(), mrs, payload, c, |m| {
-                        e.qp.handle_packet_srq(now, peer, pkt, m, &mut s.srq)
+                    rx_place::handle(placed, mrs, payload, c, |m| {
+                        e.qp.handle_packet_srq_to(now, peer, group, pkt, m, &mut s.srq)
                     });
                     // A WQE the packet took frees its ring slot (before this
                     // iteration's completions are written: no walk over every SRQ).
@@ -1262,8 +1362,8 @@ fn rx_one(
                     if pkt.repr.info().is_ok_and(|i| i.consumes_recv_wqe()) {
                         e.refill_recv(now, c);
                     }
-                    rx_place::handle(placed.as_ref(), mrs, payload, c, |m| {
-                        e.qp.handle_packet(now, peer, pkt, m)
+                    rx_place::handle(placed, mrs, payload, c, |m| {
+                        e.qp.handle_packet_to(now, peer, group, pkt, m)
                     })
                 }
             }

@@ -36,6 +36,7 @@ use super::cq::CompletionQueue;
 use super::doorbells::{Doorbells, Target};
 use super::gid;
 use super::handles::HandleAlloc;
+use super::mcast::{self, McastTable, MULTICAST_QPN};
 use super::memory::{KeyMap, MrTable, RegError, RegKind, Source, MAX_MR_SIZE};
 use super::quota::{Kind, Limits, QuotaError, Quotas};
 use super::ready::{ActiveSet, Deadlines, Ticket};
@@ -141,6 +142,8 @@ pub struct Nic {
     next_serial: u64,
     /// The RTT estimate of each peer NIC, shared by the QPs connected to it.
     peer_rtts: super::peers::PeerRtts,
+    /// Which UD QPs are attached to which multicast groups (`mcast.rs`).
+    pub mcast: McastTable,
 }
 
 pub(super) type Answer = (Response, Vec<OwnedFd>);
@@ -178,9 +181,6 @@ pub(crate) fn refuse(e: QuotaError, counters: &mut NicCounters) -> Answer {
 
 /// QPN 0 (SMI) and 1 (GSI) are the special QPs (IBTA 10.2.5); never handed out.
 const RESERVED_QPNS: u32 = 2;
-
-/// QPN 0xFFFFFF is the multicast QPN (IBTA 9.6.1.1); never handed out.
-const MULTICAST_QPN: u32 = 0xFF_FFFF;
 
 fn to_transport_type(t: QpType) -> tqp::QpType {
     match t {
@@ -278,6 +278,7 @@ impl Nic {
             deadlines: Deadlines::default(),
             next_serial: 0,
             peer_rtts: Default::default(),
+            mcast: McastTable::default(),
         }
     }
 
@@ -461,6 +462,8 @@ impl Nic {
             Request::DestroySrq { srq } => self.destroy_srq(client, srq),
             Request::GetAsyncEvents => self.async_events(client, counters),
             Request::AsyncEventChannel => self.async_event_channel(client),
+            Request::AttachMcast { qpn, gid } => self.mcast_request(client, qpn, gid, true),
+            Request::DetachMcast { qpn, gid } => self.mcast_request(client, qpn, gid, false),
             Request::Cm(r) => self.cm_request(now, client, r, fds, counters),
             Request::ModifyQp { qpn, attr } => self.modify_qp(now, client, qpn, &attr),
             Request::QueryQp { qpn } => match self.qps.get(&qpn).filter(|e| e.client == client) {
@@ -1069,6 +1072,7 @@ impl Nic {
             return false;
         };
         self.retired.add(e.qp.counters());
+        self.mcast.forget_qp(qpn);
         // Its active-set item (if any) is stale from now on; its timer and slot go.
         self.deadlines.remove(qpn);
         if let Some(c) = self.clients.get_mut(&client) {
@@ -1085,6 +1089,42 @@ impl Nic {
         let uid = self.uid_of(client);
         self.quotas.give_back(uid, Kind::Qp, bytes.unwrap_or(0));
         true
+    }
+
+    /// `ibv_attach_mcast` (`attach`) or `ibv_detach_mcast` of the client's QP `qpn`
+    /// and the group `gid` (`mcast.rs`).
+    fn mcast_request(&mut self, client: u32, qpn: u32, gid: [u8; 16], attach: bool) -> Answer {
+        let Some(e) = self.qps.get(&qpn).filter(|e| e.client == client) else {
+            return err(ErrorCode::NotFound, format!("no QP {qpn:#x}"));
+        };
+        if e.qp.qp_type() != tqp::QpType::Ud {
+            return err(
+                ErrorCode::InvalidArgument,
+                "only UD QPs attach to multicast groups",
+            );
+        }
+        let Some(group) = mcast::group_of(gid, self.info.local) else {
+            return err(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "GID {} is not a multicast group of this NIC's address family",
+                    std::net::Ipv6Addr::from(gid)
+                ),
+            );
+        };
+        let done = if attach {
+            self.mcast.attach(group, qpn)
+        } else {
+            self.mcast.detach(group, qpn)
+        };
+        match done {
+            Ok(()) => ok(Reply::Done),
+            Err(mcast::McastError::NotAttached) => err(
+                ErrorCode::InvalidArgument,
+                format!("QP {qpn:#x} is not attached to {group}"),
+            ),
+            Err(e) => err(ErrorCode::NoResources, format!("{e:?}")),
+        }
     }
 
     pub(super) fn modify_qp(
@@ -1238,6 +1278,8 @@ pub fn request_name(r: &Request) -> &'static str {
         Request::InvalidateMw { .. } => "InvalidateMw",
         Request::ResizeCq { .. } => "ResizeCq",
         Request::AsyncEventChannel => "AsyncEventChannel",
+        Request::AttachMcast { .. } => "AttachMcast",
+        Request::DetachMcast { .. } => "DetachMcast",
     }
 }
 

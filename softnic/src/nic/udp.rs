@@ -22,7 +22,7 @@
 //! checked anyway.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -351,6 +351,46 @@ pub fn interface_index(name: &str) -> Option<u32> {
     (index != 0).then_some(index)
 }
 
+/// The index of the network interface that has the address `ip` (`getifaddrs(3)`).
+pub fn interface_of(ip: IpAddr) -> Option<u32> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: `list` is a live out-pointer; on success the kernel-built list is freed
+    // below with freeifaddrs and not used after.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut p = list;
+    while !p.is_null() {
+        // SAFETY: `p` is a node of the list getifaddrs returned, alive until freed.
+        let ifa = unsafe { &*p };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: a non-null ifa_addr points at a sockaddr of its family's size
+            // (sockaddr_in / sockaddr_in6 for the families read here).
+            let sa = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_storage>() };
+            let len = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
+            let addr = match libc::c_int::from(sa.ss_family) {
+                libc::AF_INET => sockaddr_to_std(
+                    sa,
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                ),
+                libc::AF_INET6 => sockaddr_to_std(sa, len),
+                _ => None,
+            };
+            if addr.is_some_and(|a| a.ip() == ip) {
+                // SAFETY: ifa_name is the node's NUL-terminated interface name.
+                let index = unsafe { libc::if_nametoindex(ifa.ifa_name) };
+                found = (index != 0).then_some(index);
+                break;
+            }
+        }
+        p = ifa.ifa_next;
+    }
+    // SAFETY: `list` came from a successful getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(list) };
+    found
+}
+
 /// Converts a kernel-written socket address to a `SocketAddr` (IPv4 or IPv6 only).
 fn sockaddr_to_std(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
     let len = len as usize;
@@ -426,6 +466,19 @@ impl UdpIo {
         let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
         let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
         socket.bind(&SockAddr::from(addr))?;
+        // UD multicast sends (`mcast.rs`) leave through this NIC's own interface, not
+        // the one the routing table gives the group (which would put loopback-sourced
+        // datagrams on a real link). Best effort: a failure only costs multicast.
+        match addr.ip() {
+            IpAddr::V4(a) => {
+                let _ = socket.set_multicast_if_v4(&a);
+            }
+            IpAddr::V6(a) => {
+                if let Some(i) = interface_of(IpAddr::V6(a)) {
+                    let _ = socket.set_multicast_if_v6(i);
+                }
+            }
+        }
         let local = socket
             .local_addr()?
             .as_socket()
@@ -442,6 +495,50 @@ impl UdpIo {
             socket,
             local,
             gso,
+            gro,
+        })
+    }
+
+    /// A socket that receives the datagrams sent to the multicast `group` (address and
+    /// port): bound to the group with `SO_REUSEADDR`, so that every NIC of the host
+    /// (and rxe's kernel socket) receives them too, and joined on the interface that
+    /// has the address `on`. It only receives: with `gro` (asked for, and the kernel
+    /// has it) the segments of one GSO send arrive together, numbered, as on the
+    /// unicast socket. Dropping it leaves the group.
+    pub fn join_group(group: SocketAddr, on: IpAddr, gro: bool) -> io::Result<Self> {
+        let socket = Socket::new(
+            Domain::for_address(group),
+            Type::DGRAM.nonblocking(),
+            Some(Protocol::UDP),
+        )?;
+        socket.set_reuse_address(true)?;
+        let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
+        match (group.ip(), on) {
+            (IpAddr::V4(g), IpAddr::V4(on)) => {
+                socket.bind(&SockAddr::from(group))?;
+                socket.join_multicast_v4(&g, &on)?;
+            }
+            (IpAddr::V6(g), IpAddr::V6(_)) => {
+                socket.set_only_v6(true)?;
+                set_int_opt(socket.as_raw_fd(), SOL_UDP, UDP_NO_CHECK6_RX, 1)?;
+                socket.bind(&SockAddr::from(group))?;
+                let index = interface_of(on).ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::NotFound, format!("no interface has {on}"))
+                })?;
+                socket.join_multicast_v6(&g, index)?;
+            }
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "group and interface address of different families",
+                ))
+            }
+        }
+        let gro = gro && set_int_opt(socket.as_raw_fd(), SOL_UDP, UDP_GRO, 1).is_ok();
+        Ok(UdpIo {
+            socket,
+            local: group,
+            gso: false,
             gro,
         })
     }

@@ -157,7 +157,8 @@ pub fn send_wr(
             return Err(WqeError::BadUdDest);
         }
         let addr = gid::endpoint_of(w.ud.gid, w.ud.port);
-        if !gid::reachable(local, addr) {
+        // A multicast group of the NIC's family is a destination too (`mcast.rs`).
+        if !gid::reachable(local, addr) && super::mcast::group_of(w.ud.gid, local).is_none() {
             return Err(WqeError::BadUdDest);
         }
         Some(UdDest {
@@ -358,6 +359,19 @@ mod tests {
             send_wr(&w, QpType::Ud, &CAPS, local()),
             Err(WqeError::BadUdDest)
         );
+        // A multicast group of the NIC's family is a destination; one of the other
+        // family, or the unspecified address, is not.
+        w.ud.gid = gid::gid_of("239.1.2.3".parse().unwrap());
+        w.ud.qpn = 0xFF_FFFF;
+        let d = send_wr(&w, QpType::Ud, &CAPS, local()).unwrap().ud.unwrap();
+        assert_eq!(d.addr, "239.1.2.3:4791".parse().unwrap());
+        for bad in ["ff0e::1", "0.0.0.0"] {
+            w.ud.gid = gid::gid_of(bad.parse().unwrap());
+            assert_eq!(
+                send_wr(&w, QpType::Ud, &CAPS, local()),
+                Err(WqeError::BadUdDest)
+            );
+        }
         w.ud.gid = gid::gid_of("127.0.0.3".parse().unwrap());
         w.ud.qpn = 1 << 24;
         assert_eq!(

@@ -340,6 +340,52 @@ pub unsafe fn softnic_qp<'a>(qp: *mut ibv_qp) -> &'a SoftnicQp {
     unsafe { &*(qp as *const SoftnicQp) }
 }
 
+/// `ibv_attach_mcast`: the UD QP receives the datagrams sent to the group `gid`
+/// (`QueuePair::attach_mcast`). `lid` is unused: RoCE has no LIDs (rxe ignores it too).
+/// 0, or the errno: EINVAL for a QP that is not UD or a GID that is no IP multicast
+/// group of the NIC's family, ENOMEM past the NIC's group limits.
+///
+/// # Safety
+/// `qp` came from [`ibv_create_qp`]; `gid` points at 16 bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: caller contract.
+    unsafe { mcast(qp, gid, lid, true) }
+}
+
+/// `ibv_detach_mcast`: undoes [`ibv_attach_mcast`]; EINVAL when the QP is not attached
+/// to the group.
+///
+/// # Safety
+/// As [`ibv_attach_mcast`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: caller contract.
+    unsafe { mcast(qp, gid, lid, false) }
+}
+
+/// The body of [`ibv_attach_mcast`] (`attach`) and [`ibv_detach_mcast`].
+///
+/// # Safety
+/// As [`ibv_attach_mcast`].
+unsafe fn mcast(qp: *mut ibv_qp, gid: *const ibv_gid, _lid: u16, attach: bool) -> c_int {
+    if qp.is_null() || gid.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: caller contract: a live QP of this library and 16 readable bytes.
+    let (q, g) = unsafe { (softnic_qp(qp), (*gid).raw) };
+    let api = q.api.lock().unwrap_or_else(|e| e.into_inner());
+    let done = if attach {
+        api.attach_mcast(verbs_api::Gid(g))
+    } else {
+        api.detach_mcast(verbs_api::Gid(g))
+    };
+    match done {
+        Ok(()) => 0,
+        Err(e) => errno::of(&e),
+    }
+}
+
 /// `ibv_destroy_qp`.
 ///
 /// # Safety

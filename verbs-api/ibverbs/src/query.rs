@@ -91,6 +91,11 @@ pub fn device_attr(ctx: &crate::device::SoftnicContext) -> ibv_device_attr {
     d.max_ah = c_int::MAX;
     d.max_pkeys = 1;
     d.phys_port_cnt = 1;
+    // UD multicast (`ibv_attach_mcast`): per NIC, each group a socket of the NIC's.
+    d.max_mcast_grp = clamp(verbs_api::abi::MAX_MCAST_GRP);
+    d.max_mcast_qp_attach = clamp(verbs_api::abi::MAX_MCAST_QP_ATTACH);
+    d.max_total_mcast_qp_attach =
+        clamp(verbs_api::abi::MAX_MCAST_GRP * verbs_api::abi::MAX_MCAST_QP_ATTACH);
     d
 }
 

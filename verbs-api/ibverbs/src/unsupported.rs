@@ -66,14 +66,6 @@ macro_rules! int_verb {
 type P = *mut c_void;
 
 int_verb!(
-    /// `ibv_attach_mcast`.
-    ibv_attach_mcast(qp: P, gid: P, lid: u16)
-);
-int_verb!(
-    /// `ibv_detach_mcast`.
-    ibv_detach_mcast(qp: P, gid: P, lid: u16)
-);
-int_verb!(
     /// `ibv_query_ece`.
     ibv_query_ece(qp: P, ece: P)
 );

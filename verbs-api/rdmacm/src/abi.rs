@@ -148,6 +148,18 @@ pub struct rdma_ud_param {
     pub qkey: u32,
 }
 
+/// `struct rdma_cm_join_mc_attr_ex` (16 bytes): `rdma_join_multicast_ex`'s attributes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdma_cm_join_mc_attr_ex {
+    /// `RDMA_CM_JOIN_MC_ATTR_*`: which fields are set.
+    pub comp_mask: u32,
+    /// `RDMA_MC_JOIN_FLAG_*`.
+    pub join_flags: u32,
+    /// The group.
+    pub addr: *mut libc::sockaddr,
+}
+
 /// `rdma_cm_event.param`.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -301,6 +313,15 @@ pub fn layout_table() -> Vec<FieldLayout> {
     softnic_ibverbs::fields!(
         v,
         Offset,
+        rdma_cm_join_mc_attr_ex {
+            comp_mask,
+            join_flags,
+            addr
+        }
+    );
+    softnic_ibverbs::fields!(
+        v,
+        Offset,
         rdma_addrinfo {
             ai_flags,
             ai_family,
@@ -336,6 +357,10 @@ pub fn size_table() -> Vec<StructSize> {
         ("rdma_conn_param", size_of::<rdma_conn_param>()),
         ("rdma_ud_param", size_of::<rdma_ud_param>()),
         ("rdma_addrinfo", size_of::<rdma_addrinfo>()),
+        (
+            "rdma_cm_join_mc_attr_ex",
+            size_of::<rdma_cm_join_mc_attr_ex>(),
+        ),
     ]
     .into_iter()
     .map(|(strukt, size)| StructSize {

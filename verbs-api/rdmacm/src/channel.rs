@@ -9,7 +9,7 @@
 //! dropped (acknowledged) here, as the kernel drops events of a destroyed id.
 
 use std::collections::VecDeque;
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 
@@ -255,9 +255,19 @@ fn translate(mut api: CmEvent) -> Option<Box<Event>> {
         // SAFETY: id_ptr is a live id of the registry.
         unsafe { Id::refresh_qp(id_ptr) };
     }
+    // A join's event attaches the id's QP to the group as it is handed out, and
+    // carries the join's context (librdmacm's `ucma_process_join`).
+    let mut status = api.status;
+    let mut join_context = None;
+    let mut kind = api.kind;
+    if let (CmEventKind::MulticastJoin, CmEventParam::Ud(u)) = (api.kind, &api.param) {
+        // SAFETY: id_ptr is a live id of the registry.
+        let (context, k, s) = unsafe { crate::mcast::process_join(id_ptr, u.ah_attr.dgid) }?;
+        (join_context, kind, status) = (Some(context), k, s);
+    }
     // SAFETY: id_ptr is a live id of the registry.
     let own_qp_active = unsafe { (*id_ptr).own_qp_active };
-    let kind = match api.kind {
+    let kind = match kind {
         // The program moves its own QP on the REP (then calls rdma_establish), as with
         // librdmacm over the kernel CM, which reports a REP as CONNECT_RESPONSE to an
         // id without a QP.
@@ -269,7 +279,7 @@ fn translate(mut api: CmEvent) -> Option<Box<Event>> {
             id: id_ptr as *mut rdma_cm_id,
             listen_id: listen_ptr as *mut rdma_cm_id,
             event: kind as rdma_cm_event_type,
-            status: api.status,
+            status,
             param,
         },
         private_data,
@@ -278,6 +288,9 @@ fn translate(mut api: CmEvent) -> Option<Box<Event>> {
     if !e.private_data.is_empty() {
         // Both union members start with the private-data pointer.
         e.ev.param.conn.private_data = e.private_data.as_ptr().cast();
+    }
+    if let Some(c) = join_context {
+        e.ev.param.ud.private_data = c as *const c_void;
     }
     Some(e)
 }

@@ -41,8 +41,8 @@ pub const EXPORTS: &[(&str, &[(&str, &str)])] = &[
             ("rdma_ack_cm_event", "softnic_rdma_ack_cm_event"),
             ("rdma_get_src_port", "softnic_rdma_get_src_port"),
             ("rdma_get_dst_port", "softnic_rdma_get_dst_port"),
-            ("rdma_join_multicast", "softnic_rdma_multicast_unsupported"),
-            ("rdma_leave_multicast", "softnic_rdma_multicast_unsupported"),
+            ("rdma_join_multicast", "softnic_rdma_join_multicast"),
+            ("rdma_leave_multicast", "softnic_rdma_leave_multicast"),
             ("rdma_get_devices", "softnic_rdma_get_devices"),
             ("rdma_free_devices", "softnic_rdma_free_devices"),
             ("rdma_event_str", "softnic_rdma_event_str"),
@@ -87,10 +87,7 @@ pub const EXPORTS: &[(&str, &[(&str, &str)])] = &[
     ),
     (
         "RDMACM_1.1",
-        &[(
-            "rdma_join_multicast_ex",
-            "softnic_rdma_multicast_unsupported",
-        )],
+        &[("rdma_join_multicast_ex", "softnic_rdma_join_multicast_ex")],
     ),
     (
         "RDMACM_1.2",

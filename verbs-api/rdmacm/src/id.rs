@@ -52,6 +52,8 @@ pub struct Id {
     /// `rdma_create_qp`): its ESTABLISHED is reported as CONNECT_RESPONSE, as the
     /// kernel CM reports a REP to librdmacm for an id without a QP.
     pub(crate) own_qp_active: bool,
+    /// Multicast groups joined and not left (`mcast.rs`).
+    pub(crate) joined: Vec<crate::mcast::Joined>,
 }
 
 /// Live ids by key (addresses as usize: the registry only hands them back to the
@@ -146,6 +148,7 @@ impl Id {
             own_cqs: false,
             ep_qp: None,
             own_qp_active: false,
+            joined: Vec::new(),
         }));
         // SAFETY: b is a fresh box.
         unsafe { (*b).sync_binding() };
@@ -187,7 +190,7 @@ impl Id {
         }
     }
 
-    fn with_api<T>(&self, f: impl FnOnce(&mut CmId) -> verbs_api::Result<T>) -> c_int {
+    pub(crate) fn with_api<T>(&self, f: impl FnOnce(&mut CmId) -> verbs_api::Result<T>) -> c_int {
         let mut api = self.api.lock().unwrap_or_else(|e| e.into_inner());
         match f(&mut api) {
             Ok(_) => 0,
@@ -337,7 +340,7 @@ fn peer_udp_port() -> Option<u16> {
 }
 
 /// `r` if a call failed, else (for a synchronous id) the outcome of [`complete_sync`].
-fn finish(i: &Id, r: c_int, want: CmEventKind) -> c_int {
+pub(crate) fn finish(i: &Id, r: c_int, want: CmEventKind) -> c_int {
     if r != 0 {
         r
     } else {

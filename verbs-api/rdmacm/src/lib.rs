@@ -17,7 +17,8 @@
 //!
 //! Modules: [`channel`] (event channels, events), [`id`] (ids and the connection
 //! calls), [`qp`] (QPs on ids, `rdma_init_qp_attr`), [`addr`] (`sockaddr`,
-//! `rdma_getaddrinfo`), [`ep`] (`rdma_create_ep`, `rdma_get_request`), [`misc`]
+//! `rdma_getaddrinfo`), [`ep`] (`rdma_create_ep`, `rdma_get_request`), [`mcast`]
+//! (joining and leaving multicast groups), [`misc`]
 //! (strings, devices, options, and what softnic does not serve).
 //!
 //! Every `extern "C"` entry point is `unsafe`: pointer arguments are trusted as the C
@@ -31,5 +32,6 @@ pub mod ep;
 pub mod exports;
 pub mod id;
 mod live;
+pub mod mcast;
 pub mod misc;
 pub mod qp;

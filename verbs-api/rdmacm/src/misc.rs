@@ -206,13 +206,6 @@ pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, _event: c_int) -> c_in
     0
 }
 
-/// `rdma_join_multicast`, `rdma_join_multicast_ex`, `rdma_leave_multicast`: ENOSYS
-/// (softnic has no multicast).
-#[export_name = "softnic_rdma_multicast_unsupported"]
-pub extern "C" fn rdma_multicast_unsupported() -> c_int {
-    fail(libc::ENOSYS)
-}
-
 /// `rdma_create_srq`, `rdma_create_srq_ex`: EOPNOTSUPP, what `ibv_create_srq` of
 /// softnic's libibverbs answers.
 #[export_name = "softnic_rdma_srq_unsupported"]

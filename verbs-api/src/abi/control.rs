@@ -473,6 +473,27 @@ pub enum Request {
     /// pipe. The NIC keeps the write end (non-blocking, an open file of its own: no
     /// client can make the NIC block on it). Reply: [`Reply::Done`] + the read end.
     AsyncEventChannel,
+    /// `ibv_attach_mcast`: the UD QP `qpn` receives the datagrams sent to the multicast
+    /// group `gid` (an IPv4-mapped `::ffff:224.0.0.0/4` or an IPv6 `ff00::/8` address of
+    /// the NIC's family) from now on. Attaching a QP twice is no error. InvalidArgument
+    /// for a QP that is not UD or a GID that is not such a group, NoResources past
+    /// [`super::MAX_MCAST_GRP`] groups or [`super::MAX_MCAST_QP_ATTACH`] QPs in one
+    /// group. Reply: [`Reply::Done`].
+    AttachMcast {
+        /// QP number.
+        qpn: u32,
+        /// The group's GID.
+        gid: [u8; 16],
+    },
+    /// `ibv_detach_mcast`: undoes [`Request::AttachMcast`]. InvalidArgument when the QP
+    /// is not attached to the group. Destroying a QP detaches it from every group.
+    /// Reply: [`Reply::Done`].
+    DetachMcast {
+        /// QP number.
+        qpn: u32,
+        /// The group's GID.
+        gid: [u8; 16],
+    },
 }
 
 /// SRQ attributes (`struct ibv_srq_attr`).

@@ -111,7 +111,15 @@ pub const CQ_ARMED: u32 = 1 << 1;
 /// 9: OpenDevice's answer carries a second descriptor, the NIC's life sign
 /// (`os::life_sign`): a page the client maps read-only and reads to learn that the
 /// NIC has exited.
-pub const ABI_VERSION: u32 = 9;
+/// 10: `AttachMcast` / `DetachMcast` requests (UD multicast).
+pub const ABI_VERSION: u32 = 10;
+
+/// Most multicast groups one NIC has QPs attached to (`ibv_device_attr.max_mcast_grp`):
+/// each is a socket the NIC holds open (`softnic/src/nic/mcast.rs`).
+pub const MAX_MCAST_GRP: u32 = 64;
+
+/// Most QPs attached to one multicast group (`max_mcast_qp_attach`; rxe's 56).
+pub const MAX_MCAST_QP_ATTACH: u32 = 56;
 
 /// Most scatter/gather entries in one work request (the same as the transport's limit).
 pub const MAX_SGE: usize = 4;

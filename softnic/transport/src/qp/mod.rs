@@ -56,7 +56,7 @@ pub mod window;
 
 use std::collections::VecDeque;
 
-use core::net::SocketAddr;
+use core::net::{IpAddr, SocketAddr};
 
 use crate::memory::{Access, Memory};
 use crate::time::Instant;
@@ -877,9 +877,25 @@ impl Qp {
         pkt: &wire::ParsedPacket<'_>,
         mem: &mut dyn Memory,
     ) {
+        self.handle_packet_to(now, src, None, pkt, mem);
+    }
+
+    /// [`Qp::handle_packet`] for a datagram sent to the multicast `group` (`Some`) this
+    /// UD QP is attached to, rather than to the QP's own address (`None`): the group is
+    /// the destination written into the receive buffer's GRH (a multicast receiver
+    /// sees the group's GID as the GRH's DGID, as on rxe). The caller checked
+    /// that the packet's destination QPN is the multicast QPN 0xFFFFFF.
+    pub fn handle_packet_to(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        group: Option<IpAddr>,
+        pkt: &wire::ParsedPacket<'_>,
+        mem: &mut dyn Memory,
+    ) {
         self.counters.packets_received += 1;
         match self.admit(pkt) {
-            Ok(info) if info.is_request() => self.handle_request(now, src, pkt, info, mem),
+            Ok(info) if info.is_request() => self.handle_request(now, src, group, pkt, info, mem),
             Ok(info) => self.handle_response(now, pkt, info, mem),
             Err(Refused::Opcode) => self.counters.drop_bad_opcode += 1,
             Err(Refused::Pkey) => self.counters.drop_bad_pkey += 1,
@@ -928,6 +944,20 @@ impl Qp {
         mem: &mut dyn Memory,
         srq: &mut crate::srq::Srq,
     ) {
+        self.handle_packet_srq_to(now, src, None, pkt, mem, srq);
+    }
+
+    /// [`Qp::handle_packet_srq`] for a datagram sent to a multicast `group`
+    /// ([`Qp::handle_packet_to`]).
+    pub fn handle_packet_srq_to(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        group: Option<IpAddr>,
+        pkt: &wire::ParsedPacket<'_>,
+        mem: &mut dyn Memory,
+        srq: &mut crate::srq::Srq,
+    ) {
         if self.srq != Some(srq.srqn()) {
             self.counters.packets_received += 1;
             self.counters.drop_bad_state += 1;
@@ -938,7 +968,7 @@ impl Qp {
         let lent_some = lent.is_some();
         self.resp.rq.extend(lent);
         let starved = self.counters.nak_rnr_sent + self.counters.drop_no_recv_wqe;
-        self.handle_packet(now, src, pkt, mem);
+        self.handle_packet_to(now, src, group, pkt, mem);
         srq.give_back(self.resp.rq.drain(..));
         if srq.len() < before {
             srq.consumed();

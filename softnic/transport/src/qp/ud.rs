@@ -12,7 +12,8 @@
 //! IHL 5, TOS 0, total length, ID 0, DF, TTL 64, protocol UDP, checksum 0, source,
 //! destination); for IPv6 the 40 bytes are an IPv6 header (traffic class and flow
 //! label 0, payload length, next header UDP, hop limit 64, source, destination). The
-//! destination is the address given to `Qp::set_local_addr` (zero if none).
+//! destination is the address given to `Qp::set_local_addr` (zero if none), or the
+//! multicast group for a datagram sent to one (`Qp::handle_packet_to`).
 
 use core::net::{IpAddr, SocketAddr};
 
@@ -62,6 +63,7 @@ impl Qp {
     pub(super) fn handle_ud_request(
         &mut self,
         src: SocketAddr,
+        group: Option<IpAddr>,
         pkt: &ParsedPacket<'_>,
         mem: &mut dyn Memory,
     ) {
@@ -102,7 +104,8 @@ impl Qp {
         }
         let pad = usize::from(pkt.repr.bth.pad_count);
         let udp_payload_len = pkt.header_len + pkt.payload.len() + pad + ICRC_LEN;
-        let grh = synth_grh(src.ip(), self.local.map(|l| l.ip()), udp_payload_len);
+        let dst = group.or(self.local.map(|l| l.ip()));
+        let grh = synth_grh(src.ip(), dst, udp_payload_len);
         let placed = sgl::scatter(self.pd, sges, 0, &grh, mem)
             .and_then(|()| sgl::scatter(self.pd, sges, u64::from(GRH_LEN), pkt.payload, mem));
         if placed.is_err() {

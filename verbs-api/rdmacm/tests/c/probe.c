@@ -60,6 +60,42 @@ static int nic(const char *name)
 	CHECK(rdma_destroy_id(a) == 0);
 	CHECK(rdma_bind_addr(b, (struct sockaddr *)&same) == 0 && rdma_get_src_port(b) == port);
 	CHECK(rdma_destroy_id(b) == 0);
+	/* Multicast: only a UD id bound to a device joins (EINVAL), an IPv4 multicast
+	 * group (IPv6: EOPNOTSUPP, as RoCEv2's CM; a unicast address: EINVAL); a group
+	 * not joined cannot be left (EADDRNOTAVAIL). A join raises MULTICAST_JOIN with
+	 * the group's address vector, QPN 0xFFFFFF, RDMA_UDP_QKEY and the join's context
+	 * as private data (length 0); with no QP on the id nothing is attached. */
+	struct sockaddr_in grp = { .sin_family = AF_INET,
+				   .sin_addr.s_addr = inet_addr("239.1.2.3") };
+	struct sockaddr_in6 grp6 = { .sin6_family = AF_INET6 };
+	CHECK(inet_pton(AF_INET6, "ff0e::1", &grp6.sin6_addr) == 1);
+	struct sockaddr_in uni = grp;
+	uni.sin_addr.s_addr = inet_addr("127.0.0.9");
+	CHECK(rdma_create_id(ch, &a, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_bind_addr(a, (struct sockaddr *)&any) == 0);
+	CHECK(rdma_join_multicast(a, (struct sockaddr *)&grp, NULL) == -1 && errno == EINVAL);
+	CHECK(rdma_destroy_id(a) == 0);
+	CHECK(rdma_create_id(ch, &b, NULL, RDMA_PS_UDP) == 0);
+	CHECK(rdma_join_multicast(b, (struct sockaddr *)&grp, NULL) == -1 && errno == EINVAL);
+	CHECK(rdma_bind_addr(b, (struct sockaddr *)&any) == 0);
+	CHECK(rdma_join_multicast(b, (struct sockaddr *)&grp6, NULL) == -1 &&
+	      errno == EOPNOTSUPP);
+	CHECK(rdma_join_multicast(b, (struct sockaddr *)&uni, NULL) == -1 && errno == EINVAL);
+	CHECK(rdma_leave_multicast(b, (struct sockaddr *)&grp) == -1 && errno == EADDRNOTAVAIL);
+	CHECK(rdma_join_multicast(b, (struct sockaddr *)&grp, (void *)0x1234) == 0);
+	struct rdma_cm_event *ev = NULL;
+	CHECK(rdma_get_cm_event(ch, &ev) == 0 && ev->id == b);
+	CHECK(ev->event == RDMA_CM_EVENT_MULTICAST_JOIN && ev->status == 0);
+	CHECK(ev->param.ud.private_data == (void *)0x1234 && ev->param.ud.private_data_len == 0);
+	CHECK(ev->param.ud.qp_num == 0xFFFFFF && ev->param.ud.qkey == RDMA_UDP_QKEY);
+	const uint8_t mgid[16] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 239, 1, 2, 3 };
+	struct ibv_ah_attr *ah = &ev->param.ud.ah_attr;
+	CHECK(ah->is_global == 1 && !memcmp(ah->grh.dgid.raw, mgid, 16));
+	CHECK(ah->grh.sgid_index == 1 && ah->grh.hop_limit == 64 && ah->dlid == 0);
+	CHECK(rdma_ack_cm_event(ev) == 0);
+	CHECK(rdma_leave_multicast(b, (struct sockaddr *)&grp) == 0);
+	CHECK(rdma_leave_multicast(b, (struct sockaddr *)&grp) == -1 && errno == EADDRNOTAVAIL);
+	CHECK(rdma_destroy_id(b) == 0);
 	rdma_destroy_event_channel(ch);
 	printf("ok\n");
 	return 0;
@@ -103,7 +139,7 @@ int main(int argc, char **argv)
 	/* What softnic does not serve answers an errno. */
 	CHECK(rsocket(AF_INET, SOCK_STREAM, 0) == -1 && errno == ENOSYS);
 	CHECK(rrecv(3, NULL, 0, 0) == -1 && errno == ENOSYS);
-	CHECK(rdma_join_multicast(NULL, NULL, NULL) == -1 && errno == ENOSYS);
+	CHECK(rdma_join_multicast(NULL, NULL, NULL) == -1 && errno == EINVAL);
 	CHECK(rdma_create_srq(NULL, NULL, NULL) == -1 && errno == EOPNOTSUPP);
 	CHECK(rdma_set_local_ece(NULL, NULL) == -1 && errno == EOPNOTSUPP);
 	CHECK(rdma_ack_cm_event(NULL) == -1 && errno == EINVAL);
