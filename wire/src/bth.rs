@@ -130,7 +130,8 @@ pub struct BthRepr {
     pub opcode: Opcode,
     /// Solicited Event.
     pub solicited: bool,
-    /// MigReq (always 1 from rxe, which reports APM as "migrated").
+    /// MigReq (path migration state). softnic sends 1, as the hardware RNIC of the
+    /// `hw_send_imm` capture does; Linux rxe sends 0 (every rxe capture in `tests/data`).
     pub mig_req: bool,
     /// Pad count (0..=3).
     pub pad_count: u8,

@@ -522,7 +522,8 @@ fn requester_replay(name: &str, f: &Flow) {
             let mut want = p.repr;
             // Whether a message is solicited is the application's choice; the
             // capture's choice was copied into the WR, so compare it too. MigReq is
-            // APM state, which softnic always reports as rxe does.
+            // path migration state: softnic sets it, as the hardware RNIC does; rxe
+            // leaves it clear (its captures), so it is not compared.
             want.bth.mig_req = true;
             // The hardware requester also asks for an ACK on some First packets (its
             // policy; IBTA 9.7.6.1.1 lets each requester choose). softnic follows rxe.

@@ -16,7 +16,7 @@ EXAMPLES = ("rc_pingpong", "uc_pingpong", "ud_pingpong", "srq_pingpong")
 # libibverbs.so.1); HOST_PACKAGES in image.py installs them.
 STOCK = ("ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong", "ibv_rc_pingpong",
          "ib_send_bw", "ib_write_bw", "ib_send_lat", "ib_read_lat", "rping", "ucmatose",
-         "udaddy")
+         "udaddy", "mckey")
 GOOD_CAPTURE = os.path.join(REPO, "tests", "data", "captures", "rxe-lab", "rc_send.pcap")
 
 

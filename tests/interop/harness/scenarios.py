@@ -53,6 +53,9 @@ class Scenario:
     # tools, not a fault: the runner starts the scenario over (runner.MAX_RERUNS times)
     # and says so in the result.
     rerun_if: str = ""
+    # False: the server opens no port and no CM listener to wait for (mckey's receiver
+    # only joins a group; its sender waits 3 s after its own join before sending).
+    listens: bool = True
     netns_setup: tuple = ()      # commands (argv tuples) run in the namespace first
     link_local: bool = False     # ... their link-local ones (net.*_LL6), with ipv6
 
@@ -278,6 +281,22 @@ SCENARIOS += [
     _cm("read_lat_cm", "ib_read_lat -d {dev} " + CM_LAT, "ib_read_lat -d {dev} %s {peer}" % CM_LAT,
         18515, expect=r"remote address", rerun_if=LISTEN_RACE, nic_args=SLOW_SECOND_REQ,
         extra_needs=("drop_cm",)),
+]
+
+# UD multicast through the CM: rdmacm-utils' mckey. The receiver (the "server") joins an
+# IPv4 group (rdma_resolve_addr to the group, rdma_join_multicast: the kernel CM's IGMP
+# join on rxe, a group socket in softnic) and waits for the sender's ten 100-byte SENDs
+# with immediate to QPN 0xFFFFFF; the sender joins as well and sends 3 s after its
+# MULTICAST_JOIN (mckey's own pause for a subnet manager), so there is nothing to wait
+# for before starting it. A receiver that misses a datagram never finishes.
+MCAST_GROUP = "239.77.1.1"
+SCENARIOS += [
+    Scenario(name="mckey", group="rdma-cm-mcast", cm=True, listens=False,
+             rxe="mckey -m %s -b %s" % (MCAST_GROUP, net.GUEST_IP),
+             rxe_client="mckey -m %s -b %s -s" % (MCAST_GROUP, net.GUEST_IP),
+             softnic=_stock("mckey -m %s -b {addr}" % MCAST_GROUP),
+             softnic_client=_stock("mckey -m %s -b {addr} -s" % MCAST_GROUP),
+             needs=("run", "exec"), expect_rxe=r"data transfers complete"),
 ]
 
 # A lost REQ, REP or RTU (IBTA 12.9): softnic drops exactly one of its own MADs

@@ -727,7 +727,8 @@ impl Qp {
         };
         let mut repr = PacketRepr::new(BthRepr {
             solicited: e.wr.solicited && pos.ends(),
-            // Linux rxe sets MigReq on every packet (APM state "migrated").
+            // MigReq set, as the hardware RNIC of the `hw_send_imm` capture sends it
+            // (rxe sends it clear; no receiver here or in rxe looks at it).
             mig_req: true,
             ack_req,
             ..BthRepr::new(opcode, Qpn::new(dest_qpn), psn)
