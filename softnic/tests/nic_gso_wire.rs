@@ -58,18 +58,8 @@ fn ipv4_ids(pcap: &[u8]) -> (usize, usize, usize) {
 
 #[test]
 fn gso_segments_on_a_link_carry_the_ids_their_icrcs_were_computed_with() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        prereq::missing("root (to create a network namespace)");
+    if !prereq::network_lab(&["ip", "ethtool", "tcpdump"]) {
         return;
-    }
-    for tool in ["ip", "ethtool", "tcpdump"] {
-        if Command::new(tool).arg("-V").output().is_err()
-            && Command::new(tool).arg("-h").output().is_err()
-        {
-            prereq::missing(tool);
-            return;
-        }
     }
     let pid = std::process::id();
     let net = format!("10.78.{}", pid % 250);

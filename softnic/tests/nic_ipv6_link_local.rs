@@ -15,13 +15,7 @@ use verbs_api::{Gid, Mtu, SendWr, WcStatus, WrOpcode};
 
 #[test]
 fn rc_write_and_read_between_link_local_ipv6_nics() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        prereq::missing("root (to create a network namespace)");
-        return;
-    }
-    if std::process::Command::new("ip").arg("-V").output().is_err() {
-        prereq::missing("ip");
+    if !prereq::network_lab(&["ip"]) {
         return;
     }
     let lab = VethLab::new("snll");

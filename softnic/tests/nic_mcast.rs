@@ -1,9 +1,12 @@
 //! UD multicast between two NICs on loopback (`ibv_attach_mcast`): a datagram sent to
 //! a group reaches every attached QP with the group's Q_Key on every NIC, once, with
 //! the group as the GRH's destination; detached and destroyed QPs stop receiving; the
-//! verbs refuse what rxe refuses. Each test uses its own group and addresses.
+//! verbs refuse what rxe refuses. Each test uses its own group and addresses. IPv6
+//! groups need an interface with multicast, which Linux's `lo` is not: that test runs
+//! over a veth into a network namespace it creates (root; CI fails without it).
 
 mod nic_support;
+mod prereq;
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -100,13 +103,21 @@ fn check_received(r: &mut Side, wr_id: u64, data: &[u8], from: IpAddr, src_qp: u
         r.mr.read_vec(GRH, data.len()) == data,
         "payload after the GRH"
     );
-    let ip = r.mr.read_vec(20, 20);
-    let (IpAddr::V4(s), IpAddr::V4(d)) = (from, group) else {
-        panic!("IPv4 only");
-    };
-    assert_eq!(ip[0], 0x45);
-    assert_eq!(&ip[12..16], &s.octets(), "GRH source is the sender");
-    assert_eq!(&ip[16..20], &d.octets(), "GRH destination is the group");
+    match (from, group) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let ip = r.mr.read_vec(20, 20);
+            assert_eq!(ip[0], 0x45);
+            assert_eq!(&ip[12..16], &s.octets(), "GRH source is the sender");
+            assert_eq!(&ip[16..20], &d.octets(), "GRH destination is the group");
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let ip = r.mr.read_vec(0, 40);
+            assert_eq!(ip[0] >> 4, 6);
+            assert_eq!(&ip[8..24], &s.octets(), "GRH source is the sender");
+            assert_eq!(&ip[24..40], &d.octets(), "GRH destination is the group");
+        }
+        _ => panic!("mixed families"),
+    }
 }
 
 #[test]
@@ -213,4 +224,40 @@ fn attach_refuses_what_the_verbs_refuse() {
     x.qp.detach_mcast(Gid::from_ip("239.78.0.0".parse().unwrap()))
         .unwrap();
     x.qp.attach_mcast(group).expect("room again");
+}
+
+#[test]
+fn an_ipv6_group_over_a_link_reaches_both_nics() {
+    if !prereq::network_lab(&["ip"]) {
+        return;
+    }
+    let pid = std::process::id();
+    let lab = veth::VethLab::new("snmc");
+    let net = format!("fd7c:{:x}::", pid % 0xffff);
+    let (ia, ib) = (format!("{net}1"), format!("{net}2"));
+    // nodad: usable at once, not "tentative" for the duplicate address detection.
+    lab.add_addr(false, &format!("{ia}/64"), &["nodad"]);
+    lab.add_addr(true, &format!("{ib}/64"), &["nodad"]);
+    let a = NicProc::start("mc6-a", &ia, 4791, &[]);
+    let b = NicProc::start_in(Some(&lab.ns), "mc6-b", &ib, 4791, &[]);
+    let group: IpAddr = format!("ff0e::7c:{:x}", pid % 0xffff).parse().unwrap();
+    let g = Gid::from_ip(group);
+    let mut tx = ud(&a, None);
+    // One receiver across the link, one beside the sender (the loopback copy).
+    let mut rb = ud(&b, None);
+    let mut ra = ud(&a, None);
+    for r in [&rb, &ra] {
+        r.qp.attach_mcast(g).expect("attach");
+    }
+    for (i, len) in [1usize, 1000].into_iter().enumerate() {
+        let i = i as u64;
+        let data = pattern(len, 0x60 + i as u8);
+        rb.post_recv(10 + i);
+        ra.post_recv(10 + i);
+        tx.send(i, group_dest(group, MCAST_QPN), &data);
+        for r in [&mut rb, &mut ra] {
+            check_received(r, 10 + i, &data, a.addr, tx.qp.qp_num(), group);
+        }
+    }
+    assert_eq!(b.stat("rx_mcast_datagrams"), 2);
 }

@@ -19,3 +19,28 @@ pub fn missing(what: &str) {
     }
     eprintln!("NOTE: {what} is missing; this test did NOT run (it fails in CI, SOFTNIC_CI=1)");
 }
+
+/// Whether this test may build a network lab: root (for network namespaces) and each of
+/// `tools` on the PATH. What is missing goes to [`missing`]: the caller returns on
+/// `false` (outside CI).
+pub fn network_lab(tools: &[&str]) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        missing("root (to create a network namespace)");
+        return false;
+    }
+    for tool in tools {
+        // Spawning is the test: any exit status means the tool is there.
+        let found = std::process::Command::new(tool)
+            .arg("-V")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok();
+        if !found {
+            missing(tool);
+            return false;
+        }
+    }
+    true
+}
