@@ -35,6 +35,7 @@ fn every_stock_rdmacm_binary_links_against_the_drop_in() {
         "rdma_xserver",
         "rdma_xclient",
         "mckey",
+        "cmtime",
         "ib_write_bw",
         "ib_send_lat",
         "ib_read_lat",
@@ -309,6 +310,35 @@ fn mckey_multicast_reaches_receivers_on_both_nics() {
                 && r.contains("receiving data transfers")
                 && r.contains("data transfers complete"),
             "receiver:\n{r}\nsender:\n{s}"
+        );
+    }
+}
+
+/// Stock `cmtime`: a hundred RC connections, each created, bound, resolved, given a QP,
+/// connected, disconnected and destroyed, steps timed across all of them at once. The
+/// client must finish every step and print its table; cmtime's server never exits (its
+/// event loop runs until it is killed, on rxe too), so it is stopped by PID after.
+#[test]
+fn cmtime_connects_and_disconnects_a_hundred_times() {
+    let (a, b) = nic_pair("cmstock-cmtime", 20);
+    let (a_ip, b_ip) = (a.addr.to_string(), b.addr.to_string());
+    let server = spawn(&a, "cmtime", &args(&["-b", &a_ip, "-c", "100"]));
+    std::thread::sleep(Duration::from_millis(500));
+    let c = finish(
+        spawn(
+            &b,
+            "cmtime",
+            &args(&["-s", &a_ip, "-b", &b_ip, "-c", "100"]),
+        ),
+        Duration::from_secs(60),
+    );
+    drop(server);
+    assert!(c.starts_with("status exit status: 0"), "{c}");
+    for step in ["create qp", "connect", "disconnect", "destroy"] {
+        assert!(
+            c.lines()
+                .any(|l| l.starts_with(step) && l.contains(':') && l.contains('.')),
+            "no {step} row:\n{c}"
         );
     }
 }
