@@ -52,8 +52,9 @@ pub struct Id {
     /// `rdma_create_qp`): its ESTABLISHED is reported as CONNECT_RESPONSE, as the
     /// kernel CM reports a REP to librdmacm for an id without a QP.
     pub(crate) own_qp_active: bool,
-    /// Multicast groups joined and not left (`mcast.rs`).
-    pub(crate) joined: Vec<crate::mcast::Joined>,
+    /// Multicast groups joined and not left (`mcast.rs`); locked, because the thread
+    /// that takes a join's event reads them while another may join or leave.
+    pub(crate) joined: Mutex<Vec<crate::mcast::Joined>>,
 }
 
 /// Live ids by key (addresses as usize: the registry only hands them back to the
@@ -148,7 +149,7 @@ impl Id {
             own_cqs: false,
             ep_qp: None,
             own_qp_active: false,
-            joined: Vec::new(),
+            joined: Mutex::new(Vec::new()),
         }));
         // SAFETY: b is a fresh box.
         unsafe { (*b).sync_binding() };

@@ -15,6 +15,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::net::SocketAddr;
+use std::sync::MutexGuard;
 
 use verbs_api::cm::CmEventKind;
 use verbs_api::Gid;
@@ -48,18 +49,28 @@ pub struct Joined {
     pub flags: u32,
 }
 
+/// The joins of `i`, locked.
+fn joins(i: &Id) -> MutexGuard<'_, Vec<Joined>> {
+    i.joined.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Records the join and asks the CM for its event; waits for it on a synchronous id.
+/// Recorded first: another thread may take the event as soon as it is raised.
 fn join(i: &mut Id, addr: SocketAddr, flags: u32, context: *mut c_void) -> c_int {
-    let r = i.with_api(|api| api.join_multicast(addr));
-    if r != 0 {
-        return r;
-    }
-    i.joined.push(Joined {
+    joins(i).push(Joined {
         addr,
         mgid: Gid::from_ip(addr.ip()),
         context: context as usize,
         flags,
     });
+    let r = i.with_api(|api| api.join_multicast(addr));
+    if r != 0 {
+        let mut j = joins(i);
+        if let Some(k) = j.iter().rposition(|j| j.addr == addr) {
+            j.remove(k);
+        }
+        return r;
+    }
     id::finish(i, 0, CmEventKind::MulticastJoin)
 }
 
@@ -129,10 +140,13 @@ pub unsafe extern "C" fn rdma_leave_multicast(
     let (Some(i), Some(a)) = (unsafe { id::id(id) }, unsafe { from_sockaddr(addr) }) else {
         return fail(libc::EINVAL);
     };
-    let Some(k) = i.joined.iter().position(|j| j.addr == a) else {
-        return fail(libc::EADDRNOTAVAIL);
+    let j = {
+        let mut joined = joins(i);
+        let Some(k) = joined.iter().position(|j| j.addr == a) else {
+            return fail(libc::EADDRNOTAVAIL);
+        };
+        joined.remove(k)
     };
-    let j = i.joined.remove(k);
     if !i.id.qp.is_null() && j.flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER {
         let gid = softnic_ibverbs::abi::ibv_gid { raw: j.mgid.0 };
         // SAFETY: the id's live QP; a 16-byte GID.
@@ -150,8 +164,8 @@ pub unsafe extern "C" fn rdma_leave_multicast(
 /// `id` is a live id of the registry.
 pub(crate) unsafe fn process_join(id: *mut Id, mgid: Gid) -> Option<(usize, CmEventKind, i32)> {
     // SAFETY: caller contract.
-    let i = unsafe { &mut *id };
-    let j = *i.joined.iter().find(|j| j.mgid == mgid)?;
+    let i = unsafe { &*id };
+    let j = *joins(i).iter().find(|j| j.mgid == mgid)?;
     if i.id.qp.is_null() || j.flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER {
         return Some((j.context, CmEventKind::MulticastJoin, 0));
     }
