@@ -341,6 +341,7 @@ impl Runtime {
     pub fn start(cfg: &Config) -> io::Result<Self> {
         let io = UdpIo::bind_with(cfg.bind, cfg.offloads)?;
         log_offloads(cfg, io.offloads());
+        log_recv_buffer(io.recv_buffer());
         let recv_slot = io.recv_slot();
         let local = io.local_addr();
         let pcap =
@@ -1201,6 +1202,23 @@ fn log_offloads(cfg: &Config, got: Offloads) {
     }
     if got.gso && !cfg.fault.fits_runs() {
         tracing::info!("fault injection: packets are sent one by one, GSO unused");
+    }
+}
+
+/// Says how much of a burst the socket holds, and warns when `net.core.rmem_max` cut
+/// the NIC's request: what overflows it is dropped by the kernel before the NIC sees
+/// it (RC resends it; UC and UD lose it), and Linux's default cap is 208 KiB.
+fn log_recv_buffer(granted: usize) {
+    let asked = super::udp::SOCKET_BUFFER;
+    tracing::info!(kib = granted / 1024, "UDP receive buffer");
+    if granted < asked {
+        tracing::warn!(
+            granted_kib = granted / 1024,
+            asked_kib = asked / 1024,
+            "net.core.rmem_max caps the receive buffer: bursts beyond it are dropped (RC \
+             resends them, UC and UD lose them); `sysctl -w net.core.rmem_max={asked}` \
+             lifts the cap"
+        );
     }
 }
 

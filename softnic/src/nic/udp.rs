@@ -543,6 +543,13 @@ impl UdpIo {
         })
     }
 
+    /// The receive buffer the kernel granted, in the bytes of payload it holds: Linux
+    /// reports twice what it grants (`socket(7)`, `SO_RCVBUF`: the other half is its
+    /// bookkeeping), and caps the request at `net.core.rmem_max`.
+    pub fn recv_buffer(&self) -> usize {
+        self.socket.recv_buffer_size().map_or(0, |b| b / 2)
+    }
+
     /// Bytes per receive slot this socket needs ([`GRO_SLOT`] with GRO).
     pub fn recv_slot(&self) -> usize {
         if self.gro {
