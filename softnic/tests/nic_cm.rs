@@ -170,6 +170,57 @@ fn connect_accept_write_send_disconnect() {
     assert_eq!(a.stat("cm_rx_mads"), 2, "REP and DREP reached a");
 }
 
+/// `RDMA_OPTION_ID_ACK_TIMEOUT`: each side's QP gets its own id's ACK timeout at RTS —
+/// the client's set before its id was bound (told to the NIC at the bind), the
+/// server's on the connection's id before the accept — and `rdma_init_qp_attr` answers
+/// it; a connection without the option keeps the peer's offer. Past 31, or on a UD id,
+/// the option is refused.
+#[test]
+fn each_ids_ack_timeout_is_its_qps() {
+    let a = NicProc::start("cm-ackto-a", "127.0.0.2", 0, &[]);
+    let b = NicProc::start("cm-ackto-b", "127.0.0.3", 0, &[]);
+    let (cch, sch) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let _l = listener(&sch, &b, 7176);
+    let timeout_of = |q: &mut verbs_api::QueuePair| q.query().unwrap().1.timeout;
+
+    let mut cid = CmId::new(&cch, PortSpace::Tcp).unwrap();
+    assert!(cid.set_ack_timeout(32).is_err(), "past 31");
+    cid.set_ack_timeout(10).unwrap();
+    let dst = SocketAddr::new(b.addr, 7176);
+    cid.resolve_addr(Some(SocketAddr::new(a.addr, 0)), dst, Some(b.port), WAIT)
+        .unwrap();
+    assert_eq!(event(&cch).kind, CmEventKind::AddrResolved);
+    cid.resolve_route(WAIT).unwrap();
+    assert_eq!(event(&cch).kind, CmEventKind::RouteResolved);
+    let mut c = side_on(cid.context().unwrap().clone(), 4096, 4);
+    cid.init_qp(&mut c.qp).unwrap();
+    cid.connect(&c.qp, &param(&[])).unwrap();
+    let mut req = event(&sch);
+    let mut sid = req.new_id.take().unwrap();
+    sid.set_ack_timeout(20).unwrap();
+    let mut s = side_on(sid.context().unwrap().clone(), 4096, 4);
+    sid.init_qp(&mut s.qp).unwrap();
+    sid.accept(&s.qp, &param(&[])).unwrap();
+    assert_eq!(event(&cch).kind, CmEventKind::Established);
+    assert_eq!(event(&sch).kind, CmEventKind::Established);
+    assert_eq!(timeout_of(&mut c.qp), Some(10));
+    assert_eq!(timeout_of(&mut s.qp), Some(20));
+    let rts = cid.init_qp_attr(verbs_api::QpState::Rts).unwrap();
+    assert_eq!(rts.timeout, Some(10));
+    disconnect(&cch, &sch, &mut cid);
+
+    // Without the option: the peer's offer, neither 10 nor 20.
+    let mut cid = client(&cch, &a, &b, 7176);
+    let (mut c, _sid, mut s) = connect_accept(&cch, &sch, &mut cid, &[]);
+    for t in [timeout_of(&mut c.qp), timeout_of(&mut s.qp)] {
+        assert!(t.is_some() && t != Some(10) && t != Some(20), "{t:?}");
+    }
+    disconnect(&cch, &sch, &mut cid);
+
+    let mut ud = CmId::new(&cch, PortSpace::Udp).unwrap();
+    assert!(ud.set_ack_timeout(10).is_err(), "UD has no ACKs");
+}
+
 #[test]
 fn consumer_reject_and_missing_listener_are_rejected() {
     let a = NicProc::start("cm-rej-a", "127.0.0.4", 0, &[]);

@@ -457,6 +457,7 @@ impl EventChannel {
                 local: m.local,
                 peer: m.peer,
                 peer_nic: None,
+                ack_timeout: None,
             };
             (key, Some(listen), Some(new))
         } else {
@@ -579,6 +580,8 @@ pub struct CmId {
     peer: Option<SocketAddr>,
     /// The peer NIC's RoCE address (from `resolve_addr`).
     peer_nic: Option<SocketAddr>,
+    /// [`CmId::set_ack_timeout`] before the id was bound: told to the NIC at the bind.
+    ack_timeout: Option<u8>,
 }
 
 impl std::fmt::Debug for CmId {
@@ -613,7 +616,36 @@ impl CmId {
             local: None,
             peer: None,
             peer_nic: None,
+            ack_timeout: None,
         })
+    }
+
+    /// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)` on an RC id: this id's QP gets
+    /// local ACK timeout `timeout` (4.096 µs × 2^`timeout`) at RTS instead of what the
+    /// peer's REQ or REP offers, and `rdma_init_qp_attr` answers it, as with Linux's CM.
+    /// Set before the connection reaches RTS; InvalidArgument past 31 or on a UD id.
+    pub fn set_ack_timeout(&mut self, timeout: u8) -> Result<()> {
+        if self.ps != PortSpace::Tcp || timeout > 31 {
+            return Err(Error::InvalidArgument(format!(
+                "ACK timeout {timeout} on a {:?} id",
+                self.ps
+            )));
+        }
+        self.ack_timeout = Some(timeout);
+        if self.bound.is_some() {
+            self.send_ack_timeout()?;
+        }
+        Ok(())
+    }
+
+    /// Tells the NIC the id's ACK timeout, if one was set.
+    fn send_ack_timeout(&self) -> Result<()> {
+        let Some(timeout) = self.ack_timeout else {
+            return Ok(());
+        };
+        let (_, id) = self.nic()?;
+        let req = CmRequest::SetAckTimeout { id, timeout };
+        self.call("rdma_set_option", req).map(|_| ())
     }
 
     /// The key naming this id in [`CmEvent`]s.
@@ -674,7 +706,7 @@ impl CmId {
         };
         self.local = Some(SocketAddr::new(ip, addr.port()));
         self.bound = Some((ctx, id));
-        Ok(())
+        self.send_ack_timeout()
     }
 
     /// `rdma_bind_addr`: binds to the NIC serving `addr.ip()` ([`find_device`]) and

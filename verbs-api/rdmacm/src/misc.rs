@@ -117,11 +117,13 @@ const RDMA_OPTION_ID_ACK_TIMEOUT: c_int = 3;
 const RDMA_OPTION_IB: c_int = 1;
 const RDMA_OPTION_IB_PATH: c_int = 1;
 
-/// `rdma_set_option`. The id options (`RDMA_OPTION_ID_TOS`, `_REUSEADDR`, `_AFONLY`,
-/// `_ACK_TIMEOUT`) are checked for size (EINVAL) and accepted but have no effect yet:
-/// softnic's CM sends traffic class 0, allows no port reuse, binds one address family,
-/// and uses its own ACK timeout. `RDMA_OPTION_IB_PATH` (setting path records by hand)
-/// is EOPNOTSUPP; anything else ENOSYS, as the kernel answers an unknown option.
+/// `rdma_set_option`. `RDMA_OPTION_ID_ACK_TIMEOUT` sets the local ACK timeout of the
+/// id's QP at RTS (`CmId::set_ack_timeout`; EINVAL past 31 or on a UD id). The other
+/// id options (`RDMA_OPTION_ID_TOS`, `_REUSEADDR`, `_AFONLY`) are checked for size
+/// (EINVAL) and accepted but have no effect yet: softnic sends traffic class 0,
+/// allows no port reuse and binds one address family. `RDMA_OPTION_IB_PATH` (setting
+/// path records by hand) is EOPNOTSUPP; anything else ENOSYS, as the kernel answers an
+/// unknown option.
 ///
 /// # Safety
 /// `id` is live; `optval` readable for `optlen`.
@@ -134,7 +136,10 @@ pub unsafe extern "C" fn rdma_set_option(
     optlen: usize,
 ) -> c_int {
     // SAFETY: caller contract.
-    if unsafe { crate::id::id(id) }.is_none() || optval.is_null() {
+    let Some(i) = (unsafe { crate::id::id(id) }) else {
+        return fail(libc::EINVAL);
+    };
+    if optval.is_null() {
         return fail(libc::EINVAL);
     }
     let want = match (level, optname) {
@@ -147,6 +152,11 @@ pub unsafe extern "C" fn rdma_set_option(
     };
     if optlen != want {
         return fail(libc::EINVAL);
+    }
+    if (level, optname) == (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) {
+        // SAFETY: one readable byte (size checked above).
+        let timeout = unsafe { *(optval as *const u8) };
+        return i.with_api(|api| api.set_ack_timeout(timeout));
     }
     0
 }

@@ -112,7 +112,8 @@ pub const CQ_ARMED: u32 = 1 << 1;
 /// (`os::life_sign`): a page the client maps read-only and reads to learn that the
 /// NIC has exited.
 /// 10: `AttachMcast` / `DetachMcast` requests (UD multicast).
-pub const ABI_VERSION: u32 = 10;
+/// 11: `CmRequest::SetAckTimeout` (`RDMA_OPTION_ID_ACK_TIMEOUT`).
+pub const ABI_VERSION: u32 = 11;
 
 /// Most multicast groups one NIC has QPs attached to (`ibv_device_attr.max_mcast_grp`):
 /// each is a socket the NIC holds open (`softnic/src/nic/mcast.rs`).

@@ -18,8 +18,9 @@ fn mtu_bytes(code: u8) -> u32 {
     256 << (code.clamp(1, 5) - 1)
 }
 
-/// The control form of a CM transition (also what `rdma_init_qp_attr` answers).
-pub(super) fn attr(step: QpStep) -> QpAttr {
+/// The control form of a CM transition (also what `rdma_init_qp_attr` answers), with
+/// the id's own ACK timeout, if the program set one, in place of the peer's offer.
+pub(super) fn attr(step: QpStep, ack_timeout: Option<u8>) -> QpAttr {
     match step {
         QpStep::Rtr {
             dest_qpn,
@@ -47,7 +48,7 @@ pub(super) fn attr(step: QpStep) -> QpAttr {
         } => QpAttr {
             state: Some(QpState::Rts),
             sq_psn: Some(sq_psn),
-            timeout: Some(timeout),
+            timeout: Some(ack_timeout.unwrap_or(timeout)),
             retry_cnt: Some(retry_cnt),
             rnr_retry: Some(rnr_retry),
             max_rd_atomic: Some(max_rd_atomic),
@@ -107,7 +108,7 @@ impl Nic {
         let client = self
             .cm_qp_client(owner.client, a.qpn)
             .unwrap_or(owner.client);
-        let answer = self.modify_qp(now, client, a.qpn, &attr(a.step));
+        let answer = self.modify_qp(now, client, a.qpn, &attr(a.step, owner.ack_timeout));
         if !matches!(answer.0, Response::Ok(_)) && a.step != QpStep::Err {
             self.cm.counters.qp_action_failures += 1;
             tracing::debug!(qpn = a.qpn, answer = ?answer.0, "rdma_cm: QP transition refused");

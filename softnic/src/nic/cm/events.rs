@@ -113,6 +113,9 @@ impl NicCm {
                         bound: None,
                         own_qp: false,
                         accept_psn: None,
+                        // Linux's CM does not pass a listener's option on to the
+                        // connections it accepts.
+                        ack_timeout: None,
                         ..owner
                     },
                 );
@@ -226,6 +229,7 @@ mod tests {
             bound: None,
             own_qp: false,
             accept_psn: None,
+            ack_timeout: None,
         };
         cm.ids.insert(id, owner);
         (cm, reader, id)

@@ -51,6 +51,9 @@ pub struct IdOwner {
     /// A passive connection's starting PSN, drawn when first needed (an
     /// `rdma_init_qp_attr` before the accept must name the PSN the REP will carry).
     pub accept_psn: Option<u32>,
+    /// The local ACK timeout the program set for this id's QP
+    /// (`CmRequest::SetAckTimeout`), in place of the peer's offer at RTS.
+    pub ack_timeout: Option<u8>,
 }
 
 impl IdOwner {

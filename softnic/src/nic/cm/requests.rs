@@ -287,6 +287,7 @@ impl Nic {
                         bound: None,
                         own_qp: false,
                         accept_psn: None,
+                        ack_timeout: None,
                     },
                 );
                 ok(Reply::Cm(CmReply::Id { id }))
@@ -415,7 +416,8 @@ impl Nic {
                 done()
             }
             CmRequest::QpAttrs { id } => {
-                let psn = self.cm_owned(client, id)?.accept_psn();
+                let owner = self.cm_owned(client, id)?;
+                let (psn, ack) = (owner.accept_psn(), owner.ack_timeout);
                 let Some([rtr, rts]) = self.cm.cm.qp_steps(id, psn) else {
                     return Err(fail(
                         ErrorCode::InvalidState,
@@ -423,12 +425,22 @@ impl Nic {
                     ));
                 };
                 ok(Reply::Cm(CmReply::QpAttrs {
-                    rtr: super::apply::attr(rtr),
-                    rts: super::apply::attr(rts),
+                    rtr: super::apply::attr(rtr, ack),
+                    rts: super::apply::attr(rts, ack),
                 }))
             }
             CmRequest::OwnQp { id } => {
                 self.cm_owned(client, id)?.own_qp = true;
+                done()
+            }
+            CmRequest::SetAckTimeout { id, timeout } => {
+                if timeout > 31 {
+                    return Err(fail(
+                        ErrorCode::InvalidArgument,
+                        format!("ACK timeout {timeout} is more than 31"),
+                    ));
+                }
+                self.cm_owned(client, id)?.ack_timeout = Some(timeout);
                 done()
             }
             CmRequest::GetEvents { channel } => match self.cm.channels.get_mut(&channel) {

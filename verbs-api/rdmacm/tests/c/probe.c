@@ -60,6 +60,26 @@ static int nic(const char *name)
 	CHECK(rdma_destroy_id(a) == 0);
 	CHECK(rdma_bind_addr(b, (struct sockaddr *)&same) == 0 && rdma_get_src_port(b) == port);
 	CHECK(rdma_destroy_id(b) == 0);
+	/* Options: the ACK timeout is taken on an RC id (at most 31; a UD id has no ACKs:
+	 * EINVAL), TOS is accepted, a wrong size is EINVAL, an unknown option ENOSYS. */
+	uint8_t t = 12, big = 32, tos = 0;
+	int one = 1;
+	CHECK(rdma_create_id(ch, &a, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_set_option(a, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, 1) == 0);
+	CHECK(rdma_set_option(a, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &big, 1) == -1 &&
+	      errno == EINVAL);
+	CHECK(rdma_set_option(a, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, 4) == -1 &&
+	      errno == EINVAL);
+	CHECK(rdma_set_option(a, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 1) == 0);
+	CHECK(rdma_set_option(a, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof one) == 0);
+	CHECK(rdma_set_option(a, RDMA_OPTION_ID, 99, &one, sizeof one) == -1 && errno == ENOSYS);
+	CHECK(rdma_bind_addr(a, (struct sockaddr *)&any) == 0);
+	CHECK(rdma_set_option(a, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, 1) == 0);
+	CHECK(rdma_destroy_id(a) == 0);
+	CHECK(rdma_create_id(ch, &a, NULL, RDMA_PS_UDP) == 0);
+	CHECK(rdma_set_option(a, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, 1) == -1 &&
+	      errno == EINVAL);
+	CHECK(rdma_destroy_id(a) == 0);
 	/* Multicast: only a UD id bound to a device joins (EINVAL), an IPv4 multicast
 	 * group (IPv6: EOPNOTSUPP, as RoCEv2's CM; a unicast address: EINVAL); a group
 	 * not joined cannot be left (EADDRNOTAVAIL). A join raises MULTICAST_JOIN with

@@ -139,6 +139,16 @@ pub enum CmRequest {
         /// The id.
         id: Handle,
     },
+    /// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`: the local ACK timeout (4.096 µs ×
+    /// 2^`timeout`, at most 31) this id's QP gets at RTS, in place of the one the peer's
+    /// REQ or REP offers — as Linux's CM applies `id_priv->timeout` (`rdma_init_qp_attr`
+    /// answers it too). InvalidArgument past 31. Reply: `Done`.
+    SetAckTimeout {
+        /// The id.
+        id: Handle,
+        /// The exponent.
+        timeout: u8,
+    },
     /// A new event channel. Reply: [`CmReply::Channel`] + the read end of the pipe the
     /// NIC writes a byte to when the channel's queue goes from empty to not empty.
     /// Read the pipe empty *before* [`CmRequest::GetEvents`], so an event queued after
