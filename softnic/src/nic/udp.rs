@@ -62,6 +62,10 @@ const SOL_UDP: libc::c_int = 17;
 /// Socket buffer size requested (capped by `net.core.{r,w}mem_max`).
 pub const SOCKET_BUFFER: usize = 4 << 20;
 
+/// IP TTL / hop limit of multicast datagrams (unicast ones get the kernel's default,
+/// 64, too).
+const MULTICAST_HOPS: u32 = 64;
+
 /// What happened to a datagram handed to [`PacketIo::send`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendOutcome {
@@ -468,15 +472,19 @@ impl UdpIo {
         socket.bind(&SockAddr::from(addr))?;
         // UD multicast sends (`mcast.rs`) leave through this NIC's own interface, not
         // the one the routing table gives the group (which would put loopback-sourced
-        // datagrams on a real link). Best effort: a failure only costs multicast.
+        // datagrams on a real link), with the hop limit of unicast ones, 64: what the
+        // CM's MULTICAST_JOIN reports and what rxe sends (the socket default is 1).
+        // Best effort: a failure only costs multicast.
         match addr.ip() {
             IpAddr::V4(a) => {
                 let _ = socket.set_multicast_if_v4(&a);
+                let _ = socket.set_multicast_ttl_v4(MULTICAST_HOPS);
             }
             IpAddr::V6(a) => {
                 if let Some(i) = interface_of(IpAddr::V6(a)) {
                     let _ = socket.set_multicast_if_v6(i);
                 }
+                let _ = socket.set_multicast_hops_v6(MULTICAST_HOPS);
             }
         }
         let local = socket
@@ -1000,6 +1008,18 @@ mod tests {
         for (k, g) in got.iter().enumerate() {
             assert_eq!(g, &vec![k as u8; 1200]);
         }
+    }
+
+    #[test]
+    fn multicast_leaves_with_the_unicast_hop_limit_through_the_nics_interface() {
+        let io = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        assert_eq!(io.socket.multicast_ttl_v4().unwrap(), MULTICAST_HOPS);
+        assert_eq!(
+            io.socket.multicast_if_v4().unwrap(),
+            std::net::Ipv4Addr::LOCALHOST
+        );
+        let io = UdpIo::bind("[::1]:0".parse().unwrap()).unwrap();
+        assert_eq!(io.socket.multicast_hops_v6().unwrap(), MULTICAST_HOPS);
     }
 
     #[test]
