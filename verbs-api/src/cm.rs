@@ -792,9 +792,10 @@ impl CmId {
     /// limit 64), QPN 0xFFFFFF and Q_Key [`RDMA_UDP_QKEY`]. There is no subnet
     /// manager to ask: the NIC joins the IP group when a QP attaches
     /// ([`crate::QueuePair::attach_mcast`], which the C library calls as librdmacm
-    /// does when the program takes the event). Errors, as Linux's: a group that is
-    /// not IPv4 multicast is refused (IPv6 groups with Unsupported: RoCEv2's CM joins
-    /// IPv4 groups only), an id that is not UD or not bound with InvalidArgument.
+    /// does when the program takes the event). Errors, as Linux's: an IPv6 group is
+    /// refused with EOPNOTSUPP (RoCEv2's CM joins IPv4 groups only); an address that
+    /// is not IPv4 multicast, or an id that is not UD or not bound, with
+    /// InvalidArgument.
     pub fn join_multicast(&mut self, group: SocketAddr) -> Result<()> {
         if self.ps != PortSpace::Udp || self.bound.is_none() {
             return Err(Error::InvalidArgument(
