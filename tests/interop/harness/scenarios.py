@@ -208,6 +208,14 @@ SCENARIOS += _uc_ud_srq() + [
     for name, group, tool, args, kw in (
         ("ud_send_bw_stock", "ud-perftest", "ib_send_bw", "-c UD -s 1024 -n 100", {}),
         ("ud_send_lat_stock", "ud-perftest", "ib_send_lat", "-c UD -s 64 -n 200", {}),
+        # UD multicast without the CM: the server attaches its QP to 239.77.1.2 with
+        # ibv_attach_mcast (an IPv4-mapped MGID: perftest refuses its default one with
+        # an IPv4 GID), the client sends to QPN 0xFFFFFF. softnic-server only: rxe's
+        # attach joins no IP group (docs/interop.md, "rxe behaviour worth knowing"), so
+        # an rxe receiver gets nothing without the CM's join (the mckey row).
+        ("mcg_send_bw_stock", "ud-perftest", "ib_send_bw",
+         "-c UD -g -M 0:0:0:0:0:0:0:0:0:0:255:255:239:77:1:2 -s 1024 -n 100",
+         {"directions": ("softnic-server",)}),
         ("uc_send_bw_stock", "uc-perftest", "ib_send_bw", UC_BW, {}),
         ("uc_write_bw_stock", "uc-perftest", "ib_write_bw", UC_BW, {}),
     )
