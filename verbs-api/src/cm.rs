@@ -59,9 +59,8 @@ pub const MAX_SIDR_REQ_PRIVATE_DATA: usize = 216 - 36;
 /// The Q_Key of UD QPs created through the CM (`RDMA_UDP_QKEY` in Linux `cma.c`).
 pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 
-/// The QP number a multicast group is sent to (IBTA 9.6.1.1), reported by
-/// MULTICAST_JOIN.
-pub const MULTICAST_QPN: u32 = 0xFF_FFFF;
+/// The QP number a multicast group is sent to, reported by MULTICAST_JOIN.
+pub use crate::abi::MULTICAST_QPN;
 
 /// The port space of a [`CmId`] (`enum rdma_port_space`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

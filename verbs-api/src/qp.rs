@@ -660,12 +660,7 @@ impl QueuePair {
             qpn: self.qpn,
             gid: gid.raw(),
         };
-        match self.pd.ctx.inner.call("ibv_attach_mcast", &req, &[])?.0 {
-            Reply::Done => Ok(()),
-            other => Err(Error::Protocol(format!(
-                "AttachMcast answered with {other:?}"
-            ))),
-        }
+        self.call_done("ibv_attach_mcast", &req)
     }
 
     /// Detaches this QP from the multicast group `gid` (`ibv_detach_mcast`); an error
@@ -675,11 +670,14 @@ impl QueuePair {
             qpn: self.qpn,
             gid: gid.raw(),
         };
-        match self.pd.ctx.inner.call("ibv_detach_mcast", &req, &[])?.0 {
+        self.call_done("ibv_detach_mcast", &req)
+    }
+
+    /// Sends `req` for `verb`; the NIC must answer `Done`.
+    fn call_done(&self, verb: &'static str, req: &Request) -> Result<()> {
+        match self.pd.ctx.inner.call(verb, req, &[])?.0 {
             Reply::Done => Ok(()),
-            other => Err(Error::Protocol(format!(
-                "DetachMcast answered with {other:?}"
-            ))),
+            other => Err(Error::Protocol(format!("{verb} answered with {other:?}"))),
         }
     }
 

@@ -18,13 +18,11 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
+pub use verbs_api::abi::MULTICAST_QPN;
 use verbs_api::abi::{MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH};
 
 use super::gid;
 use super::udp::UdpIo;
-
-/// The BTH destination QPN of every multicast datagram (IBTA 9.6.1.1).
-pub const MULTICAST_QPN: u32 = 0xFF_FFFF;
 
 /// The group a GID names for a NIC bound to `local`: an IP multicast address of the
 /// NIC's family, else `None`.
@@ -61,7 +59,7 @@ pub struct McastTable {
 impl McastTable {
     /// Attaches `qpn` to `group` (no change if it is attached already).
     pub fn attach(&mut self, group: IpAddr, qpn: u32) -> Result<(), McastError> {
-        let full = self.groups.len() >= MAX_MCAST_GRP as usize;
+        let full = self.full();
         match self.groups.iter_mut().find(|g| g.addr == group) {
             Some(g) if g.qpns.contains(&qpn) => Ok(()),
             Some(g) if g.qpns.len() >= MAX_MCAST_QP_ATTACH as usize => Err(McastError::GroupFull),
@@ -122,6 +120,11 @@ impl McastTable {
         self.groups.len()
     }
 
+    /// [`MAX_MCAST_GRP`] groups have QPs: a new group is refused.
+    pub fn full(&self) -> bool {
+        self.groups.len() >= MAX_MCAST_GRP as usize
+    }
+
     /// No group has attached QPs.
     pub fn is_empty(&self) -> bool {
         self.groups.is_empty()
@@ -146,9 +149,7 @@ impl GroupSockets {
         gro: bool,
         table: &McastTable,
     ) -> io::Result<()> {
-        if self.open.iter().any(|(g, _)| *g == group)
-            || (!table.has(group) && table.len() >= MAX_MCAST_GRP as usize)
-        {
+        if self.open.iter().any(|(g, _)| *g == group) || (!table.has(group) && table.full()) {
             return Ok(());
         }
         let io = UdpIo::join_group(SocketAddr::new(group, local.port()), local.ip(), gro)?;

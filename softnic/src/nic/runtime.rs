@@ -756,25 +756,16 @@ impl Runtime {
                     }
                 }
             }
-            for i in 0..n {
-                let Some((bytes, peer, truncated, seg)) = self.batch.get(i) else {
-                    continue;
-                };
-                // With GRO one entry holds several datagrams of `seg` bytes, all from
-                // one sender: its ICRC look-ups are made once (`rx_icrc::Sender`).
-                let local = self.path.local;
-                let from = Origin {
-                    peer: peer.filter(|p| p.is_ipv4() == local.is_ipv4()),
-                    truncated,
-                    icrc: peer.and_then(|p| self.path.solver.sender(local, p)),
-                    local,
-                    group: None,
-                };
-                for (k, d) in bytes.chunks(seg.max(1)).enumerate() {
-                    self.path.trace.rx(d);
-                    rx_one(&mut self.nic, &mut self.path, now, d, &from, k);
-                }
-            }
+            let local = self.path.local;
+            rx_batch(
+                &mut self.nic,
+                &mut self.path,
+                now,
+                &self.batch,
+                n,
+                local,
+                None,
+            );
             total += n;
             if n < super::udp::RECV_BATCH {
                 break;
@@ -790,22 +781,15 @@ impl Runtime {
                 }
             };
             let local = io.local_addr();
-            for i in 0..n {
-                let Some((bytes, peer, truncated, seg)) = self.batch.get(i) else {
-                    continue;
-                };
-                let from = Origin {
-                    peer: peer.filter(|p| p.is_ipv4() == local.is_ipv4()),
-                    truncated,
-                    icrc: peer.and_then(|p| self.path.solver.sender(local, p)),
-                    local,
-                    group: Some(group),
-                };
-                for (k, d) in bytes.chunks(seg.max(1)).enumerate() {
-                    self.path.trace.rx(d);
-                    rx_one(&mut self.nic, &mut self.path, now, d, &from, k);
-                }
-            }
+            rx_batch(
+                &mut self.nic,
+                &mut self.path,
+                now,
+                &self.batch,
+                n,
+                local,
+                Some(group),
+            );
             total += n;
         }
         self.rx_empty = total == 0;
@@ -1235,6 +1219,38 @@ struct Origin {
     /// The multicast group they were sent to (`mcast.rs`), `None` for the NIC's own
     /// address.
     group: Option<std::net::IpAddr>,
+}
+
+/// Hands the first `n` entries of `batch`, received on the socket bound to `local`
+/// (the NIC's own, or the multicast `group`'s), to [`rx_one`] datagram by datagram.
+/// With GRO one entry holds several datagrams of `seg` bytes, all from one sender: its
+/// ICRC look-ups are made once (`rx_icrc::Sender`).
+#[inline]
+fn rx_batch(
+    nic: &mut Nic,
+    path: &mut PacketPath,
+    now: Instant,
+    batch: &RecvBatch,
+    n: usize,
+    local: SocketAddr,
+    group: Option<std::net::IpAddr>,
+) {
+    for i in 0..n {
+        let Some((bytes, peer, truncated, seg)) = batch.get(i) else {
+            continue;
+        };
+        let from = Origin {
+            peer: peer.filter(|p| p.is_ipv4() == local.is_ipv4()),
+            truncated,
+            icrc: peer.and_then(|p| path.solver.sender(local, p)),
+            local,
+            group,
+        };
+        for (k, d) in bytes.chunks(seg.max(1)).enumerate() {
+            path.trace.rx(d);
+            rx_one(nic, path, now, d, &from, k);
+        }
+    }
 }
 
 /// Handles one received datagram (the `position`-th of its GRO buffer): parse, ICRC,

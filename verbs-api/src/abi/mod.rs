@@ -115,6 +115,10 @@ pub const CQ_ARMED: u32 = 1 << 1;
 /// 11: `CmRequest::SetAckTimeout` (`RDMA_OPTION_ID_ACK_TIMEOUT`).
 pub const ABI_VERSION: u32 = 11;
 
+/// The BTH destination QPN of every multicast datagram (IBTA 9.6.1.1): what a sender
+/// addresses a group's QPs with, never a QP's own number.
+pub const MULTICAST_QPN: u32 = 0xFF_FFFF;
+
 /// Most multicast groups one NIC has QPs attached to (`ibv_device_attr.max_mcast_grp`):
 /// each is a socket the NIC holds open (`softnic/src/nic/mcast.rs`).
 pub const MAX_MCAST_GRP: u32 = 64;
