@@ -100,7 +100,7 @@ fn stream(secs: f64, tx_off: Offloads, sends: &[(&[u8], usize)]) -> Streamed {
     let mut tx = bind(tx_off);
     let send = || {
         for &(buf, seg) in sends {
-            if tx.send_segments(buf, seg, dest) == SendOutcome::Failed {
+            if tx.send_segments(buf, seg, dest, 0) == SendOutcome::Failed {
                 panic!("send failed");
             }
         }
@@ -242,14 +242,14 @@ fn pingpong(iters: usize) {
             if !spin_recv(&mut b, &mut batch, limit) {
                 return;
             }
-            b.send(&[1u8; 8], a_addr);
+            b.send(&[1u8; 8], a_addr, 0);
         }
     });
     let mut batch = RecvBatch::new();
     let mut rtts = Vec::with_capacity(iters);
     for _ in 0..iters {
         let t = Instant::now();
-        a.send(&[0u8; 8], b_addr);
+        a.send(&[0u8; 8], b_addr, 0);
         if !spin_recv(&mut a, &mut batch, limit) {
             break;
         }

@@ -46,6 +46,7 @@ fn connect(qp: &mut QueuePair, remote: &QpEndpoint, my_psn: u32, rd_atomic: u8) 
             dgid: remote.gid,
             sgid_index: verbs_api::gid::ADDRESS_GID_INDEX as u8,
             hop_limit: 1,
+            traffic_class: 0,
             udp_port: remote.udp_port,
         }),
         max_dest_rd_atomic: Some(rd_atomic),

@@ -29,7 +29,19 @@ fn param(private_data: &[u8]) -> ConnParam {
 
 /// A client id on `nic`'s address with its route to `server`'s port resolved.
 fn client(ch: &EventChannel, nic: &NicProc, server: &NicProc, port: u16) -> CmId {
+    client_with(ch, nic, server, port, |_| {})
+}
+
+/// [`client`], with `options` applied to the id before it is bound.
+fn client_with(
+    ch: &EventChannel,
+    nic: &NicProc,
+    server: &NicProc,
+    port: u16,
+    options: impl FnOnce(&mut CmId),
+) -> CmId {
     let mut id = CmId::new(ch, PortSpace::Tcp).unwrap();
+    options(&mut id);
     let src = SocketAddr::new(nic.addr, 0);
     let dst = SocketAddr::new(server.addr, port);
     id.resolve_addr(Some(src), dst, Some(server.port), WAIT)
@@ -183,15 +195,10 @@ fn each_ids_ack_timeout_is_its_qps() {
     let _l = listener(&sch, &b, 7176);
     let timeout_of = |q: &mut verbs_api::QueuePair| q.query().unwrap().1.timeout;
 
-    let mut cid = CmId::new(&cch, PortSpace::Tcp).unwrap();
-    assert!(cid.set_ack_timeout(32).is_err(), "past 31");
-    cid.set_ack_timeout(10).unwrap();
-    let dst = SocketAddr::new(b.addr, 7176);
-    cid.resolve_addr(Some(SocketAddr::new(a.addr, 0)), dst, Some(b.port), WAIT)
-        .unwrap();
-    assert_eq!(event(&cch).kind, CmEventKind::AddrResolved);
-    cid.resolve_route(WAIT).unwrap();
-    assert_eq!(event(&cch).kind, CmEventKind::RouteResolved);
+    let mut cid = client_with(&cch, &a, &b, 7176, |id| {
+        assert!(id.set_ack_timeout(32).is_err(), "past 31");
+        id.set_ack_timeout(10).unwrap();
+    });
     let mut c = side_on(cid.context().unwrap().clone(), 4096, 4);
     cid.init_qp(&mut c.qp).unwrap();
     cid.connect(&c.qp, &param(&[])).unwrap();
@@ -219,6 +226,50 @@ fn each_ids_ack_timeout_is_its_qps() {
 
     let mut ud = CmId::new(&cch, PortSpace::Udp).unwrap();
     assert!(ud.set_ack_timeout(10).is_err(), "UD has no ACKs");
+}
+
+/// `rdma_set_option(RDMA_OPTION_ID_TOS)` on the client's id (before it is bound: told
+/// to the NIC at the bind) is the traffic class of the connection: the REQ carries it,
+/// and both sides' QPs get it in their address vector (`ibv_query_qp`), as
+/// `rdma_init_qp_attr` answers on either side; without the option it is 0.
+#[test]
+fn the_clients_tos_is_both_qps_traffic_class() {
+    let a = NicProc::start("cm-tos-a", "127.0.0.2", 0, &[]);
+    let b = NicProc::start("cm-tos-b", "127.0.0.3", 0, &[]);
+    let (cch, sch) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let _l = listener(&sch, &b, 7177);
+    let class_of = |q: &mut verbs_api::QueuePair| q.query().unwrap().1.traffic_class;
+
+    let mut cid = client_with(&cch, &a, &b, 7177, |id| id.set_tos(0xB8).unwrap());
+    let mut c = side_on(cid.context().unwrap().clone(), 4096, 4);
+    cid.init_qp(&mut c.qp).unwrap();
+    cid.connect(&c.qp, &param(&[])).unwrap();
+    let mut req = event(&sch);
+    let mut sid = req.new_id.take().unwrap();
+    let rtr = sid.init_qp_attr(verbs_api::QpState::Rtr).unwrap();
+    assert_eq!(
+        rtr.ah_attr.map(|ah| ah.traffic_class),
+        Some(0xB8),
+        "{rtr:?}"
+    );
+    let mut s = side_on(sid.context().unwrap().clone(), 4096, 4);
+    sid.init_qp(&mut s.qp).unwrap();
+    sid.accept(&s.qp, &param(&[])).unwrap();
+    assert_eq!(event(&cch).kind, CmEventKind::Established);
+    assert_eq!(event(&sch).kind, CmEventKind::Established);
+    assert_eq!((class_of(&mut c.qp), class_of(&mut s.qp)), (0xB8, 0xB8));
+    let rtr = cid.init_qp_attr(verbs_api::QpState::Rtr).unwrap();
+    assert_eq!(
+        rtr.ah_attr.map(|ah| ah.traffic_class),
+        Some(0xB8),
+        "{rtr:?}"
+    );
+    disconnect(&cch, &sch, &mut cid);
+
+    let mut cid = client(&cch, &a, &b, 7177);
+    let (mut c, _sid, mut s) = connect_accept(&cch, &sch, &mut cid, &[]);
+    assert_eq!((class_of(&mut c.qp), class_of(&mut s.qp)), (0, 0));
+    disconnect(&cch, &sch, &mut cid);
 }
 
 #[test]
@@ -684,6 +735,7 @@ fn ud_port_space_resolves_a_service_and_a_send_arrives() {
         udp_port: u.ah_attr.udp_port,
         qpn: u.qp_num,
         qkey: u.qkey,
+        traffic_class: 0,
     };
     c.qp.post_send(&[SendWr::new(1, WrOpcode::Send, &ss).signaled().to(to)])
         .unwrap();

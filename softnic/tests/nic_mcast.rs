@@ -82,6 +82,7 @@ fn group_dest(group: IpAddr, qpn: u32) -> UdAddress {
         udp_port: 4791,
         qpn,
         qkey: QKEY,
+        traffic_class: 0,
     }
 }
 

@@ -129,6 +129,7 @@ fn many_qps_on_one_srq(a: &NicProc, b: &NicProc, t: QpType, n: usize, per_qp: us
                     udp_port: b.port,
                     qpn: ys[i].qp_num(),
                     qkey: QKEY,
+                    traffic_class: 0,
                 });
             }
             qx.post_send(&[wr]).expect("send");

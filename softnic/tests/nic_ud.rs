@@ -72,6 +72,7 @@ fn ud_send_between_two_nics() {
             udp_port: b.port,
             qpn: qy.qp_num(),
             qkey: QKEY,
+            traffic_class: 0,
         };
         let op = if i.is_multiple_of(2) {
             WrOpcode::Send
@@ -107,6 +108,7 @@ fn ud_send_between_two_nics() {
         udp_port: 0,
         qpn: qy.qp_num(),
         qkey: QKEY,
+        traffic_class: 0,
     };
     let ss = [mx.sge(0, 8)];
     qx.post_send(&[SendWr::new(99, WrOpcode::Send, &ss).signaled().to(bad)])
@@ -134,6 +136,7 @@ fn ud_receive_over_ipv6_starts_with_the_ipv6_header() {
         udp_port: b.port,
         qpn: qy.qp_num(),
         qkey: QKEY,
+        traffic_class: 0,
     };
     qx.post_send(&[SendWr::new(2, WrOpcode::Send, &ss).signaled().to(dest)])
         .expect("send");
@@ -153,4 +156,67 @@ fn ud_receive_over_ipv6_starts_with_the_ipv6_header() {
     assert_eq!(&g[24..40], &loopback, "destination");
     assert!(my.read_vec(GRH, len) == pattern(len, 6)[..]);
     assert!(b.stat("rx_icrc_ipv6") > 0);
+}
+
+/// The address handle's traffic class goes on the wire, and the receiver's GRH holds
+/// the IP header as it arrived (as rxe copies it): over IPv4 the TOS, the TTL (64), the
+/// Identification the ICRC check solved (0: softnic sends ID 0) and a valid header
+/// checksum; over IPv6 the traffic class and the hop limit.
+#[test]
+fn the_grh_holds_the_traffic_class_and_ttl_the_datagram_arrived_with() {
+    for (name, ip) in [("tc4", "127.0.0.26"), ("tc6", "::1")] {
+        let a = NicProc::start(&format!("{name}-a"), ip, 0, &[]);
+        let b = NicProc::start(&format!("{name}-b"), ip, 0, &[]);
+        let (_ca, _pa, mut mx, mut cqx, mut qx) = open_ud(&a);
+        let (_cb, _pb, mut my, mut cqy, mut qy) = open_ud(&b);
+        mx.write(0, &pattern(64, 1));
+        for (i, tclass) in [0xB9u8, 0, 0x60].into_iter().enumerate() {
+            my.fill(0, GRH, 0xEE);
+            let rs = [my.sge(0, (GRH + 64) as u32)];
+            qy.post_recv(&[RecvWr::new(i as u64, &rs)]).expect("recv");
+            let dest = UdAddress {
+                gid: Gid::from_ip(b.addr),
+                udp_port: b.port,
+                qpn: qy.qp_num(),
+                qkey: QKEY,
+                traffic_class: tclass,
+            };
+            let ss = [mx.sge(0, 64)];
+            qx.post_send(&[SendWr::new(i as u64, WrOpcode::Send, &ss)
+                .signaled()
+                .to(dest)])
+                .expect("send");
+            assert_eq!(poll_one(&mut cqx).status, WcStatus::Success);
+            let r = poll_one(&mut cqy);
+            assert_eq!((r.wr_id, r.status), (i as u64, WcStatus::Success), "{r:?}");
+            let g = my.read_vec(0, GRH);
+            if b.addr.is_ipv4() {
+                let h = &g[20..40];
+                assert_eq!(&g[..20], &[0u8; 20], "{name}: bytes 0..20");
+                assert_eq!(
+                    (h[0], h[1], h[8], h[9]),
+                    (0x45, tclass, 64, 17),
+                    "{name}: {h:02x?}"
+                );
+                assert_eq!(
+                    u16::from_be_bytes([h[4], h[5]]),
+                    0,
+                    "{name}: the ID softnic sent"
+                );
+                let sum = h
+                    .chunks(2)
+                    .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+                    .sum::<u32>();
+                let folded = (sum & 0xFFFF) + (sum >> 16);
+                assert_eq!(folded, 0xFFFF, "{name}: header checksum {h:02x?}");
+            } else {
+                let flow = u32::from_be_bytes([g[0], g[1], g[2], g[3]]);
+                assert_eq!(
+                    (flow >> 28, (flow >> 20) as u8, flow & 0xF_FFFF, g[7]),
+                    (6, tclass, 0, 64),
+                    "{name}: {g:02x?}"
+                );
+            }
+        }
+    }
 }

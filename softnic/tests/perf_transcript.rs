@@ -143,6 +143,7 @@ fn connect(s: &mut Side, rem: &Msg, rem_port: u16, my_psn: u32, my_out_reads: u3
             dgid: Gid(rem.gid),
             sgid_index: verbs_api::gid::ADDRESS_GID_INDEX as u8,
             hop_limit: 0xff,
+            traffic_class: 0,
             udp_port: rem_port,
         }),
         max_dest_rd_atomic: Some(my_out_reads as u8),

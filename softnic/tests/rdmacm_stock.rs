@@ -6,6 +6,7 @@
 //! `rdmacm-utils` and `perftest`.
 
 mod nic_support;
+mod prereq;
 mod stock_support;
 
 use std::path::{Path, PathBuf};
@@ -453,6 +454,49 @@ fn perftest_over_rdma_cm_with_a_thousand_qps() {
         .find(|f| f.len() == 5 && f[0] == "8");
     assert_eq!(row.map(|f| f[1]), Some("100000"), "result row\n{c}");
     assert!(!c.contains("Failed"), "{c}");
+}
+
+/// perftest's `-R -T 184`: the client's rdma_cm id gets TOS 184
+/// (`rdma_set_option(RDMA_OPTION_ID_TOS)`), the REQ carries it to the server, and both
+/// QPs of the test connection send every packet with it, as a tcpdump on `lo` sees
+/// each packet's IP TOS: the WRITEs and the server's ACKs. (perftest trades its
+/// parameters over a connection of its own that it leaves at the default TOS, and
+/// the CM's MADs, to QP 1, have TOS 0.)
+#[test]
+fn perftest_tos_over_rdma_cm_reaches_the_wire() {
+    if !prereq::network_lab(&["tcpdump"]) {
+        return;
+    }
+    let (a, b) = nic_pair("cmstock-tos", 22);
+    let cap = stock_support::LoCapture::start(a.addr, b.addr, "cmtos");
+    let extra = ["-T", "184", "-s", "4096", "-n", "200"];
+    let (c, _) = perftest_pair("ib_write_bw", &a, &b, 19100, &extra);
+    assert!(c.contains("#bytes"), "{c}");
+    let seen = cap.stop();
+    // The test connection: the QPs its 4 KiB WRITEs go to, and those they come from.
+    let writes: Vec<_> = seen.iter().filter(|p| p.len > 4096).collect();
+    assert!(!writes.is_empty(), "no WRITE captured: {seen:?}");
+    let server_qpns: std::collections::BTreeSet<u32> = writes.iter().map(|p| p.dest_qpn).collect();
+    let acks: Vec<_> = seen
+        .iter()
+        .filter(|p| p.src == a.addr && p.dest_qpn != 1 && !server_qpns.contains(&p.dest_qpn))
+        .filter(|p| p.tos == 184)
+        .collect();
+    assert!(
+        !acks.is_empty(),
+        "no packet from the server with TOS 184: {seen:?}"
+    );
+    let client_qpns: std::collections::BTreeSet<u32> = acks.iter().map(|p| p.dest_qpn).collect();
+    let wrong: Vec<_> = seen
+        .iter()
+        .filter(|p| server_qpns.contains(&p.dest_qpn) || client_qpns.contains(&p.dest_qpn))
+        .filter(|p| p.tos != 184)
+        .take(5)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "the test connection with TOS other than 184: {wrong:?}"
+    );
 }
 
 /// Rounds of [`perftest_over_rdma_cm`].

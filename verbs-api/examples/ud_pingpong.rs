@@ -75,6 +75,7 @@ fn run(args: Args) -> std::result::Result<(), String> {
         udp_port: c.remote_udp_port,
         qpn: rem.qpn,
         qkey: DEFAULT_QKEY,
+        traffic_class: 0,
     });
     pp::ping_pong(c, args.size, &mut qp, &mut b.cq, routs, &mut ex)
 }

@@ -457,6 +457,7 @@ impl EventChannel {
                 peer: m.peer,
                 peer_nic: None,
                 ack_timeout: None,
+                tos: None,
             };
             (key, Some(listen), Some(new))
         } else {
@@ -581,6 +582,8 @@ pub struct CmId {
     peer_nic: Option<SocketAddr>,
     /// [`CmId::set_ack_timeout`] before the id was bound: told to the NIC at the bind.
     ack_timeout: Option<u8>,
+    /// [`CmId::set_tos`] before the id was bound: told to the NIC at the bind.
+    tos: Option<u8>,
 }
 
 impl std::fmt::Debug for CmId {
@@ -616,6 +619,7 @@ impl CmId {
             peer: None,
             peer_nic: None,
             ack_timeout: None,
+            tos: None,
         })
     }
 
@@ -632,19 +636,39 @@ impl CmId {
         }
         self.ack_timeout = Some(timeout);
         if self.bound.is_some() {
-            self.send_ack_timeout()?;
+            self.send_options()?;
         }
         Ok(())
     }
 
-    /// Tells the NIC the id's ACK timeout, if one was set.
-    fn send_ack_timeout(&self) -> Result<()> {
-        let Some(timeout) = self.ack_timeout else {
+    /// `rdma_set_option(RDMA_OPTION_ID_TOS)`: the traffic class (IP TOS byte: DSCP and
+    /// ECN) of this id's connection. The REQ's primary path carries it, both sides' QPs
+    /// send every packet with it, and `rdma_init_qp_attr` answers it in
+    /// `ah_attr.grh.traffic_class`, as Linux's CM routes an id with its TOS. Set it
+    /// before `rdma_connect`; a passive connection takes the REQ's. On a UD id it is
+    /// kept but not applied: the address of the ESTABLISHED event has traffic class 0.
+    pub fn set_tos(&mut self, tos: u8) -> Result<()> {
+        self.tos = Some(tos);
+        if self.bound.is_some() {
+            self.send_options()?;
+        }
+        Ok(())
+    }
+
+    /// Tells the NIC the id's ACK timeout and TOS, those that were set.
+    fn send_options(&self) -> Result<()> {
+        if self.ack_timeout.is_none() && self.tos.is_none() {
             return Ok(());
-        };
+        }
         let (_, id) = self.nic()?;
-        let req = CmRequest::SetAckTimeout { id, timeout };
-        self.call("rdma_set_option", req).map(|_| ())
+        if let Some(timeout) = self.ack_timeout {
+            let req = CmRequest::SetAckTimeout { id, timeout };
+            self.call("rdma_set_option", req)?;
+        }
+        if let Some(tos) = self.tos {
+            self.call("rdma_set_option", CmRequest::SetTos { id, tos })?;
+        }
+        Ok(())
     }
 
     /// The key naming this id in [`CmEvent`]s.
@@ -705,7 +729,7 @@ impl CmId {
         };
         self.local = Some(SocketAddr::new(ip, addr.port()));
         self.bound = Some((ctx, id));
-        self.send_ack_timeout()
+        self.send_options()
     }
 
     /// `rdma_bind_addr`: binds to the NIC serving `addr.ip()` ([`find_device`]) and
@@ -825,6 +849,8 @@ impl CmId {
                     dgid: crate::Gid::from(g),
                     sgid_index: crate::gid::ADDRESS_GID_INDEX as u8,
                     hop_limit: 64,
+                    // The kernel's RoCE join leaves the record's traffic class 0.
+                    traffic_class: 0,
                     udp_port: 0,
                 },
             }),

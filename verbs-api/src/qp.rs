@@ -111,6 +111,8 @@ pub struct AhAttr {
     pub sgid_index: u8,
     /// IP TTL / hop limit (informational).
     pub hop_limit: u8,
+    /// IP TOS / IPv6 traffic class (DSCP and ECN) of every packet the QP sends.
+    pub traffic_class: u8,
     /// Peer NIC's UDP port; 0 = 4791 (softnic extension for several NICs on one
     /// address).
     pub udp_port: u16,
@@ -123,6 +125,7 @@ impl Default for AhAttr {
             dgid: Gid::default(),
             sgid_index: crate::gid::ADDRESS_GID_INDEX as u8,
             hop_limit: 0,
+            traffic_class: 0,
             udp_port: 0,
         }
     }
@@ -280,6 +283,7 @@ impl QpAttr {
                 };
                 ah.dgid.to_socket_addr(port)
             }),
+            traffic_class: self.ah_attr.map_or(0, |ah| ah.traffic_class),
             timeout: self.timeout,
             retry_cnt: self.retry_cnt,
             rnr_retry: self.rnr_retry,
@@ -307,6 +311,7 @@ impl QpAttr {
             ah_attr: c.remote.map(|r| AhAttr {
                 dgid: Gid::from_ip(r.ip()),
                 hop_limit: 64,
+                traffic_class: c.traffic_class,
                 udp_port: r.port(),
                 ..AhAttr::default()
             }),
@@ -713,6 +718,7 @@ impl QueuePair {
                 dgid: remote.gid,
                 sgid_index: crate::gid::ADDRESS_GID_INDEX as u8,
                 hop_limit: 1,
+                traffic_class: 0,
                 udp_port: remote.udp_port,
             });
         }

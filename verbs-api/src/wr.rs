@@ -166,6 +166,8 @@ pub struct UdAddress {
     pub qpn: u32,
     /// Q_Key.
     pub qkey: u32,
+    /// IP TOS / IPv6 traffic class of the datagram (`grh.traffic_class`).
+    pub traffic_class: u8,
 }
 
 /// A send work request.
@@ -466,7 +468,8 @@ pub(crate) unsafe fn build_send_wqe(
             } else {
                 ud.udp_port
             },
-            _reserved: [0; 6],
+            traffic_class: ud.traffic_class,
+            _reserved: [0; 5],
         };
     }
     if inline {
@@ -609,6 +612,7 @@ mod tests {
             udp_port: 4791,
             qpn: 0x1234,
             qkey: 0x11,
+            traffic_class: 0,
         };
         let rc = limits(QpState::Rts);
         let mut ud = limits(QpState::Rts);
@@ -948,9 +952,11 @@ mod tests {
             udp_port: 0,
             qpn: 5,
             qkey: 0x11,
+            traffic_class: 0x68,
         };
         let w = post(&SendWr::new(1, WrOpcode::Send, &[s]).to(dest), &ud, &mrs).unwrap();
         assert_eq!((w.ud.qpn, w.ud.qkey, w.ud.port), (5, 0x11, 4791));
+        assert_eq!(w.ud.traffic_class, 0x68);
         let mut all = limits(QpState::Rts);
         all.sq_sig_all = true;
         let w = post(&SendWr::new(1, WrOpcode::Send, &[]), &all, &mrs).unwrap();

@@ -191,6 +191,10 @@ pub struct FrameParams {
     pub icrc: IcrcParams,
     /// IPv4 TTL / IPv6 hop limit.
     pub ttl: u8,
+    /// IPv4 TOS / IPv6 traffic class (DSCP and ECN): the path's traffic class
+    /// (`ibv_global_route.traffic_class`), as rxe and hardware RNICs put it there. The
+    /// ICRC masks it (IBTA A17.4.1.1), so it can differ from what the ICRC saw.
+    pub tos: u8,
 }
 
 /// Bytes of Ethernet + IP + UDP headers that [`emit_ethernet`] puts before the packet.
@@ -228,7 +232,7 @@ pub fn emit_ethernet(p: &FrameParams, roce: &[u8], out: &mut [u8]) -> Result<usi
         } => {
             let h = &mut ip[..20];
             h[0] = 0x45;
-            h[1] = 0;
+            h[1] = p.tos;
             h[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
             h[4..6].copy_from_slice(&id.to_be_bytes());
             h[6..8].copy_from_slice(&(if dont_fragment { 0x4000u16 } else { 0 }).to_be_bytes());
@@ -244,7 +248,8 @@ pub fn emit_ethernet(p: &FrameParams, roce: &[u8], out: &mut [u8]) -> Result<usi
         }
         IpParams::V6 { src, dst } => {
             let h = &mut ip[..40];
-            h[0..4].copy_from_slice(&[0x60, 0, 0, 0]);
+            // Version 6, traffic class, flow label 0.
+            h[0..4].copy_from_slice(&(0x6000_0000u32 | (u32::from(p.tos) << 20)).to_be_bytes());
             h[4..6].copy_from_slice(&udp_len.to_be_bytes());
             h[6] = IPPROTO_UDP;
             h[7] = p.ttl;
@@ -313,6 +318,7 @@ mod tests {
                     dst_port: 4791,
                 },
                 ttl: 64,
+                tos: 0xB9, // DSCP 46 (EF), ECN ECT(1)
             };
             let mut roce = roce;
             p.icrc.fill(&mut roce).unwrap();
@@ -320,6 +326,7 @@ mod tests {
             let n = emit_ethernet(&p, &roce, &mut buf).unwrap();
             let f = parse_ethernet(&buf[..n], 4791).unwrap();
             assert_eq!(f.roce, &roce[..]);
+            assert_eq!(f.tos, 0xB9);
             assert_eq!(f.icrc_params(), p.icrc);
             f.verify_icrc().unwrap();
             assert!(matches!(

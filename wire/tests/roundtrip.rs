@@ -304,8 +304,9 @@ fn arb_frame() -> impl Strategy<Value = Vec<u8>> {
         arb_icrc_params(),
         any::<[u8; 12]>(),
         any::<u8>(),
+        any::<u8>(),
     )
-        .prop_map(|(f, row, icrc, macs, ttl)| {
+        .prop_map(|(f, row, icrc, macs, ttl, tos)| {
             let (repr, payload) = build(row.get(OPCODES), &f);
             let mut roce = emit(&repr, &payload);
             let _ = icrc.fill(&mut roce);
@@ -314,6 +315,7 @@ fn arb_frame() -> impl Strategy<Value = Vec<u8>> {
                 src_mac: [macs[6], macs[7], macs[8], macs[9], macs[10], macs[11]],
                 icrc,
                 ttl,
+                tos,
             };
             let mut out = vec![0u8; frame::outer_len(&p) + roce.len()];
             let n = frame::emit_ethernet(&p, &roce, &mut out).unwrap_or(0);

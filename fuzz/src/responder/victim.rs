@@ -873,6 +873,7 @@ impl Victim {
                 qpn: PEER_QPNS[qp],
                 qkey: self.peer.qps[qp].qkey,
                 addr: PEER,
+                traffic_class: u.arbitrary()?,
             }),
         };
         let sink_at = sink.iova + u64::from(u.int_in_range(0u32..=(4096 - 8) / 8)? * 8);

@@ -197,6 +197,7 @@ mod tests {
             src_mac: [4; 6],
             icrc,
             ttl: 64,
+            tos: 0,
         };
         let mut out = vec![0u8; 1500];
         let n = emit_ethernet(&fp, &roce, &mut out).unwrap();

@@ -58,7 +58,7 @@ impl Replay {
         let local = SocketAddr::new(self.local, self.udp_port);
         if let Some(params) = crate::nic::rx_icrc::params(peer, local, 0) {
             for p in &self.packets {
-                w.record(&params, &p.wire_bytes(&params))
+                w.record(&params, 0, &p.wire_bytes(&params))
                     .map_err(|e| format!("{}: {e}", pcap.display()))?;
             }
         }

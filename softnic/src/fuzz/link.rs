@@ -91,7 +91,7 @@ impl Link {
             Some(params) => p.wire_bytes(&params),
             None => p.bytes.clone(),
         };
-        let _ = self.io.send(&bytes, to);
+        let _ = self.io.send(&bytes, to, 0);
         bytes
     }
 

@@ -70,6 +70,7 @@ struct Held {
     release: Instant,
     seq: u64,
     dest: SocketAddr,
+    tos: u8,
     bytes: Vec<u8>,
 }
 
@@ -174,19 +175,19 @@ impl FaultInjector {
         self.counters
     }
 
-    /// Applies the faults to one packet about to be sent to `dest`. Packets that go out
-    /// now are passed to `send` (zero, one or two times); the rest are held until
-    /// [`FaultInjector::release`] is called at or after their release time. `pkt` may be
-    /// modified (corruption).
+    /// Applies the faults to one packet about to be sent to `dest` with IP TOS `tos`.
+    /// Packets that go out now are passed to `send` (zero, one or two times); the rest
+    /// are held until [`FaultInjector::release`] is called at or after their release
+    /// time. `pkt` may be modified (corruption).
     pub fn submit(
         &mut self,
         now: Instant,
         pkt: &mut [u8],
-        dest: SocketAddr,
-        send: &mut dyn FnMut(&[u8], SocketAddr),
+        (dest, tos): (SocketAddr, u8),
+        send: &mut dyn FnMut(&[u8], SocketAddr, u8),
     ) {
         if self.is_passthrough() {
-            send(pkt, dest);
+            send(pkt, dest, tos);
             return;
         }
         if self.drops(pkt) {
@@ -206,10 +207,10 @@ impl FaultInjector {
                 hold += REORDER_MIN + Duration::from_nanos(self.rng.below(REORDER_SPAN_NS));
             }
             if hold.is_zero() {
-                send(pkt, dest);
+                send(pkt, dest, tos);
             } else if self.held.len() >= MAX_HELD {
                 self.counters.queue_full += 1;
-                send(pkt, dest);
+                send(pkt, dest, tos);
             } else {
                 let mut bytes = self.pool.pop().unwrap_or_default();
                 bytes.clear();
@@ -219,6 +220,7 @@ impl FaultInjector {
                     release: now + hold,
                     seq: self.seq,
                     dest,
+                    tos,
                     bytes,
                 }));
             }
@@ -227,10 +229,10 @@ impl FaultInjector {
 
     /// Sends every held packet whose release time is at or before `now`, in release
     /// order.
-    pub fn release(&mut self, now: Instant, send: &mut dyn FnMut(&[u8], SocketAddr)) {
+    pub fn release(&mut self, now: Instant, send: &mut dyn FnMut(&[u8], SocketAddr, u8)) {
         while self.held.peek().is_some_and(|h| h.0.release <= now) {
             if let Some(Reverse(h)) = self.held.pop() {
-                send(&h.bytes, h.dest);
+                send(&h.bytes, h.dest, h.tos);
                 self.pool.push(h.bytes);
             }
         }
@@ -261,12 +263,14 @@ mod tests {
         let mut now = Instant::ZERO;
         for i in 0..n {
             let mut pkt = (i as u32).to_be_bytes().repeat(4);
-            f.submit(now, &mut pkt, dest(), &mut |b, _| out.push(b.to_vec()));
+            f.submit(now, &mut pkt, (dest(), 0), &mut |b, _, _| {
+                out.push(b.to_vec())
+            });
             now = now + Duration::from_micros(10);
-            f.release(now, &mut |b, _| out.push(b.to_vec()));
+            f.release(now, &mut |b, _, _| out.push(b.to_vec()));
         }
         now = now + Duration::from_secs(1);
-        f.release(now, &mut |b, _| out.push(b.to_vec()));
+        f.release(now, &mut |b, _, _| out.push(b.to_vec()));
         assert_eq!(f.held(), 0);
         (out, f.counters())
     }
@@ -370,7 +374,9 @@ mod tests {
         ];
         for (i, p) in pkts.iter().enumerate() {
             let mut b = p.clone();
-            f.submit(Instant::ZERO, &mut b, dest(), &mut |_, _| sent.push(i));
+            f.submit(Instant::ZERO, &mut b, (dest(), 0), &mut |_, _, _| {
+                sent.push(i)
+            });
         }
         assert_eq!(sent, [0, 1, 3, 4, 5]);
         assert_eq!(f.counters().dropped, 1);
@@ -430,12 +436,16 @@ mod tests {
         });
         let mut n = 0;
         let t0 = Instant::from_nanos(1_000);
-        f.submit(t0, &mut [1, 2, 3, 4], dest(), &mut |_, _| n += 1);
+        f.submit(t0, &mut [1, 2, 3, 4], (dest(), 0x60), &mut |_, _, _| n += 1);
         assert_eq!(n, 0);
         assert_eq!(f.next_release(), Some(t0 + Duration::from_micros(100)));
-        f.release(t0 + Duration::from_micros(99), &mut |_, _| n += 1);
+        f.release(t0 + Duration::from_micros(99), &mut |_, _, _| n += 1);
         assert_eq!(n, 0);
-        f.release(t0 + Duration::from_micros(100), &mut |_, _| n += 1);
+        // A held packet leaves with the traffic class it was submitted with.
+        f.release(t0 + Duration::from_micros(100), &mut |_, _, tos| {
+            assert_eq!(tos, 0x60);
+            n += 1
+        });
         assert_eq!(n, 1);
         assert_eq!(f.next_release(), None);
     }

@@ -77,14 +77,16 @@ impl PcapWriter {
     }
 
     /// Records one RoCEv2 UDP payload `roce` (BTH … ICRC) with the outer fields in
-    /// `params` (the same the ICRC was computed or verified with).
-    pub fn record(&mut self, params: &IcrcParams, roce: &[u8]) -> io::Result<()> {
+    /// `params` (the same the ICRC was computed or verified with) and IP TOS / traffic
+    /// class `tos`.
+    pub fn record(&mut self, params: &IcrcParams, tos: u8, roce: &[u8]) -> io::Result<()> {
         let (src, dst) = ip_of(&params.ip);
         let fp = FrameParams {
             dst_mac: synthetic_mac(dst),
             src_mac: synthetic_mac(src),
             icrc: *params,
             ttl: 64,
+            tos,
         };
         let n = emit_ethernet(&fp, roce, &mut self.frame)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
@@ -159,8 +161,8 @@ mod tests {
         params.fill(&mut roce[..n]).unwrap();
         {
             let mut w = PcapWriter::create(&path).unwrap();
-            w.record(&params, &roce[..n]).unwrap();
-            w.record(&params, &roce[..n]).unwrap();
+            w.record(&params, 0, &roce[..n]).unwrap();
+            w.record(&params, 0, &roce[..n]).unwrap();
             assert_eq!(w.records(), 2);
         }
         let bytes = std::fs::read(&path).unwrap();

@@ -66,7 +66,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam::channel::{unbounded, Receiver};
-use softnic_transport::qp::PayloadDigest;
+use softnic_transport::qp::{PayloadDigest, ReceivedIp};
 use softnic_transport::time::Instant;
 use verbs_api::abi::control::{ErrorCode, Reply, Request, Response};
 use verbs_api::os::PollSet;
@@ -187,24 +187,25 @@ struct PacketPath {
 }
 
 impl PacketPath {
-    /// Sends one packet (ICRC already filled), recording it in the capture.
+    /// Sends one packet (ICRC already filled) with IP TOS `tos`, recording it in the
+    /// capture.
     fn send_now(
         io: &mut UdpIo,
         pcap: &mut Option<PcapWriter>,
         counters: &mut NicCounters,
         local: SocketAddr,
         pkt: &[u8],
-        dest: SocketAddr,
+        (dest, tos): (SocketAddr, u8),
     ) {
         if let Some(p) = pcap.as_mut() {
             if let Some(params) = tx_params(local, dest, io.ipv4_id(0)) {
-                if let Err(e) = p.record(&params, pkt) {
+                if let Err(e) = p.record(&params, tos, pkt) {
                     tracing::warn!(error = %e, "pcap write failed; capture stopped");
                     *pcap = None;
                 }
             }
         }
-        match io.send(pkt, dest) {
+        match io.send(pkt, dest, tos) {
             SendOutcome::Sent => {
                 counters.tx_datagrams += 1;
                 counters.tx_bytes += pkt.len() as u64;
@@ -215,12 +216,12 @@ impl PacketPath {
     }
 
     /// Fills the ICRC of `pkt` for `dest` (from its payload digest, if it has one) and
-    /// hands it to the fault injector.
+    /// hands it to the fault injector, to leave with IP TOS `tos`.
     fn transmit(
         &mut self,
         now: Instant,
         pkt: &mut [u8],
-        dest: SocketAddr,
+        (dest, tos): (SocketAddr, u8),
         digest: Option<PayloadDigest>,
     ) {
         let Some(params) = tx_params(self.local, dest, self.io.ipv4_id(0)) else {
@@ -234,8 +235,8 @@ impl PacketPath {
         let call = self.trace.stamp();
         let (io, pcap, counters, local) =
             (&mut self.io, &mut self.pcap, &mut self.counters, self.local);
-        self.fault.submit(now, pkt, dest, &mut |b, d| {
-            Self::send_now(io, pcap, counters, local, b, d)
+        self.fault.submit(now, pkt, (dest, tos), &mut |b, d, t| {
+            Self::send_now(io, pcap, counters, local, b, (d, t))
         });
         self.trace.tx(now, call, pkt, pkt.len());
     }
@@ -243,13 +244,13 @@ impl PacketPath {
     /// Fills the ICRC of each `seg`-byte segment of `run` (segment k with IPv4 ID k,
     /// from its payload digest `digests[k]` if it has one), lets the fault injector
     /// corrupt it (its losses were decided as the run was built), records them, and
-    /// sends them with one GSO call.
+    /// sends them with one GSO call, all with IP TOS `tos`.
     fn transmit_run(
         &mut self,
         now: Instant,
         (run, seg): (&mut [u8], usize),
         digests: &[Option<PayloadDigest>],
-        dest: SocketAddr,
+        (dest, tos): (SocketAddr, u8),
     ) {
         let Some(params) = tx_params(self.local, dest, 0) else {
             self.counters.tx_drop_bad_dest += 1;
@@ -269,14 +270,14 @@ impl PacketPath {
             self.fault.corrupt(pkt);
             if let Some(p) = self.pcap.as_mut() {
                 let params = tx_params(self.local, dest, self.io.ipv4_id(k));
-                if params.is_none_or(|params| p.record(&params, pkt).is_err()) {
+                if params.is_none_or(|params| p.record(&params, tos, pkt).is_err()) {
                     self.pcap = None;
                 }
             }
         }
         let n = run.len().div_ceil(seg.max(1)) as u64;
         let call = self.trace.stamp();
-        match self.io.send_segments(run, seg, dest) {
+        match self.io.send_segments(run, seg, dest, tos) {
             SendOutcome::Sent => {
                 self.counters.tx_datagrams += n;
                 self.counters.tx_bytes += run.len() as u64;
@@ -294,8 +295,8 @@ impl PacketPath {
     fn release(&mut self, now: Instant) {
         let (io, pcap, counters, local) =
             (&mut self.io, &mut self.pcap, &mut self.counters, self.local);
-        self.fault.release(now, &mut |b, d| {
-            Self::send_now(io, pcap, counters, local, b, d)
+        self.fault.release(now, &mut |b, d, t| {
+            Self::send_now(io, pcap, counters, local, b, (d, t))
         });
     }
 }
@@ -520,9 +521,9 @@ impl Runtime {
         }
         work += self.receive(now)?;
         let path = &mut self.path;
-        work += self
-            .nic
-            .cm_poll(now, &mut |pkt, dest| path.transmit(now, pkt, dest, None));
+        work += self.nic.cm_poll(now, &mut |pkt, dest| {
+            path.transmit(now, pkt, (dest, 0), None)
+        });
         work += self.timeouts(now);
         let mut now = now;
         let (published, received) = self.publish(now);
@@ -827,7 +828,7 @@ impl Runtime {
                 let Some(pkt) = self.tx_buf.get_mut(..t.len) else {
                     break;
                 };
-                self.path.transmit(now, pkt, t.dest, t.digest);
+                self.path.transmit(now, pkt, (t.dest, t.tclass), t.digest);
                 sent += 1;
                 since_rx += 1;
             }
@@ -891,10 +892,14 @@ impl Runtime {
                     continue; // lost on purpose: not kept, the next packet reuses its slot
                 }
                 if run.k == 0 {
-                    run = Run::start(off, t.len, t.dest);
+                    run = Run::start(off, t.len, t.dest, t.tclass);
                     self.tx_digests[0] = t.digest;
-                } else if run.dest.as_ref() != Some(&t.dest) || t.len > run.seg {
-                    // Does not fit: send the run, then this packet starts the next one
+                } else if run.dest.as_ref() != Some(&t.dest)
+                    || t.len > run.seg
+                    || t.tclass != run.tos
+                {
+                    // Does not fit (another destination or traffic class — one TOS per
+                    // `sendmsg` — or longer): send the run, then this packet starts the next one
                     // where it lies (a 64 KiB WRITE's First packet, after the previous
                     // message's Middles: no 4 KiB copy per message), or at the start
                     // of the buffer when a whole run would not fit behind it.
@@ -905,7 +910,7 @@ impl Runtime {
                         self.tx_buf.copy_within(off..off + t.len, 0);
                         0
                     };
-                    run = Run::start(base, t.len, t.dest);
+                    run = Run::start(base, t.len, t.dest, t.tclass);
                     self.tx_digests[0] = t.digest;
                 } else {
                     if let Some(d) = self.tx_digests.get_mut(run.k) {
@@ -1085,7 +1090,7 @@ impl Runtime {
 }
 
 /// A GSO run being built in the transmit buffer: `k` packets from `base` at a stride of
-/// `seg` bytes (the last `last_len`), all to `dest`.
+/// `seg` bytes (the last `last_len`), all to `dest` with IP TOS `tos`.
 #[derive(Debug, Default)]
 struct Run {
     /// Where the run's first packet starts in the buffer.
@@ -1094,18 +1099,20 @@ struct Run {
     seg: usize,
     last_len: usize,
     dest: Option<SocketAddr>,
+    tos: u8,
     /// Ended by a shorter packet: nothing more may join.
     closed: bool,
 }
 
 impl Run {
-    fn start(base: usize, len: usize, dest: SocketAddr) -> Run {
+    fn start(base: usize, len: usize, dest: SocketAddr, tos: u8) -> Run {
         Run {
             base,
             k: 1,
             seg: len,
             last_len: len,
             dest: Some(dest),
+            tos,
             closed: false,
         }
     }
@@ -1132,7 +1139,7 @@ impl Run {
         let total = (k - 1) * self.seg + self.last_len;
         if let Some(run) = buf.get_mut(base..base + total) {
             let digests = digests.get(..k).unwrap_or_default();
-            path.transmit_run(now, (run, self.seg), digests, d);
+            path.transmit_run(now, (run, self.seg), digests, (d, self.tos));
         }
         k
     }
@@ -1219,6 +1226,10 @@ struct Origin {
     /// The multicast group they were sent to (`mcast.rs`), `None` for the NIC's own
     /// address.
     group: Option<std::net::IpAddr>,
+    /// Their IP TOS / traffic class and TTL / hop limit, as the socket reported them
+    /// (one pair per GRO buffer: GRO merges only datagrams that agree on both).
+    tos: u8,
+    ttl: u8,
 }
 
 /// Hands the first `n` entries of `batch`, received on the socket bound to `local`
@@ -1239,12 +1250,15 @@ fn rx_batch(
         let Some((bytes, peer, truncated, seg)) = batch.get(i) else {
             continue;
         };
+        let (tos, ttl) = batch.ip_fields(i);
         let from = Origin {
             peer: peer.filter(|p| p.is_ipv4() == local.is_ipv4()),
             truncated,
             icrc: peer.and_then(|p| path.solver.sender(local, p)),
             local,
             group,
+            tos,
+            ttl,
         };
         for (k, d) in bytes.chunks(seg.max(1)).enumerate() {
             path.trace.rx(d);
@@ -1298,11 +1312,21 @@ fn rx_one(
             None => rx_icrc::params(from.local, peer, 0),
         };
         if let Some(params) = params {
-            if p.record(&params, bytes).is_err() {
+            if p.record(&params, from.tos, bytes).is_err() {
                 path.pcap = None;
             }
         }
     }
+    let ipv4_id = match &verified {
+        Some((
+            IcrcParams {
+                ip: IpParams::V4 { id, .. },
+                ..
+            },
+            _,
+        )) => *id,
+        _ => 0,
+    };
     match verified {
         Some((_, IcrcPath::Ipv4Id0)) => c.rx_icrc_id0 += 1,
         Some((_, IcrcPath::Ipv4Segment)) => c.rx_icrc_segment_id += 1,
@@ -1326,6 +1350,12 @@ fn rx_one(
         }
     };
     let qpn = pkt.repr.bth.dest_qpn.value();
+    let ip = ReceivedIp {
+        group: from.group,
+        tos: from.tos,
+        ttl: from.ttl,
+        ipv4_id,
+    };
     if let Some(group) = from.group {
         // A group's datagram goes to the multicast QPN, and from there to every QP
         // attached to the group (each checks its Q_Key); nothing else is accepted on a
@@ -1337,7 +1367,7 @@ fn rx_one(
         c.rx_mcast_datagrams += 1;
         for i in 0..nic.mcast.members(group).len() {
             let q = nic.mcast.members(group)[i];
-            deliver(nic, c, now, peer, Some(group), pkt, None, q);
+            deliver(nic, c, now, peer, &ip, pkt, None, q);
         }
         return;
     }
@@ -1345,18 +1375,19 @@ fn rx_one(
         nic.cm.handle_packet(now, peer, pkt);
         return;
     }
-    deliver(nic, c, now, peer, None, pkt, placed.as_ref(), qpn);
+    deliver(nic, c, now, peer, &ip, pkt, placed.as_ref(), qpn);
 }
 
-/// Hands a checked packet to QP `qpn` (sent to the multicast `group`, if `Some`),
-/// through its SRQ if it has one, and lists the QP for a visit.
+/// Hands a checked packet to QP `qpn` (with the IP header fields it came with, among
+/// them the multicast group it was sent to, if any), through its SRQ if it has one, and
+/// lists the QP for a visit.
 #[allow(clippy::too_many_arguments)]
 fn deliver(
     nic: &mut Nic,
     c: &mut NicCounters,
     now: Instant,
     peer: SocketAddr,
-    group: Option<std::net::IpAddr>,
+    ip: &ReceivedIp,
     pkt: &wire::ParsedPacket<'_>,
     placed: Option<&rx_place::Speculation>,
     qpn: u32,
@@ -1373,7 +1404,7 @@ fn deliver(
                 Some((h, s)) => {
                     s.refill(c);
                     rx_place::handle(placed, mrs, payload, c, |m| {
-                        e.qp.handle_packet_srq_to(now, peer, group, pkt, m, &mut s.srq)
+                        e.qp.handle_packet_srq_to(now, peer, ip, pkt, m, &mut s.srq)
                     });
                     // A WQE the packet took frees its ring slot (before this
                     // iteration's completions are written: no walk over every SRQ).
@@ -1397,7 +1428,7 @@ fn deliver(
                         e.refill_recv(now, c);
                     }
                     rx_place::handle(placed, mrs, payload, c, |m| {
-                        e.qp.handle_packet_to(now, peer, group, pkt, m)
+                        e.qp.handle_packet_to(now, peer, ip, pkt, m)
                     })
                 }
             }
@@ -1510,7 +1541,7 @@ mod tests {
         for (i, b) in buf[base..base + 2 * seg].iter_mut().enumerate() {
             *b = i as u8;
         }
-        let mut run = Run::start(base, seg, dest);
+        let mut run = Run::start(base, seg, dest, 0);
         run.k = 2;
         assert_eq!(run.end(), base + 2 * seg);
         let sent = run.send(&mut path, Clock::new().now(), &mut buf, &[None, None]);

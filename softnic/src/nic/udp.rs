@@ -66,6 +66,10 @@ pub const SOCKET_BUFFER: usize = 4 << 20;
 /// 64, too).
 const MULTICAST_HOPS: u32 = 64;
 
+/// The TTL / hop limit a received datagram is reported with when the socket did not
+/// say: Linux's default for unicast and this NIC's for multicast.
+const DEFAULT_TTL: u8 = 64;
+
 /// What happened to a datagram handed to [`PacketIo::send`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendOutcome {
@@ -138,16 +142,19 @@ pub struct RecvBatch {
     storage: PhasedBuf,
     slot: usize,
     segs: [usize; RECV_BATCH],
+    /// Each entry's IP TOS / traffic class and TTL / hop limit (`IP_RECVTOS`, ...).
+    ip: [(u8, u8); RECV_BATCH],
     lens: [usize; RECV_BATCH],
     truncated: [bool; RECV_BATCH],
     peers: [Option<SocketAddr>; RECV_BATCH],
     count: usize,
     /// The senders' addresses as the kernel writes them, and the control buffers for
-    /// the UDP_GRO segment size (u64 storage aligns cmsghdr): kept, not zeroed for
-    /// every `recvmmsg` (5 KiB of memset a call). Only what a call's header says the
-    /// kernel wrote is read (`msg_namelen`, `msg_controllen`).
+    /// the UDP_GRO segment size, the TOS and the TTL (u64 storage aligns cmsghdr; three
+    /// cmsgs of at most 4 data bytes take 72 bytes on LP64): kept, not zeroed for every
+    /// `recvmmsg` (5 KiB of memset a call). Only what a call's header says the kernel
+    /// wrote is read (`msg_namelen`, `msg_controllen`).
     names: Box<[libc::sockaddr_storage; RECV_BATCH]>,
-    ctrl: Box<[[u64; 4]; RECV_BATCH]>,
+    ctrl: Box<[[u64; 12]; RECV_BATCH]>,
     /// The `recvmmsg` headers and their iovecs, pointing into `storage`, `names` and
     /// `ctrl` (heap buffers that stay put when the batch moves and are never
     /// reallocated): built once, for a socket with or without GRO (`wired`), and after
@@ -170,13 +177,14 @@ impl RecvBatch {
             storage: PhasedBuf::new(slot * RECV_BATCH, BUF_PHASE),
             slot,
             segs: [0; RECV_BATCH],
+            ip: [(0, DEFAULT_TTL); RECV_BATCH],
             lens: [0; RECV_BATCH],
             truncated: [false; RECV_BATCH],
             peers: [None; RECV_BATCH],
             count: 0,
             // SAFETY: an all-zero sockaddr_storage is a valid value (family AF_UNSPEC).
             names: Box::new(unsafe { std::mem::zeroed() }),
-            ctrl: Box::new([[0u64; 4]; RECV_BATCH]),
+            ctrl: Box::new([[0u64; 12]; RECV_BATCH]),
             // SAFETY: zeroed iovec/mmsghdr are valid "empty" values.
             hdrs: Box::new(unsafe { std::mem::zeroed() }),
             // SAFETY: as above.
@@ -185,9 +193,10 @@ impl RecvBatch {
         }
     }
 
-    /// Points header i at slot i, its address buffer and (with GRO) its control
-    /// buffer, with the lengths the kernel is to fill reset to the full buffers.
-    fn wire(&mut self, gro: bool) -> io::Result<()> {
+    /// Points header i at slot i, its address buffer and (with GRO or the IP header
+    /// fields asked for) its control buffer, with the lengths the kernel is to fill
+    /// reset to the full buffers.
+    fn wire(&mut self, ctl: bool) -> io::Result<()> {
         let slot = self.slot;
         if self.storage.len() < slot * RECV_BATCH {
             return Err(io::Error::other("receive batch smaller than its slots"));
@@ -198,7 +207,7 @@ impl RecvBatch {
             self.iov[i].iov_base = unsafe { base.add(i * slot) }.cast();
             self.iov[i].iov_len = slot;
             let h = &mut self.hdrs[i].msg_hdr;
-            (h.msg_control, h.msg_controllen) = if gro {
+            (h.msg_control, h.msg_controllen) = if ctl {
                 (self.ctrl[i].as_mut_ptr().cast(), 0)
             } else {
                 (std::ptr::null_mut(), 0)
@@ -206,17 +215,17 @@ impl RecvBatch {
             h.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
             h.msg_iov = &mut self.iov[i];
             h.msg_iovlen = 1;
-            self.reset(i, gro);
+            self.reset(i, ctl);
         }
-        self.wired = Some(gro);
+        self.wired = Some(ctl);
         Ok(())
     }
 
     /// Resets the lengths of header i that `recvmmsg` rewrites.
-    fn reset(&mut self, i: usize, gro: bool) {
+    fn reset(&mut self, i: usize, ctl: bool) {
         let h = &mut self.hdrs[i].msg_hdr;
         h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        if gro {
+        if ctl {
             h.msg_controllen = std::mem::size_of_val(&self.ctrl[i]) as _;
         }
         h.msg_flags = 0;
@@ -245,6 +254,12 @@ impl RecvBatch {
         let seg = if self.segs[i] == 0 { len } else { self.segs[i] };
         Some((bytes, self.peers[i], self.truncated[i], seg))
     }
+
+    /// Entry `i`'s IP TOS / traffic class and TTL / hop limit (0 and 64 where the
+    /// socket did not report them).
+    pub fn ip_fields(&self, i: usize) -> (u8, u8) {
+        self.ip.get(i).copied().unwrap_or((0, DEFAULT_TTL))
+    }
 }
 
 impl Default for RecvBatch {
@@ -261,8 +276,8 @@ pub trait PacketIo {
     fn poll_fd(&self) -> BorrowedFd<'_>;
     /// Receives up to [`RECV_BATCH`] datagrams without blocking; 0 when none waits.
     fn recv_batch(&mut self, batch: &mut RecvBatch) -> io::Result<usize>;
-    /// Sends one datagram to `dest`.
-    fn send(&mut self, pkt: &[u8], dest: SocketAddr) -> SendOutcome;
+    /// Sends one datagram to `dest` with IP TOS / traffic class `tos`.
+    fn send(&mut self, pkt: &[u8], dest: SocketAddr, tos: u8) -> SendOutcome;
     /// The IPv4 Identification the k-th datagram of one send carries (what the ICRC
     /// must be computed with).
     fn ipv4_id(&self, _segment: usize) -> u16 {
@@ -274,17 +289,36 @@ pub trait PacketIo {
         1
     }
     /// Sends `buf` as consecutive datagrams of `seg_len` bytes each (the last may be
-    /// shorter) to `dest`. Without offload: one send per datagram.
-    fn send_segments(&mut self, buf: &[u8], seg_len: usize, dest: SocketAddr) -> SendOutcome {
-        let mut out = SendOutcome::Sent;
-        for seg in buf.chunks(seg_len.max(1)) {
-            let r = self.send(seg, dest);
-            if r != SendOutcome::Sent {
-                out = r;
-            }
-        }
-        out
+    /// shorter) to `dest`, all with IP TOS / traffic class `tos`. Without offload: one
+    /// send per datagram.
+    fn send_segments(
+        &mut self,
+        buf: &[u8],
+        seg_len: usize,
+        dest: SocketAddr,
+        tos: u8,
+    ) -> SendOutcome {
+        send_one_by_one(self, buf, seg_len, dest, tos)
     }
+}
+
+/// [`PacketIo::send_segments`] without offload: each `seg_len`-byte datagram of `buf`
+/// sent on its own; the outcome is the last that was not `Sent`, if any.
+fn send_one_by_one<I: PacketIo + ?Sized>(
+    io: &mut I,
+    buf: &[u8],
+    seg_len: usize,
+    dest: SocketAddr,
+    tos: u8,
+) -> SendOutcome {
+    let mut out = SendOutcome::Sent;
+    for seg in buf.chunks(seg_len.max(1)) {
+        let r = io.send(seg, dest, tos);
+        if r != SendOutcome::Sent {
+            out = r;
+        }
+    }
+    out
 }
 
 /// Which UDP offloads to use: asked for by the configuration, or in use on a socket.
@@ -303,6 +337,8 @@ pub struct UdpIo {
     local: SocketAddr,
     gso: bool,
     gro: bool,
+    /// The kernel reports each datagram's TOS and TTL ([`RecvBatch::ip_fields`]).
+    ip_fields: bool,
 }
 
 fn set_int_opt(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
@@ -323,28 +359,64 @@ fn set_int_opt(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int)
     }
 }
 
-/// The UDP_GRO segment size in a received message's control data (0 = not coalesced).
-fn gro_segment_size(msg: &libc::msghdr) -> usize {
+/// What a received message's control data says: the UDP_GRO segment size (0 = not
+/// coalesced), and the IP TOS / traffic class and TTL / hop limit (0 and 64 when absent).
+fn received_cmsgs(msg: &libc::msghdr) -> (usize, u8, u8) {
+    let (mut seg, mut tos, mut ttl) = (0, 0, DEFAULT_TTL);
     if msg.msg_control.is_null() || msg.msg_controllen == 0 {
-        return 0;
+        return (seg, tos, ttl);
     }
+    // SAFETY: pure computation.
+    let (one, int) = unsafe {
+        (
+            libc::CMSG_LEN(1) as usize,
+            libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as usize,
+        )
+    };
     // SAFETY: msg_control/msg_controllen describe the control buffer the kernel filled
     // for this message; CMSG_FIRSTHDR/NXTHDR stay inside it.
     let mut c = unsafe { libc::CMSG_FIRSTHDR(msg) };
     while !c.is_null() {
         // SAFETY: c is a valid cmsghdr inside the buffer.
         let (level, ty, len) = unsafe { ((*c).cmsg_level, (*c).cmsg_type, (*c).cmsg_len as usize) };
-        // SAFETY: pure computation.
-        let need = unsafe { libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) } as usize;
-        if level == SOL_UDP && ty == UDP_GRO && len >= need {
-            // SAFETY: the cmsg holds at least one c_int of data (len checked).
-            let v = unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>()) };
-            return usize::try_from(v).unwrap_or(0);
+        // SAFETY: the cmsg holds `len - CMSG_LEN(0)` data bytes; each read below is
+        // guarded by a length check of at least its size.
+        let int_data =
+            || unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>()) };
+        // SAFETY: as above, one byte.
+        let byte_data = || unsafe { *libc::CMSG_DATA(c) };
+        match (level, ty) {
+            (SOL_UDP, UDP_GRO) if len >= int => seg = usize::try_from(int_data()).unwrap_or(0),
+            // IPv4 reports its TOS as one byte, everything else as an int.
+            (libc::IPPROTO_IP, libc::IP_TOS) if len >= one => tos = byte_data(),
+            (libc::IPPROTO_IP, libc::IP_TTL) if len >= int => ttl = int_data() as u8,
+            (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) if len >= int => tos = int_data() as u8,
+            (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT) if len >= int => ttl = int_data() as u8,
+            _ => {}
         }
         // SAFETY: msg and c are valid as above.
         c = unsafe { libc::CMSG_NXTHDR(msg, c) };
     }
-    0
+    (seg, tos, ttl)
+}
+
+/// Asks the kernel to report each received datagram's IP TOS / traffic class and TTL /
+/// hop limit in its control data (what a UD receive's GRH carries). Best effort: a
+/// kernel that refuses leaves the defaults (0 and 64) in the GRH.
+fn ask_ip_fields(fd: RawFd, v4: bool) -> bool {
+    let asks = if v4 {
+        [
+            (libc::IPPROTO_IP, libc::IP_RECVTOS),
+            (libc::IPPROTO_IP, libc::IP_RECVTTL),
+        ]
+    } else {
+        [
+            (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS),
+            (libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT),
+        ]
+    };
+    asks.iter()
+        .all(|&(level, name)| set_int_opt(fd, level, name, 1).is_ok())
 }
 
 /// The index of network interface `name` (`if_nametoindex(3)`), if it exists.
@@ -499,11 +571,13 @@ impl UdpIo {
         // (up to 64 KiB) with their size in a UDP_GRO cmsg; on loopback a GSO send
         // arrives whole.
         let gro = want.gro && set_int_opt(fd, SOL_UDP, UDP_GRO, 1).is_ok();
+        let ip_fields = ask_ip_fields(fd, addr.is_ipv4());
         Ok(UdpIo {
             socket,
             local,
             gso,
             gro,
+            ip_fields,
         })
     }
 
@@ -543,11 +617,13 @@ impl UdpIo {
             }
         }
         let gro = gro && set_int_opt(socket.as_raw_fd(), SOL_UDP, UDP_GRO, 1).is_ok();
+        let ip_fields = ask_ip_fields(socket.as_raw_fd(), group.is_ipv4());
         Ok(UdpIo {
             socket,
             local: group,
             gso: false,
             gro,
+            ip_fields,
         })
     }
 
@@ -585,33 +661,69 @@ impl UdpIo {
         }
     }
 
-    /// One `sendmsg` with a `UDP_SEGMENT` cmsg.
-    fn sendmsg_gso(&self, buf: &[u8], seg_len: u16, dest: SocketAddr) -> io::Result<()> {
+    /// One `sendmsg` of `buf` to `dest`, cut into `seg`-byte datagrams by the kernel
+    /// when `seg` is given (a `UDP_SEGMENT` cmsg), with IP TOS / traffic class `tos`
+    /// when it is not 0 (an `IP_TOS` or `IPV6_TCLASS` cmsg: per datagram, so that one
+    /// socket serves QPs of every traffic class; the socket's own is 0).
+    fn sendmsg_with(
+        &self,
+        buf: &[u8],
+        dest: SocketAddr,
+        seg: Option<u16>,
+        tos: u8,
+    ) -> io::Result<()> {
         let to = SockAddr::from(dest);
         let mut iov = libc::iovec {
             iov_base: buf.as_ptr() as *mut libc::c_void,
             iov_len: buf.len(),
         };
-        // u64 storage aligns the control buffer for cmsghdr.
-        let mut cbuf = [0u64; 4];
+        // u64 storage aligns the control buffer for cmsghdr; 64 bytes hold both cmsgs
+        // (CMSG_SPACE of 2 and of 4 bytes: 24 each on LP64, at most 32 each anywhere).
+        let mut cbuf = [0u64; 8];
         // SAFETY: pure computation.
-        let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as usize;
+        let (seg_space, tos_space) = unsafe {
+            (
+                libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) as usize,
+                libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as usize,
+            )
+        };
+        let space =
+            if seg.is_some() { seg_space } else { 0 } + if tos != 0 { tos_space } else { 0 };
         // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths).
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_name = to.as_ptr() as *mut libc::c_void;
         msg.msg_namelen = to.len();
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
-        // SAFETY: msg_control points to 32 bytes, more than CMSG_SPACE(2), so the first
-        // header and its 2 data bytes are in bounds.
+        if space > 0 {
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = space as _;
+        }
+        // SAFETY: msg_control points to 64 bytes and `space` (at most 64) of them are
+        // declared, so CMSG_FIRSTHDR / CMSG_NXTHDR return headers whose data lie inside
+        // the declared length (each header was counted with its CMSG_SPACE).
         unsafe {
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = SOL_UDP;
-            (*c).cmsg_type = UDP_SEGMENT;
-            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg_len);
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            if let Some(seg) = seg {
+                (*c).cmsg_level = SOL_UDP;
+                (*c).cmsg_type = UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+            if tos != 0 && !c.is_null() {
+                let (level, ty) = match self.local {
+                    SocketAddr::V4(_) => (libc::IPPROTO_IP, libc::IP_TOS),
+                    SocketAddr::V6(_) => (libc::IPPROTO_IPV6, libc::IPV6_TCLASS),
+                };
+                (*c).cmsg_level = level;
+                (*c).cmsg_type = ty;
+                (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
+                std::ptr::write_unaligned(
+                    libc::CMSG_DATA(c).cast::<libc::c_int>(),
+                    libc::c_int::from(tos),
+                );
+            }
         }
         // The system call itself, not glibc's `sendmsg`: that one is a thread
         // cancellation point and brackets every call with `__pthread_enable_asynccancel`
@@ -666,20 +778,19 @@ impl PacketIo for UdpIo {
         }
     }
 
-    fn send_segments(&mut self, buf: &[u8], seg_len: usize, dest: SocketAddr) -> SendOutcome {
+    fn send_segments(
+        &mut self,
+        buf: &[u8],
+        seg_len: usize,
+        dest: SocketAddr,
+        tos: u8,
+    ) -> SendOutcome {
         let n = buf.len().div_ceil(seg_len.max(1));
         if !self.gso || n <= 1 || buf.len() > GSO_MAX_BYTES || seg_len > usize::from(u16::MAX) {
-            let mut out = SendOutcome::Sent;
-            for seg in buf.chunks(seg_len.max(1)) {
-                let r = self.send(seg, dest);
-                if r != SendOutcome::Sent {
-                    out = r;
-                }
-            }
-            return out;
+            return send_one_by_one(self, buf, seg_len, dest, tos);
         }
         for attempt in 0..4 {
-            match self.sendmsg_gso(buf, seg_len as u16, dest) {
+            match self.sendmsg_with(buf, dest, Some(seg_len as u16), tos) {
                 Ok(()) => return SendOutcome::Sent,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if attempt < 3 {
@@ -706,8 +817,9 @@ impl PacketIo for UdpIo {
 
     fn recv_batch(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {
         batch.count = 0;
-        if batch.wired != Some(self.gro) {
-            batch.wire(self.gro)?;
+        let ctl = self.gro || self.ip_fields;
+        if batch.wired != Some(ctl) {
+            batch.wire(ctl)?;
         }
         // SAFETY: every header points at live buffers of the stated sizes owned by
         // `batch`, which outlives the call (`RecvBatch::wire`); MSG_DONTWAIT makes it
@@ -737,28 +849,31 @@ impl PacketIo for UdpIo {
             batch.lens[i] = h.msg_len as usize;
             batch.truncated[i] = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
             batch.peers[i] = sockaddr_to_std(&batch.names[i], h.msg_hdr.msg_namelen);
-            batch.segs[i] = if self.gro {
-                gro_segment_size(&h.msg_hdr)
-            } else {
-                0
-            };
-            batch.reset(i, self.gro);
+            let (seg, tos, ttl) = received_cmsgs(&h.msg_hdr);
+            batch.segs[i] = if self.gro { seg } else { 0 };
+            batch.ip[i] = (tos, ttl);
+            batch.reset(i, ctl);
         }
         // The entry that ended the call is not written back, but reset it anyway: a
         // shorter address length left there would truncate the next sender's address.
         if n < RECV_BATCH {
-            batch.reset(n, self.gro);
+            batch.reset(n, ctl);
         }
         batch.count = n;
         Ok(n)
     }
 
-    fn send(&mut self, pkt: &[u8], dest: SocketAddr) -> SendOutcome {
+    fn send(&mut self, pkt: &[u8], dest: SocketAddr, tos: u8) -> SendOutcome {
         let to = SockAddr::from(dest);
         // A full socket buffer clears within microseconds on loopback; wait a little,
         // a bounded number of times, then drop (RC recovers by retransmission).
         for attempt in 0..4 {
-            match self.socket.send_to(pkt, &to) {
+            let r = if tos == 0 {
+                self.socket.send_to(pkt, &to).map(|_| ())
+            } else {
+                self.sendmsg_with(pkt, dest, None, tos)
+            };
+            match r {
                 Ok(_) => return SendOutcome::Sent,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if attempt < 3 {
@@ -787,6 +902,52 @@ mod tests {
 
     /// Receives on `b` until `want` datagrams from `from` came (GRO runs split by their
     /// segment size), waiting up to a second.
+    /// Receives on `b` until a datagram came (up to a second): its IP TOS and TTL as
+    /// the batch reports them, and its segment count.
+    fn receive_ip_fields(b: &mut UdpIo) -> ((u8, u8), usize) {
+        let mut batch = RecvBatch::with_slot(b.recv_slot());
+        for _ in 0..1000 {
+            if b.recv_batch(&mut batch).unwrap() > 0 {
+                let (bytes, _, _, seg) = batch.get(0).unwrap();
+                return (batch.ip_fields(0), bytes.len().div_ceil(seg));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        panic!("nothing received");
+    }
+
+    /// Each send's TOS / traffic class reaches the wire (what the receiving socket's
+    /// `IP_RECVTOS` / `IPV6_RECVTCLASS` reports), ECN bits included, per send on one
+    /// socket, with and without GSO, and 0 leaves the default; the TTL / hop limit is
+    /// reported too (64, Linux's default).
+    #[test]
+    fn each_send_carries_its_tos_and_the_receiver_sees_tos_and_ttl() {
+        for addr in ["127.0.0.1:0", "[::1]:0"] {
+            let addr = addr.parse().unwrap();
+            let mut a = UdpIo::bind_with(addr, BOTH).unwrap();
+            let mut b = UdpIo::bind_with(addr, BOTH).unwrap();
+            assert!(b.ip_fields, "{addr}: IP_RECVTOS/TTL refused");
+            for tos in [0xB8u8, 0, 0x03, 0x60] {
+                assert_eq!(a.send(&[1; 100], b.local_addr(), tos), SendOutcome::Sent);
+                assert_eq!(
+                    receive_ip_fields(&mut b),
+                    ((tos, 64), 1),
+                    "{addr} plain {tos:#x}"
+                );
+                let run = vec![2u8; 3 * 1000];
+                assert_eq!(
+                    a.send_segments(&run, 1000, b.local_addr(), tos),
+                    SendOutcome::Sent
+                );
+                assert_eq!(
+                    receive_ip_fields(&mut b),
+                    ((tos, 64), 3),
+                    "{addr} GSO {tos:#x}"
+                );
+            }
+        }
+    }
+
     fn receive_split(b: &mut UdpIo, from: SocketAddr, want: usize) -> Vec<Vec<u8>> {
         let mut batch = RecvBatch::with_slot(b.recv_slot());
         let mut got = Vec::new();
@@ -832,7 +993,7 @@ mod tests {
         let mut a = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let mut b = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         for i in 0..5u8 {
-            assert_eq!(a.send(&[i; 100], b.local_addr()), SendOutcome::Sent);
+            assert_eq!(a.send(&[i; 100], b.local_addr(), 0), SendOutcome::Sent);
         }
         let mut batch = RecvBatch::new();
         let mut got = Vec::new();
@@ -884,7 +1045,7 @@ mod tests {
         let mut b = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let buf: Vec<u8> = (0..3 * 1000 + 10).map(|i| (i / 1000) as u8).collect();
         assert_eq!(
-            a.send_segments(&buf, 1000, b.local_addr()),
+            a.send_segments(&buf, 1000, b.local_addr(), 0),
             SendOutcome::Sent
         );
         assert!(a.gso(), "GSO works on loopback");
@@ -915,7 +1076,7 @@ mod tests {
         assert!(b.gro());
         let buf: Vec<u8> = (0..3 * 1000 + 10).map(|i| (i / 1000) as u8).collect();
         assert_eq!(
-            a.send_segments(&buf, 1000, b.local_addr()),
+            a.send_segments(&buf, 1000, b.local_addr(), 0),
             SendOutcome::Sent
         );
         let got = receive_split(&mut b, a.local_addr(), 4);
@@ -949,7 +1110,7 @@ mod tests {
             panic!("nothing arrived");
         };
         for round in 0..3 {
-            assert_eq!(a.send(&[7; 100], b.local_addr()), SendOutcome::Sent);
+            assert_eq!(a.send(&[7; 100], b.local_addr(), 0), SendOutcome::Sent);
             let got = next(&mut b);
             assert_eq!(
                 got,
@@ -957,7 +1118,7 @@ mod tests {
                 "round {round}"
             );
             assert_eq!(
-                c.send_segments(&run, 1000, b.local_addr()),
+                c.send_segments(&run, 1000, b.local_addr(), 0),
                 SendOutcome::Sent
             );
             let got = next(&mut b);
@@ -999,7 +1160,7 @@ mod tests {
         let mut b = UdpIo::bind_with(addr, BOTH).unwrap();
         let buf: Vec<u8> = (0..5 * 1200).map(|i| (i / 1200) as u8).collect();
         assert_eq!(
-            a.send_segments(&buf, 1200, b.local_addr()),
+            a.send_segments(&buf, 1200, b.local_addr(), 0),
             SendOutcome::Sent
         );
         assert!(a.gso(), "GSO still on after an IPv6 send");
@@ -1027,7 +1188,7 @@ mod tests {
         let mut a = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let mut b = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         assert_eq!(
-            a.send(&vec![7u8; RECV_SLOT + 10], b.local_addr()),
+            a.send(&vec![7u8; RECV_SLOT + 10], b.local_addr(), 0),
             SendOutcome::Sent
         );
         let mut batch = RecvBatch::new();

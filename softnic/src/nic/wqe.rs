@@ -165,6 +165,7 @@ pub fn send_wr(
             qpn: w.ud.qpn,
             qkey: w.ud.qkey,
             addr,
+            traffic_class: w.ud.traffic_class,
         })
     } else {
         None

@@ -290,6 +290,7 @@ impl Resources {
                 dgid: verbs_api::Gid(rem.gid),
                 sgid_index: verbs_api::gid::ADDRESS_GID_INDEX as u8,
                 hop_limit: HOP_LIMIT,
+                traffic_class: 0,
                 udp_port: peer_udp_port,
             }),
             max_dest_rd_atomic: rc.then(|| clamp(my.out_reads)),

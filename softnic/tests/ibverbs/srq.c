@@ -37,23 +37,31 @@ static void ah_from_wc(struct ibv_pd *pd)
 	unsigned char grh[40] = { 0 };
 	struct ibv_wc wc = { .status = IBV_WC_SUCCESS, .opcode = IBV_WC_RECV };
 	struct ibv_ah_attr a;
-	/* IPv4: bytes 20..40 are the IPv4 header, source 10.1.2.3. */
-	grh[20] = 0x45;
+	/* IPv4: bytes 20..40 are the IPv4 header, TOS 0xb8, TTL 63, source 10.1.2.3. */
+	grh[20] = 0x45, grh[21] = 0xb8, grh[28] = 63;
 	grh[32] = 10, grh[33] = 1, grh[34] = 2, grh[35] = 3;
 	check(ibv_init_ah_from_wc(pd->context, 1, &wc, (struct ibv_grh *)grh, &a) == 0,
 	      "init_ah_from_wc v4");
 	static const unsigned char v4[16] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 1, 2, 3 };
 	check(a.is_global == 1 && a.port_num == 1 && a.grh.sgid_index == 1 &&
-		      a.grh.hop_limit == 0xff && !memcmp(a.grh.dgid.raw, v4, 16),
+		      a.grh.hop_limit == 63 && a.grh.traffic_class == 0xb8 &&
+		      !memcmp(a.grh.dgid.raw, v4, 16),
 	      "ah attr v4");
-	/* IPv6: version 6, traffic class 0x12, flow label 0x34567, source fd00::5. */
+	/* Sent to a multicast group (239.1.1.1): nothing to answer from, EINVAL. */
+	grh[36] = 239, grh[37] = 1, grh[38] = 1, grh[39] = 1;
+	errno = 0;
+	check(ibv_init_ah_from_wc(pd->context, 1, &wc, (struct ibv_grh *)grh, &a) != 0 &&
+		      errno == EINVAL,
+	      "multicast destination refused");
+	/* IPv6: version 6, traffic class 0x12, flow label 0x34567, hop limit 62, source
+	 * fd00::5. */
 	memset(grh, 0, sizeof grh);
-	grh[0] = 0x61, grh[1] = 0x23, grh[2] = 0x45, grh[3] = 0x67;
+	grh[0] = 0x61, grh[1] = 0x23, grh[2] = 0x45, grh[3] = 0x67, grh[7] = 62;
 	grh[8] = 0xfd, grh[23] = 5;
 	check(ibv_init_ah_from_wc(pd->context, 1, &wc, (struct ibv_grh *)grh, &a) == 0,
 	      "init_ah_from_wc v6");
 	check(a.grh.traffic_class == 0x12 && a.grh.flow_label == 0x34567 &&
-		      a.grh.dgid.raw[0] == 0xfd && a.grh.dgid.raw[15] == 5,
+		      a.grh.hop_limit == 62 && a.grh.dgid.raw[0] == 0xfd && a.grh.dgid.raw[15] == 5,
 	      "ah attr v6");
 	struct ibv_ah *ah = ibv_create_ah_from_wc(pd, &wc, (struct ibv_grh *)grh, 1);
 	check(ah && ibv_destroy_ah(ah) == 0, "create_ah_from_wc");

@@ -185,3 +185,94 @@ fn pair_attempt(
     );
     Some((srv_text, cli_text))
 }
+
+/// One packet of a [`LoCapture`] (on `lo` a GSO send is one packet).
+#[derive(Debug, Clone, Copy)]
+pub struct Captured {
+    pub src: std::net::IpAddr,
+    pub tos: u8,
+    pub dest_qpn: u32,
+    /// The frame's length on the wire.
+    pub len: usize,
+}
+
+/// A tcpdump on `lo` of the RoCEv2 datagrams between two NICs of one /24.
+pub struct LoCapture {
+    child: std::process::Child,
+    file: std::path::PathBuf,
+    /// tcpdump's stderr, kept open (it reports its counts there as it ends).
+    _err: std::io::BufReader<std::process::ChildStderr>,
+}
+
+impl LoCapture {
+    /// Starts capturing the UDP datagrams to port 4791 between `a` and `b` (either
+    /// way; other tests' NICs share the /24) and waits until tcpdump listens.
+    pub fn start(a: std::net::IpAddr, b: std::net::IpAddr, tag: &str) -> LoCapture {
+        use std::io::{BufRead, BufReader};
+        let file = std::env::temp_dir().join(format!("softnic-{tag}-{}.pcap", std::process::id()));
+        let mut child = std::process::Command::new("tcpdump")
+            // Immediate mode: each packet is handed over as it comes, not when the
+            // kernel's ring block fills or times out (a block still in the ring at
+            // SIGTERM is lost: "38 packets received by filter, 0 captured").
+            .args([
+                "-i",
+                "lo",
+                "--immediate-mode",
+                "-U",
+                "-n",
+                "-s",
+                "128",
+                "-w",
+            ])
+            .arg(&file)
+            .arg(format!(
+                "udp dst port 4791 and ((src host {a} and dst host {b}) or (src host {b} and dst host {a}))"
+            ))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start tcpdump");
+        let mut err = BufReader::new(child.stderr.take().expect("tcpdump stderr"));
+        let mut line = String::new();
+        // tcpdump says "listening on lo, ..." once its filter is in place.
+        let ready = err.read_line(&mut line).is_ok() && line.contains("listening");
+        assert!(ready, "tcpdump did not start: {line}");
+        LoCapture {
+            child,
+            file,
+            _err: err,
+        }
+    }
+
+    /// Stops the capture; each IPv4 packet's source address, IP TOS, BTH destination
+    /// QPN and length on the wire.
+    pub fn stop(mut self) -> Vec<Captured> {
+        // Time to write what it has read.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        // SAFETY: kill(2) on the PID of a child we spawned and have not reaped.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.child.wait();
+        let pcap = std::fs::read(&self.file).expect("read the capture");
+        let _ = std::fs::remove_file(&self.file);
+        let mut out = Vec::new();
+        let mut off = 24;
+        while let Some(h) = pcap.get(off..off + 16) {
+            let incl = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
+            let len = u32::from_le_bytes([h[12], h[13], h[14], h[15]]) as usize;
+            let Some(f) = pcap.get(off + 16..off + 16 + incl) else {
+                break;
+            };
+            // Ethernet (14), IPv4 (20), UDP (8), then the BTH: dest QPN in bytes 5..8.
+            if f.len() >= 14 + 20 + 8 + 12 && f[12..14] == [0x08, 0x00] {
+                out.push(Captured {
+                    src: std::net::Ipv4Addr::new(f[26], f[27], f[28], f[29]).into(),
+                    tos: f[15],
+                    dest_qpn: u32::from_be_bytes([0, f[47], f[48], f[49]]),
+                    len,
+                });
+            }
+            off += 16 + incl;
+        }
+        out
+    }
+}

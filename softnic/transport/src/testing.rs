@@ -329,6 +329,8 @@ pub struct Seen {
     pub repr: wire::PacketRepr,
     /// Index of this packet among all packets sent by the pair.
     pub index: u64,
+    /// The IP TOS / traffic class it was sent with ([`crate::qp::Transmit::tclass`]).
+    pub tclass: u8,
 }
 
 /// A node: one QP, its memory, and the SRQ the QP receives from, if any.
@@ -460,6 +462,8 @@ pub struct PairConfig {
     pub caps: QpCaps,
     /// UD Q_Key.
     pub qkey: u32,
+    /// The address vector's traffic class (connected QPs).
+    pub traffic_class: u8,
 }
 
 impl Default for PairConfig {
@@ -482,6 +486,7 @@ impl Default for PairConfig {
                 max_inline: 256,
             },
             qkey: 0x1111,
+            traffic_class: 0,
         }
     }
 }
@@ -517,6 +522,7 @@ pub fn connect_qp(
             dest_qpn: Some(dest_qpn),
             rq_psn: Some(rq_psn),
             remote: Some(remote),
+            traffic_class: cfg.traffic_class,
             max_dest_rd_atomic: (t == QpType::Rc).then_some(cfg.rd_atomic),
             min_rnr_timer: (t == QpType::Rc).then_some(cfg.min_rnr_timer),
             ..Default::default()
@@ -670,7 +676,7 @@ impl Pair {
                     continue;
                 };
                 n += 1;
-                self.put_on_wire(side, to, src, t.src_port, bytes);
+                self.put_on_wire(side, to, (src, t.src_port, t.tclass), bytes);
             }
         }
         n
@@ -680,8 +686,7 @@ impl Pair {
         &mut self,
         from: Side,
         to: Side,
-        src: SocketAddr,
-        src_port: u16,
+        (src, src_port, tclass): (SocketAddr, u16, u8),
         bytes: Vec<u8>,
     ) {
         let index = self.stats.sent;
@@ -691,6 +696,7 @@ impl Pair {
                 from,
                 repr: p.repr,
                 index,
+                tclass,
             }),
             _ => Verdict::Pass,
         };

@@ -115,6 +115,9 @@ pub struct UdDest {
     pub qkey: u32,
     /// Remote address.
     pub addr: core::net::SocketAddr,
+    /// IP TOS / traffic class of the datagram (the address handle's
+    /// `grh.traffic_class`).
+    pub traffic_class: u8,
 }
 
 impl SendWr {

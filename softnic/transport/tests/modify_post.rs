@@ -160,6 +160,7 @@ fn posts_follow_the_state() {
         qpn: 1,
         qkey: 1,
         addr: "127.0.0.1:4791".parse().unwrap(),
+        traffic_class: 0,
     });
     let mut uc = Qp::new(0x13, QpType::Uc, 1, caps());
     uc.modify(now, &init_attr()).unwrap();

@@ -21,15 +21,18 @@ pub struct SoftnicAh {
     pub ah: ibv_ah,
     /// Destination GID.
     pub dgid: Gid,
+    /// `grh.traffic_class`: the datagrams' IP TOS / IPv6 traffic class.
+    pub traffic_class: u8,
 }
 
-/// The destination of an AH this library created.
+/// The destination GID and traffic class of an AH this library created.
 ///
 /// # Safety
 /// `ah` came from [`ibv_create_ah`] and is live.
-pub(crate) unsafe fn dest_of(ah: *mut ibv_ah) -> Gid {
+pub(crate) unsafe fn dest_of(ah: *mut ibv_ah) -> (Gid, u8) {
     // SAFETY: `ah` is the first field of a boxed SoftnicAh.
-    unsafe { (*(ah as *const SoftnicAh)).dgid }
+    let a = unsafe { &*(ah as *const SoftnicAh) };
+    (a.dgid, a.traffic_class)
 }
 
 /// `ibv_create_ah`.
@@ -60,6 +63,7 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
             handle: 0,
         },
         dgid: Gid(a.grh.dgid.raw),
+        traffic_class: a.grh.traffic_class,
     });
     Box::into_raw(b) as *mut ibv_ah
 }
@@ -88,13 +92,17 @@ const GRH_LEN: usize = 40;
 /// `ibv_init_ah_from_wc`: the address that answers the sender of a UD receive
 /// completion, from the 40 bytes before the payload (`grh`). On RoCEv2 every UD
 /// datagram came over IP, so the address is always global: softnic (like rxe) writes
-/// the IP header there — for IPv4 bytes 20..40 hold an IPv4 header (version 4 in byte
-/// 20), for IPv6 the 40 bytes are an IPv6 header. The destination is the packet's
-/// source address; the source GID index is 1 (the NIC's address, the only one that can
-/// send); hop limit 0xFF and the IPv6 traffic class / flow label, as rdma-core sets
-/// them. softnic's completions do not carry `IBV_WC_GRH` (the NIC's CQE has no such
-/// flag), so the flag is not required. Returns 0, or -1 with `errno` (EINVAL for a NULL
-/// argument or a header that is neither IPv4 nor IPv6).
+/// the received IP header there — for IPv4 bytes 20..40 hold an IPv4 header (version 4
+/// in byte 20), for IPv6 the 40 bytes are an IPv6 header. As libibverbs reads them: the
+/// destination is the packet's source address, the hop limit its TTL / hop limit, the
+/// traffic class its TOS / traffic class (and over IPv6 the flow label); the source GID
+/// index is 1 (the NIC's address, the only one that can send). A datagram that was sent
+/// to a multicast group has no unicast address to answer from: EINVAL, as libibverbs
+/// (which looks the group up among the port's GIDs and finds none). softnic sets
+/// `IBV_WC_GRH` on every UD receive, but unlike libibverbs (which then answers a
+/// non-global address) the flag is not required: the GRH is always parsed. Returns 0,
+/// or -1 with `errno` (EINVAL for a NULL argument, a multicast destination or a header
+/// that is neither IPv4 nor IPv6).
 ///
 /// # Safety
 /// `wc` and `grh` are readable (`grh` for 40 bytes); `ah_attr` is writable.
@@ -118,14 +126,25 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         ..ibv_ah_attr::default()
     };
     a.grh.sgid_index = verbs_api::gid::ADDRESS_GID_INDEX as u8;
-    a.grh.hop_limit = 0xff;
     if g[20] >> 4 == 4 {
-        let src = std::net::Ipv4Addr::new(g[32], g[33], g[34], g[35]);
+        let h = &g[20..40];
+        if std::net::Ipv4Addr::new(h[16], h[17], h[18], h[19]).is_multicast() {
+            errno::set(libc::EINVAL);
+            return -1;
+        }
+        let src = std::net::Ipv4Addr::new(h[12], h[13], h[14], h[15]);
         a.grh.dgid.raw = src.to_ipv6_mapped().octets();
+        a.grh.traffic_class = h[1];
+        a.grh.hop_limit = h[8];
     } else if g[0] >> 4 == 6 {
+        if g[24] == 0xff {
+            errno::set(libc::EINVAL);
+            return -1;
+        }
         let flow = u32::from_be_bytes([g[0], g[1], g[2], g[3]]);
         a.grh.traffic_class = (flow >> 20) as u8;
         a.grh.flow_label = flow & 0xf_ffff;
+        a.grh.hop_limit = g[7];
         a.grh.dgid.raw.copy_from_slice(&g[8..24]);
     } else {
         errno::set(libc::EINVAL);

@@ -457,6 +457,7 @@ fn attrs_of(attr: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, c_int> {
             dgid: Gid(ah.grh.dgid.raw),
             sgid_index: ah.grh.sgid_index,
             hop_limit: ah.grh.hop_limit,
+            traffic_class: ah.grh.traffic_class,
             udp_port: 0,
         });
     }
@@ -547,6 +548,7 @@ pub fn ibv_ah_attr_of(ah: &AhAttr) -> ibv_ah_attr {
             dgid: ibv_gid { raw: ah.dgid.0 },
             sgid_index: ah.sgid_index,
             hop_limit: ah.hop_limit,
+            traffic_class: ah.traffic_class,
             ..Default::default()
         },
         is_global: 1,
@@ -774,12 +776,14 @@ unsafe fn send_wr<'a>(
         if u.ah.is_null() {
             return Err(libc::EINVAL);
         }
+        // SAFETY: an AH from ibv_create_ah (caller contract).
+        let (gid, traffic_class) = unsafe { crate::ah::dest_of(u.ah as *mut ibv_ah) };
         Some(verbs_api::UdAddress {
-            // SAFETY: an AH from ibv_create_ah (caller contract).
-            gid: unsafe { crate::ah::dest_of(u.ah as *mut ibv_ah) },
+            gid,
             udp_port: 0,
             qpn: u.remote_qpn,
             qkey: u.remote_qkey,
+            traffic_class,
         })
     } else {
         None

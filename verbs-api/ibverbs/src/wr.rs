@@ -350,11 +350,13 @@ unsafe extern "C" fn wr_set_ud_addr(
             if ah.is_null() {
                 return Err(libc::EINVAL);
             }
+            let (gid, traffic_class) = crate::ah::dest_of(ah);
             w.ud = Some(UdAddress {
-                gid: crate::ah::dest_of(ah),
+                gid,
                 udp_port: 0,
                 qpn: remote_qpn,
                 qkey: remote_qkey,
+                traffic_class,
             });
             Ok(())
         })

@@ -118,12 +118,12 @@ const RDMA_OPTION_IB: c_int = 1;
 const RDMA_OPTION_IB_PATH: c_int = 1;
 
 /// `rdma_set_option`. `RDMA_OPTION_ID_ACK_TIMEOUT` sets the local ACK timeout of the
-/// id's QP at RTS (`CmId::set_ack_timeout`; EINVAL past 31 or on a UD id). The other
-/// id options (`RDMA_OPTION_ID_TOS`, `_REUSEADDR`, `_AFONLY`) are checked for size
-/// (EINVAL) and accepted but have no effect yet: softnic sends traffic class 0,
-/// allows no port reuse and binds one address family. `RDMA_OPTION_IB_PATH` (setting
-/// path records by hand) is EOPNOTSUPP; anything else ENOSYS, as the kernel answers an
-/// unknown option.
+/// id's QP at RTS (`CmId::set_ack_timeout`; EINVAL past 31 or on a UD id);
+/// `RDMA_OPTION_ID_TOS` the traffic class (IP TOS) of its connection
+/// (`CmId::set_tos`). `_REUSEADDR` and `_AFONLY` are checked for size (EINVAL) and
+/// accepted but have no effect yet: softnic allows no port reuse and binds one address
+/// family. `RDMA_OPTION_IB_PATH` (setting path records by hand) is EOPNOTSUPP; anything
+/// else ENOSYS, as the kernel answers an unknown option.
 ///
 /// # Safety
 /// `id` is live; `optval` readable for `optlen`.
@@ -153,10 +153,17 @@ pub unsafe extern "C" fn rdma_set_option(
     if optlen != want {
         return fail(libc::EINVAL);
     }
-    if (level, optname) == (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) {
+    if level == RDMA_OPTION_ID && matches!(optname, RDMA_OPTION_ID_ACK_TIMEOUT | RDMA_OPTION_ID_TOS)
+    {
         // SAFETY: one readable byte (size checked above).
-        let timeout = unsafe { *(optval as *const u8) };
-        return i.with_api(|api| api.set_ack_timeout(timeout));
+        let v = unsafe { *(optval as *const u8) };
+        return i.with_api(|api| {
+            if optname == RDMA_OPTION_ID_TOS {
+                api.set_tos(v)
+            } else {
+                api.set_ack_timeout(v)
+            }
+        });
     }
     0
 }

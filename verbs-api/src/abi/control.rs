@@ -147,6 +147,9 @@ pub struct QpAttr {
     /// IBV_QP_AV: the peer NIC's UDP endpoint (from its GID; port 4791 unless the
     /// peer is a softnic on another port).
     pub remote: Option<SocketAddr>,
+    /// IBV_QP_AV's `grh.traffic_class`: the IP TOS / IPv6 traffic class of the QP's
+    /// packets (taken with `remote`, ignored without it).
+    pub traffic_class: u8,
     /// IBV_QP_TIMEOUT (4.096 µs × 2^timeout).
     pub timeout: Option<u8>,
     /// IBV_QP_RETRY_CNT.

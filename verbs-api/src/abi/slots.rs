@@ -190,8 +190,10 @@ pub struct UdDest {
     pub gid: [u8; 16],
     /// Remote UDP port (softnic extension; 4791 for a standard peer, 0 = 4791).
     pub port: u16,
+    /// IP TOS / IPv6 traffic class of the datagram (`ibv_ah_attr.grh.traffic_class`).
+    pub traffic_class: u8,
     /// Zero.
-    pub _reserved: [u8; 6],
+    pub _reserved: [u8; 5],
 }
 
 /// A send work queue entry (`struct ibv_send_wr` flattened, with the gather list and

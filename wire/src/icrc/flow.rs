@@ -238,6 +238,8 @@ mod tests {
             src_mac: [2, 0, 0, 0, 0, 2],
             icrc: *p,
             ttl: 64,
+            // Masked by the ICRC like the TTL: a traffic class must not change it.
+            tos: 0xB8,
         };
         let mut frame = vec![0u8; crate::frame::outer_len(&fp) + roce.len()];
         crate::frame::emit_ethernet(&fp, roce, &mut frame)?;

@@ -27,6 +27,7 @@ pub(super) fn attr(step: QpStep, ack_timeout: Option<u8>) -> QpAttr {
             rq_psn,
             path_mtu,
             dest,
+            traffic_class,
             max_dest_rd_atomic,
             min_rnr_timer,
         } => QpAttr {
@@ -35,6 +36,7 @@ pub(super) fn attr(step: QpStep, ack_timeout: Option<u8>) -> QpAttr {
             dest_qpn: Some(dest_qpn),
             rq_psn: Some(rq_psn),
             remote: Some(dest),
+            traffic_class,
             max_dest_rd_atomic: Some(max_dest_rd_atomic),
             min_rnr_timer: Some(min_rnr_timer),
             ..QpAttr::default()

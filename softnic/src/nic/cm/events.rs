@@ -114,8 +114,9 @@ impl NicCm {
                         own_qp: false,
                         accept_psn: None,
                         // Linux's CM does not pass a listener's option on to the
-                        // connections it accepts.
+                        // connections it accepts (their traffic class is the REQ's).
                         ack_timeout: None,
+                        tos: 0,
                         ..owner
                     },
                 );
@@ -230,6 +231,7 @@ mod tests {
             own_qp: false,
             accept_psn: None,
             ack_timeout: None,
+            tos: 0,
         };
         cm.ids.insert(id, owner);
         (cm, reader, id)

@@ -54,6 +54,10 @@ pub struct IdOwner {
     /// The local ACK timeout the program set for this id's QP
     /// (`CmRequest::SetAckTimeout`), in place of the peer's offer at RTS.
     pub ack_timeout: Option<u8>,
+    /// The traffic class (IP TOS) the program set for this id's connection
+    /// (`CmRequest::SetTos`): the REQ's primary path carries it, and both sides' QPs
+    /// send with it. 0 without.
+    pub tos: u8,
 }
 
 impl IdOwner {

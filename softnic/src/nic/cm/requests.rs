@@ -288,6 +288,7 @@ impl Nic {
                         own_qp: false,
                         accept_psn: None,
                         ack_timeout: None,
+                        tos: 0,
                     },
                 );
                 ok(Reply::Cm(CmReply::Id { id }))
@@ -328,7 +329,10 @@ impl Nic {
                 src_port,
                 param,
             } => {
-                let own_qp = self.cm_owned(client, id)?.own_qp;
+                let (own_qp, tos) = {
+                    let o = self.cm_owned(client, id)?;
+                    (o.own_qp, o.tos)
+                };
                 let ud = port_space == RDMA_PS_UDP;
                 let room = if ud {
                     SIDR_REQ_PRIVATE_DATA_LEN
@@ -361,6 +365,7 @@ impl Nic {
                     dest,
                     local_gid: verbs_api::Gid::from_ip(local.ip()).raw(),
                     remote_gid: verbs_api::Gid::from_ip(dest.ip()).raw(),
+                    traffic_class: tos,
                 };
                 let sid = ip_service_id(port_space, dst_port);
                 if ud {
@@ -441,6 +446,10 @@ impl Nic {
                     ));
                 }
                 self.cm_owned(client, id)?.ack_timeout = Some(timeout);
+                done()
+            }
+            CmRequest::SetTos { id, tos } => {
+                self.cm_owned(client, id)?.tos = tos;
                 done()
             }
             CmRequest::GetEvents { channel } => match self.cm.channels.get_mut(&channel) {

@@ -27,6 +27,10 @@ pub struct Route {
     pub local_gid: [u8; 16],
     /// The peer's GID.
     pub remote_gid: [u8; 16],
+    /// The traffic class (IP TOS) of the connection's packets, carried in the REQ's
+    /// primary path so that the passive side uses it too (Linux: the id's TOS,
+    /// `cma_resolve_iboe_route`).
+    pub traffic_class: u8,
 }
 
 impl Cm {
@@ -59,6 +63,7 @@ impl Cm {
             local_gid: route.local_gid,
             remote_gid: route.remote_gid,
             hop_limit: 64,
+            traffic_class: route.traffic_class,
             local_ack_timeout: REQ_LOCAL_ACK_TIMEOUT,
             ..PathRepr::default()
         };
@@ -100,6 +105,7 @@ impl Cm {
         c.local_comm_id = comm;
         c.tid = tid;
         c.peer = Some(route.dest);
+        c.traffic_class = route.traffic_class;
         c.qpn = Some(params.qpn);
         c.ours = params;
         c.retry = Some(Retry::new(now, mad, exp, retries));
@@ -159,6 +165,7 @@ impl Cm {
             c.theirs.path_mtu,
             c.ours.retry_count,
             dest,
+            c.traffic_class,
         );
         let event = Event::Established {
             id: h,

@@ -446,6 +446,7 @@ impl Driver {
             dest,
             local_gid: [1; 16],
             remote_gid: [2; 16],
+            traffic_class: 0,
         }
     }
 
@@ -580,6 +581,9 @@ impl Driver {
                     dest: self.cfg.local,
                     local_gid: [2; 16],
                     remote_gid: [1; 16],
+                    // Constant: drawing it from the input would move what every
+                    // seed's later bytes mean (`seeds_reach_what_they_are_named_for`).
+                    traffic_class: 0x48,
                 };
                 if inp.bool() {
                     let _ = self.h.sidr_request(now, id, route, sid, b"sidr");

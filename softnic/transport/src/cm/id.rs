@@ -120,6 +120,10 @@ pub struct CmId {
     pub listener: Option<IdHandle>,
     /// The message to resend and when (REQ, REP, DREQ), or TimeWait's end.
     pub retry: Option<Retry>,
+    /// The primary path's traffic class (the IP TOS of the QP's packets): the route's
+    /// on the active side (`rdma_set_option(RDMA_OPTION_ID_TOS)`), the REQ's on the
+    /// passive side, as Linux's CM sets the address vector from the REQ's path.
+    pub traffic_class: u8,
 }
 
 impl CmId {
@@ -140,6 +144,7 @@ impl CmId {
             backlog: 0,
             listener: None,
             retry: None,
+            traffic_class: 0,
         }
     }
 }

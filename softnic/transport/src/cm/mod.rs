@@ -140,6 +140,8 @@ pub enum QpStep {
         path_mtu: u8,
         /// The peer's address (its NIC's IP; port = the peer's RoCE UDP port).
         dest: SocketAddr,
+        /// The path's traffic class: the IP TOS of the QP's packets.
+        traffic_class: u8,
         /// READ/atomics this QP serves at once.
         max_dest_rd_atomic: u8,
         /// RNR NAK timer this QP advertises (IBTA table 45 encoding).

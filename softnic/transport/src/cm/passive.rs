@@ -54,6 +54,7 @@ impl Cm {
         let (h, comm) = (c.handle, self.new_comm_id());
         c.local_comm_id = comm;
         c.remote_comm_id = Some(req.local_comm_id);
+        c.traffic_class = req.primary.traffic_class;
         c.theirs = PeerParams {
             qpn: req.local_qpn,
             psn: req.starting_psn,
@@ -118,7 +119,7 @@ impl Cm {
         let Some(dest) = c.peer else {
             return Err(CmError::InvalidState(c.state));
         };
-        let steps = self.passive_steps(&c.theirs, &params, dest);
+        let steps = self.passive_steps(&c.theirs, &params, dest, c.traffic_class);
         let rep = RepRepr {
             local_comm_id: c.local_comm_id,
             remote_comm_id: c.remote_comm_id.unwrap_or(0),

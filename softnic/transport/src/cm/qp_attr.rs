@@ -20,6 +20,7 @@ pub(super) fn steps(
     path_mtu: u8,
     retry_cnt: u8,
     dest: SocketAddr,
+    traffic_class: u8,
 ) -> [QpStep; 2] {
     [
         QpStep::Rtr {
@@ -27,6 +28,7 @@ pub(super) fn steps(
             rq_psn: ours.psn,
             path_mtu,
             dest,
+            traffic_class,
             max_dest_rd_atomic: ours.responder_resources,
             min_rnr_timer: MIN_RNR_TIMER,
         },
@@ -47,9 +49,10 @@ impl Cm {
         theirs: &PeerParams,
         params: &ConnParams,
         dest: SocketAddr,
+        traffic_class: u8,
     ) -> [QpStep; 2] {
         let mtu = theirs.path_mtu.clamp(1, self.cfg.path_mtu.max(1));
-        steps(params, theirs, mtu, theirs.retry_count, dest)
+        steps(params, theirs, mtu, theirs.retry_count, dest, traffic_class)
     }
 
     /// The RTR and RTS transitions of connection `h` (`rdma_init_qp_attr`), or `None`
@@ -70,10 +73,10 @@ impl Cm {
                     initiator_depth: t.responder_resources,
                     ..ConnParams::default()
                 };
-                Some(self.passive_steps(t, &pending, dest))
+                Some(self.passive_steps(t, &pending, dest, c.traffic_class))
             }
             CmState::RepSent | CmState::Established if passive => {
-                Some(self.passive_steps(&c.theirs, &c.ours, dest))
+                Some(self.passive_steps(&c.theirs, &c.ours, dest, c.traffic_class))
             }
             CmState::Established => Some(steps(
                 &c.ours,
@@ -81,6 +84,7 @@ impl Cm {
                 c.theirs.path_mtu,
                 c.ours.retry_count,
                 dest,
+                c.traffic_class,
             )),
             _ => None,
         }

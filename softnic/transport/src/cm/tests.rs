@@ -106,6 +106,8 @@ fn route(p: &Pair) -> Route {
         dest: p.b.cfg.local,
         local_gid: [1; 16],
         remote_gid: [2; 16],
+        // The id's TOS: the REQ carries it to the passive side.
+        traffic_class: 0x48,
     }
 }
 
@@ -157,6 +159,7 @@ fn connect_accept_rtu_then_disconnect_drep_timewait() {
                     rq_psn: 0x2000,
                     path_mtu: 3,
                     dest: p.a.cfg.local,
+                    traffic_class: 0x48,
                     max_dest_rd_atomic: 4,
                     min_rnr_timer: 12
                 }
@@ -182,6 +185,7 @@ fn connect_accept_rtu_then_disconnect_drep_timewait() {
         QpStep::Rtr {
             dest_qpn: 0x22,
             rq_psn: 0x1000,
+            traffic_class: 0x48,
             ..
         }
     ));

@@ -56,7 +56,7 @@ pub mod window;
 
 use std::collections::VecDeque;
 
-use core::net::{IpAddr, SocketAddr};
+use core::net::SocketAddr;
 
 use crate::memory::{Access, Memory};
 use crate::time::Instant;
@@ -70,7 +70,7 @@ pub use requester::{ACK_REQ_INTERVAL, DEEP_QUEUE};
 pub use responder::{disposition, Disposition, NakKind, RespError};
 pub use rto::{AckTimer, MIN_RTO};
 pub use state::{AttrMask, QpState, QpType, TransitionError};
-pub use ud::synth_grh;
+pub use ud::{synth_grh, ReceivedIp};
 pub use window::{max_msg_len, MAX_MSG_BYTES};
 
 use events::QpEvents;
@@ -125,6 +125,10 @@ pub struct QpAttr {
     pub sq_psn: Option<u32>,
     /// IBV_QP_AV: the peer NIC's UDP endpoint (derived from its GID).
     pub remote: Option<SocketAddr>,
+    /// IBV_QP_AV's `grh.traffic_class`: the IP TOS / IPv6 traffic class (DSCP and
+    /// ECN) of every packet the QP sends, ACKs and READ responses included, as rxe and
+    /// hardware RNICs mark them. Part of the address vector: taken only with `remote`.
+    pub traffic_class: u8,
     /// IBV_QP_TIMEOUT: local ACK timeout 4.096 µs × 2^timeout; 0 = infinite
     /// (IBTA 9.7.6.1.3).
     pub timeout: Option<u8>,
@@ -188,6 +192,9 @@ pub struct Transmit {
     /// UDP source port, as rxe picks it ([`rxe_udp_src_port`] for RC/UC,
     /// [`rxe_ud_udp_src_port`] for UD).
     pub src_port: u16,
+    /// IP TOS / IPv6 traffic class: the QP's address vector's, or a UD work request's
+    /// address handle's.
+    pub tclass: u8,
     /// Where the gathered payload lies in the packet and its CRC, computed as it was
     /// copied in (payloads of [`crate::sgl::DIGEST_MIN_PAYLOAD`] bytes or more): the
     /// ICRC can then be completed without hashing it again
@@ -365,6 +372,8 @@ pub struct Attrs {
     pub dest_qpn: u32,
     /// Peer endpoint.
     pub remote: Option<SocketAddr>,
+    /// IP TOS / traffic class of the QP's packets (the address vector's).
+    pub traffic_class: u8,
     /// Initial receive PSN.
     pub rq_psn: u32,
     /// Initial send PSN.
@@ -397,6 +406,7 @@ impl Default for Attrs {
             path_mtu: 1024,
             dest_qpn: 0,
             remote: None,
+            traffic_class: 0,
             rq_psn: 0,
             sq_psn: 0,
             timeout: 14,
@@ -648,6 +658,7 @@ impl Qp {
         }
         if a.remote.is_some() {
             t.remote = a.remote;
+            t.traffic_class = a.traffic_class;
         }
         if let Some(v) = a.rq_psn {
             t.rq_psn = v & wire::types::MASK_24;
@@ -877,25 +888,26 @@ impl Qp {
         pkt: &wire::ParsedPacket<'_>,
         mem: &mut dyn Memory,
     ) {
-        self.handle_packet_to(now, src, None, pkt, mem);
+        self.handle_packet_to(now, src, &ReceivedIp::default(), pkt, mem);
     }
 
-    /// [`Qp::handle_packet`] for a datagram sent to the multicast `group` (`Some`) this
-    /// UD QP is attached to, rather than to the QP's own address (`None`): the group is
-    /// the destination written into the receive buffer's GRH (a multicast receiver
-    /// sees the group's GID as the GRH's DGID, as on rxe). The caller checked
-    /// that the packet's destination QPN is the multicast QPN 0xFFFFFF.
+    /// [`Qp::handle_packet`] with the IP header fields the datagram arrived with, which
+    /// a UD receive reports in its GRH ([`ReceivedIp`]). With `ip.group` set the
+    /// datagram was sent to that multicast group, which this UD QP is attached to,
+    /// rather than to the QP's own address: the group is the GRH's destination (a
+    /// multicast receiver sees the group's GID as the GRH's DGID, as on rxe), and the
+    /// caller checked that the packet's destination QPN is the multicast QPN 0xFFFFFF.
     pub fn handle_packet_to(
         &mut self,
         now: Instant,
         src: SocketAddr,
-        group: Option<IpAddr>,
+        ip: &ReceivedIp,
         pkt: &wire::ParsedPacket<'_>,
         mem: &mut dyn Memory,
     ) {
         self.counters.packets_received += 1;
         match self.admit(pkt) {
-            Ok(info) if info.is_request() => self.handle_request(now, src, group, pkt, info, mem),
+            Ok(info) if info.is_request() => self.handle_request(now, src, ip, pkt, info, mem),
             Ok(info) => self.handle_response(now, pkt, info, mem),
             Err(Refused::Opcode) => self.counters.drop_bad_opcode += 1,
             Err(Refused::Pkey) => self.counters.drop_bad_pkey += 1,
@@ -944,16 +956,16 @@ impl Qp {
         mem: &mut dyn Memory,
         srq: &mut crate::srq::Srq,
     ) {
-        self.handle_packet_srq_to(now, src, None, pkt, mem, srq);
+        self.handle_packet_srq_to(now, src, &ReceivedIp::default(), pkt, mem, srq);
     }
 
-    /// [`Qp::handle_packet_srq`] for a datagram sent to a multicast `group`
+    /// [`Qp::handle_packet_srq`] with the datagram's IP header fields
     /// ([`Qp::handle_packet_to`]).
     pub fn handle_packet_srq_to(
         &mut self,
         now: Instant,
         src: SocketAddr,
-        group: Option<IpAddr>,
+        ip: &ReceivedIp,
         pkt: &wire::ParsedPacket<'_>,
         mem: &mut dyn Memory,
         srq: &mut crate::srq::Srq,
@@ -968,7 +980,7 @@ impl Qp {
         let lent_some = lent.is_some();
         self.resp.rq.extend(lent);
         let starved = self.counters.nak_rnr_sent + self.counters.drop_no_recv_wqe;
-        self.handle_packet_to(now, src, group, pkt, mem);
+        self.handle_packet_to(now, src, ip, pkt, mem);
         srq.give_back(self.resp.rq.drain(..));
         if srq.len() < before {
             srq.consumed();

@@ -531,6 +531,10 @@ impl Qp {
                 (None, None) => return None,
             },
             src_port: self.src_port(em.dest_qpn),
+            tclass: match &e.wr.ud {
+                Some(ud) => ud.traffic_class,
+                None => self.attrs.traffic_class,
+            },
             digest: em.digest,
         };
         self.counters.bytes_sent += em.payload_len as u64;

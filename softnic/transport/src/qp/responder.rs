@@ -365,7 +365,7 @@ impl Qp {
         &mut self,
         _now: Instant,
         src: SocketAddr,
-        group: Option<core::net::IpAddr>,
+        ip: &super::ReceivedIp,
         pkt: &ParsedPacket<'_>,
         info: &OpcodeInfo,
         mem: &mut dyn Memory,
@@ -379,7 +379,7 @@ impl Qp {
         match self.qp_type {
             QpType::Rc => self.handle_rc_request(pkt, info, mem),
             QpType::Uc => self.handle_uc_request(pkt, info, mem),
-            QpType::Ud => self.handle_ud_request(src, group, pkt, mem),
+            QpType::Ud => self.handle_ud_request(src, ip, pkt, mem),
         }
     }
 

@@ -188,10 +188,12 @@ impl Qp {
             ..BthRepr::new(Opcode(0), Qpn::new(self.attrs.dest_qpn), Psn::ZERO)
         };
         let src_port = self.src_port(self.attrs.dest_qpn);
+        let tclass = self.attrs.traffic_class;
         let t = |len| Transmit {
             len,
             dest,
             src_port,
+            tclass,
             digest: None,
         };
         match front {

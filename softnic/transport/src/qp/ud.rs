@@ -7,13 +7,15 @@
 //! **GRH.** Verbs applications expect the first 40 bytes of every UD receive buffer
 //! to hold the Global Route Header and the payload to start at offset 40; `byte_len`
 //! counts those 40 bytes (IBTA 11.4.1.2, `ibv_post_recv(3)`). For RoCEv2 there is no
-//! GRH on the wire; Linux rxe writes the IP header in its place, and so does softnic:
-//! for IPv4, bytes 0..20 are zero and bytes 20..40 hold an IPv4 header (version 4,
-//! IHL 5, TOS 0, total length, ID 0, DF, TTL 64, protocol UDP, checksum 0, source,
-//! destination); for IPv6 the 40 bytes are an IPv6 header (traffic class and flow
-//! label 0, payload length, next header UDP, hop limit 64, source, destination). The
-//! destination is the address given to `Qp::set_local_addr` (zero if none), or the
-//! multicast group for a datagram sent to one (`Qp::handle_packet_to`).
+//! GRH on the wire; Linux rxe copies the received IP header there, and so does softnic,
+//! from what its socket reports ([`ReceivedIp`]): for IPv4, bytes 0..20 are zero and
+//! bytes 20..40 hold the IPv4 header (version 4, IHL 5, the TOS, total length, the
+//! Identification, DF, the TTL, protocol UDP, a valid header checksum, source,
+//! destination); for IPv6 the 40 bytes are the IPv6 header (the traffic class, flow
+//! label 0, payload length, next header UDP, the hop limit, source, destination).
+//! libibverbs' `ibv_init_ah_from_wc` reads the TOS and TTL from there into the reply's
+//! address. The destination is the address given to `Qp::set_local_addr` (zero if
+//! none), or the multicast group for a datagram sent to one.
 
 use core::net::{IpAddr, SocketAddr};
 
@@ -24,8 +26,41 @@ use crate::memory::Memory;
 use crate::sgl;
 use crate::wr::{Completion, Queue, WcOpcode, WcStatus};
 
-/// Builds the 40-byte GRH stand-in for a datagram of `udp_payload_len` bytes.
-pub fn synth_grh(src: IpAddr, dst: Option<IpAddr>, udp_payload_len: usize) -> [u8; 40] {
+/// The IP header fields of a received datagram that its UD receive reports in the GRH,
+/// as far as the NIC's socket saw them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceivedIp {
+    /// The multicast group the datagram was sent to, when it came to one the QP is
+    /// attached to (the GRH's destination; else the QP's own address).
+    pub group: Option<IpAddr>,
+    /// IPv4 TOS / IPv6 traffic class (DSCP and ECN).
+    pub tos: u8,
+    /// IPv4 TTL / IPv6 hop limit.
+    pub ttl: u8,
+    /// IPv4 Identification (the ICRC check solves it: `rx_icrc.rs`); 0 over IPv6.
+    pub ipv4_id: u16,
+}
+
+impl Default for ReceivedIp {
+    /// What a datagram between two hosts carries by default: TOS 0, TTL 64, ID 0.
+    fn default() -> Self {
+        ReceivedIp {
+            group: None,
+            tos: 0,
+            ttl: 64,
+            ipv4_id: 0,
+        }
+    }
+}
+
+/// The 40-byte GRH stand-in for a datagram of `udp_payload_len` bytes from `src` to
+/// `dst` with the header fields `ip` (see the module documentation).
+pub fn synth_grh(
+    src: IpAddr,
+    dst: Option<IpAddr>,
+    ip: &ReceivedIp,
+    udp_payload_len: usize,
+) -> [u8; 40] {
     let mut g = [0u8; 40];
     let udp_len = (udp_payload_len + 8) as u16;
     match src {
@@ -36,22 +71,26 @@ pub fn synth_grh(src: IpAddr, dst: Option<IpAddr>, udp_payload_len: usize) -> [u
             };
             let h = &mut g[20..40];
             h[0] = 0x45;
+            h[1] = ip.tos;
             h[2..4].copy_from_slice(&(udp_len.wrapping_add(20)).to_be_bytes());
+            h[4..6].copy_from_slice(&ip.ipv4_id.to_be_bytes());
             h[6] = 0x40; // DF
-            h[8] = 64;
+            h[8] = ip.ttl;
             h[9] = 17;
             h[12..16].copy_from_slice(&s.octets());
             h[16..20].copy_from_slice(&d);
+            let sum = wire::frame::ipv4_checksum(h);
+            h[10..12].copy_from_slice(&sum.to_be_bytes());
         }
         IpAddr::V6(s) => {
             let d = match dst {
                 Some(IpAddr::V6(d)) => d.octets(),
                 _ => [0; 16],
             };
-            g[0] = 0x60;
+            g[0..4].copy_from_slice(&(0x6000_0000u32 | (u32::from(ip.tos) << 20)).to_be_bytes());
             g[4..6].copy_from_slice(&udp_len.to_be_bytes());
             g[6] = 17;
-            g[7] = 64;
+            g[7] = ip.ttl;
             g[8..24].copy_from_slice(&s.octets());
             g[24..40].copy_from_slice(&d);
         }
@@ -63,7 +102,7 @@ impl Qp {
     pub(super) fn handle_ud_request(
         &mut self,
         src: SocketAddr,
-        group: Option<IpAddr>,
+        ip: &ReceivedIp,
         pkt: &ParsedPacket<'_>,
         mem: &mut dyn Memory,
     ) {
@@ -104,8 +143,8 @@ impl Qp {
         }
         let pad = usize::from(pkt.repr.bth.pad_count);
         let udp_payload_len = pkt.header_len + pkt.payload.len() + pad + ICRC_LEN;
-        let dst = group.or(self.local.map(|l| l.ip()));
-        let grh = synth_grh(src.ip(), dst, udp_payload_len);
+        let dst = ip.group.or(self.local.map(|l| l.ip()));
+        let grh = synth_grh(src.ip(), dst, ip, udp_payload_len);
         let placed = sgl::scatter(self.pd, sges, 0, &grh, mem)
             .and_then(|()| sgl::scatter(self.pd, sges, u64::from(GRH_LEN), pkt.payload, mem));
         if placed.is_err() {

@@ -78,7 +78,12 @@ pub fn rdma(wr_id: u64, op: SendOp, sges: &[Sge], remote: &Buf, off: usize) -> S
 }
 
 pub fn ud(mut w: SendWr, qpn: u32, qkey: u32, addr: std::net::SocketAddr) -> SendWr {
-    w.ud = Some(UdDest { qpn, qkey, addr });
+    w.ud = Some(UdDest {
+        qpn,
+        qkey,
+        addr,
+        traffic_class: 0,
+    });
     w
 }
 

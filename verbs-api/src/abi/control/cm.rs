@@ -149,6 +149,16 @@ pub enum CmRequest {
         /// The exponent.
         timeout: u8,
     },
+    /// `rdma_set_option(RDMA_OPTION_ID_TOS)`: the traffic class (IP TOS: DSCP and ECN)
+    /// of this id's connection — its REQ's primary path carries it, and the QPs of both
+    /// sides send with it (`rdma_init_qp_attr` answers it in `ah_attr.grh`), as Linux's
+    /// CM routes an id with its TOS. Set before `rdma_connect`. Reply: `Done`.
+    SetTos {
+        /// The id.
+        id: Handle,
+        /// The IP TOS byte.
+        tos: u8,
+    },
     /// A new event channel. Reply: [`CmReply::Channel`] + the read end of the pipe the
     /// NIC writes a byte to when the channel's queue goes from empty to not empty.
     /// Read the pipe empty *before* [`CmRequest::GetEvents`], so an event queued after
