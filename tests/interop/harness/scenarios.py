@@ -17,7 +17,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, field, replace
 
-from . import cmcheck, net, ucloss
+from . import cmcheck, net, tclass, ucloss
 
 DIRECTIONS = ("rxe-server", "softnic-server")
 
@@ -397,6 +397,25 @@ SCENARIOS += [
              softnic=_stock("qperf -lp 19765"), softnic_client=_stock(QPERF_CLIENT),
              needs=("run", "exec"), judge=_qperf_judge, rerun_if=QPERF_LISTEN_RACE,
              timeout=90),
+]
+
+# Traffic class (IP TOS, tclass.py): perftest's --tclass puts it in each side's address
+# vector (RC: every WRITE one way, every ACK the other; UD: the address handle), and
+# with -R -T the active side's id TOS travels in the REQ's primary path, from which the
+# passive side's QP takes it — Linux's ib_cm on rxe, softnic's CM here.
+SCENARIOS += [
+    Scenario(name=name, group="tclass", rxe="%s -d rxe0 -x 1 -F %s" % (tool, args),
+             softnic=_stock("%s -d {dev} -x 1 -F %s" % (tool, args)), needs=("run", "exec"),
+             expect_rxe=PERF_OK, judge=tclass.every_packet(tos, both_ways))
+    for name, tool, args, tos, both_ways in (
+        ("tclass_write_bw_stock", "ib_write_bw", "--tclass=96 " + BW, 96, True),
+        ("tclass_ud_send_bw_stock", "ib_send_bw", "-c UD --tclass=46 -s 1024 -n 100", 46,
+         False),
+    )
+] + [
+    _cm("tos_write_bw_cm", "ib_write_bw -d {dev} -T 184 " + CM_BW,
+        "ib_write_bw -d {dev} -T 184 %s {peer}" % CM_BW, 18515, group="tclass",
+        expect=PERF_OK, rerun_if=LISTEN_RACE, judge=tclass.cm_connection(184)),
 ]
 
 # IPv6 (issue 10): the guest gets net.GUEST_IP6 and the GID index rxe lists it at (it
