@@ -150,6 +150,9 @@ pub struct PerfArgs {
     /// softnic: UDP port of the peer's NIC (perftest's exchange does not carry it).
     #[arg(long = "peer-udp-port", default_value_t = verbs_api::ROCE_V2_PORT)]
     pub peer_udp_port: u16,
+    /// The traffic class (IP TOS) of the QPs' packets: `ah_attr.grh.traffic_class`.
+    #[arg(long = "tclass", default_value_t = 0)]
+    pub tclass: u8,
     /// softnic: longest wait, in seconds, for the peer or a completion.
     #[arg(long = "timeout", default_value_t = 60)]
     pub timeout: u64,
@@ -226,6 +229,8 @@ pub struct Params {
     pub verify: bool,
     /// Peer NIC's UDP port.
     pub peer_udp_port: u16,
+    /// `--tclass`.
+    pub tclass: u8,
     /// `-c`: RC or UC.
     pub connection: verbs_api::QpType,
     /// `--use-srq`.
@@ -402,6 +407,7 @@ impl Params {
             atomic: a.atomic_type.unwrap_or(AtomicKind::FetchAndAdd),
             verify: a.verify,
             peer_udp_port: a.peer_udp_port,
+            tclass: a.tclass,
             connection,
             use_srq: a.use_srq,
             timeout: Duration::from_secs(a.timeout),
@@ -454,7 +460,9 @@ mod tests {
         assert_eq!(p.sizes.len(), 23);
         assert_eq!((p.sizes[0], p.max_size, p.tx_depth), (2, 1 << 23, 10));
         let p = parse(&["send_bw", "-n", "100"]).unwrap();
-        assert_eq!(p.rx_depth, 100);
+        assert_eq!((p.rx_depth, p.tclass), (100, 0));
+        assert_eq!(parse(&["write_bw", "--tclass=96"]).unwrap().tclass, 96);
+        assert!(parse(&["write_bw", "--tclass", "256"]).is_err());
     }
 
     #[test]

@@ -195,8 +195,14 @@ impl Session {
         }
         for (q, o) in rem.iter().enumerate() {
             let m = self.my[q];
-            self.r
-                .connect(q, &m, o, self.mtu_bytes, to_rts, self.p.peer_udp_port)?;
+            self.r.connect(
+                q,
+                &m,
+                o,
+                self.mtu_bytes,
+                to_rts,
+                (self.p.peer_udp_port, self.p.tclass),
+            )?;
         }
         Ok(())
     }

@@ -264,8 +264,9 @@ impl Resources {
         })
     }
 
-    /// `ctx_connect` for QP `q`: RTR towards `rem`, then RTS if `to_rts` (perftest
-    /// leaves a BW server's QPs in RTR: they only respond).
+    /// `ctx_connect` for QP `q`: RTR towards `rem` (its NIC at UDP port
+    /// `peer_udp_port`, the packets of traffic class `tclass`), then RTS if `to_rts`
+    /// (perftest leaves a BW server's QPs in RTR: they only respond).
     pub fn connect(
         &mut self,
         q: usize,
@@ -273,7 +274,7 @@ impl Resources {
         rem: &Dest,
         mtu_bytes: u32,
         to_rts: bool,
-        peer_udp_port: u16,
+        (peer_udp_port, tclass): (u16, u8),
     ) -> Result<(), String> {
         let max_rd = self.ctx.attributes().max_qp_rd_atom.clamp(1, 255);
         let mtu = Mtu::from_bytes(mtu_bytes).ok_or_else(|| format!("invalid MTU {mtu_bytes}"))?;
@@ -290,7 +291,7 @@ impl Resources {
                 dgid: verbs_api::Gid(rem.gid),
                 sgid_index: verbs_api::gid::ADDRESS_GID_INDEX as u8,
                 hop_limit: HOP_LIMIT,
-                traffic_class: 0,
+                traffic_class: tclass,
                 udp_port: peer_udp_port,
             }),
             max_dest_rd_atomic: rc.then(|| clamp(my.out_reads)),
