@@ -191,6 +191,7 @@ impl Victim {
             } else {
                 u.arbitrary()?
             },
+            traffic_class: 0,
         };
         let mut qps = Vec::new();
         let mut views = Vec::new();
@@ -873,7 +874,7 @@ impl Victim {
                 qpn: PEER_QPNS[qp],
                 qkey: self.peer.qps[qp].qkey,
                 addr: PEER,
-                traffic_class: u.arbitrary()?,
+                traffic_class: 0,
             }),
         };
         let sink_at = sink.iova + u64::from(u.int_in_range(0u32..=(4096 - 8) / 8)? * 8);
