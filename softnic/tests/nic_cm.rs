@@ -698,6 +698,8 @@ fn ud_port_space_resolves_a_service_and_a_send_arrives() {
     cid.resolve_addr(Some(SocketAddr::new(a.addr, 0)), dst, Some(b.port), WAIT)
         .unwrap();
     assert_eq!(event(&cch).kind, CmEventKind::AddrResolved);
+    // As udaddy -t: the TOS after the address is resolved.
+    cid.set_tos(0x48).unwrap();
     let mut c = ud_side(cid.context().unwrap().clone());
     cid.init_qp(&mut c.qp).unwrap();
     assert_eq!(
@@ -728,6 +730,7 @@ fn ud_port_space_resolves_a_service_and_a_send_arrives() {
     };
     assert_eq!((u.qp_num, u.qkey), (s.qp.qp_num(), RDMA_UDP_QKEY));
     assert_eq!(&u.private_data[..6], b"served");
+    assert_eq!(u.ah_attr.traffic_class, 0x48, "the id's TOS in the address");
     c.mr.write(0, b"datagram via rdma_cm");
     let ss = [c.mr.sge(0, 20)];
     let to = verbs_api::UdAddress {
@@ -735,7 +738,7 @@ fn ud_port_space_resolves_a_service_and_a_send_arrives() {
         udp_port: u.ah_attr.udp_port,
         qpn: u.qp_num,
         qkey: u.qkey,
-        traffic_class: 0,
+        traffic_class: u.ah_attr.traffic_class,
     };
     c.qp.post_send(&[SendWr::new(1, WrOpcode::Send, &ss).signaled().to(to)])
         .unwrap();
@@ -746,6 +749,11 @@ fn ud_port_space_resolves_a_service_and_a_send_arrives() {
         (WcStatus::Success, 9, c.qp.qp_num())
     );
     assert_eq!(s.mr.read_vec(40, 20), b"datagram via rdma_cm");
+    assert_eq!(
+        s.mr.read_vec(21, 1),
+        [0x48],
+        "the TOS it arrived with, in the GRH"
+    );
 
     // Nobody serves port 7175 in the UDP space.
     let mut cid2 = CmId::new(&cch, PortSpace::Udp).unwrap();

@@ -269,6 +269,41 @@ fn udaddy_between_two_nics() {
     cmatose_pair("udaddy", "cmstock-ud", 6, &["-C", "0"]);
 }
 
+/// Stock `udaddy -t 72`: the client's UD id has TOS 72, so the address of its
+/// ESTABLISHED event has traffic class 72 (Linux's CM builds it from the route), and the
+/// server answers through `ibv_create_ah_from_wc`, which reads the TOS the datagram
+/// arrived with from the GRH: every datagram both ways carries 72, as a tcpdump on `lo`
+/// sees it (the CM's SIDR MADs, to QP 1, have TOS 0).
+#[test]
+fn udaddy_tos_reaches_the_wire_both_ways() {
+    if !prereq::network_lab(&["tcpdump"]) {
+        return;
+    }
+    let (a, b) = nic_pair("cmstock-udtos", 24);
+    let cap = stock_support::LoCapture::start(a.addr, b.addr, "udtos");
+    let (s_ip, c_ip) = (a.addr.to_string(), b.addr.to_string());
+    let (s, c) = cm_pair(
+        ("udaddy", &a, args(&["-b", &s_ip, "-t", "72", "-C", "10"])),
+        (
+            "udaddy",
+            &b,
+            args(&["-s", &s_ip, "-b", &c_ip, "-t", "72", "-C", "10"]),
+        ),
+    );
+    for out in [&s, &c] {
+        assert!(out.contains("test complete"), "{out}");
+    }
+    let seen = cap.stop();
+    let data: Vec<_> = seen.iter().filter(|p| p.dest_qpn != 1).collect();
+    // (On `lo` a GSO send of several datagrams is one captured packet.)
+    for nic in [&a, &b] {
+        let n = data.iter().filter(|p| p.src == nic.addr).count();
+        assert!(n > 0, "nothing from {}", nic.addr);
+    }
+    let wrong: Vec<_> = data.iter().filter(|p| p.tos != 72).take(5).collect();
+    assert!(wrong.is_empty(), "TOS other than 72: {wrong:?}");
+}
+
 /// Stock `mckey`: UD multicast through the CM. Two receivers, one on each NIC, join
 /// an IPv4 group (`rdma_resolve_addr` to the group, `rdma_join_multicast`: the QP is
 /// attached as the program takes MULTICAST_JOIN), then a sender on the first NIC

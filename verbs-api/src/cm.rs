@@ -438,6 +438,7 @@ impl EventChannel {
                 ah_attr: AhAttr {
                     dgid: crate::Gid::from_ip(u.dest.ip()),
                     udp_port: u.dest.port(),
+                    traffic_class: u.traffic_class,
                     ..AhAttr::default()
                 },
             }),
@@ -646,7 +647,8 @@ impl CmId {
     /// send every packet with it, and `rdma_init_qp_attr` answers it in
     /// `ah_attr.grh.traffic_class`, as Linux's CM routes an id with its TOS. Set it
     /// before `rdma_connect`; a passive connection takes the REQ's. On a UD id it is
-    /// kept but not applied: the address of the ESTABLISHED event has traffic class 0.
+    /// the traffic class of the address the ESTABLISHED event gives (`ah_attr`), as
+    /// Linux's CM builds that address from the route.
     pub fn set_tos(&mut self, tos: u8) -> Result<()> {
         self.tos = Some(tos);
         if self.bound.is_some() {

@@ -681,6 +681,11 @@ impl Runtime {
         if n > 0 && !self.groups.is_empty() {
             self.groups.sync(&self.nic.mcast);
         }
+        // Only a UD receive needs each datagram's TOS and TTL (its GRH): without a UD QP
+        // the kernel is not asked for them.
+        if n > 0 {
+            self.path.io.report_ip_fields(self.nic.ud_qps > 0);
+        }
         n
     }
 

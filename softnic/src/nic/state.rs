@@ -122,6 +122,9 @@ pub struct Nic {
     /// (`QpEntry::prefetch`). Inline, each look-up stalled on the cold entry's key
     /// before the next could start (docs/perf.md, session 16).
     pub qps: KeyMap<Box<QpEntry>>,
+    /// How many of `qps` are UD: while there are none, the socket does not report the
+    /// TOS and TTL a UD receive's GRH needs (`UdpIo::report_ip_fields`).
+    pub ud_qps: usize,
     /// Shared receive queues by handle (`srq.rs`).
     pub srqs: KeyMap<SrqEntry>,
     /// Counters of SRQs already destroyed.
@@ -271,6 +274,7 @@ impl Nic {
             mrs: MrTable::default(),
             cqs: KeyMap::default(),
             qps: KeyMap::default(),
+            ud_qps: 0,
             srqs: KeyMap::default(),
             retired_srqs: Default::default(),
             handles: HandleAlloc::new(),
@@ -1061,6 +1065,7 @@ impl Nic {
             .clients
             .get(&client)
             .map(|c| c.doorbells.page().clone());
+        self.ud_qps += usize::from(qp_type == QpType::Ud);
         self.qps.insert(qpn, Box::new(entry));
         Ok((qpn, granted))
     }
@@ -1073,6 +1078,9 @@ impl Nic {
         let Some(e) = self.qps.remove(&qpn) else {
             return false;
         };
+        if e.qp.qp_type() == tqp::QpType::Ud {
+            self.ud_qps = self.ud_qps.saturating_sub(1);
+        }
         self.retired.add(e.qp.counters());
         self.mcast.forget_qp(qpn);
         // Its active-set item (if any) is stale from now on; its timer and slot go.

@@ -337,7 +337,9 @@ pub struct UdpIo {
     local: SocketAddr,
     gso: bool,
     gro: bool,
-    /// The kernel reports each datagram's TOS and TTL ([`RecvBatch::ip_fields`]).
+    /// The kernel reports each datagram's TOS and TTL ([`RecvBatch::ip_fields`]):
+    /// always on a group's socket, on the NIC's while it has UD QPs
+    /// ([`UdpIo::report_ip_fields`]).
     ip_fields: bool,
 }
 
@@ -400,10 +402,11 @@ fn received_cmsgs(msg: &libc::msghdr) -> (usize, u8, u8) {
     (seg, tos, ttl)
 }
 
-/// Asks the kernel to report each received datagram's IP TOS / traffic class and TTL /
-/// hop limit in its control data (what a UD receive's GRH carries). Best effort: a
-/// kernel that refuses leaves the defaults (0 and 64) in the GRH.
-fn ask_ip_fields(fd: RawFd, v4: bool) -> bool {
+/// Asks the kernel to report (`on` 1) or no longer report (0) each received datagram's
+/// IP TOS / traffic class and TTL / hop limit in its control data (what a UD receive's
+/// GRH carries). Best effort: a kernel that refuses leaves the defaults (0 and 64) in
+/// the GRH. True when both options were set.
+fn ask_ip_fields(fd: RawFd, v4: bool, on: libc::c_int) -> bool {
     let asks = if v4 {
         [
             (libc::IPPROTO_IP, libc::IP_RECVTOS),
@@ -416,7 +419,7 @@ fn ask_ip_fields(fd: RawFd, v4: bool) -> bool {
         ]
     };
     asks.iter()
-        .all(|&(level, name)| set_int_opt(fd, level, name, 1).is_ok())
+        .all(|&(level, name)| set_int_opt(fd, level, name, on).is_ok())
 }
 
 /// The index of network interface `name` (`if_nametoindex(3)`), if it exists.
@@ -571,13 +574,12 @@ impl UdpIo {
         // (up to 64 KiB) with their size in a UDP_GRO cmsg; on loopback a GSO send
         // arrives whole.
         let gro = want.gro && set_int_opt(fd, SOL_UDP, UDP_GRO, 1).is_ok();
-        let ip_fields = ask_ip_fields(fd, addr.is_ipv4());
         Ok(UdpIo {
             socket,
             local,
             gso,
             gro,
-            ip_fields,
+            ip_fields: false,
         })
     }
 
@@ -617,7 +619,7 @@ impl UdpIo {
             }
         }
         let gro = gro && set_int_opt(socket.as_raw_fd(), SOL_UDP, UDP_GRO, 1).is_ok();
-        let ip_fields = ask_ip_fields(socket.as_raw_fd(), group.is_ipv4());
+        let ip_fields = ask_ip_fields(socket.as_raw_fd(), group.is_ipv4(), 1);
         Ok(UdpIo {
             socket,
             local: group,
@@ -625,6 +627,25 @@ impl UdpIo {
             gro,
             ip_fields,
         })
+    }
+
+    /// Whether the kernel reports each received datagram's IP TOS / traffic class and
+    /// TTL / hop limit ([`RecvBatch::ip_fields`]; without, 0 and 64). Off at bind: the
+    /// two control messages cost every receive a little, for what only a UD receive's
+    /// GRH shows (in session 28's A/B with them always on, the minimum one-way time of
+    /// an 8 B `send_lat` went from 10.2 to 10.6 µs, medians of ten alternating runs; the
+    /// typical time and the rates did not move beyond the noise). Asked again only when
+    /// `on` differs from the current state; a refusal leaves it off.
+    pub fn report_ip_fields(&mut self, on: bool) {
+        if on == self.ip_fields {
+            return;
+        }
+        let fd = self.socket.as_raw_fd();
+        self.ip_fields = if on {
+            ask_ip_fields(fd, self.local.is_ipv4(), 1)
+        } else {
+            !ask_ip_fields(fd, self.local.is_ipv4(), 0)
+        };
     }
 
     /// The receive buffer the kernel granted, in the bytes of payload it holds: Linux
@@ -917,15 +938,20 @@ mod tests {
     }
 
     /// Each send's TOS / traffic class reaches the wire (what the receiving socket's
-    /// `IP_RECVTOS` / `IPV6_RECVTCLASS` reports), ECN bits included, per send on one
-    /// socket, with and without GSO, and 0 leaves the default; the TTL / hop limit is
-    /// reported too (64, Linux's default).
+    /// `IP_RECVTOS` / `IPV6_RECVTCLASS` reports once asked), ECN bits included, per send
+    /// on one socket, with and without GSO, and 0 leaves the default; the TTL / hop
+    /// limit is reported too (64, Linux's default). Not asked, or no longer, the batch
+    /// says 0 and 64.
     #[test]
     fn each_send_carries_its_tos_and_the_receiver_sees_tos_and_ttl() {
         for addr in ["127.0.0.1:0", "[::1]:0"] {
             let addr = addr.parse().unwrap();
             let mut a = UdpIo::bind_with(addr, BOTH).unwrap();
             let mut b = UdpIo::bind_with(addr, BOTH).unwrap();
+            assert!(!b.ip_fields, "off at bind");
+            assert_eq!(a.send(&[1; 100], b.local_addr(), 0xB8), SendOutcome::Sent);
+            assert_eq!(receive_ip_fields(&mut b), ((0, 64), 1), "{addr}: not asked");
+            b.report_ip_fields(true);
             assert!(b.ip_fields, "{addr}: IP_RECVTOS/TTL refused");
             for tos in [0xB8u8, 0, 0x03, 0x60] {
                 assert_eq!(a.send(&[1; 100], b.local_addr(), tos), SendOutcome::Sent);
@@ -945,6 +971,9 @@ mod tests {
                     "{addr} GSO {tos:#x}"
                 );
             }
+            b.report_ip_fields(false);
+            assert_eq!(a.send(&[1; 100], b.local_addr(), 0xB8), SendOutcome::Sent);
+            assert_eq!(receive_ip_fields(&mut b), ((0, 64), 1), "{addr}: no longer");
         }
     }
 

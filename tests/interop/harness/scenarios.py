@@ -416,6 +416,11 @@ SCENARIOS += [
     _cm("tos_write_bw_cm", "ib_write_bw -d {dev} -T 184 " + CM_BW,
         "ib_write_bw -d {dev} -T 184 %s {peer}" % CM_BW, 18515, group="tclass",
         expect=PERF_OK, rerun_if=LISTEN_RACE, judge=tclass.cm_connection(184)),
+    # UD: the client's id TOS is the traffic class of its ESTABLISHED address; the server
+    # answers through ibv_create_ah_from_wc, which reads the TOS from the GRH (the IP
+    # header as it arrived): every datagram both ways carries it.
+    _cm("tos_udaddy", "udaddy -b {addr} -t 72 -C 10", "udaddy -s {peer} -t 72 -C 10", 7174,
+        group="tclass", expect=r"test complete", judge=tclass.every_packet(72)),
 ]
 
 # IPv6 (issue 10): the guest gets net.GUEST_IP6 and the GID index rxe lists it at (it

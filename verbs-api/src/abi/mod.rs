@@ -115,7 +115,8 @@ pub const CQ_ARMED: u32 = 1 << 1;
 /// 11: `CmRequest::SetAckTimeout` (`RDMA_OPTION_ID_ACK_TIMEOUT`).
 /// 12: traffic classes: `control::QpAttr::traffic_class` (the address vector's) and
 /// `UdDest::traffic_class` (a UD work request's), put in each packet's IP TOS.
-pub const ABI_VERSION: u32 = 12;
+/// 13: `CmEventUd::traffic_class` (a UD id's TOS in its ESTABLISHED address).
+pub const ABI_VERSION: u32 = 13;
 
 /// The BTH destination QPN of every multicast datagram (IBTA 9.6.1.1): what a sender
 /// addresses a group's QPs with, never a QP's own number.

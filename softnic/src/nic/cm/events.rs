@@ -134,6 +134,7 @@ impl NicCm {
                         qp_num: 0,
                         qkey: 0,
                         dest,
+                        traffic_class: 0,
                     });
                 }
                 m
@@ -155,6 +156,9 @@ impl NicCm {
                     qp_num: qpn,
                     qkey,
                     dest,
+                    // The id's TOS: Linux's CM builds this address from the route,
+                    // whose traffic class is the id's (`cma_sidr_rep_handler`).
+                    traffic_class: self.ids.get(&id).map_or(0, |o| o.tos),
                 });
                 m
             }

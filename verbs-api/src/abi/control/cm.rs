@@ -238,6 +238,10 @@ pub struct CmEventUd {
     pub qkey: u32,
     /// Its NIC (IP and RoCE UDP port).
     pub dest: SocketAddr,
+    /// The traffic class of the address: the id's TOS (`CmRequest::SetTos`) on the
+    /// active side's ESTABLISHED, as Linux's CM puts the route's in `ah_attr`; 0 in a
+    /// CONNECT_REQUEST.
+    pub traffic_class: u8,
 }
 
 /// A CM reply (inside [`super::Reply::Cm`]).
@@ -305,6 +309,7 @@ mod tests {
                 qp_num: u32::MAX,
                 qkey: u32::MAX,
                 dest: v6,
+                traffic_class: u8::MAX,
             }),
         };
         let answer = Reply::Cm(CmReply::Events(vec![widest; MAX_EVENTS_PER_REPLY]));
