@@ -18,8 +18,13 @@
 //! socket cannot choose a source port per packet). Receivers accept any source port; it
 //! only spreads flows over ECMP paths.
 //!
-//! On receive the IPv4 header is not visible; see `rx_icrc.rs` for how the ICRC is
-//! checked anyway.
+//! Each send may carry its own IP TOS / traffic class (a QP's traffic class) as a
+//! control message; the ICRC masks it.
+//!
+//! On receive the IPv4 header is not visible, except its TOS and TTL, which the kernel
+//! reports as control messages while the NIC has UD QPs (their receive buffers' GRH
+//! shows them); see `rx_icrc.rs` for how the ICRC is checked anyway (the IPv4 ID it
+//! covers is solved).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
