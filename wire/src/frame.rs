@@ -207,6 +207,61 @@ pub fn outer_len(p: &FrameParams) -> usize {
         }
 }
 
+/// Writes the IP header of a UDP datagram of `udp_len` bytes (UDP header included) with
+/// the addresses and IPv4 fields of `ip` and IP TOS / IPv6 traffic class and TTL / hop
+/// limit `(tos, ttl)` at the start of `out`, as a Linux sender fills it: IPv4 with IHL 5
+/// and its checksum computed, IPv6 with flow label 0. Returns its length (20 or 40).
+/// Also what a UD receive's GRH holds (softnic-transport's `synth_grh`).
+pub fn emit_ip_header(
+    ip: &IpParams,
+    (tos, ttl): (u8, u8),
+    udp_len: u16,
+    out: &mut [u8],
+) -> Result<usize> {
+    let need = match ip {
+        IpParams::V4 { .. } => 20,
+        IpParams::V6 { .. } => 40,
+    };
+    let Some(h) = out.get_mut(..need) else {
+        return Err(Error::BufferTooSmall {
+            need,
+            have: out.len(),
+        });
+    };
+    match *ip {
+        IpParams::V4 {
+            src,
+            dst,
+            id,
+            dont_fragment,
+        } => {
+            h[0] = 0x45;
+            h[1] = tos;
+            h[2..4].copy_from_slice(&udp_len.wrapping_add(20).to_be_bytes());
+            h[4..6].copy_from_slice(&id.to_be_bytes());
+            h[6..8].copy_from_slice(&(if dont_fragment { 0x4000u16 } else { 0 }).to_be_bytes());
+            h[8] = ttl;
+            h[9] = IPPROTO_UDP;
+            h[10] = 0;
+            h[11] = 0;
+            h[12..16].copy_from_slice(&src.octets());
+            h[16..20].copy_from_slice(&dst.octets());
+            let c = ipv4_checksum(h);
+            h[10..12].copy_from_slice(&c.to_be_bytes());
+        }
+        IpParams::V6 { src, dst } => {
+            // Version 6, traffic class, flow label 0.
+            h[0..4].copy_from_slice(&(0x6000_0000u32 | (u32::from(tos) << 20)).to_be_bytes());
+            h[4..6].copy_from_slice(&udp_len.to_be_bytes());
+            h[6] = IPPROTO_UDP;
+            h[7] = ttl;
+            h[8..24].copy_from_slice(&src.octets());
+            h[24..40].copy_from_slice(&dst.octets());
+        }
+    }
+    Ok(need)
+}
+
 /// Writes an Ethernet/IP/UDP frame around `roce` (BTH … ICRC) into `out`, with the
 /// header fields a Linux sender would produce (IPv4 checksum computed, UDP checksum 0
 /// as rxe and hardware send it). Returns the frame length.
@@ -222,42 +277,12 @@ pub fn emit_ethernet(p: &FrameParams, roce: &[u8], out: &mut [u8]) -> Result<usi
     out[0..6].copy_from_slice(&p.dst_mac);
     out[6..12].copy_from_slice(&p.src_mac);
     let udp_len = (8 + roce.len()) as u16;
-    let ip = &mut out[ETHERNET_HEADER_LEN..];
-    let iplen = match p.icrc.ip {
-        IpParams::V4 {
-            src,
-            dst,
-            id,
-            dont_fragment,
-        } => {
-            let h = &mut ip[..20];
-            h[0] = 0x45;
-            h[1] = p.tos;
-            h[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
-            h[4..6].copy_from_slice(&id.to_be_bytes());
-            h[6..8].copy_from_slice(&(if dont_fragment { 0x4000u16 } else { 0 }).to_be_bytes());
-            h[8] = p.ttl;
-            h[9] = IPPROTO_UDP;
-            h[10] = 0;
-            h[11] = 0;
-            h[12..16].copy_from_slice(&src.octets());
-            h[16..20].copy_from_slice(&dst.octets());
-            let c = ipv4_checksum(h);
-            h[10..12].copy_from_slice(&c.to_be_bytes());
-            20
-        }
-        IpParams::V6 { src, dst } => {
-            let h = &mut ip[..40];
-            // Version 6, traffic class, flow label 0.
-            h[0..4].copy_from_slice(&(0x6000_0000u32 | (u32::from(p.tos) << 20)).to_be_bytes());
-            h[4..6].copy_from_slice(&udp_len.to_be_bytes());
-            h[6] = IPPROTO_UDP;
-            h[7] = p.ttl;
-            h[8..24].copy_from_slice(&src.octets());
-            h[24..40].copy_from_slice(&dst.octets());
-            40
-        }
-    };
+    let iplen = emit_ip_header(
+        &p.icrc.ip,
+        (p.tos, p.ttl),
+        udp_len,
+        &mut out[ETHERNET_HEADER_LEN..],
+    )?;
     let et = if iplen == 20 {
         ETHERTYPE_IPV4
     } else {

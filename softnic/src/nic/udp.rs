@@ -890,16 +890,10 @@ impl PacketIo for UdpIo {
     }
 
     fn send(&mut self, pkt: &[u8], dest: SocketAddr, tos: u8) -> SendOutcome {
-        let to = SockAddr::from(dest);
         // A full socket buffer clears within microseconds on loopback; wait a little,
         // a bounded number of times, then drop (RC recovers by retransmission).
         for attempt in 0..4 {
-            let r = if tos == 0 {
-                self.socket.send_to(pkt, &to).map(|_| ())
-            } else {
-                self.sendmsg_with(pkt, dest, None, tos)
-            };
-            match r {
+            match self.sendmsg_with(pkt, dest, None, tos) {
                 Ok(_) => return SendOutcome::Sent,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if attempt < 3 {

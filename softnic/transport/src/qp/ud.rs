@@ -17,9 +17,9 @@
 //! address. The destination is the address given to `Qp::set_local_addr` (zero if
 //! none), or the multicast group for a datagram sent to one.
 
-use core::net::{IpAddr, SocketAddr};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use wire::{ParsedPacket, ICRC_LEN};
+use wire::{IpParams, ParsedPacket, ICRC_LEN};
 
 use super::{Qp, GRH_LEN};
 use crate::memory::Memory;
@@ -54,7 +54,8 @@ impl Default for ReceivedIp {
 }
 
 /// The 40-byte GRH stand-in for a datagram of `udp_payload_len` bytes from `src` to
-/// `dst` with the header fields `ip` (see the module documentation).
+/// `dst` with the header fields `ip` (see the module documentation): the IP header as a
+/// Linux sender writes it (`wire::frame::emit_ip_header`), IPv4 in bytes 20..40.
 pub fn synth_grh(
     src: IpAddr,
     dst: Option<IpAddr>,
@@ -63,38 +64,32 @@ pub fn synth_grh(
 ) -> [u8; 40] {
     let mut g = [0u8; 40];
     let udp_len = (udp_payload_len + 8) as u16;
-    match src {
-        IpAddr::V4(s) => {
-            let d = match dst {
-                Some(IpAddr::V4(d)) => d.octets(),
-                _ => [0; 4],
-            };
-            let h = &mut g[20..40];
-            h[0] = 0x45;
-            h[1] = ip.tos;
-            h[2..4].copy_from_slice(&(udp_len.wrapping_add(20)).to_be_bytes());
-            h[4..6].copy_from_slice(&ip.ipv4_id.to_be_bytes());
-            h[6] = 0x40; // DF
-            h[8] = ip.ttl;
-            h[9] = 17;
-            h[12..16].copy_from_slice(&s.octets());
-            h[16..20].copy_from_slice(&d);
-            let sum = wire::frame::ipv4_checksum(h);
-            h[10..12].copy_from_slice(&sum.to_be_bytes());
-        }
-        IpAddr::V6(s) => {
-            let d = match dst {
-                Some(IpAddr::V6(d)) => d.octets(),
-                _ => [0; 16],
-            };
-            g[0..4].copy_from_slice(&(0x6000_0000u32 | (u32::from(ip.tos) << 20)).to_be_bytes());
-            g[4..6].copy_from_slice(&udp_len.to_be_bytes());
-            g[6] = 17;
-            g[7] = ip.ttl;
-            g[8..24].copy_from_slice(&s.octets());
-            g[24..40].copy_from_slice(&d);
-        }
-    }
+    let (params, at) = match src {
+        IpAddr::V4(src) => (
+            IpParams::V4 {
+                src,
+                dst: match dst {
+                    Some(IpAddr::V4(d)) => d,
+                    _ => Ipv4Addr::UNSPECIFIED,
+                },
+                id: ip.ipv4_id,
+                dont_fragment: true,
+            },
+            20,
+        ),
+        IpAddr::V6(src) => (
+            IpParams::V6 {
+                src,
+                dst: match dst {
+                    Some(IpAddr::V6(d)) => d,
+                    _ => Ipv6Addr::UNSPECIFIED,
+                },
+            },
+            0,
+        ),
+    };
+    // 20 or 40 bytes from `at`: they fit the 40.
+    let _ = wire::frame::emit_ip_header(&params, (ip.tos, ip.ttl), udp_len, &mut g[at..]);
     g
 }
 
