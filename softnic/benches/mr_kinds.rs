@@ -10,7 +10,7 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use softnic::nic::memory::{MrTable, Source};
-use softnic_transport::memory::Memory;
+use softnic_transport::memory::{Accessor, Memory};
 
 const LEN: usize = 1 << 20;
 const PD: u32 = 1;
@@ -74,7 +74,8 @@ fn bench(c: &mut Criterion) {
             g.bench_function(format!("{size}B_nic_writes_{name}"), |b| {
                 b.iter(|| {
                     at = (at + size as u64) % LEN as u64;
-                    t.write_remote(PD, rkey, iova + at, &payload).unwrap()
+                    t.write_remote(Accessor { pd: PD, qpn: 1 }, rkey, iova + at, &payload)
+                        .unwrap()
                 })
             });
             g.bench_function(format!("{size}B_nic_reads_{name}"), |b| {

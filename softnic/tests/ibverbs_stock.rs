@@ -90,7 +90,7 @@ fn ibv_devinfo_verbose_describes_the_nic() {
         "link_layer:\t\tEthernet".to_string(),
         "gid_tbl_len:\t\t1024".to_string(),
         // What softnic does (query.rs DEVICE_CAP_FLAGS): no flag for what it does not.
-        "device_cap_flags:\t\t0x00021800".to_string(),
+        "device_cap_flags:\t\t0x01021800".to_string(),
         "max_srq:\t\t\t4096".to_string(),
         "max_srq_wr:\t\t\t32768".to_string(),
         "max_srq_sge:\t\t\t4".to_string(),

@@ -6,7 +6,9 @@
 mod nic_support;
 
 use nic_support::*;
-use verbs_api::{MemoryWindow, Mtu, MwBindInfo, SendWr, WcOpcode, WcStatus, WrOpcode};
+use verbs_api::{
+    MemoryWindow, Mtu, MwBindInfo, QpType, QueuePair, SendWr, WcOpcode, WcStatus, WrOpcode,
+};
 
 const REMOTE_WRITE: u32 = 2;
 const REMOTE_READ: u32 = 4;
@@ -174,6 +176,49 @@ fn type2_window_invalidated_by_the_peers_send_with_invalidate() {
         write(&mut y, x.mr.addr() + 256, rkey, 2),
         WcStatus::RemAccessErr
     );
+}
+
+/// A second connection of x's PD: a new RC QP of x (its PD and CQ) connected with a
+/// new side on `b`.
+fn second_connection(a: &NicProc, b: &NicProc, x: &Side) -> (QueuePair, Side) {
+    let mut qp = qp_on(&x.pd, &x.cq, QpType::Rc, 8);
+    let mut z = side(b, 4096, 8);
+    connect_rc(
+        (&mut qp, a),
+        (&mut z.qp, b),
+        Mtu::Mtu1024,
+        (0x3000, 0x4000),
+        14,
+    );
+    (qp, z)
+}
+
+/// IBTA type 2B (as rxe): a type 2 window answers only the QP it was bound on. The peer
+/// of another connection of the same PD that learns its R_Key reaches nothing with it,
+/// and cannot invalidate it with a SEND with Invalidate; the window's own peer still
+/// can.
+#[test]
+fn a_type2_window_is_no_key_on_another_connection_of_its_pd() {
+    let a = NicProc::start("mw2b-a", "127.0.0.1", 0, &[]);
+    let b = NicProc::start("mw2b-b", "127.0.0.1", 0, &[]);
+    let (x, mut y, _mw, rkey) = bound_type2(&a, &b);
+    let (_qp2, mut z) = second_connection(&a, &b, &x);
+    assert_eq!(
+        write(&mut z, x.mr.addr() + 256, rkey, 1),
+        WcStatus::RemAccessErr
+    );
+    assert_eq!(x.mr.read_vec(256, 8), vec![0; 8], "nothing written");
+    let (mut qp3, mut w) = second_connection(&a, &b, &x);
+    let rsge = [x.mr.sge(1024, 64)];
+    qp3.post_recv(&[verbs_api::RecvWr::new(50, &rsge)])
+        .expect("recv");
+    let sge = [w.mr.sge(0, 8)];
+    w.qp.post_send(&[SendWr::new(51, WrOpcode::SendWithInv(rkey), &sge).signaled()])
+        .expect("send with inv");
+    assert_eq!(poll_one(&mut w.cq).status, WcStatus::RemAccessErr);
+    // Still bound, for the connection it was bound on.
+    assert_eq!(write(&mut y, x.mr.addr() + 256, rkey, 2), WcStatus::Success);
+    assert_eq!(x.mr.read_vec(256, 8), pattern(8, 2));
 }
 
 #[test]

@@ -12,7 +12,7 @@
 
 use std::cell::RefCell;
 
-use softnic_transport::memory::{Access, AtomicOp, MemError, Memory};
+use softnic_transport::memory::{Access, Accessor, AtomicOp, MemError, Memory};
 
 /// Canary bytes before, between and after the regions.
 pub const CANARY_LEN: usize = 64;
@@ -331,34 +331,34 @@ impl Memory for CanaryMem {
 
     fn check_remote(
         &self,
-        pd: u32,
+        by: Accessor,
         rkey: u32,
         va: u64,
         len: u64,
         access: Access,
     ) -> Result<(), MemError> {
-        let r = self.remote(pd, rkey, access)?;
+        let r = self.remote(by.pd, rkey, access)?;
         self.offset(r, va, len).map(|_| ())
     }
 
-    fn read_remote(&self, pd: u32, rkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
-        let r = self.remote(pd, rkey, Access::REMOTE_READ)?;
+    fn read_remote(&self, by: Accessor, rkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
+        let r = self.remote(by.pd, rkey, Access::REMOTE_READ)?;
         let o = self.offset(r, va, dst.len() as u64)?;
         dst.copy_from_slice(&self.buf[o..o + dst.len()]);
         self.record(Kind::ReadRemote, rkey, va, dst.len() as u64, &[]);
         Ok(())
     }
 
-    fn write_remote(&mut self, pd: u32, rkey: u32, va: u64, src: &[u8]) -> Result<(), MemError> {
-        let r = self.remote(pd, rkey, Access::REMOTE_WRITE)?;
+    fn write_remote(&mut self, by: Accessor, rkey: u32, va: u64, src: &[u8]) -> Result<(), MemError> {
+        let r = self.remote(by.pd, rkey, Access::REMOTE_WRITE)?;
         let o = self.offset(r, va, src.len() as u64)?;
         self.buf[o..o + src.len()].copy_from_slice(src);
         self.record(Kind::WriteRemote, rkey, va, src.len() as u64, src);
         Ok(())
     }
 
-    fn atomic(&mut self, pd: u32, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
-        let r = self.remote(pd, rkey, Access::REMOTE_ATOMIC)?;
+    fn atomic(&mut self, by: Accessor, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
+        let r = self.remote(by.pd, rkey, Access::REMOTE_ATOMIC)?;
         if !va.is_multiple_of(8) {
             return Err(MemError::Misaligned);
         }

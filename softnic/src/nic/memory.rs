@@ -58,7 +58,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use softnic_transport::crc::{copy_update_raw, copy_update_to_raw};
-use softnic_transport::memory::{Access, AtomicOp, MemError, Memory};
+use softnic_transport::memory::{Access, Accessor, AtomicOp, MemError, Memory};
 use verbs_api::abi::control::{Handle, MrSegment, Request};
 
 /// How many bytes past a gather's copy [`fetch_ahead`] asks for (measured against 512,
@@ -598,16 +598,16 @@ impl MrTable {
     /// range and rights; the window's bind checked the region's).
     fn remote(
         &self,
-        pd: u32,
+        by: Accessor,
         rkey: u32,
         (va, len): (u64, u64),
         access: Access,
     ) -> Result<&Region, MemError> {
         let Some(r) = self.find(&self.by_rkey, &self.last_remote, rkey, |r| r.rkey) else {
-            let h = self.windows.check(pd, rkey, va, len, access)?;
+            let h = self.windows.check(by, rkey, va, len, access)?;
             return self.regions.get(&h).ok_or(MemError::InvalidKey);
         };
-        let r = Self::of_pd(Some(r), pd)?;
+        let r = Self::of_pd(Some(r), by.pd)?;
         if !r.access.contains(access) {
             return Err(MemError::AccessDenied);
         }
@@ -684,13 +684,13 @@ impl MrTable {
 
     fn write_remote_with(
         &self,
-        pd: u32,
+        by: Accessor,
         rkey: u32,
         va: u64,
         src: &[u8],
         crc: Option<u32>,
     ) -> Result<u32, MemError> {
-        let r = self.remote(pd, rkey, (va, src.len() as u64), Access::REMOTE_WRITE)?;
+        let r = self.remote(by, rkey, (va, src.len() as u64), Access::REMOTE_WRITE)?;
         Self::copy_in(r, va, src, crc)
     }
 }
@@ -730,56 +730,68 @@ impl Memory for MrTable {
 
     fn check_remote(
         &self,
-        pd: u32,
+        by: Accessor,
         rkey: u32,
         va: u64,
         len: u64,
         access: Access,
     ) -> Result<(), MemError> {
-        let r = self.remote(pd, rkey, (va, len), access)?;
+        let r = self.remote(by, rkey, (va, len), access)?;
         r.offset(va, len).map(|_| ())
     }
 
-    fn read_remote(&self, pd: u32, rkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
-        let r = self.remote(pd, rkey, (va, dst.len() as u64), Access::REMOTE_READ)?;
+    fn read_remote(
+        &self,
+        by: Accessor,
+        rkey: u32,
+        va: u64,
+        dst: &mut [u8],
+    ) -> Result<(), MemError> {
+        let r = self.remote(by, rkey, (va, dst.len() as u64), Access::REMOTE_READ)?;
         Self::copy_out(r, va, dst, None).map(drop)
     }
 
     fn read_remote_crc(
         &self,
-        pd: u32,
+        by: Accessor,
         rkey: u32,
         va: u64,
         dst: &mut [u8],
         crc: u32,
     ) -> Result<u32, MemError> {
-        let r = self.remote(pd, rkey, (va, dst.len() as u64), Access::REMOTE_READ)?;
+        let r = self.remote(by, rkey, (va, dst.len() as u64), Access::REMOTE_READ)?;
         Self::copy_out(r, va, dst, Some(crc))
     }
 
-    fn write_remote(&mut self, pd: u32, rkey: u32, va: u64, src: &[u8]) -> Result<(), MemError> {
-        self.write_remote_with(pd, rkey, va, src, None).map(drop)
+    fn write_remote(
+        &mut self,
+        by: Accessor,
+        rkey: u32,
+        va: u64,
+        src: &[u8],
+    ) -> Result<(), MemError> {
+        self.write_remote_with(by, rkey, va, src, None).map(drop)
     }
 
     fn write_remote_crc(
         &mut self,
-        pd: u32,
+        by: Accessor,
         rkey: u32,
         va: u64,
         src: &[u8],
         crc: u32,
     ) -> Result<u32, MemError> {
-        self.write_remote_with(pd, rkey, va, src, Some(crc))
+        self.write_remote_with(by, rkey, va, src, Some(crc))
     }
 
-    fn invalidate(&mut self, pd: u32, rkey: u32) -> Result<(), MemError> {
+    fn invalidate(&mut self, by: Accessor, rkey: u32) -> Result<(), MemError> {
         self.windows
-            .invalidate(None, pd, rkey)
+            .invalidate(None, by, rkey)
             .map_err(|_| MemError::InvalidKey)
     }
 
-    fn atomic(&mut self, pd: u32, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
-        let r = self.remote(pd, rkey, (va, 8), Access::REMOTE_ATOMIC)?;
+    fn atomic(&mut self, by: Accessor, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
+        let r = self.remote(by, rkey, (va, 8), Access::REMOTE_ATOMIC)?;
         if !va.is_multiple_of(8) {
             return Err(MemError::Misaligned);
         }
@@ -810,6 +822,9 @@ impl Memory for MrTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A QP of PD 10, through which the remote accesses below are made.
+    const QP10: Accessor = Accessor { pd: 10, qpn: 0x51 };
     use memmap2::MmapRaw;
     use std::os::fd::AsFd;
 
@@ -829,7 +844,7 @@ mod tests {
     #[test]
     fn local_and_remote_accesses_reach_the_clients_bytes() {
         let (mut t, _, lkey, rkey, view) = table_with(0xF, 4096);
-        t.write_remote(10, rkey, IOVA + 100, b"hello").unwrap();
+        t.write_remote(QP10, rkey, IOVA + 100, b"hello").unwrap();
         // The client's own mapping sees the write.
         let mut got = [0u8; 5];
         // SAFETY: test reads 5 bytes inside its own 8192-byte mapping.
@@ -838,7 +853,7 @@ mod tests {
         let mut back = [0u8; 5];
         t.read_local(10, lkey, IOVA + 100, &mut back).unwrap();
         assert_eq!(&back, b"hello");
-        t.read_remote(10, rkey, IOVA + 100, &mut back).unwrap();
+        t.read_remote(QP10, rkey, IOVA + 100, &mut back).unwrap();
         assert_eq!(&back, b"hello");
         // The gather's digest: the same copy, and the CRC chained over it.
         let c = softnic_transport::crc::update(0, b"he");
@@ -850,7 +865,7 @@ mod tests {
         back.fill(0);
         let want = softnic_transport::crc::update(0, b"hello");
         assert_eq!(
-            t.read_remote_crc(10, rkey, IOVA + 100, &mut back, 0),
+            t.read_remote_crc(QP10, rkey, IOVA + 100, &mut back, 0),
             Ok(want)
         );
         assert_eq!(&back, b"hello");
@@ -901,10 +916,10 @@ mod tests {
                 let va = IOVA + off as u64;
                 let c = t.read_local_crc(10, lkey, va, &mut a, 0).unwrap();
                 assert_eq!(c, crc32fast::hash(&want[..len]), "local {len} at +{off}");
-                let c = t.read_remote_crc(10, rkey, va + len as u64, &mut b, c);
+                let c = t.read_remote_crc(QP10, rkey, va + len as u64, &mut b, c);
                 assert_eq!(c, Ok(crc32fast::hash(want)), "chained {len} at +{off}");
                 assert!(a == want[..len] && b == want[len..], "copy {len} at +{off}");
-                let c = t.read_remote_crc(10, rkey, va, &mut a, 0).unwrap();
+                let c = t.read_remote_crc(QP10, rkey, va, &mut a, 0).unwrap();
                 let c = t.read_local_crc(10, lkey, va + len as u64, &mut b, c);
                 assert_eq!(c, Ok(crc32fast::hash(want)), "remote first {len} +{off}");
                 assert!(a == want[..len] && b == want[len..], "copy {len} at +{off}");
@@ -932,7 +947,7 @@ mod tests {
                 let va = IOVA + off as u64;
                 let c = t.write_local_crc(10, lkey, va, &want[..len], 0).unwrap();
                 assert_eq!(c, crc32fast::hash(&want[..len]), "local {len} at +{off}");
-                let c = t.write_remote_crc(10, rkey, va + len as u64, &want[len..], c);
+                let c = t.write_remote_crc(QP10, rkey, va + len as u64, &want[len..], c);
                 assert_eq!(c, Ok(crc32fast::hash(want)), "chained {len} at +{off}");
                 let mut got = vec![0u8; 2 * len];
                 // SAFETY: reads the test's own mapping, inside its MAP bytes.
@@ -949,11 +964,11 @@ mod tests {
             Err(MemError::AccessDenied)
         );
         assert_eq!(
-            t.write_remote_crc(10, rkey, IOVA, &p, 0),
+            t.write_remote_crc(QP10, rkey, IOVA, &p, 0),
             Err(MemError::AccessDenied)
         );
         assert_eq!(
-            t.write_remote_crc(11, rkey, IOVA, &p, 0),
+            t.write_remote_crc(Accessor { pd: 11, ..QP10 }, rkey, IOVA, &p, 0),
             Err(MemError::InvalidKey)
         );
     }
@@ -988,17 +1003,17 @@ mod tests {
             len: 1024,
             access: Access::REMOTE_WRITE.0,
         };
-        t.windows.bind(1, 10, &bind, Some(under)).unwrap();
+        t.windows.bind(1, QP10, &bind, Some(under)).unwrap();
         let p = [7u8; 300];
         let at = IOVA + 1024 + 700;
         assert_eq!(
-            t.write_remote_crc(10, wkey, at, &p, 0),
+            t.write_remote_crc(QP10, wkey, at, &p, 0),
             Ok(crc32fast::hash(&p))
         );
         // Past the window's end (inside the region): refused.
-        assert!(t.write_remote_crc(10, wkey, at + 100, &p, 0).is_err());
-        t.invalidate(10, wkey).unwrap();
-        assert!(t.write_remote_crc(10, wkey, at, &[9u8; 300], 0).is_err());
+        assert!(t.write_remote_crc(QP10, wkey, at + 100, &p, 0).is_err());
+        t.invalidate(QP10, wkey).unwrap();
+        assert!(t.write_remote_crc(QP10, wkey, at, &[9u8; 300], 0).is_err());
         let mut got = vec![0u8; 4096];
         // SAFETY: reads the test's own mapping, inside its 8192 bytes.
         unsafe { std::ptr::copy_nonoverlapping(view.as_ptr(), got.as_mut_ptr(), 4096) };
@@ -1007,7 +1022,7 @@ mod tests {
         assert!(got == want, "only the write inside the live window landed");
         // The region itself deregistered: its own R_Key reaches nothing either.
         t.deregister(1, h).unwrap();
-        assert!(t.write_remote_crc(10, rkey, IOVA, &p, 0).is_err());
+        assert!(t.write_remote_crc(QP10, rkey, IOVA, &p, 0).is_err());
     }
 
     #[test]
@@ -1024,7 +1039,7 @@ mod tests {
             "other PD"
         );
         assert_eq!(
-            t.read_remote(10, lkey, IOVA, &mut b),
+            t.read_remote(QP10, lkey, IOVA, &mut b),
             Err(MemError::InvalidKey),
             "lkey is not an rkey"
         );
@@ -1042,23 +1057,23 @@ mod tests {
             Err(MemError::OutOfRange)
         );
         assert_eq!(
-            t.write_remote(10, rkey, IOVA, &b),
+            t.write_remote(QP10, rkey, IOVA, &b),
             Err(MemError::AccessDenied)
         );
         assert_eq!(
-            t.atomic(10, rkey, IOVA, AtomicOp::FetchAdd { add: 1 }),
+            t.atomic(QP10, rkey, IOVA, AtomicOp::FetchAdd { add: 1 }),
             Err(MemError::AccessDenied)
         );
         assert_eq!(
-            t.check_remote(10, rkey, IOVA, 4096, Access::REMOTE_READ),
+            t.check_remote(QP10, rkey, IOVA, 4096, Access::REMOTE_READ),
             Ok(())
         );
         assert_eq!(
-            t.check_remote(10, rkey, IOVA, 4097, Access::REMOTE_READ),
+            t.check_remote(QP10, rkey, IOVA, 4097, Access::REMOTE_READ),
             Err(MemError::OutOfRange)
         );
         assert_eq!(
-            t.check_remote(10, rkey, IOVA + 1, u64::MAX, Access::REMOTE_READ),
+            t.check_remote(QP10, rkey, IOVA + 1, u64::MAX, Access::REMOTE_READ),
             Err(MemError::OutOfRange)
         );
     }
@@ -1134,22 +1149,22 @@ mod tests {
             "another client's region"
         );
         assert_eq!(
-            t.write_remote(10, r1, IOVA + 99, b"x"),
+            t.write_remote(QP10, r1, IOVA + 99, b"x"),
             Err(MemError::OutOfRange)
         );
         assert_eq!(
-            t.write_remote(10, r1, IOVA + 101, &[0u8; 64]),
+            t.write_remote(QP10, r1, IOVA + 101, &[0u8; 64]),
             Err(MemError::OutOfRange)
         );
-        t.write_remote(10, r1, IOVA + 100, b"first").unwrap();
+        t.write_remote(QP10, r1, IOVA + 100, b"first").unwrap();
         t.deregister(1, h1).unwrap();
         assert_eq!(
-            t.write_remote(10, r2, IOVA + 4100, &[0u8; 4097]),
+            t.write_remote(QP10, r2, IOVA + 4100, &[0u8; 4097]),
             Err(MemError::OutOfRange)
         );
         // Across the boundary of the two memfds: 4092 bytes into the first's page 1,
         // 4 into the second memfd.
-        t.write_remote(10, r2, IOVA + 8188, b"12345678").unwrap();
+        t.write_remote(QP10, r2, IOVA + 8188, b"12345678").unwrap();
         let read = |v: &MmapRaw, at: usize, n: usize| {
             let mut got = vec![0u8; n];
             // SAFETY: reads inside the test's own mappings.
@@ -1178,9 +1193,9 @@ mod tests {
         let (h, lkey, rkey) = t
             .register_window(1, 10, Source::Copy(mem.as_fd()), 0, 128, 0xF, iova)
             .unwrap();
-        t.write_remote(10, rkey, iova + 120, b"8 bytes!").unwrap();
+        t.write_remote(QP10, rkey, iova + 120, b"8 bytes!").unwrap();
         assert_eq!(
-            t.write_remote(10, rkey, iova + 121, b"8 bytes!"),
+            t.write_remote(QP10, rkey, iova + 121, b"8 bytes!"),
             Err(MemError::OutOfRange)
         );
         // SAFETY: the kernel wrote these bytes of the test's own buffer; read them
@@ -1193,7 +1208,7 @@ mod tests {
         t.read_local(10, lkey, iova + 120, &mut back).unwrap();
         assert_eq!(&back, b"8 bytes!");
         back.fill(0);
-        let crc = t.read_remote_crc(10, rkey, iova + 120, &mut back, 0);
+        let crc = t.read_remote_crc(QP10, rkey, iova + 120, &mut back, 0);
         assert_eq!(crc, Ok(softnic_transport::crc::update(0, b"8 bytes!")));
         assert_eq!(&back, b"8 bytes!");
         assert_eq!(
@@ -1201,7 +1216,7 @@ mod tests {
             Err(MemError::InvalidKey)
         );
         assert_eq!(
-            t.atomic(10, rkey, iova + 8, AtomicOp::FetchAdd { add: 1 }),
+            t.atomic(QP10, rkey, iova + 8, AtomicOp::FetchAdd { add: 1 }),
             Err(MemError::AccessDenied)
         );
         assert!(
@@ -1227,16 +1242,16 @@ mod tests {
     fn atomics_are_aligned_and_return_the_original_value() {
         let (mut t, _, _, rkey, _v) = table_with(0xF, 4096);
         assert_eq!(
-            t.atomic(10, rkey, IOVA + 8, AtomicOp::FetchAdd { add: 5 }),
+            t.atomic(QP10, rkey, IOVA + 8, AtomicOp::FetchAdd { add: 5 }),
             Ok(0)
         );
         assert_eq!(
-            t.atomic(10, rkey, IOVA + 8, AtomicOp::FetchAdd { add: 5 }),
+            t.atomic(QP10, rkey, IOVA + 8, AtomicOp::FetchAdd { add: 5 }),
             Ok(5)
         );
         assert_eq!(
             t.atomic(
-                10,
+                QP10,
                 rkey,
                 IOVA + 8,
                 AtomicOp::CompareSwap {
@@ -1248,7 +1263,7 @@ mod tests {
         );
         assert_eq!(
             t.atomic(
-                10,
+                QP10,
                 rkey,
                 IOVA + 8,
                 AtomicOp::CompareSwap {
@@ -1260,11 +1275,11 @@ mod tests {
             "failed compare leaves the value"
         );
         assert_eq!(
-            t.atomic(10, rkey, IOVA + 4, AtomicOp::FetchAdd { add: 1 }),
+            t.atomic(QP10, rkey, IOVA + 4, AtomicOp::FetchAdd { add: 1 }),
             Err(MemError::Misaligned)
         );
         assert_eq!(
-            t.atomic(10, rkey, IOVA + 4096, AtomicOp::FetchAdd { add: 1 }),
+            t.atomic(QP10, rkey, IOVA + 4096, AtomicOp::FetchAdd { add: 1 }),
             Err(MemError::OutOfRange)
         );
     }
@@ -1282,17 +1297,17 @@ mod tests {
         let mut b = [0u8; 8];
         for _ in 0..2 {
             assert!(t.read_local(10, lkey, IOVA, &mut b).is_ok());
-            assert!(t.read_remote(10, rkey, IOVA, &mut b).is_ok());
+            assert!(t.read_remote(QP10, rkey, IOVA, &mut b).is_ok());
             assert_eq!(
                 t.read_local(11, lkey, IOVA, &mut b),
                 Err(MemError::InvalidKey)
             );
             assert_eq!(
-                t.read_remote(11, rkey, IOVA, &mut b),
+                t.read_remote(Accessor { pd: 11, ..QP10 }, rkey, IOVA, &mut b),
                 Err(MemError::InvalidKey)
             );
             assert_eq!(
-                t.write_remote(10, rkey, IOVA, &b),
+                t.write_remote(QP10, rkey, IOVA, &b),
                 Err(MemError::AccessDenied)
             );
         }
@@ -1312,13 +1327,13 @@ mod tests {
             "the old L_Key on the reused handle"
         );
         assert_eq!(
-            t.write_remote(10, rkey, IOVA, &b),
+            t.write_remote(QP10, rkey, IOVA, &b),
             Err(MemError::InvalidKey),
             "the old R_Key on the reused handle"
         );
         assert!(t.read_local(10, lkey2, IOVA, &mut b).is_ok());
         assert!(t.read_local(10, lkey2, IOVA + 4089, &mut b).is_err());
-        assert!(t.write_remote(10, rkey2, IOVA, &b).is_ok());
+        assert!(t.write_remote(QP10, rkey2, IOVA, &b).is_ok());
     }
 
     #[test]

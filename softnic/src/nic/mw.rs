@@ -11,13 +11,17 @@
 //!
 //! The memory-region table asks this table about any R_Key that is not a region's
 //! ([`MwTable::check`]): the window must be bound, in the accessing QP's PD, grant the
-//! right, and contain the whole range; the bytes are then the region's. A region that
-//! is deregistered unbinds its windows first. A bind needs a region registered with
-//! `IBV_ACCESS_MW_BIND`. What is not checked: a type 2 window's association with the
-//! QP that bound it (IBTA type 2B; the [`softnic_transport::memory::Memory`] checks
-//! know the PD, not the QP): any QP of the window's PD reaches a bound window.
+//! right, and contain the whole range; the bytes are then the region's. A type 2
+//! window is also bound to the QP that bound it (IBTA type 2B, as rxe's windows are:
+//! `rxe_lookup_mw` compares `mw->qp`): only requests arriving on that QP reach it, and
+//! only a SEND with Invalidate arriving on that QP invalidates it, so an R_Key handed
+//! to one connection is no key on another connection of the same PD. Once that QP is
+//! destroyed no QP reaches the window until it is invalidated locally and bound again
+//! ([`MwTable::qp_destroyed`]; QP numbers are drawn again later). A region that is
+//! deregistered unbinds its windows first. A bind needs a region registered with
+//! `IBV_ACCESS_MW_BIND`.
 
-use softnic_transport::memory::{Access, MemError};
+use softnic_transport::memory::{Access, Accessor, MemError};
 
 use super::memory::KeyMap;
 use super::secret;
@@ -91,6 +95,28 @@ struct Binding {
     addr: u64,
     len: u64,
     access: Access,
+    qp: Holder,
+}
+
+/// Which QPs of the window's PD a bound window answers (IBTA 10.6.7.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holder {
+    /// Type 1: every QP of the PD.
+    AnyQp,
+    /// Type 2B: the QP it was bound on.
+    Qp(u32),
+    /// Type 2 whose QP was destroyed: none, until invalidated and bound again.
+    Gone,
+}
+
+impl Holder {
+    fn admits(self, qpn: u32) -> bool {
+        match self {
+            Holder::AnyQp => true,
+            Holder::Qp(q) => q == qpn,
+            Holder::Gone => false,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -169,6 +195,16 @@ impl MwTable {
         self.per_client.remove(&client);
     }
 
+    /// QP `qpn` was destroyed: the type 2 windows bound on it answer no QP from now on
+    /// (a QP created later may be given the same number).
+    pub fn qp_destroyed(&mut self, qpn: u32) {
+        for w in self.windows.values_mut() {
+            if let Some(b) = w.bound.as_mut().filter(|b| b.qp == Holder::Qp(qpn)) {
+                b.qp = Holder::Gone;
+            }
+        }
+    }
+
     /// Unbinds every window bound to region `mr` (being deregistered).
     pub fn unbind_region(&mut self, mr: u32) {
         for w in self.windows.values_mut() {
@@ -185,14 +221,15 @@ impl MwTable {
             .ok_or(MwError::NotFound("no such memory window"))
     }
 
-    /// A bind posted on a QP of PD `qp_pd` (IBTA 10.6.7.2.1 and rxe's checks): the
-    /// window, the QP and the region share a PD; the new R_Key keeps the window's
-    /// index; a type 2 window is free; the rights are remote ones, remote write and
-    /// atomic only over a locally writable region; the range lies in the region.
+    /// A bind posted on QP `qp` (IBTA 10.6.7.2.1 and rxe's checks): the window, the QP
+    /// and the region share a PD; the new R_Key keeps the window's index; a type 2
+    /// window is free; the rights are remote ones, remote write and atomic only over a
+    /// locally writable region; the range lies in the region. A type 2 window is then
+    /// bound to `qp` too.
     pub fn bind(
         &mut self,
         client: u32,
-        qp_pd: u32,
+        qp: Accessor,
         b: &Bind,
         under: Option<Under>,
     ) -> Result<(), MwError> {
@@ -202,7 +239,7 @@ impl MwTable {
                 "the new R_Key must keep the window's index (only its low byte may change)",
             ));
         }
-        if w.pd != qp_pd {
+        if w.pd != qp.pd {
             return Err(MwError::Invalid(
                 "the window and the QP are in different protection domains",
             ));
@@ -263,36 +300,51 @@ impl MwTable {
             addr: b.addr,
             len: b.len,
             access,
+            qp: if w.mw_type == 2 {
+                Holder::Qp(qp.qpn)
+            } else {
+                Holder::AnyQp
+            },
         });
         Ok(())
     }
 
-    /// Invalidates the bound type 2 window whose R_Key is `rkey`, for a QP of PD `pd`:
-    /// a LOCAL_INV (`client` is the poster) or a SEND with Invalidate (`client` None;
-    /// the window belongs to the receiving QP's PD).
-    pub fn invalidate(&mut self, client: Option<u32>, pd: u32, rkey: u32) -> Result<(), MwError> {
+    /// Invalidates the bound type 2 window whose R_Key is `rkey`, for QP `by`: a
+    /// LOCAL_INV (`client` is the poster; any of its QPs of the window's PD, as rxe) or
+    /// a SEND with Invalidate (`client` None: the window must be of the receiving QP's
+    /// PD and bound on that QP, the only QP whose peer was given its R_Key).
+    pub fn invalidate(
+        &mut self,
+        client: Option<u32>,
+        by: Accessor,
+        rkey: u32,
+    ) -> Result<(), MwError> {
         let w = self
             .windows
             .get_mut(&(rkey >> 8))
-            .filter(|w| client.is_none_or(|c| w.client == c) && w.rkey == rkey && w.pd == pd)
+            .filter(|w| client.is_none_or(|c| w.client == c) && w.rkey == rkey && w.pd == by.pd)
             .ok_or(MwError::NotFound(
                 "no memory window of this PD has that R_Key",
             ))?;
         if w.mw_type != 2 {
             return Err(MwError::Invalid("only a type 2 window can be invalidated"));
         }
-        if w.bound.is_none() {
+        let Some(b) = w.bound else {
             return Err(MwError::Invalid("the window is not bound"));
+        };
+        if client.is_none() && !b.qp.admits(by.qpn) {
+            return Err(MwError::NotFound("the window is bound on another QP"));
         }
         w.bound = None;
         Ok(())
     }
 
-    /// The region behind a remote access to `[va, va + len)` with R_Key `rkey` from a
-    /// QP of PD `pd`, if a bound window grants `access` over that range.
+    /// The region behind a remote access to `[va, va + len)` with R_Key `rkey` through
+    /// QP `by`, if a bound window of its PD that answers it grants `access` over that
+    /// range.
     pub fn check(
         &self,
-        pd: u32,
+        by: Accessor,
         rkey: u32,
         va: u64,
         len: u64,
@@ -301,9 +353,12 @@ impl MwTable {
         let w = self
             .windows
             .get(&(rkey >> 8))
-            .filter(|w| w.rkey == rkey && w.pd == pd)
+            .filter(|w| w.rkey == rkey && w.pd == by.pd)
             .ok_or(MemError::InvalidKey)?;
-        let b = w.bound.ok_or(MemError::InvalidKey)?;
+        let b = w
+            .bound
+            .filter(|b| b.qp.admits(by.qpn))
+            .ok_or(MemError::InvalidKey)?;
         if !b.access.contains(access) {
             return Err(MemError::AccessDenied);
         }
@@ -321,6 +376,13 @@ mod tests {
 
     const C: u32 = 7;
     const PD: u32 = 3;
+    /// The QP binds and accesses are made on.
+    const Q: Accessor = Accessor { pd: PD, qpn: 0x51 };
+
+    /// QP `Q`'s number in PD `pd`.
+    fn on(pd: u32) -> Accessor {
+        Accessor { pd, ..Q }
+    }
 
     /// A region with `access` and the MW_BIND right.
     fn region(access: Access) -> Under {
@@ -349,57 +411,57 @@ mod tests {
         let (h, rkey) = t.alloc(C, PD, 1, |_| true).unwrap();
         assert_eq!(rkey >> 8, h);
         assert_eq!(
-            t.check(PD, rkey, 0x1000, 1, Access::REMOTE_WRITE),
+            t.check(Q, rkey, 0x1000, 1, Access::REMOTE_WRITE),
             Err(MemError::InvalidKey)
         );
         let r = region(Access::LOCAL_WRITE);
         let k1 = (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff);
         t.bind(
             C,
-            PD,
+            Q,
             &bind(h, k1, 0x1100, 0x100, Access::REMOTE_WRITE),
             Some(r),
         )
         .unwrap();
-        assert_eq!(t.check(PD, k1, 0x1100, 0x100, Access::REMOTE_WRITE), Ok(11));
+        assert_eq!(t.check(Q, k1, 0x1100, 0x100, Access::REMOTE_WRITE), Ok(11));
         assert_eq!(
-            t.check(PD, k1, 0x10ff, 1, Access::REMOTE_WRITE),
+            t.check(Q, k1, 0x10ff, 1, Access::REMOTE_WRITE),
             Err(MemError::OutOfRange)
         );
         assert_eq!(
-            t.check(PD, k1, 0x1101, 0x100, Access::REMOTE_WRITE),
+            t.check(Q, k1, 0x1101, 0x100, Access::REMOTE_WRITE),
             Err(MemError::OutOfRange)
         );
         assert_eq!(
-            t.check(PD, k1, u64::MAX, 2, Access::REMOTE_WRITE),
+            t.check(Q, k1, u64::MAX, 2, Access::REMOTE_WRITE),
             Err(MemError::OutOfRange)
         );
         assert_eq!(
-            t.check(PD, k1, 0x1100, 8, Access::REMOTE_READ),
+            t.check(Q, k1, 0x1100, 8, Access::REMOTE_READ),
             Err(MemError::AccessDenied)
         );
         assert_eq!(
-            t.check(PD + 1, k1, 0x1100, 8, Access::REMOTE_WRITE),
+            t.check(on(PD + 1), k1, 0x1100, 8, Access::REMOTE_WRITE),
             Err(MemError::InvalidKey)
         );
         assert_eq!(
-            t.check(PD, rkey, 0x1100, 8, Access::REMOTE_WRITE),
+            t.check(Q, rkey, 0x1100, 8, Access::REMOTE_WRITE),
             Err(MemError::InvalidKey)
         );
         // A length-0 bind under the next key unbinds.
         let k2 = (k1 & !0xff) | (k1.wrapping_add(1) & 0xff);
-        t.bind(C, PD, &bind(h, k2, 0, 0, Access::NONE), None)
+        t.bind(C, Q, &bind(h, k2, 0, 0, Access::NONE), None)
             .unwrap();
         assert_eq!(
-            t.check(PD, k2, 0x1100, 8, Access::REMOTE_WRITE),
+            t.check(Q, k2, 0x1100, 8, Access::REMOTE_WRITE),
             Err(MemError::InvalidKey)
         );
         assert_eq!(
-            t.check(PD, k1, 0x1100, 8, Access::REMOTE_WRITE),
+            t.check(Q, k1, 0x1100, 8, Access::REMOTE_WRITE),
             Err(MemError::InvalidKey)
         );
         // Only a type 2 window can be invalidated.
-        assert!(t.invalidate(Some(C), PD, k2).is_err());
+        assert!(t.invalidate(Some(C), Q, k2).is_err());
         t.dealloc(C, h).unwrap();
         assert!(t.dealloc(C, h).is_err());
     }
@@ -411,64 +473,114 @@ mod tests {
         let rw = Access::LOCAL_WRITE;
         let ok = bind(h, rkey, 0x1000, 0x1000, Access::REMOTE_WRITE);
         assert!(
-            t.bind(C + 1, PD, &ok, Some(region(rw))).is_err(),
+            t.bind(C + 1, Q, &ok, Some(region(rw))).is_err(),
             "other client"
         );
         assert!(
-            t.bind(C, PD + 1, &ok, Some(region(rw))).is_err(),
+            t.bind(C, on(PD + 1), &ok, Some(region(rw))).is_err(),
             "QP of another PD"
         );
         let other_index = bind(h, rkey ^ 0x100, 0x1000, 8, Access::REMOTE_WRITE);
-        assert!(t.bind(C, PD, &other_index, Some(region(rw))).is_err());
+        assert!(t.bind(C, Q, &other_index, Some(region(rw))).is_err());
         assert!(
-            t.bind(C, PD, &ok, Some(region(Access::NONE))).is_err(),
+            t.bind(C, Q, &ok, Some(region(Access::NONE))).is_err(),
             "write needs local write"
         );
-        assert!(t.bind(C, PD, &ok, None).is_err(), "no region");
+        assert!(t.bind(C, Q, &ok, None).is_err(), "no region");
         let no_mw_bind = Under {
             access: Access::LOCAL_WRITE,
             ..region(rw)
         };
         assert!(
-            t.bind(C, PD, &ok, Some(no_mw_bind)).is_err(),
+            t.bind(C, Q, &ok, Some(no_mw_bind)).is_err(),
             "region without MW_BIND"
         );
         let past = bind(h, rkey, 0x1000, 0x1001, Access::REMOTE_WRITE);
-        assert!(t.bind(C, PD, &past, Some(region(rw))).is_err());
+        assert!(t.bind(C, Q, &past, Some(region(rw))).is_err());
         let unknown = Bind {
             access: 0x100,
             ..ok
         };
         assert!(
-            t.bind(C, PD, &unknown, Some(region(rw))).is_err(),
+            t.bind(C, Q, &unknown, Some(region(rw))).is_err(),
             "unknown rights"
         );
         let zero_based = Bind {
             access: ACCESS_ZERO_BASED | 2,
             ..ok
         };
-        assert!(t.bind(C, PD, &zero_based, Some(region(rw))).is_err());
-        t.bind(C, PD, &ok, Some(region(rw))).unwrap();
+        assert!(t.bind(C, Q, &zero_based, Some(region(rw))).is_err());
+        t.bind(C, Q, &ok, Some(region(rw))).unwrap();
         assert!(
-            t.bind(C, PD, &ok, Some(region(rw))).is_err(),
+            t.bind(C, Q, &ok, Some(region(rw))).is_err(),
             "type 2 bound already"
         );
         // Invalidation: exact R_Key, same PD; then free for a new bind.
-        assert!(t.invalidate(None, PD + 1, rkey).is_err());
-        assert!(t.invalidate(None, PD, rkey ^ 1).is_err());
-        t.invalidate(None, PD, rkey).unwrap();
+        assert!(t.invalidate(None, on(PD + 1), rkey).is_err());
+        assert!(t.invalidate(None, Q, rkey ^ 1).is_err());
+        t.invalidate(None, Q, rkey).unwrap();
         assert_eq!(
-            t.check(PD, rkey, 0x1000, 8, Access::REMOTE_WRITE),
+            t.check(Q, rkey, 0x1000, 8, Access::REMOTE_WRITE),
             Err(MemError::InvalidKey)
         );
-        assert!(t.invalidate(Some(C), PD, rkey).is_err(), "not bound");
-        t.bind(C, PD, &ok, Some(region(rw))).unwrap();
+        assert!(t.invalidate(Some(C), Q, rkey).is_err(), "not bound");
+        t.bind(C, Q, &ok, Some(region(rw))).unwrap();
         t.unbind_region(11);
         assert_eq!(
-            t.check(PD, rkey, 0x1000, 8, Access::REMOTE_WRITE),
+            t.check(Q, rkey, 0x1000, 8, Access::REMOTE_WRITE),
             Err(MemError::InvalidKey)
         );
         assert!(t.alloc(C, PD, 3, |_| true).is_err(), "type 3");
+    }
+
+    /// IBTA type 2B: a type 2 window answers, and is remotely invalidated through, only
+    /// the QP it was bound on; a type 1 window every QP of its PD. A destroyed QP's
+    /// windows answer no QP, not even one given its number later, until invalidated
+    /// locally (from any of the client's QPs of the PD) and bound again.
+    #[test]
+    fn a_type2_window_answers_only_the_qp_it_was_bound_on() {
+        let mut t = MwTable::default();
+        let rw = Access::LOCAL_WRITE;
+        let other = Accessor {
+            qpn: Q.qpn + 1,
+            ..Q
+        };
+        let w = Access::REMOTE_WRITE;
+        let (h1, k1) = t.alloc(C, PD, 1, |_| true).unwrap();
+        t.bind(C, Q, &bind(h1, k1, 0x1000, 0x100, w), Some(region(rw)))
+            .unwrap();
+        assert_eq!(t.check(other, k1, 0x1000, 8, w), Ok(11), "type 1: any QP");
+        let (h2, k2) = t.alloc(C, PD, 2, |_| true).unwrap();
+        t.bind(C, Q, &bind(h2, k2, 0x1000, 0x100, w), Some(region(rw)))
+            .unwrap();
+        assert_eq!(t.check(Q, k2, 0x1000, 8, w), Ok(11));
+        assert_eq!(
+            t.check(other, k2, 0x1000, 8, w),
+            Err(MemError::InvalidKey),
+            "type 2B: its QP only"
+        );
+        // A SEND with Invalidate on another QP of the PD leaves it bound.
+        assert!(t.invalidate(None, other, k2).is_err());
+        assert_eq!(t.check(Q, k2, 0x1000, 8, w), Ok(11));
+        // On its own QP it invalidates; a local invalidation may come from any QP.
+        t.invalidate(None, Q, k2).unwrap();
+        t.bind(C, other, &bind(h2, k2, 0x1000, 0x100, w), Some(region(rw)))
+            .unwrap();
+        assert_eq!(
+            t.check(other, k2, 0x1000, 8, w),
+            Ok(11),
+            "rebound on `other`"
+        );
+        assert_eq!(t.check(Q, k2, 0x1000, 8, w), Err(MemError::InvalidKey));
+        // Its QP destroyed: no QP, not one later given the same number.
+        t.qp_destroyed(other.qpn);
+        assert_eq!(t.check(other, k2, 0x1000, 8, w), Err(MemError::InvalidKey));
+        assert!(t.invalidate(None, other, k2).is_err());
+        assert_eq!(t.check(Q, k1, 0x1000, 8, w), Ok(11), "type 1 unaffected");
+        t.invalidate(Some(C), Q, k2).unwrap();
+        t.bind(C, Q, &bind(h2, k2, 0x1000, 0x100, w), Some(region(rw)))
+            .unwrap();
+        assert_eq!(t.check(Q, k2, 0x1000, 8, w), Ok(11));
     }
 
     #[test]

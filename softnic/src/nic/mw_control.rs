@@ -1,6 +1,7 @@
 //! The control requests for memory windows (`AllocMw`, `DeallocMw`, `BindMw`,
 //! `InvalidateMw`): ownership checks against the NIC's objects, then [`super::mw`].
 
+use softnic_transport::memory::Accessor;
 use softnic_transport::qp::{QpState, QpType};
 use verbs_api::abi::control::{ErrorCode, Handle, Reply};
 
@@ -41,9 +42,9 @@ impl Nic {
         }
     }
 
-    /// The PD of `client`'s RC or UC QP `qpn` in RTS (where binds and invalidations
-    /// may be posted; IBTA 10.6.7.2.1).
-    fn poster_pd(&self, client: u32, qpn: u32) -> Result<u32, Box<Answer>> {
+    /// `client`'s RC or UC QP `qpn` in RTS (where binds and invalidations may be
+    /// posted; IBTA 10.6.7.2.1), as its PD and number.
+    fn poster(&self, client: u32, qpn: u32) -> Result<Accessor, Box<Answer>> {
         let e = self
             .qps
             .get(&qpn)
@@ -61,13 +62,13 @@ impl Nic {
                 format!("QP {qpn:#x} is not in RTS"),
             )));
         }
-        Ok(e.qp.pd())
+        Ok(e.qp.accessor())
     }
 
     /// `BindMw`.
     pub(super) fn bind_mw(&mut self, client: u32, qpn: u32, mr: Handle, b: &Bind) -> Answer {
-        let qp_pd = match self.poster_pd(client, qpn) {
-            Ok(pd) => pd,
+        let qp = match self.poster(client, qpn) {
+            Ok(qp) => qp,
             Err(a) => return *a,
         };
         let under = self.mrs.get(client, mr).map(|r| Under {
@@ -77,7 +78,7 @@ impl Nic {
             len: r.len,
             access: r.access,
         });
-        match self.mrs.windows.bind(client, qp_pd, b, under) {
+        match self.mrs.windows.bind(client, qp, b, under) {
             Ok(()) => ok(Reply::Done),
             Err(e) => refused(e),
         }
@@ -85,11 +86,11 @@ impl Nic {
 
     /// `InvalidateMw`.
     pub(super) fn invalidate_mw(&mut self, client: u32, qpn: u32, rkey: u32) -> Answer {
-        let qp_pd = match self.poster_pd(client, qpn) {
-            Ok(pd) => pd,
+        let qp = match self.poster(client, qpn) {
+            Ok(qp) => qp,
             Err(a) => return *a,
         };
-        match self.mrs.windows.invalidate(Some(client), qp_pd, rkey) {
+        match self.mrs.windows.invalidate(Some(client), qp, rkey) {
             Ok(()) => ok(Reply::Done),
             Err(e) => refused(e),
         }

@@ -1083,6 +1083,7 @@ impl Nic {
         }
         self.retired.add(e.qp.counters());
         self.mcast.forget_qp(qpn);
+        self.mrs.windows.qp_destroyed(qpn);
         // Its active-set item (if any) is stale from now on; its timer and slot go.
         self.deadlines.remove(qpn);
         if let Some(c) = self.clients.get_mut(&client) {

@@ -310,22 +310,7 @@ pub fn side_of(ctx: Context, qp_type: QpType, mr_len: usize, depth: u32) -> Side
     let access = AccessFlags(AccessFlags::ALL.bits() | AccessFlags::MW_BIND.bits());
     let mr = pd.alloc_mr(mr_len, access).expect("alloc mr");
     let cq = ctx.create_cq(2 * depth).expect("create cq");
-    let cap = QpCap {
-        max_send_wr: depth,
-        max_recv_wr: depth,
-        max_send_sge: 4,
-        max_recv_sge: 4,
-        max_inline_data: 256,
-    };
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            qp_type,
-            send_cq: &cq,
-            recv_cq: &cq,
-            cap,
-            sq_sig_all: false,
-        })
-        .expect("create qp");
+    let qp = qp_on(&pd, &cq, qp_type, depth);
     Side {
         ctx,
         pd,
@@ -333,6 +318,31 @@ pub fn side_of(ctx: Context, qp_type: QpType, mr_len: usize, depth: u32) -> Side
         cq,
         mr,
     }
+}
+
+/// A QP of type `qp_type` in `pd` completing into `cq`, `depth` WRs deep each way,
+/// 4 SGEs, 256 inline bytes (a [`Side`]'s QP; another one on the same PD and CQ).
+pub fn qp_on(
+    pd: &ProtectionDomain,
+    cq: &CompletionQueue,
+    qp_type: QpType,
+    depth: u32,
+) -> QueuePair {
+    let cap = QpCap {
+        max_send_wr: depth,
+        max_recv_wr: depth,
+        max_send_sge: 4,
+        max_recv_sge: 4,
+        max_inline_data: 256,
+    };
+    pd.create_qp(&QpInitAttr {
+        qp_type,
+        send_cq: cq,
+        recv_cq: cq,
+        cap,
+        sq_sig_all: false,
+    })
+    .expect("create qp")
 }
 
 /// Two RC QPs on `a` and `b`, connected with path MTU `mtu`.

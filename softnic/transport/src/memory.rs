@@ -90,8 +90,23 @@ pub enum AtomicOp {
     },
 }
 
-/// Access to registered memory, checked by key. `pd` is the protection domain of the
-/// QP making the access: a key from another PD is an [`MemError::InvalidKey`].
+/// The QP through which a peer's request reaches memory (the responder's side of an
+/// RDMA WRITE, READ, atomic or SEND with Invalidate): its protection domain, which every
+/// R_Key it uses must share, and its number, on which a type 2 memory window must have
+/// been bound. IBTA 10.6.7.2 associates a type 2B window with one QP as well as a PD;
+/// rxe's `rxe_lookup_mw` checks both, so an R_Key bound for one connection is no key on
+/// another connection of the same PD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Accessor {
+    /// Protection domain of the QP.
+    pub pd: u32,
+    /// The QP's number.
+    pub qpn: u32,
+}
+
+/// Access to registered memory, checked by key. A local access names the protection
+/// domain of the QP making it (`pd`), a remote one the QP itself ([`Accessor`]): a key
+/// from another PD is an [`MemError::InvalidKey`].
 pub trait Memory {
     /// Copies `dst.len()` bytes at `va` of the region `lkey` into `dst` (gather for a
     /// send; local read needs no access flag).
@@ -139,7 +154,7 @@ pub trait Memory {
     /// memory (a responder validates the whole RETH range on the first packet).
     fn check_remote(
         &self,
-        pd: u32,
+        by: Accessor,
         rkey: u32,
         va: u64,
         len: u64,
@@ -147,49 +162,56 @@ pub trait Memory {
     ) -> Result<(), MemError>;
 
     /// Copies from region `rkey` for an RDMA READ response; requires REMOTE_READ.
-    fn read_remote(&self, pd: u32, rkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError>;
+    fn read_remote(&self, by: Accessor, rkey: u32, va: u64, dst: &mut [u8])
+        -> Result<(), MemError>;
 
     /// [`Memory::read_remote`] with the CRC of the copied bytes, as
     /// [`Memory::read_local_crc`] (a READ response's payload digest).
     fn read_remote_crc(
         &self,
-        pd: u32,
+        by: Accessor,
         rkey: u32,
         va: u64,
         dst: &mut [u8],
         crc: u32,
     ) -> Result<u32, MemError> {
-        self.read_remote(pd, rkey, va, dst)?;
+        self.read_remote(by, rkey, va, dst)?;
         Ok(crate::crc::update(crc, dst))
     }
 
     /// Copies into region `rkey` for an RDMA WRITE; requires REMOTE_WRITE.
-    fn write_remote(&mut self, pd: u32, rkey: u32, va: u64, src: &[u8]) -> Result<(), MemError>;
+    fn write_remote(
+        &mut self,
+        by: Accessor,
+        rkey: u32,
+        va: u64,
+        src: &[u8],
+    ) -> Result<(), MemError>;
 
     /// [`Memory::write_remote`] with the CRC of `src`, as [`Memory::write_local_crc`]
     /// (an RDMA WRITE packet's payload placed before its ICRC is checked).
     fn write_remote_crc(
         &mut self,
-        pd: u32,
+        by: Accessor,
         rkey: u32,
         va: u64,
         src: &[u8],
         crc: u32,
     ) -> Result<u32, MemError> {
-        self.write_remote(pd, rkey, va, src)?;
+        self.write_remote(by, rkey, va, src)?;
         Ok(crate::crc::update(crc, src))
     }
 
     /// Executes an atomic on the 8-byte target at `va` and returns the original value;
     /// requires REMOTE_ATOMIC and 8-byte alignment. Must be atomic with respect to every
     /// other access to that memory, including the client's own CPU atomics.
-    fn atomic(&mut self, pd: u32, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError>;
+    fn atomic(&mut self, by: Accessor, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError>;
 
-    /// Invalidates R_Key `rkey` for a SEND with Invalidate received by a QP of PD
-    /// `pd` (IBTA 10.6.7.2.4: a bound type 2 memory window of that PD). Memory without
-    /// windows has nothing to invalidate.
-    fn invalidate(&mut self, pd: u32, rkey: u32) -> Result<(), MemError> {
-        let _ = (pd, rkey);
+    /// Invalidates R_Key `rkey` for a SEND with Invalidate received by QP `by` (IBTA
+    /// 10.6.7.2.4: a bound type 2 memory window of its PD, bound on that QP). Memory
+    /// without windows has nothing to invalidate.
+    fn invalidate(&mut self, by: Accessor, rkey: u32) -> Result<(), MemError> {
+        let _ = (by, rkey);
         Err(MemError::InvalidKey)
     }
 }

@@ -11,7 +11,7 @@
 
 use core::net::{IpAddr, SocketAddr};
 
-use crate::memory::{Access, AtomicOp, MemError, Memory};
+use crate::memory::{Access, Accessor, AtomicOp, MemError, Memory};
 use crate::qp::{Placed, Placement, Qp, QpAttr, QpCaps, QpState, QpType};
 use crate::srq::{Srq, SrqCaps};
 use crate::time::{Duration, Instant};
@@ -183,55 +183,67 @@ impl Memory for MemVec {
 
     fn check_remote(
         &self,
-        pd: u32,
+        by: Accessor,
         rkey: u32,
         va: u64,
         len: u64,
         access: Access,
     ) -> Result<(), MemError> {
-        self.find(pd, rkey, va, len, access).map(|_| ())
+        self.find(by.pd, rkey, va, len, access).map(|_| ())
     }
 
-    fn read_remote(&self, pd: u32, rkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
-        dst.copy_from_slice(self.src(pd, rkey, va, dst.len(), Access::REMOTE_READ)?);
+    fn read_remote(
+        &self,
+        by: Accessor,
+        rkey: u32,
+        va: u64,
+        dst: &mut [u8],
+    ) -> Result<(), MemError> {
+        dst.copy_from_slice(self.src(by.pd, rkey, va, dst.len(), Access::REMOTE_READ)?);
         Ok(())
     }
 
     fn read_remote_crc(
         &self,
-        pd: u32,
+        by: Accessor,
         rkey: u32,
         va: u64,
         dst: &mut [u8],
         crc: u32,
     ) -> Result<u32, MemError> {
-        let src = self.src(pd, rkey, va, dst.len(), Access::REMOTE_READ)?;
+        let src = self.src(by.pd, rkey, va, dst.len(), Access::REMOTE_READ)?;
         Ok(crate::crc::copy_update(crc, src, dst))
     }
 
-    fn write_remote(&mut self, pd: u32, rkey: u32, va: u64, src: &[u8]) -> Result<(), MemError> {
-        self.dst(pd, rkey, va, src.len(), Access::REMOTE_WRITE)?
+    fn write_remote(
+        &mut self,
+        by: Accessor,
+        rkey: u32,
+        va: u64,
+        src: &[u8],
+    ) -> Result<(), MemError> {
+        self.dst(by.pd, rkey, va, src.len(), Access::REMOTE_WRITE)?
             .copy_from_slice(src);
         Ok(())
     }
 
     fn write_remote_crc(
         &mut self,
-        pd: u32,
+        by: Accessor,
         rkey: u32,
         va: u64,
         src: &[u8],
         crc: u32,
     ) -> Result<u32, MemError> {
-        let dst = self.dst(pd, rkey, va, src.len(), Access::REMOTE_WRITE)?;
+        let dst = self.dst(by.pd, rkey, va, src.len(), Access::REMOTE_WRITE)?;
         Ok(crate::crc::copy_update(crc, src, dst))
     }
 
-    fn atomic(&mut self, pd: u32, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
+    fn atomic(&mut self, by: Accessor, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
         if !va.is_multiple_of(8) {
             return Err(MemError::Misaligned);
         }
-        let (i, off) = self.find(pd, rkey, va, 8, Access::REMOTE_ATOMIC)?;
+        let (i, off) = self.find(by.pd, rkey, va, 8, Access::REMOTE_ATOMIC)?;
         let cell = &mut self.regions[i].data[off..off + 8];
         let mut b = [0u8; 8];
         b.copy_from_slice(cell);

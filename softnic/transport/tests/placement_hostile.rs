@@ -16,8 +16,8 @@
 mod common;
 
 use common::*;
-use softnic_transport::memory::Access;
 use softnic_transport::memory::Memory;
+use softnic_transport::memory::{Access, Accessor};
 use softnic_transport::qp::{Placed, Placement, QpAttr, QpState, QpType, Target};
 use softnic_transport::testing::{connect_qp, Node, Pair, PairConfig};
 use softnic_transport::wr::{SendOp, WcStatus};
@@ -345,8 +345,9 @@ fn a_deregistered_region_takes_no_placed_bytes() {
 fn placed_skips_exactly_the_placed_write() {
     let (mut p, _a, b) = pair(rc(1024), 27);
     let payload = pattern(6, 600);
+    let by = Accessor { pd: 1, qpn: 0x11 };
     let at = Placement {
-        pd: 1,
+        by,
         key: b.key,
         va: b.at(100),
         target: Target::Remote,
@@ -355,17 +356,21 @@ fn placed_skips_exactly_the_placed_write() {
     let copy = payload.clone();
     {
         let mut w = Placed::new(&mut p.b.mem, at, &payload);
-        w.write_remote(1, b.key, b.at(100), &copy).unwrap();
+        w.write_remote(by, b.key, b.at(100), &copy).unwrap();
+        assert!(!w.skipped());
+        // The same bytes through another QP of the PD: another writer, written.
+        let other = Accessor { qpn: 0x12, ..by };
+        w.write_remote(other, b.key, b.at(100), &payload).unwrap();
         assert!(!w.skipped());
         // A local write to the same key and address is another kind: written.
         w.write_local(1, b.key, b.at(100), &payload).unwrap();
         assert!(!w.skipped());
         // The placed write itself: skipped (no byte changes), once.
         let (mut before, mut after) = (vec![0; 1024], vec![0; 1024]);
-        w.read_remote(1, b.key, b.at(0), &mut before).unwrap();
-        w.write_remote(1, b.key, b.at(100), &payload).unwrap();
+        w.read_remote(by, b.key, b.at(0), &mut before).unwrap();
+        w.write_remote(by, b.key, b.at(100), &payload).unwrap();
         assert!(w.skipped());
-        w.read_remote(1, b.key, b.at(0), &mut after).unwrap();
+        w.read_remote(by, b.key, b.at(0), &mut after).unwrap();
         assert!(before == after);
     }
     // In two pieces: neither is the placed write.
@@ -373,9 +378,9 @@ fn placed_skips_exactly_the_placed_write() {
     mem.bytes_mut(b.key).fill(0);
     {
         let mut w = Placed::new(&mut mem, at, &payload);
-        w.write_remote(1, b.key, b.at(100), &payload[..300])
+        w.write_remote(by, b.key, b.at(100), &payload[..300])
             .unwrap();
-        w.write_remote(1, b.key, b.at(400), &payload[300..])
+        w.write_remote(by, b.key, b.at(400), &payload[300..])
             .unwrap();
         assert!(!w.skipped());
     }
@@ -386,9 +391,9 @@ fn placed_skips_exactly_the_placed_write() {
     mem.bytes_mut(b.key).fill(0);
     {
         let mut w = Placed::new(&mut mem, at, &payload);
-        w.write_remote(1, b.key, b.at(100), &payload).unwrap();
+        w.write_remote(by, b.key, b.at(100), &payload).unwrap();
         assert!(w.skipped());
-        w.write_remote(1, b.key, b.at(100), &payload).unwrap();
+        w.write_remote(by, b.key, b.at(100), &payload).unwrap();
     }
     assert!(mem.bytes(b.key)[100..700] == payload[..]);
 }

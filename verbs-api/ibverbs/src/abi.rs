@@ -1044,6 +1044,8 @@ pub const IBV_DEVICE_SYS_IMAGE_GUID: c_uint = 1 << 11;
 pub const IBV_DEVICE_RC_RNR_NAK_GEN: c_uint = 1 << 12;
 /// `IBV_DEVICE_MEM_WINDOW`.
 pub const IBV_DEVICE_MEM_WINDOW: c_uint = 1 << 17;
+/// `IBV_DEVICE_MEM_WINDOW_TYPE_2B`.
+pub const IBV_DEVICE_MEM_WINDOW_TYPE_2B: c_uint = 1 << 24;
 
 /// `IBV_ATOMIC_HCA`.
 pub const IBV_ATOMIC_HCA: c_int = 1;

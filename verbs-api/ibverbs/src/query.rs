@@ -41,13 +41,15 @@ fn mtu_enum(bytes: u32) -> c_int {
 /// `device_cap_flags`: what softnic does of `enum ibv_device_cap_flags`, and nothing
 /// it does only in part (a program tests these before it uses a feature; pyverbs skips
 /// tests by them): the system image GUID it reports, the RNR NAKs it generates (IBTA
-/// 9.7.5.2.8), and memory windows (`ibv_alloc_mw`, IBTA 10.6.7). Not the type 2A/2B
-/// flags: a type 2 window is reachable from every QP of its PD, not only the QP it is
-/// associated with (docs/pyverbs.md); nor the memory management extensions (no fast
-/// registration), resizing a QP's or SRQ's work queue, port events, checksum offloads,
-/// XRC, flow steering.
-const DEVICE_CAP_FLAGS: c_uint =
-    IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_MEM_WINDOW;
+/// 9.7.5.2.8), and memory windows (`ibv_alloc_mw`, IBTA 10.6.7) of type 1 and type 2B
+/// (a type 2 window answers only the QP it was bound on, as rxe's, which sets the same
+/// flag; `softnic/src/nic/mw.rs`). Not type 2A; nor the memory management extensions
+/// (no fast registration, no zero-based windows), resizing a QP's or SRQ's work queue,
+/// port events, checksum offloads, XRC, flow steering.
+const DEVICE_CAP_FLAGS: c_uint = IBV_DEVICE_SYS_IMAGE_GUID
+    | IBV_DEVICE_RC_RNR_NAK_GEN
+    | IBV_DEVICE_MEM_WINDOW
+    | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 
 /// The classic device attributes of an open context.
 pub fn device_attr(ctx: &crate::device::SoftnicContext) -> ibv_device_attr {

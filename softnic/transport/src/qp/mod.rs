@@ -541,6 +541,15 @@ impl Qp {
         self.pd
     }
 
+    /// This QP as the way a peer's requests reach memory: its PD and number (type 2
+    /// memory windows answer only the QP they were bound on).
+    pub fn accessor(&self) -> crate::memory::Accessor {
+        crate::memory::Accessor {
+            pd: self.pd,
+            qpn: self.qpn,
+        }
+    }
+
     /// Capacities.
     pub fn caps(&self) -> QpCaps {
         self.caps

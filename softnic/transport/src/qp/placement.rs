@@ -44,7 +44,7 @@ use wire::{Operation, ParsedPacket, Position};
 
 use super::responder::{check_packet_len, send_window};
 use super::{Qp, QpType};
-use crate::memory::{Access, AtomicOp, MemError, Memory};
+use crate::memory::{Access, Accessor, AtomicOp, MemError, Memory};
 use crate::sgl;
 
 /// Which key a [`Placement`] writes under.
@@ -57,11 +57,12 @@ pub enum Target {
 }
 
 /// Where a packet's whole payload would be written if it were handled now: one
-/// contiguous range `[va, va + payload)` of the region `key` of protection domain `pd`.
+/// contiguous range `[va, va + payload)` of the region `key`, reached by the QP `by`
+/// (an L_Key of its PD, or an R_Key it may use).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Placement {
-    /// Protection domain of the QP.
-    pub pd: u32,
+    /// The receiving QP: its PD (and, for an R_Key, its number).
+    pub by: Accessor,
     /// R_Key or L_Key, as `target` says.
     pub key: u32,
     /// First byte.
@@ -75,8 +76,8 @@ impl Placement {
     /// returns its CRC-32 (continued from 0), copied and hashed in one pass.
     pub fn write(&self, mem: &mut dyn Memory, src: &[u8]) -> Result<u32, MemError> {
         match self.target {
-            Target::Remote => mem.write_remote_crc(self.pd, self.key, self.va, src, 0),
-            Target::Local => mem.write_local_crc(self.pd, self.key, self.va, src, 0),
+            Target::Remote => mem.write_remote_crc(self.by, self.key, self.va, src, 0),
+            Target::Local => mem.write_local_crc(self.by.pd, self.key, self.va, src, 0),
         }
     }
 }
@@ -139,7 +140,7 @@ impl Qp {
 
     fn at(&self, key: u32, va: u64, target: Target) -> Placement {
         Placement {
-            pd: self.pd,
+            by: self.accessor(),
             key,
             va,
             target,
@@ -186,26 +187,27 @@ impl Memory for Recorder {
         Ok(())
     }
 
-    fn check_remote(&self, _: u32, _: u32, _: u64, _: u64, _: Access) -> Result<(), MemError> {
+    fn check_remote(&self, _: Accessor, _: u32, _: u64, _: u64, _: Access) -> Result<(), MemError> {
         Err(MemError::AccessDenied)
     }
 
-    fn read_remote(&self, _: u32, _: u32, _: u64, _: &mut [u8]) -> Result<(), MemError> {
+    fn read_remote(&self, _: Accessor, _: u32, _: u64, _: &mut [u8]) -> Result<(), MemError> {
         Err(MemError::AccessDenied)
     }
 
-    fn write_remote(&mut self, _: u32, _: u32, _: u64, _: &[u8]) -> Result<(), MemError> {
+    fn write_remote(&mut self, _: Accessor, _: u32, _: u64, _: &[u8]) -> Result<(), MemError> {
         Err(MemError::AccessDenied)
     }
 
-    fn atomic(&mut self, _: u32, _: u32, _: u64, _: AtomicOp) -> Result<u64, MemError> {
+    fn atomic(&mut self, _: Accessor, _: u32, _: u64, _: AtomicOp) -> Result<u64, MemError> {
         Err(MemError::AccessDenied)
     }
 }
 
 /// The memory a packet placed before its check is handled with: the one write that
-/// matches the placement exactly — same kind, PD, key, address, source bytes (the
-/// packet's own payload, by pointer) and length — was already made and is skipped;
+/// matches the placement exactly — same kind, PD (and QP, for an R_Key), key, address,
+/// source bytes (the packet's own payload, by pointer) and length — was already made
+/// and is skipped;
 /// every other access goes to `inner` unchanged.
 pub struct Placed<'a> {
     inner: &'a mut dyn Memory,
@@ -228,14 +230,23 @@ impl<'a> Placed<'a> {
         self.pending.is_none()
     }
 
-    fn is_placed(&mut self, target: Target, pd: u32, key: u32, va: u64, src: &[u8]) -> bool {
-        let want = Placement {
-            pd,
-            key,
-            va,
-            target,
+    /// Whether a write of `src` at `va` of `key` is the pending one. `by` is the
+    /// writer: an R_Key write names the whole QP, an L_Key write only its PD (`qpn`
+    /// None), which is all a local write is checked by.
+    fn is_placed(
+        &mut self,
+        target: Target,
+        (pd, qpn): (u32, Option<u32>),
+        key: u32,
+        va: u64,
+        src: &[u8],
+    ) -> bool {
+        let Some((p, ptr, len)) = self.pending else {
+            return false;
         };
-        if self.pending == Some((want, src.as_ptr(), src.len())) {
+        let same_writer = p.by.pd == pd && qpn.is_none_or(|q| q == p.by.qpn);
+        let same = p.target == target && same_writer && p.key == key && p.va == va;
+        if same && ptr == src.as_ptr() && len == src.len() {
             self.pending = None;
             return true;
         }
@@ -260,7 +271,7 @@ impl Memory for Placed<'_> {
     }
 
     fn write_local(&mut self, pd: u32, lkey: u32, va: u64, src: &[u8]) -> Result<(), MemError> {
-        if self.is_placed(Target::Local, pd, lkey, va, src) {
+        if self.is_placed(Target::Local, (pd, None), lkey, va, src) {
             return Ok(());
         }
         self.inner.write_local(pd, lkey, va, src)
@@ -268,42 +279,54 @@ impl Memory for Placed<'_> {
 
     fn check_remote(
         &self,
-        pd: u32,
+        by: Accessor,
         rkey: u32,
         va: u64,
         len: u64,
         access: Access,
     ) -> Result<(), MemError> {
-        self.inner.check_remote(pd, rkey, va, len, access)
+        self.inner.check_remote(by, rkey, va, len, access)
     }
 
-    fn read_remote(&self, pd: u32, rkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
-        self.inner.read_remote(pd, rkey, va, dst)
+    fn read_remote(
+        &self,
+        by: Accessor,
+        rkey: u32,
+        va: u64,
+        dst: &mut [u8],
+    ) -> Result<(), MemError> {
+        self.inner.read_remote(by, rkey, va, dst)
     }
 
     fn read_remote_crc(
         &self,
-        pd: u32,
+        by: Accessor,
         rkey: u32,
         va: u64,
         dst: &mut [u8],
         crc: u32,
     ) -> Result<u32, MemError> {
-        self.inner.read_remote_crc(pd, rkey, va, dst, crc)
+        self.inner.read_remote_crc(by, rkey, va, dst, crc)
     }
 
-    fn write_remote(&mut self, pd: u32, rkey: u32, va: u64, src: &[u8]) -> Result<(), MemError> {
-        if self.is_placed(Target::Remote, pd, rkey, va, src) {
+    fn write_remote(
+        &mut self,
+        by: Accessor,
+        rkey: u32,
+        va: u64,
+        src: &[u8],
+    ) -> Result<(), MemError> {
+        if self.is_placed(Target::Remote, (by.pd, Some(by.qpn)), rkey, va, src) {
             return Ok(());
         }
-        self.inner.write_remote(pd, rkey, va, src)
+        self.inner.write_remote(by, rkey, va, src)
     }
 
-    fn atomic(&mut self, pd: u32, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
-        self.inner.atomic(pd, rkey, va, op)
+    fn atomic(&mut self, by: Accessor, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
+        self.inner.atomic(by, rkey, va, op)
     }
 
-    fn invalidate(&mut self, pd: u32, rkey: u32) -> Result<(), MemError> {
-        self.inner.invalidate(pd, rkey)
+    fn invalidate(&mut self, by: Accessor, rkey: u32) -> Result<(), MemError> {
+        self.inner.invalidate(by, rkey)
     }
 }

@@ -552,7 +552,7 @@ impl Qp {
             // IBV_WC_REM_INV_REQ_ERR instead).
             let inv = pkt.repr.ieth.map(|i| i.rkey);
             if let Some(rkey) = inv {
-                mem.invalidate(self.pd, rkey).map_err(map_remote)?;
+                mem.invalidate(self.accessor(), rkey).map_err(map_remote)?;
             }
             self.resp.cur = None;
             self.resp.msn = self.resp.msn.next();
@@ -650,8 +650,14 @@ impl Qp {
             }
             // IBTA 9.7.4.2.6: a zero-length RDMA operation does not check the R_Key.
             if dma_len > 0 {
-                mem.check_remote(self.pd, reth.rkey, reth.va, dma_len, Access::REMOTE_WRITE)
-                    .map_err(map_remote)?;
+                mem.check_remote(
+                    self.accessor(),
+                    reth.rkey,
+                    reth.va,
+                    dma_len,
+                    Access::REMOTE_WRITE,
+                )
+                .map_err(map_remote)?;
             }
             self.resp.cur = Some(InMsg {
                 op: Operation::Write,
@@ -662,13 +668,14 @@ impl Qp {
                 dma_len,
             });
         }
+        let by = self.accessor();
         let Some(cur) = self.resp.cur.as_mut() else {
             return Err(RespError::OpcodeSequence);
         };
         let plen = pkt.payload.len() as u64;
         let va = cur.write_at(plen)?;
         if plen > 0 {
-            mem.write_remote(self.pd, cur.rkey, va, pkt.payload)
+            mem.write_remote(by, cur.rkey, va, pkt.payload)
                 .map_err(map_remote)?;
         }
         cur.written += plen;
@@ -735,7 +742,7 @@ impl Qp {
     fn check_read(&self, reth: wire::RethRepr, mem: &dyn Memory) -> Result<(), RespError> {
         if reth.dma_len > 0 {
             mem.check_remote(
-                self.pd,
+                self.accessor(),
                 reth.rkey,
                 reth.va,
                 u64::from(reth.dma_len),
@@ -761,7 +768,7 @@ impl Qp {
         if a.va % 8 != 0 {
             return Err(RespError::Misaligned);
         }
-        mem.check_remote(self.pd, a.rkey, a.va, 8, Access::REMOTE_ATOMIC)
+        mem.check_remote(self.accessor(), a.rkey, a.va, 8, Access::REMOTE_ATOMIC)
             .map_err(map_remote)?;
         let op = if info.operation == Operation::CompareSwap {
             AtomicOp::CompareSwap {
@@ -771,7 +778,9 @@ impl Qp {
         } else {
             AtomicOp::FetchAdd { add: a.swap_add }
         };
-        let orig = mem.atomic(self.pd, a.rkey, a.va, op).map_err(map_remote)?;
+        let orig = mem
+            .atomic(self.accessor(), a.rkey, a.va, op)
+            .map_err(map_remote)?;
         let p = pkt.repr.bth.psn;
         let cap = ATOMIC_CACHE_MIN.max(self.rd_atomic_limit());
         self.resp

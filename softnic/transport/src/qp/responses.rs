@@ -258,10 +258,11 @@ impl Qp {
                 let h = r.emit_headers(buf).ok()?;
                 let dst = buf.get_mut(h..h + plen_us)?;
                 let read = if plen_us >= sgl::DIGEST_MIN_PAYLOAD {
-                    mem.read_remote_crc(self.pd, rkey, va, dst, 0)
+                    mem.read_remote_crc(self.accessor(), rkey, va, dst, 0)
                         .map(|crc| PayloadDigest::at(h, plen_us, crc))
                 } else if plen > 0 {
-                    mem.read_remote(self.pd, rkey, va, dst).map(|()| None)
+                    mem.read_remote(self.accessor(), rkey, va, dst)
+                        .map(|()| None)
                 } else {
                     Ok(None)
                 };

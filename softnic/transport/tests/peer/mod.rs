@@ -5,7 +5,7 @@
 
 use core::net::SocketAddr;
 
-use softnic_transport::memory::{Access, AtomicOp, MemError, Memory};
+use softnic_transport::memory::{Access, Accessor, AtomicOp, MemError, Memory};
 use softnic_transport::qp::Qp;
 use softnic_transport::testing::Node;
 use softnic_transport::time::Instant;
@@ -147,7 +147,7 @@ impl Memory for SparseMem {
 
     fn check_remote(
         &self,
-        _pd: u32,
+        _by: Accessor,
         rkey: u32,
         va: u64,
         len: u64,
@@ -156,19 +156,37 @@ impl Memory for SparseMem {
         self.check(rkey, va, len)
     }
 
-    fn read_remote(&self, _pd: u32, rkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
+    fn read_remote(
+        &self,
+        _by: Accessor,
+        rkey: u32,
+        va: u64,
+        dst: &mut [u8],
+    ) -> Result<(), MemError> {
         self.check(rkey, va, dst.len() as u64)?;
         SparseMem::fill(va, dst);
         Ok(())
     }
 
-    fn write_remote(&mut self, _pd: u32, rkey: u32, va: u64, src: &[u8]) -> Result<(), MemError> {
+    fn write_remote(
+        &mut self,
+        _by: Accessor,
+        rkey: u32,
+        va: u64,
+        src: &[u8],
+    ) -> Result<(), MemError> {
         self.check(rkey, va, src.len() as u64)?;
         self.written += src.len() as u64;
         Ok(())
     }
 
-    fn atomic(&mut self, _pd: u32, _rkey: u32, _va: u64, _op: AtomicOp) -> Result<u64, MemError> {
+    fn atomic(
+        &mut self,
+        _by: Accessor,
+        _rkey: u32,
+        _va: u64,
+        _op: AtomicOp,
+    ) -> Result<u64, MemError> {
         Err(MemError::AccessDenied)
     }
 }
