@@ -386,6 +386,24 @@ impl CompletionQueue {
         self.poll_with(max, |i, wc| out[i] = wc)
     }
 
+    /// Removes the completions of QP `qpn` not yet polled, keeping the others in order:
+    /// what a provider does when a QP is moved to RESET (rdma-core's mlx5 provider,
+    /// `mlx5_cq_clean`), so that a QP reused after a reset does not hand its poller the
+    /// flushes of its earlier life. softnic's libibverbs calls this from
+    /// `ibv_modify_qp` to RESET; a Rust program resetting a QP may call it on the QP's
+    /// CQs. Returns how many were removed.
+    pub fn purge_qp(&mut self, qpn: u32) -> Result<u32> {
+        let qpn = qpn & 0xFF_FFFF;
+        let n = self
+            .ring
+            .retain(|c| c.qp_num & 0xFF_FFFF != qpn)
+            .map_err(Error::Ring)?;
+        if n > 0 {
+            self.ring.release();
+        }
+        Ok(n)
+    }
+
     /// As [`Self::poll`] for up to `max` completions, handing each to `f` with its
     /// index (0, 1, …) instead of storing it in a slice.
     ///

@@ -223,6 +223,57 @@ impl FdMemoryRegion {
     pub fn handle(&self) -> Handle {
         self.handle
     }
+
+    /// `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_PD` (`pd`, of the same context) and/or
+    /// `IBV_REREG_MR_CHANGE_ACCESS` (`access`): the region keeps its memory, address
+    /// and keys, so the keys a program has already handed to its peer stay valid (a
+    /// moved region answers only QPs of its new PD; an R_Key whose remote rights were
+    /// taken away reaches nothing). Memory windows bound to it are unbound, as
+    /// `ibv_rereg_mr(3)` defines re-registration as a deregistration followed by a
+    /// registration. On an error the region is as it was.
+    pub fn rereg(
+        &mut self,
+        pd: Option<&ProtectionDomain>,
+        access: Option<AccessFlags>,
+    ) -> Result<()> {
+        if let Some(a) = access {
+            a.validate()?;
+        }
+        if pd.is_some_and(|p| !Arc::ptr_eq(&p.inner.ctx.inner, &self.pd.ctx.inner)) {
+            return Err(Error::InvalidArgument(
+                "the new protection domain belongs to another device context".into(),
+            ));
+        }
+        let req = Request::ReregMr {
+            mr: self.handle,
+            pd: pd.map(|p| p.inner.handle),
+            access: access.map(AccessFlags::bits),
+        };
+        match self.pd.ctx.inner.call("ibv_rereg_mr", &req, &[])?.0 {
+            Reply::Done => {}
+            other => return Err(Error::Protocol(format!("ReregMr answered with {other:?}"))),
+        }
+        if let Some(p) = pd.filter(|p| !Arc::ptr_eq(&p.inner, &self.pd)) {
+            // The PD's table of regions (its posts' inline copies look keys up there).
+            let entry = MrEntry {
+                lkey: self.lkey,
+                addr: self.iova,
+                len: self.len,
+            };
+            self.pd
+                .mrs
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|m| m.lkey != self.lkey);
+            p.inner
+                .mrs
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(entry);
+            self.pd = p.inner.clone();
+        }
+        Ok(())
+    }
 }
 
 impl Drop for FdMemoryRegion {

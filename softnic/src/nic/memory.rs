@@ -533,6 +533,30 @@ impl MrTable {
         self.regions.get(&handle).filter(|r| r.client == client)
     }
 
+    /// `ibv_rereg_mr` of `handle`, if `client` owns it: a new PD and/or new access
+    /// rights over the same mapping under the same keys. Re-registration is a
+    /// deregistration and a registration (`ibv_rereg_mr(3)`), so the windows bound to
+    /// the region are unbound. Returns the region's PD before.
+    pub fn rereg(
+        &mut self,
+        client: u32,
+        handle: u32,
+        pd: Option<u32>,
+        access: Option<Access>,
+    ) -> Option<u32> {
+        let r = self
+            .regions
+            .get_mut(&handle)
+            .filter(|r| r.client == client)?;
+        let old = r.pd;
+        r.pd = pd.unwrap_or(old);
+        if let Some(a) = access {
+            r.access = a;
+        }
+        self.windows.unbind_region(handle);
+        Some(old)
+    }
+
     /// Deregisters (and unmaps) `handle` if `client` owns it.
     pub fn deregister(&mut self, client: u32, handle: u32) -> Option<Removed> {
         self.get(client, handle)?;

@@ -396,6 +396,16 @@ impl QpEntry {
             || (self.qp.qp_type() == QpType::Ud && self.qp.send_queue_len() > 0)
     }
 
+    /// The QP was just moved to Reset, where it loses its WQEs without completions
+    /// (IBTA 10.3.1): completions still waiting for CQ room (a flush made before the
+    /// reset) go too, so none reaches the CQ after the client removed the QP's
+    /// unpolled ones (`ibv_modify_qp`, as mlx5's `mlx5_cq_clean`); the ring slots its
+    /// queues held are returned.
+    pub fn reset(&mut self) {
+        self.pending.clear();
+        self.release_slots();
+    }
+
     /// Completions waiting for CQ room.
     pub fn pending(&self) -> usize {
         self.pending.len()

@@ -437,6 +437,7 @@ impl Nic {
                     err(ErrorCode::NotFound, format!("no memory region {mr}"))
                 }
             }
+            Request::ReregMr { mr, pd, access } => self.rereg_mr(client, mr, pd, access),
             Request::CreateCq { depth } => self.create_cq(client, depth, fds, counters),
             Request::DestroyCq { cq } => self.destroy_cq(client, cq),
             Request::CreateQp {
@@ -721,6 +722,34 @@ impl Nic {
                 a
             }
         }
+    }
+
+    /// `ReregMr`: `client`'s region `mr` moves to its PD `pd` and/or takes `access`,
+    /// keeping its mapping and keys (so its quota charge stands).
+    fn rereg_mr(
+        &mut self,
+        client: u32,
+        mr: Handle,
+        pd: Option<Handle>,
+        access: Option<u32>,
+    ) -> Answer {
+        if let Some(pd) = pd {
+            if let Err(a) = self.pd_of(client, pd) {
+                return *a;
+            }
+        }
+        let access = match access.map(super::memory::check_access).transpose() {
+            Ok(a) => a,
+            Err(e) => return err(ErrorCode::InvalidArgument, e.to_string()),
+        };
+        let Some(old) = self.mrs.rereg(client, mr, pd, access) else {
+            return err(ErrorCode::NotFound, format!("no memory region {mr}"));
+        };
+        if let Some(new) = pd.filter(|&p| p != old) {
+            self.pd_use(old, false);
+            self.pd_use(new, true);
+        }
+        ok(Reply::Done)
     }
 
     fn dereg_mr(&mut self, client: u32, mr: Handle) -> bool {
@@ -1185,6 +1214,9 @@ impl Nic {
                 if let Some(p) = peer {
                     e.qp.set_peer_rtt(p);
                 }
+                if e.qp.state() == tqp::QpState::Reset {
+                    e.reset();
+                }
                 ok(Reply::Done)
             }
             Err(me @ tqp::ModifyError::Transition(_)) => {
@@ -1270,6 +1302,7 @@ pub fn request_name(r: &Request) -> &'static str {
         Request::RegMrSysv { .. } => "RegMrSysv",
         Request::RegMrCopy { .. } => "RegMrCopy",
         Request::DeregMr { .. } => "DeregMr",
+        Request::ReregMr { .. } => "ReregMr",
         Request::CreateCq { .. } => "CreateCq",
         Request::DestroyCq { .. } => "DestroyCq",
         Request::CreateQp { .. } => "CreateQp",

@@ -441,3 +441,79 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     }
     0
 }
+
+/// `IBV_REREG_MR_ERR_INPUT` of `<infiniband/verbs.h>`: an input error, the MR is as it was.
+const REREG_MR_ERR_INPUT: c_int = -1;
+/// `IBV_REREG_MR_ERR_CMD`: the provider's command failed.
+const REREG_MR_ERR_CMD: c_int = -4;
+/// `IBV_REREG_MR_CHANGE_TRANSLATION`.
+const REREG_MR_CHANGE_TRANSLATION: c_int = 1;
+/// `IBV_REREG_MR_CHANGE_PD`.
+const REREG_MR_CHANGE_PD: c_int = 2;
+/// `IBV_REREG_MR_CHANGE_ACCESS`.
+const REREG_MR_CHANGE_ACCESS: c_int = 4;
+
+/// `ibv_rereg_mr`: libibverbs' input checks (`IBV_REREG_MR_ERR_INPUT`, EINVAL), then
+/// the provider's part. A new PD (`IBV_REREG_MR_CHANGE_PD`) and new access flags
+/// (`IBV_REREG_MR_CHANGE_ACCESS`) are applied by the NIC to the same memory under the
+/// same keys ([`FdMemoryRegion::rereg`]); a new translation
+/// (`IBV_REREG_MR_CHANGE_TRANSLATION`) is not supported: `IBV_REREG_MR_ERR_INPUT` with
+/// EOPNOTSUPP, the MR left as it was (deregister and register again instead). A
+/// refused change is `IBV_REREG_MR_ERR_CMD`, as libibverbs reports a provider's
+/// failure, with `errno` set; the MR is then also as it was.
+///
+/// # Safety
+/// `mr` came from [`ibv_reg_mr`] and is live; with `IBV_REREG_MR_CHANGE_PD`, `pd` came
+/// from `ibv_alloc_pd` and is live.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    let input = |e: c_int| {
+        errno::set(e);
+        REREG_MR_ERR_INPUT
+    };
+    let known = REREG_MR_CHANGE_TRANSLATION | REREG_MR_CHANGE_PD | REREG_MR_CHANGE_ACCESS;
+    if mr.is_null()
+        || flags & !known != 0
+        || (flags & REREG_MR_CHANGE_TRANSLATION != 0 && (length == 0 || addr.is_null()))
+        || (access != 0 && flags & REREG_MR_CHANGE_ACCESS == 0)
+    {
+        return input(libc::EINVAL);
+    }
+    if flags & REREG_MR_CHANGE_TRANSLATION != 0 {
+        return input(libc::EOPNOTSUPP);
+    }
+    let change_pd = flags & REREG_MR_CHANGE_PD != 0;
+    // SAFETY: caller contract: a live MR of this library.
+    let m = unsafe { &mut *(mr as *mut SoftnicMr) };
+    let cmd = |e: c_int| {
+        errno::set(e);
+        REREG_MR_ERR_CMD
+    };
+    // SAFETY: a non-null `pd` with CHANGE_PD is a live PD (caller contract).
+    if change_pd && (pd.is_null() || unsafe { (*pd).context } != m.mr.context) {
+        return cmd(libc::EINVAL);
+    }
+    // SAFETY: caller contract (a live PD when CHANGE_PD is set; not used otherwise).
+    let new_pd: Option<&SoftnicPd> = change_pd.then(|| unsafe { softnic_pd(pd) });
+    let new_access = (flags & REREG_MR_CHANGE_ACCESS != 0)
+        .then_some(AccessFlags(access as u32 & !ACCESS_OPTIONAL_RANGE));
+    if let Err(e) = m.reg.rereg(new_pd.map(|p| &p.api), new_access) {
+        return cmd(errno::of(&e));
+    }
+    if let Some(p) = new_pd {
+        // SAFETY: the old PD outlives its MRs (dealloc is EBUSY while it has users).
+        unsafe { softnic_pd(m.mr.pd) }
+            .users
+            .fetch_sub(1, Ordering::AcqRel);
+        p.users.fetch_add(1, Ordering::AcqRel);
+        m.mr.pd = pd;
+    }
+    0
+}

@@ -583,9 +583,42 @@ pub unsafe extern "C" fn ibv_modify_qp(
     let r = api.modify(&a);
     // SAFETY: the public state mirrors ours; written under the QP's lock.
     unsafe { (*qp).state = state_num(api.state()) };
+    let qpn = api.qp_num();
+    drop(api);
     match r {
+        Ok(()) if a.qp_state == Some(QpState::Reset) => {
+            // SAFETY: the QP's CQs outlive it (destroy_cq is EBUSY while it has users).
+            unsafe { purge_cqs(qp, qpn) };
+            0
+        }
         Ok(()) => 0,
         Err(e) => errno::of(&e),
+    }
+}
+
+/// Removes QP `qpn`'s unpolled completions from its CQs after its move to RESET, as
+/// rdma-core's mlx5 provider does in `mlx5_modify_qp` (`mlx5_cq_clean`): a program that
+/// resets a QP after an error and uses it again (pyverbs' `restate_qps`) must not poll
+/// the flushes of before the reset. The CQ's lock is the one `ibv_poll_cq` takes.
+///
+/// # Safety
+/// `qp` came from [`ibv_create_qp`] and its CQs are live.
+unsafe fn purge_cqs(qp: *mut ibv_qp, qpn: u32) {
+    // SAFETY: caller contract.
+    let (send, recv) = unsafe { ((*qp).send_cq, (*qp).recv_cq) };
+    let cqs = if send == recv {
+        [send, std::ptr::null_mut()]
+    } else {
+        [send, recv]
+    };
+    for cq in cqs.into_iter().filter(|c| !c.is_null()) {
+        // SAFETY: a live CQ of this library (caller contract).
+        let c = unsafe { softnic_cq(cq) };
+        let _ = c
+            .api
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .purge_qp(qpn);
     }
 }
 

@@ -171,33 +171,3 @@ pub unsafe extern "C" fn ibv_query_qp_data_in_order(qp: P, op: c_int, flags: u32
     let _ = (qp, op, flags);
     0
 }
-
-/// `IBV_REREG_MR_ERR_INPUT` of `<infiniband/verbs.h>`.
-const REREG_MR_ERR_INPUT: c_int = -1;
-/// `IBV_REREG_MR_CHANGE_TRANSLATION | _PD | _ACCESS`: the flags rdma-core accepts.
-const REREG_MR_FLAGS: c_int = 0b111;
-const REREG_MR_CHANGE_TRANSLATION: c_int = 1;
-const REREG_MR_CHANGE_ACCESS: c_int = 4;
-
-/// `ibv_rereg_mr`: rdma-core's input checks (EINVAL), then what its dummy op answers,
-/// `IBV_REREG_MR_ERR_INPUT` with `errno` = EOPNOTSUPP: re-registration is not
-/// implemented (deregister and register again instead). The MR is left as it was.
-///
-/// # Safety
-/// Arguments are not dereferenced.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_rereg_mr(
-    mr: P,
-    flags: c_int,
-    pd: P,
-    addr: P,
-    length: usize,
-    access: c_int,
-) -> c_int {
-    let _ = (mr, pd);
-    let bad_input = flags & !REREG_MR_FLAGS != 0
-        || (flags & REREG_MR_CHANGE_TRANSLATION != 0 && (length == 0 || addr.is_null()))
-        || (access != 0 && flags & REREG_MR_CHANGE_ACCESS == 0);
-    errno::set(if bad_input { libc::EINVAL } else { E });
-    REREG_MR_ERR_INPUT
-}

@@ -287,6 +287,18 @@ pub enum Request {
         /// MR handle.
         mr: Handle,
     },
+    /// `ibv_rereg_mr` without a new translation: region `mr` moves to PD `pd` and/or
+    /// takes the access flags `access` (`None`: unchanged), keeping its memory, address
+    /// and keys. Memory windows bound to it are unbound, as by a deregistration.
+    /// Reply: [`Reply::Done`].
+    ReregMr {
+        /// MR handle.
+        mr: Handle,
+        /// The new PD.
+        pd: Option<Handle>,
+        /// The new `ibv_access_flags` bits.
+        access: Option<u32>,
+    },
     /// Attaches the CQ segment sent with this frame (layout
     /// [`super::CqLayout::new`]`(depth)`, header initialised by the client).
     /// Reply: [`Reply::Cq`] + the read end of the CQ's event pipe, to which the NIC

@@ -690,6 +690,36 @@ impl<T: Slot> Consumer<T> {
         Ok(true)
     }
 
+    /// Drops the filled slots for which `keep` is false, the others staying in order
+    /// (a CQ's completions of a QP moved to RESET, as mlx5's provider removes them in
+    /// `mlx5_cq_clean`): only slots the producer has published, `[head, producer)`,
+    /// which are the consumer's until it releases them, so a producer writing on
+    /// meanwhile writes past them. The kept slots are moved towards the newest, the
+    /// head past the dropped ones; [`Consumer::release`] then returns them. Returns how
+    /// many were dropped.
+    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) -> Result<u32, RingError> {
+        let n = self.available()?;
+        let end = self.head.wrapping_add(n);
+        let (mut read, mut write) = (end, end);
+        while read != self.head {
+            read = read.wrapping_sub(1);
+            // SAFETY: slot `read` is in bounds and aligned (slot_ptr), filled and not
+            // released (head ≤ read < producer); every bit pattern is a valid `T`.
+            let v = unsafe { read_slot(self.ring.slot_ptr(read), self.ring.slot_words()) };
+            if keep(&v) {
+                write = write.wrapping_sub(1);
+                if write != read {
+                    // SAFETY: slot `write` is in bounds and aligned, and read < write <
+                    // producer: a slot this consumer holds, already read.
+                    unsafe { write_slot(self.ring.slot_ptr(write), &v, self.ring.slot_words()) };
+                }
+            }
+        }
+        let dropped = write.wrapping_sub(self.head);
+        self.head = write;
+        Ok(dropped)
+    }
+
     /// Returns consumed slots to the producer (`consumer.store(Release)`).
     pub fn release(&mut self) {
         self.release_except(0);

@@ -529,3 +529,45 @@ fn unpop_returns_the_slot_to_the_next_pop_unless_released() {
     c.unpop(); // released: stays taken
     assert_eq!(c.pop().unwrap(), Some(1));
 }
+
+proptest! {
+    /// `retain` drops exactly the published slots `keep` refuses, keeps the others in
+    /// order, leaves slots published after it (and unpublished pushes) alone, and
+    /// frees the dropped slots for the producer once released, across the wrap.
+    #[test]
+    fn retain_drops_exactly_the_refused_slots(
+        skip in 0u32..8,
+        values in proptest::collection::vec(0u64..4, 0..8),
+        later in proptest::collection::vec(0u64..4, 0..4),
+    ) {
+        let cap = 8;
+        let (mut p, mut c) = pair(cap);
+        // Move the indexes so the slots below wrap.
+        for i in 0..skip {
+            p.push(&(100 + u64::from(i))).unwrap();
+            p.publish();
+            c.pop().unwrap().unwrap();
+            c.release();
+        }
+        for v in &values {
+            p.push(v).unwrap();
+        }
+        p.publish();
+        let dropped = c.retain(|&v| v != 0).unwrap();
+        let kept: Vec<u64> = values.iter().copied().filter(|&v| v != 0).collect();
+        prop_assert_eq!(dropped as usize, values.len() - kept.len());
+        c.release();
+        // The dropped slots are free again: the producer can fill the ring.
+        let room = cap as usize - kept.len();
+        for v in later.iter().take(room) {
+            p.push(v).unwrap();
+        }
+        p.publish();
+        let mut got = Vec::new();
+        while let Some(v) = c.pop().unwrap() {
+            got.push(v);
+        }
+        let want: Vec<u64> = kept.iter().chain(later.iter().take(room)).copied().collect();
+        prop_assert_eq!(got, want);
+    }
+}
