@@ -199,6 +199,19 @@ int main(int argc, char **argv)
 	waitpid(child, &wstatus, 0);
 	printf("fork_child_segv %d parent_byte1_kept %d\n",
 	       WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGSEGV, buf[1] == (unsigned char)10);
+	/* ibv_rereg_mr: new rights keep the keys; access without its flag is an input
+	 * error; a new translation moves the MR onto other memory (new keys). */
+	uint32_t lkey0 = mr->lkey, rkey0 = mr->rkey;
+	rc = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, pd, NULL, 0, IBV_ACCESS_LOCAL_WRITE);
+	printf("rereg_access %d keys_kept %d\n", rc, mr->lkey == lkey0 && mr->rkey == rkey0);
+	errno = 0;
+	rc = ibv_rereg_mr(mr, 0, pd, NULL, 0, IBV_ACCESS_LOCAL_WRITE);
+	printf("rereg_access_unflagged %d errno %d\n", rc, errno);
+	unsigned char *moved = memalign(page, page);
+	moved[0] = 0x5a;
+	rc = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, pd, moved, page, 0);
+	printf("rereg_translation %d moved %d len %d byte0_kept %d\n", rc, mr->addr == moved,
+	       mr->length == (size_t)page, moved[0] == 0x5a);
 
 	struct ibv_qp_init_attr qia = {
 		.send_cq = cq, .recv_cq = cq,

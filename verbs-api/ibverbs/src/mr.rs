@@ -79,6 +79,8 @@ pub struct SoftnicMr {
     /// Public part.
     pub mr: ibv_mr,
     reg: FdMemoryRegion,
+    /// Its `ibv_access_flags`, for a re-registration that keeps them.
+    access: u32,
 }
 
 fn page_size() -> usize {
@@ -240,12 +242,36 @@ unsafe fn privatise(start: usize, len: usize) {
 /// # Safety
 /// `pd` came from `ibv_alloc_pd`; `addr..addr+length` is the program's memory.
 unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) -> *mut ibv_mr {
-    if pd.is_null() || addr.is_null() || length == 0 {
+    if pd.is_null() {
         return errno::null(libc::EINVAL);
+    }
+    // SAFETY: caller contract.
+    match unsafe { register(softnic_pd(pd), addr, length, access) } {
+        // SAFETY: pd is live (caller contract).
+        Ok(reg) => unsafe { boxed(pd, addr, length, reg, access) },
+        Err(e) => errno::null(e),
+    }
+}
+
+/// The registration of `[addr, addr + length)` on `p`, iova = `addr`, or an errno:
+/// the program's private pages are moved onto a memfd the NIC maps (pages a live
+/// registration holds are shared from it), and memory that cannot be (SysV, shared
+/// files, the stack, hugepages) goes by `mr_backing`.
+///
+/// # Safety
+/// `addr..addr+length` is the program's memory.
+unsafe fn register(
+    p: &SoftnicPd,
+    addr: *mut c_void,
+    length: usize,
+    access: u32,
+) -> Result<FdMemoryRegion, c_int> {
+    if addr.is_null() || length == 0 {
+        return Err(libc::EINVAL);
     }
     let access = AccessFlags(access & !ACCESS_OPTIONAL_RANGE);
     if access.validate().is_err() {
-        return errno::null(libc::EINVAL);
+        return Err(libc::EINVAL);
     }
     let page = page_size();
     let first = addr as usize;
@@ -255,10 +281,8 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) ->
         .and_then(|e| e.checked_add(page - 1))
         .map(|e| e & !(page - 1))
     else {
-        return errno::null(libc::EINVAL);
+        return Err(libc::EINVAL);
     };
-    // SAFETY: caller contract.
-    let p: &SoftnicPd = unsafe { softnic_pd(pd) };
     let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
     // The pages as runs: those a live MR's mapping holds are shared from it, the rest
     // (gaps) are converted now into one new memfd.
@@ -290,11 +314,7 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) ->
     }
     if segments.len() > MAX_MR_SEGMENTS || !gaps.iter().all(|&(a, b)| private_memory(a, b)) {
         // Not remappable: SysV shm, shared files, hugetlb, the stack (mr_backing).
-        return match crate::mr_backing::register(&p.api, first, length, access) {
-            // SAFETY: pd is live (caller contract).
-            Ok(reg) => unsafe { boxed(pd, addr, length, reg) },
-            Err(e) => errno::null(e),
-        };
+        return crate::mr_backing::register(&p.api, first, length, access);
     }
     let fd = if gaps.is_empty() {
         None
@@ -302,7 +322,7 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) ->
         // SAFETY: checked just above: private read-write memory.
         match unsafe { remap_onto_memfd(start, end, &gaps) } {
             Ok(fd) => Some(fd),
-            Err(e) => return errno::null(e),
+            Err(e) => return Err(e),
         }
     };
     let offset = (first - start) as u64;
@@ -321,17 +341,44 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) ->
         }
     }
     let range = (start, end);
-    let reg = match registered {
-        Ok(r) => r,
-        Err(e) => return errno::null(errno::of(&e)),
-    };
+    let reg = registered.map_err(|e| errno::of(&e))?;
     live.push(Live {
         range,
         lkey: reg.lkey(),
         handle: reg.handle(),
     });
-    // SAFETY: pd is live (caller contract).
-    unsafe { boxed(pd, addr, length, reg) }
+    Ok(reg)
+}
+
+/// Drops registration `reg` (the NIC's DeregMr: it no longer touches these bytes
+/// through it), then makes the pages no other live registration holds private again,
+/// run by run.
+///
+/// # Safety
+/// `reg` came from [`register`].
+unsafe fn unregister(reg: FdMemoryRegion) {
+    let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(i) = live.iter().position(|m| m.lkey == reg.lkey()) else {
+        return; // a SysV or copied region: nothing was converted
+    };
+    let range = live.swap_remove(i).range;
+    drop(reg);
+    let page = page_size();
+    let held = |a: usize| live.iter().any(|m| m.range.0 <= a && a < m.range.1);
+    let mut a = range.0;
+    while a < range.1 {
+        if held(a) {
+            a += page;
+            continue;
+        }
+        let mut b = a + page;
+        while b < range.1 && !held(b) {
+            b += page;
+        }
+        // SAFETY: converted by `register`; no live registration is left on [a, b).
+        unsafe { privatise(a, b - a) };
+        a = b;
+    }
 }
 
 /// The `ibv_mr` of registration `reg` of `[addr, addr + length)` on `pd` (counted
@@ -344,6 +391,7 @@ unsafe fn boxed(
     addr: *mut c_void,
     length: usize,
     reg: FdMemoryRegion,
+    access: u32,
 ) -> *mut ibv_mr {
     // SAFETY: caller contract.
     unsafe { softnic_pd(pd) }
@@ -361,6 +409,7 @@ unsafe fn boxed(
             rkey: reg.rkey(),
         },
         reg,
+        access,
     });
     Box::into_raw(b) as *mut ibv_mr
 }
@@ -415,30 +464,8 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     unsafe { softnic_pd(b.mr.pd) }
         .users
         .fetch_sub(1, Ordering::AcqRel);
-    let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(i) = live.iter().position(|m| m.lkey == b.mr.lkey) else {
-        drop(b);
-        return 0;
-    };
-    let range = live.swap_remove(i).range;
-    drop(b); // the NIC's DeregMr: it no longer touches these bytes through this MR
-             // Pages no other live MR holds become private again, run by run.
-    let page = page_size();
-    let held = |a: usize| live.iter().any(|m| m.range.0 <= a && a < m.range.1);
-    let mut a = range.0;
-    while a < range.1 {
-        if held(a) {
-            a += page;
-            continue;
-        }
-        let mut b = a + page;
-        while b < range.1 && !held(b) {
-            b += page;
-        }
-        // SAFETY: converted by reg; no live MR is left on [a, b).
-        unsafe { privatise(a, b - a) };
-        a = b;
-    }
+    // SAFETY: made by `register`.
+    unsafe { unregister(b.reg) };
     0
 }
 
@@ -455,12 +482,14 @@ const REREG_MR_CHANGE_ACCESS: c_int = 4;
 
 /// `ibv_rereg_mr`: libibverbs' input checks (`IBV_REREG_MR_ERR_INPUT`, EINVAL), then
 /// the provider's part. A new PD (`IBV_REREG_MR_CHANGE_PD`) and new access flags
-/// (`IBV_REREG_MR_CHANGE_ACCESS`) are applied by the NIC to the same memory under the
-/// same keys ([`FdMemoryRegion::rereg`]); a new translation
-/// (`IBV_REREG_MR_CHANGE_TRANSLATION`) is not supported: `IBV_REREG_MR_ERR_INPUT` with
-/// EOPNOTSUPP, the MR left as it was (deregister and register again instead). A
-/// refused change is `IBV_REREG_MR_ERR_CMD`, as libibverbs reports a provider's
-/// failure, with `errno` set; the MR is then also as it was.
+/// (`IBV_REREG_MR_CHANGE_ACCESS`) alone are applied by the NIC to the same memory
+/// under the same keys ([`FdMemoryRegion::rereg`]), so the R_Key a peer holds stays
+/// valid. A new translation (`IBV_REREG_MR_CHANGE_TRANSLATION`, with or without the
+/// others) registers the new range and then drops the old registration, as
+/// `ibv_rereg_mr(3)` describes a re-registration: the MR gets new keys (the kernel's
+/// rereg command may return new ones too, and libibverbs stores them in the `ibv_mr`).
+/// A refused change is `IBV_REREG_MR_ERR_CMD`, as libibverbs reports a provider's
+/// failure, with `errno` set; the MR is then as it was.
 ///
 /// # Safety
 /// `mr` came from [`ibv_reg_mr`] and is live; with `IBV_REREG_MR_CHANGE_PD`, `pd` came
@@ -486,9 +515,6 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     {
         return input(libc::EINVAL);
     }
-    if flags & REREG_MR_CHANGE_TRANSLATION != 0 {
-        return input(libc::EOPNOTSUPP);
-    }
     let change_pd = flags & REREG_MR_CHANGE_PD != 0;
     // SAFETY: caller contract: a live MR of this library.
     let m = unsafe { &mut *(mr as *mut SoftnicMr) };
@@ -504,8 +530,32 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     let new_pd: Option<&SoftnicPd> = change_pd.then(|| unsafe { softnic_pd(pd) });
     let new_access = (flags & REREG_MR_CHANGE_ACCESS != 0)
         .then_some(AccessFlags(access as u32 & !ACCESS_OPTIONAL_RANGE));
-    if let Err(e) = m.reg.rereg(new_pd.map(|p| &p.api), new_access) {
+    if flags & REREG_MR_CHANGE_TRANSLATION != 0 {
+        // New memory: a registration of it (on the new PD, with the new rights, if
+        // asked), then the old one dropped — new keys, as the kernel's rereg may give.
+        let on = new_pd.unwrap_or_else(|| {
+            // SAFETY: the MR's PD is live while the MR is.
+            unsafe { softnic_pd(m.mr.pd) }
+        });
+        let bits = new_access.map_or(m.access, AccessFlags::bits);
+        // SAFETY: the caller's new range is its memory (as for `ibv_reg_mr`).
+        let new = match unsafe { register(on, addr, length, bits) } {
+            Ok(r) => r,
+            Err(e) => return cmd(e),
+        };
+        let old = std::mem::replace(&mut m.reg, new);
+        // SAFETY: made by `register`.
+        unsafe { unregister(old) };
+        m.mr.addr = addr;
+        m.mr.length = length;
+        m.mr.handle = m.reg.handle();
+        m.mr.lkey = m.reg.lkey();
+        m.mr.rkey = m.reg.rkey();
+        m.access = bits;
+    } else if let Err(e) = m.reg.rereg(new_pd.map(|p| &p.api), new_access) {
         return cmd(errno::of(&e));
+    } else if let Some(a) = new_access {
+        m.access = a.bits();
     }
     if let Some(p) = new_pd {
         // SAFETY: the old PD outlives its MRs (dealloc is EBUSY while it has users).
