@@ -389,15 +389,18 @@ impl CompletionQueue {
     /// Removes the completions of QP `qpn` not yet polled, keeping the others in order:
     /// what a provider does when a QP is moved to RESET (rdma-core's mlx5 provider,
     /// `mlx5_cq_clean`), so that a QP reused after a reset does not hand its poller the
-    /// flushes of its earlier life. softnic's libibverbs calls this from
-    /// `ibv_modify_qp` to RESET; a Rust program resetting a QP may call it on the QP's
-    /// CQs. Returns how many were removed.
-    pub fn purge_qp(&mut self, qpn: u32) -> Result<u32> {
+    /// flushes of its earlier life. With `keep_receives` (a QP on a shared receive
+    /// queue, whose receive WQEs belong to the SRQ: dropping such a completion would
+    /// lose the SRQ's buffer, which mlx5 hands back to the SRQ instead) only its send
+    /// completions go. softnic's libibverbs calls this from `ibv_modify_qp` to RESET; a
+    /// Rust program resetting a QP may call it on the QP's CQs. Returns how many were
+    /// removed.
+    pub fn purge_qp(&mut self, qpn: u32, keep_receives: bool) -> Result<u32> {
         let qpn = qpn & 0xFF_FFFF;
-        let n = self
-            .ring
-            .retain(|c| c.qp_num & 0xFF_FFFF != qpn)
-            .map_err(Error::Ring)?;
+        let ours = |c: &Cqe| {
+            c.qp_num & 0xFF_FFFF == qpn && !(keep_receives && c.opcode & wc_opcode::RECV != 0)
+        };
+        let n = self.ring.retain(|c| !ours(c)).map_err(Error::Ring)?;
         if n > 0 {
             self.ring.release();
         }

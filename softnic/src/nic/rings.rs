@@ -399,10 +399,12 @@ impl QpEntry {
     /// The QP was just moved to Reset, where it loses its WQEs without completions
     /// (IBTA 10.3.1): completions still waiting for CQ room (a flush made before the
     /// reset) go too, so none reaches the CQ after the client removed the QP's
-    /// unpolled ones (`ibv_modify_qp`, as mlx5's `mlx5_cq_clean`); the ring slots its
-    /// queues held are returned.
+    /// unpolled ones (`ibv_modify_qp`, as mlx5's `mlx5_cq_clean`) — except, on a shared
+    /// receive queue, the receive completions, whose WQEs are the SRQ's (the client
+    /// keeps those too); the ring slots its queues held are returned.
     pub fn reset(&mut self) {
-        self.pending.clear();
+        let srq = self.qp.srq().is_some();
+        self.pending.retain(|(c, _)| srq && c.queue == Queue::Recv);
         self.release_slots();
     }
 

@@ -599,13 +599,15 @@ pub unsafe extern "C" fn ibv_modify_qp(
 /// Removes QP `qpn`'s unpolled completions from its CQs after its move to RESET, as
 /// rdma-core's mlx5 provider does in `mlx5_modify_qp` (`mlx5_cq_clean`): a program that
 /// resets a QP after an error and uses it again (pyverbs' `restate_qps`) must not poll
-/// the flushes of before the reset. The CQ's lock is the one `ibv_poll_cq` takes.
+/// the flushes of before the reset. A QP on an SRQ keeps its receive completions: their
+/// WQEs are the SRQ's (`CompletionQueue::purge_qp`). The CQ's lock is the one
+/// `ibv_poll_cq` takes.
 ///
 /// # Safety
 /// `qp` came from [`ibv_create_qp`] and its CQs are live.
 unsafe fn purge_cqs(qp: *mut ibv_qp, qpn: u32) {
     // SAFETY: caller contract.
-    let (send, recv) = unsafe { ((*qp).send_cq, (*qp).recv_cq) };
+    let (send, recv, srq) = unsafe { ((*qp).send_cq, (*qp).recv_cq, (*qp).srq) };
     let cqs = if send == recv {
         [send, std::ptr::null_mut()]
     } else {
@@ -618,7 +620,7 @@ unsafe fn purge_cqs(qp: *mut ibv_qp, qpn: u32) {
             .api
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .purge_qp(qpn);
+            .purge_qp(qpn, !srq.is_null());
     }
 }
 
