@@ -173,15 +173,11 @@ impl ProtectionDomain {
             Reply::Mr { mr, lkey, rkey } => (mr, lkey, rkey),
             other => return Err(Error::Protocol(format!("RegMr answered with {other:?}"))),
         };
-        self.inner
-            .mrs
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(MrEntry {
-                lkey,
-                addr: iova,
-                len: len as u64,
-            });
+        self.inner.add_mr(MrEntry {
+            lkey,
+            addr: iova,
+            len: len as u64,
+        });
         Ok(FdMemoryRegion {
             iova,
             len: len as u64,
@@ -255,21 +251,12 @@ impl FdMemoryRegion {
         }
         if let Some(p) = pd.filter(|p| !Arc::ptr_eq(&p.inner, &self.pd)) {
             // The PD's table of regions (its posts' inline copies look keys up there).
-            let entry = MrEntry {
+            self.pd.remove_mr(self.lkey);
+            p.inner.add_mr(MrEntry {
                 lkey: self.lkey,
                 addr: self.iova,
                 len: self.len,
-            };
-            self.pd
-                .mrs
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .retain(|m| m.lkey != self.lkey);
-            p.inner
-                .mrs
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(entry);
+            });
             self.pd = p.inner.clone();
         }
         Ok(())
@@ -278,11 +265,7 @@ impl FdMemoryRegion {
 
 impl Drop for FdMemoryRegion {
     fn drop(&mut self) {
-        self.pd
-            .mrs
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|m| m.lkey != self.lkey);
+        self.pd.remove_mr(self.lkey);
         let _ = self
             .pd
             .ctx

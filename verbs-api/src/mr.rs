@@ -162,15 +162,11 @@ impl MemoryRegion {
             Reply::Mr { mr, lkey, rkey } => (mr, lkey, rkey),
             other => return Err(Error::Protocol(format!("RegMr answered with {other:?}"))),
         };
-        pd.inner
-            .mrs
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(MrEntry {
-                lkey,
-                addr: iova,
-                len: len as u64,
-            });
+        pd.inner.add_mr(MrEntry {
+            lkey,
+            addr: iova,
+            len: len as u64,
+        });
         Ok(MemoryRegion {
             map,
             len,
@@ -429,11 +425,7 @@ unsafe fn volatile_copy(dst: *mut u8, src: *const u8, len: usize) {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        self.pd
-            .mrs
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|m| m.lkey != self.lkey);
+        self.pd.remove_mr(self.lkey);
         let _ = self
             .pd
             .ctx

@@ -30,6 +30,25 @@ pub(crate) struct PdShared {
     pub mrs: RwLock<Vec<MrEntry>>,
 }
 
+impl PdShared {
+    /// Lists region `entry` under this PD (registration, or a region moved here).
+    pub fn add_mr(&self, entry: MrEntry) {
+        self.mrs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(entry);
+    }
+
+    /// Unlists the region whose L_Key is `lkey` (deregistration, or a region moved
+    /// away).
+    pub fn remove_mr(&self, lkey: u32) {
+        self.mrs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|m| m.lkey != lkey);
+    }
+}
+
 impl Drop for PdShared {
     fn drop(&mut self) {
         // Best effort: if the NIC is gone, everything is gone with the connection.

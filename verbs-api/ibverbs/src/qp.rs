@@ -606,21 +606,17 @@ pub unsafe extern "C" fn ibv_modify_qp(
 /// # Safety
 /// `qp` came from [`ibv_create_qp`] and its CQs are live.
 unsafe fn purge_cqs(qp: *mut ibv_qp, qpn: u32) {
-    // SAFETY: caller contract.
+    // SAFETY: caller contract (both CQs are set: `ibv_create_qp` refuses a null one).
     let (send, recv, srq) = unsafe { ((*qp).send_cq, (*qp).recv_cq, (*qp).srq) };
-    let cqs = if send == recv {
-        [send, std::ptr::null_mut()]
-    } else {
-        [send, recv]
-    };
-    for cq in cqs.into_iter().filter(|c| !c.is_null()) {
+    let purge = |cq: *mut ibv_cq| {
         // SAFETY: a live CQ of this library (caller contract).
         let c = unsafe { softnic_cq(cq) };
-        let _ = c
-            .api
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .purge_qp(qpn, !srq.is_null());
+        let mut api = c.api.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = api.purge_qp(qpn, !srq.is_null());
+    };
+    purge(send);
+    if recv != send {
+        purge(recv);
     }
 }
 

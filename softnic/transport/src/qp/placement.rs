@@ -230,9 +230,9 @@ impl<'a> Placed<'a> {
         self.pending.is_none()
     }
 
-    /// Whether a write of `src` at `va` of `key` is the pending one. `by` is the
+    /// Whether a write of `src` at `va` of `key` is the pending one. `(pd, qpn)` is the
     /// writer: an R_Key write names the whole QP, an L_Key write only its PD (`qpn`
-    /// None), which is all a local write is checked by.
+    /// None: any QP number matches, since a local write is checked by the PD alone).
     fn is_placed(
         &mut self,
         target: Target,
@@ -241,12 +241,20 @@ impl<'a> Placed<'a> {
         va: u64,
         src: &[u8],
     ) -> bool {
-        let Some((p, ptr, len)) = self.pending else {
+        let Some((p, ..)) = self.pending else {
             return false;
         };
-        let same_writer = p.by.pd == pd && qpn.is_none_or(|q| q == p.by.qpn);
-        let same = p.target == target && same_writer && p.key == key && p.va == va;
-        if same && ptr == src.as_ptr() && len == src.len() {
+        let by = Accessor {
+            pd,
+            qpn: qpn.unwrap_or(p.by.qpn),
+        };
+        let want = Placement {
+            by,
+            key,
+            va,
+            target,
+        };
+        if self.pending == Some((want, src.as_ptr(), src.len())) {
             self.pending = None;
             return true;
         }
