@@ -101,13 +101,20 @@ fn compile_c(name: &str, src: &str) -> (PathBuf, PathBuf) {
 /// must equal what the NIC applied to its QP.
 #[test]
 fn own_qp_moved_with_rdma_init_qp_attr() {
-    let (dir, exe) = compile_c("own_qp", "tests/rdmacm/own_qp.c");
+    c_program_both_ways("own_qp", ("cmstock-ownqp", 12), "7471");
+}
+
+/// Compiles `tests/rdmacm/NAME.c` and runs it as `server ADDR PORT` on one NIC of a
+/// fresh pair and `client SADDR PORT CADDR` on the other, then the other way round;
+/// both must exit 0 and print "ok".
+fn c_program_both_ways(name: &str, (tag, host): (&str, u8), port: &str) {
+    let (dir, exe) = compile_c(name, &format!("tests/rdmacm/{name}.c"));
     let exe = exe.to_string_lossy().into_owned();
-    let (a, b) = nic_pair("cmstock-ownqp", 12);
+    let (a, b) = nic_pair(tag, host);
     for (srv, cli) in [(&a, &b), (&b, &a)] {
         let (s_ip, c_ip) = (srv.addr.to_string(), cli.addr.to_string());
-        let sa = args(&["server", &s_ip, "7471"]);
-        let ca = args(&["client", &s_ip, "7471", &c_ip]);
+        let sa = args(&["server", &s_ip, port]);
+        let ca = args(&["client", &s_ip, port, &c_ip]);
         let (s, c) = cm_pair((&exe, srv, sa), (&exe, cli, ca));
         assert!(s.contains("ok"), "{s}");
         assert!(c.contains("ok"), "{c}");
@@ -576,4 +583,85 @@ fn rdma_xserver_and_xclient_send_inline_on_a_qp_that_asked_for_none() {
         assert!(s.contains("rdma_xserver: end 0"), "{s}");
         assert!(c.contains("rdma_xclient: end 0"), "{c}");
     }
+}
+
+/// rsockets' stream semantics (`softnic/tests/rdmacm/rsocket.c`, compiled against the
+/// real `<rdma/rsocket.h>`), between two NICs, both ways: patterned data both
+/// directions with MSG_WAITALL, MSG_PEEK, `rwritev`; SHUT_WR as end-of-stream and
+/// EPIPE; the peer's close as end-of-stream after its data; a refused connect
+/// (ECONNREFUSED, and non-blocking: POLLERR and SO_ERROR read once); a non-blocking
+/// connect and accept with `rpoll` beside an ordinary pipe, EAGAIN, `rselect`.
+#[test]
+fn rsocket_stream_semantics() {
+    c_program_both_ways("rsocket", ("cmstock-rsock", 26), "7480");
+}
+
+/// Stock `rstream` (rsockets over RC, rdma-core's protocol) between two NICs, its data
+/// checked by `-T v`: in its default non-blocking mode (busy `rsend`/`rrecv` with
+/// MSG_DONTWAIT and a non-blocking connect and accept), blocking (`-T b`) and with
+/// `rpoll` (`-T a`), 100 transfers of 100,000 bytes each way (not a multiple of the
+/// buffer halves, so the rings wrap mid-transfer), then 1 MiB transfers, and the other
+/// direction between the NICs.
+#[test]
+fn rstream_between_two_nics() {
+    let (a, b) = nic_pair("cmstock-rstream", 28);
+    let runs: [(&NicProc, &NicProc, &[&str]); 5] = [
+        (&a, &b, &["-S", "100000", "-C", "100"]),
+        (&a, &b, &["-T", "b", "-S", "100000", "-C", "100"]),
+        (&a, &b, &["-T", "a", "-S", "100000", "-C", "100"]),
+        (&a, &b, &["-S", "1048576", "-C", "10"]),
+        (&b, &a, &["-T", "a", "-S", "100000", "-C", "100"]),
+    ];
+    for (srv, cli, extra) in runs {
+        let mut sa = args(&["-b", &srv.addr.to_string(), "-p", "7481", "-T", "v"]);
+        sa.extend(args(extra));
+        let mut ca = args(&["-s", &srv.addr.to_string(), "-b", &cli.addr.to_string()]);
+        ca.extend(args(&["-p", "7481", "-T", "v"]));
+        ca.extend(args(extra));
+        let mut server = spawn(srv, "rstream", &sa);
+        let c = client_until_accepted(&mut server, ("rstream", cli, ca), |c| {
+            c.contains("Connection refused")
+        });
+        let s = finish(server, Duration::from_secs(60));
+        for (who, out) in [("server", &s), ("client", &c)] {
+            assert!(
+                out.starts_with("status exit status: 0") && out.contains("custom"),
+                "rstream {extra:?} {who}:\n{out}\nserver:\n{s}\nclient:\n{c}"
+            );
+        }
+    }
+}
+
+/// Stock `rcopy` (a file over rsockets: the client `rsend`s the file's mapped bytes,
+/// the server `rrecv`s them into its mapped destination) between two NICs: 3 MB of
+/// random bytes arrive identical. rcopy's server loops for ever; it is ended by PID.
+#[test]
+fn rcopy_copies_a_file_between_two_nics() {
+    let (a, b) = nic_pair("cmstock-rcopy", 30);
+    let dir = std::env::temp_dir().join(format!("softnic-rcopy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (src, dst) = (dir.join("src"), dir.join("dst"));
+    let bytes: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&src, &bytes).unwrap();
+    let mut server = spawn(&a, "rcopy", &args(&["-p", "7482"]));
+    let target = format!("{}:{}", a.addr, dst.display());
+    let c = client_until_accepted(
+        &mut server,
+        (
+            "rcopy",
+            &b,
+            args(&[&src.to_string_lossy(), &target, "-p", "7482"]),
+        ),
+        |c| !c.starts_with("status exit status: 0"),
+    );
+    let s = finish(server, Duration::from_secs(2));
+    assert!(
+        c.starts_with("status exit status: 0") && c.contains("done"),
+        "client:\n{c}\nserver:\n{s}"
+    );
+    assert!(s.contains("3000000 bytes...closing...done"), "server:\n{s}");
+    assert!(std::fs::read(&dst).unwrap() == bytes, "the copy differs");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -322,7 +322,7 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::so
 /// `softnic exec -d NAME` (`$SOFTNIC_IBV_DEVICES`), the address of the first NIC named
 /// there, with `a`'s port — so `-d` picks the NIC for the CM as it does for
 /// libibverbs; otherwise `a` unchanged (verbs-api then picks the NIC).
-fn narrowed(a: Option<SocketAddr>) -> Option<SocketAddr> {
+pub(crate) fn narrowed(a: Option<SocketAddr>) -> Option<SocketAddr> {
     if a.is_some_and(|a| !a.ip().is_unspecified()) {
         return a;
     }
@@ -336,7 +336,7 @@ fn narrowed(a: Option<SocketAddr>) -> Option<SocketAddr> {
     }
 }
 
-fn peer_udp_port() -> Option<u16> {
+pub(crate) fn peer_udp_port() -> Option<u16> {
     std::env::var(PEER_UDP_PORT_ENV).ok()?.parse().ok()
 }
 

@@ -18,8 +18,9 @@
 //! Modules: [`channel`] (event channels, events), [`id`] (ids and the connection
 //! calls), [`qp`] (QPs on ids, `rdma_init_qp_attr`), [`addr`] (`sockaddr`,
 //! `rdma_getaddrinfo`), [`ep`] (`rdma_create_ep`, `rdma_get_request`), [`mcast`]
-//! (joining and leaving multicast groups), [`misc`]
-//! (strings, devices, options, and what softnic does not serve).
+//! (joining and leaving multicast groups), [`rsocket`] (rsockets: stream sockets over
+//! RC, rdma-core's protocol), [`misc`] (strings, devices, options, and what softnic
+//! does not serve).
 //!
 //! Every `extern "C"` entry point is `unsafe`: pointer arguments are trusted as the C
 //! API documents them; NULL is checked where rdma-core checks it.
@@ -35,3 +36,4 @@ mod live;
 pub mod mcast;
 pub mod misc;
 pub mod qp;
+pub mod rsocket;

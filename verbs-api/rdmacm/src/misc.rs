@@ -1,5 +1,5 @@
 //! The rest of librdmacm's ABI: `rdma_event_str`, `rdma_get_devices`,
-//! `rdma_set_option`, `rpoll`/`rselect`, and the calls softnic does not serve, each
+//! `rdma_set_option`, and the calls softnic does not serve (SRQs on ids, ECE), each
 //! answering an errno rather than pretending.
 
 use std::ffi::{c_char, c_int, c_void};
@@ -166,47 +166,6 @@ pub unsafe extern "C" fn rdma_set_option(
         });
     }
     0
-}
-
-/// `rpoll`: `poll(2)`. softnic has no rsockets, so every descriptor is an ordinary
-/// one (rping and ucmatose poll the event channel's fd with it).
-///
-/// # Safety
-/// As `poll(2)`.
-#[export_name = "softnic_rpoll"]
-pub unsafe extern "C" fn rpoll(
-    fds: *mut libc::pollfd,
-    nfds: libc::nfds_t,
-    timeout: c_int,
-) -> c_int {
-    // SAFETY: forwarded caller contract.
-    unsafe { libc::poll(fds, nfds, timeout) }
-}
-
-/// `rselect`: `select(2)`, as [`rpoll`].
-///
-/// # Safety
-/// As `select(2)`.
-#[export_name = "softnic_rselect"]
-pub unsafe extern "C" fn rselect(
-    nfds: c_int,
-    readfds: *mut libc::fd_set,
-    writefds: *mut libc::fd_set,
-    exceptfds: *mut libc::fd_set,
-    timeout: *mut libc::timeval,
-) -> c_int {
-    // SAFETY: forwarded caller contract.
-    unsafe { libc::select(nfds, readfds, writefds, exceptfds, timeout) }
-}
-
-/// What the rsocket calls (`rsocket`, `rbind`, … `riowrite`) answer: -1 with `errno`
-/// ENOSYS — softnic implements no rsockets. One function serves them all: each
-/// returns an `int`, `ssize_t`, `off_t` or `size_t` in the same register, and -1 of
-/// the widest is -1 of each (the librdmacm.so.1 trampolines jump here).
-#[export_name = "softnic_rdmacm_unsupported"]
-pub extern "C" fn rdmacm_unsupported() -> isize {
-    errno::set(libc::ENOSYS);
-    -1
 }
 
 /// `rdma_notify`: softnic reports no asynchronous QP events to the CM; accepted as a

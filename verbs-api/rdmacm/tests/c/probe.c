@@ -157,14 +157,23 @@ int main(int argc, char **argv)
 	CHECK(devs && n == 0 && devs[0] == NULL);
 	rdma_free_devices(devs);
 	/* What softnic does not serve answers an errno. */
-	CHECK(rsocket(AF_INET, SOCK_STREAM, 0) == -1 && errno == ENOSYS);
-	CHECK(rrecv(3, NULL, 0, 0) == -1 && errno == ENOSYS);
+	/* rsockets: a stream socket needs no NIC until it binds or connects; datagram
+	 * rsockets and riomap are not served. */
+	char b1;
+	int rs = rsocket(AF_INET, SOCK_STREAM, 0);
+	CHECK(rs >= 0);
+	CHECK(rrecv(rs, &b1, 1, 0) == -1 && errno == ENOTCONN);
+	CHECK(rclose(rs) == 0);
+	CHECK(rrecv(rs, &b1, 1, 0) == -1 && errno == EBADF);
+	CHECK(rsocket(AF_INET, SOCK_DGRAM, 0) == -1 && errno == EOPNOTSUPP);
+	CHECK(rsocket(AF_UNIX, SOCK_STREAM, 0) == -1 && errno == ENOTSUP);
+	CHECK(riomap(3, NULL, 0, 0, 0, 0) == -1 && errno == ENOSYS);
 	CHECK(rdma_join_multicast(NULL, NULL, NULL) == -1 && errno == EINVAL);
 	CHECK(rdma_create_srq(NULL, NULL, NULL) == -1 && errno == EOPNOTSUPP);
 	CHECK(rdma_set_local_ece(NULL, NULL) == -1 && errno == EOPNOTSUPP);
 	CHECK(rdma_ack_cm_event(NULL) == -1 && errno == EINVAL);
 	CHECK(rdma_get_cm_event(NULL, NULL) == -1 && errno == EINVAL);
-	/* rpoll is poll(2) on ordinary descriptors. */
+	/* rpoll is poll(2) on ordinary descriptors alone. */
 	int p[2];
 	CHECK(pipe(p) == 0 && write(p[1], "x", 1) == 1);
 	struct pollfd pfd = { .fd = p[0], .events = POLLIN };
