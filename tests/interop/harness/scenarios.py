@@ -285,6 +285,13 @@ SCENARIOS += [
     _cm("write_bw_cm", "ib_write_bw -d {dev} " + CM_BW, "ib_write_bw -d {dev} %s {peer}" % CM_BW,
         18515, expect=PERF_OK, rerun_if=LISTEN_RACE, nic_args=SLOW_SECOND_REQ,
         extra_needs=("drop_cm",)),
+    # rsockets: rdma-core's protocol (rsocket.c in the guest's librdmacm, softnic's
+    # rsocket/ over its NIC's CM): the REQ/REP's rs_conn_data, RDMA WRITEs with immediate
+    # into the peer's buffer halves, credit and grant updates, the closing DISCONNECT;
+    # rstream checks every byte (-T v), blocking (-T b: the guest's CPU is slow), 50
+    # transfers of 100,000 bytes each way (the rings wrap mid-transfer).
+    _cm("rstream", "rstream -b {addr} -p 7472 -T v -T b -S 100000 -C 50",
+        "rstream -s {peer} -p 7472 -T v -T b -S 100000 -C 50", 7472, expect=r"custom"),
     # perftest's read_lat server prints no result table, only its address lines
     _cm("read_lat_cm", "ib_read_lat -d {dev} " + CM_LAT, "ib_read_lat -d {dev} %s {peer}" % CM_LAT,
         18515, expect=r"remote address", rerun_if=LISTEN_RACE, nic_args=SLOW_SECOND_REQ,
