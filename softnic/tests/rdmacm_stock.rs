@@ -665,3 +665,55 @@ fn rcopy_copies_a_file_between_two_nics() {
     assert!(std::fs::read(&dst).unwrap() == bytes, "the copy differs");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An unmodified TCP program over softnic's RDMA: stock `iperf3` with rdma-core's
+/// `librspreload.so` preloaded (it turns the program's sockets into rsockets, which
+/// resolve to softnic's `librdmacm.so.1`) between two NICs for two seconds. Both exit
+/// 0, and the receiving NIC's QPs took the stream's bytes (so they did not go through
+/// the kernel's TCP).
+#[test]
+fn iperf3_runs_over_rsockets_through_librspreload() {
+    const PRELOAD: &str = "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so";
+    let (a, b) = nic_pair("cmstock-rspre", 32);
+    let before = a.stat("qp_bytes_received");
+    let sa = args(&[
+        PRELOAD,
+        "iperf3",
+        "-s",
+        "-1",
+        "-B",
+        &a.addr.to_string(),
+        "-p",
+        "5299",
+    ]);
+    let mut server = spawn(&a, "/usr/bin/env", &sa);
+    let ca = args(&[
+        PRELOAD,
+        "iperf3",
+        "-c",
+        &a.addr.to_string(),
+        "-B",
+        &b.addr.to_string(),
+        "-p",
+        "5299",
+        "-t",
+        "2",
+    ]);
+    let c = client_until_accepted(&mut server, ("/usr/bin/env", &b, ca), |c| {
+        c.contains("unable to connect")
+    });
+    let s = finish(server, Duration::from_secs(30));
+    assert!(
+        c.starts_with("status exit status: 0") && c.contains("iperf Done"),
+        "client:\n{c}\nserver:\n{s}"
+    );
+    assert!(
+        s.starts_with("status exit status: 0") && s.contains("receiver"),
+        "server:\n{s}"
+    );
+    let moved = a.stat("qp_bytes_received") - before;
+    assert!(
+        moved > 100_000_000,
+        "{moved} bytes reached the server NIC's QPs:\n{c}"
+    );
+}

@@ -587,9 +587,9 @@ pub unsafe extern "C" fn rsetsockopt(
     })
 }
 
-/// `rgetsockopt`: what `rsetsockopt` recorded, the buffer and queue sizes, and
+/// `rgetsockopt`: what `rsetsockopt` recorded, the buffer and queue sizes,
 /// `SO_ERROR` (read once, then cleared; a pending non-blocking connect's outcome is
-/// collected first).
+/// collected first) and `TCP_INFO` (zeros but the state and window, as rdma-core).
 ///
 /// # Safety
 /// `optval` is writable for `*optlen` bytes.
@@ -658,6 +658,27 @@ pub unsafe extern "C" fn rgetsockopt(
                 put(1)
             }
             (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => put(2048),
+            (libc::IPPROTO_TCP, libc::TCP_INFO) => {
+                // As rdma-core: zeros but the state and the send queue as the window
+                // (iperf3 prints these through librspreload).
+                // SAFETY: tcp_info is plain integers: all-zero is valid.
+                let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+                let connected =
+                    matches!(&s.state, State::Connected { stream, .. } if stream.connected);
+                info.tcpi_state = if connected { 1 } else { 7 }; // TCP_ESTABLISHED, TCP_CLOSE
+                info.tcpi_snd_cwnd = sizes.sq_size;
+                let n = room.min(std::mem::size_of::<libc::tcp_info>());
+                // SAFETY: caller contract: `optval` is writable for `room` ≥ n bytes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        &info as *const libc::tcp_info as *const u8,
+                        optval as *mut u8,
+                        n,
+                    );
+                    *optlen = n as socklen_t;
+                }
+                Ok(0)
+            }
             (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => put(bit(s.ipv6_opts)),
             (SOL_RDMA, RDMA_SQSIZE) => put(sizes.sq_size as c_int),
             (SOL_RDMA, RDMA_RQSIZE) => put(sizes.rq_size as c_int),
