@@ -590,7 +590,9 @@ fn rdma_xserver_and_xclient_send_inline_on_a_qp_that_asked_for_none() {
 /// directions with MSG_WAITALL, MSG_PEEK, `rwritev`; SHUT_WR as end-of-stream and
 /// EPIPE; the peer's close as end-of-stream after its data; a refused connect
 /// (ECONNREFUSED, and non-blocking: POLLERR and SO_ERROR read once); a non-blocking
-/// connect and accept with `rpoll` beside an ordinary pipe, EAGAIN, `rselect`.
+/// connect and accept with `rpoll` beside an ordinary pipe, EAGAIN, `rselect`; a
+/// thread blocked in `rrecv` while another sends on the same socket (with the socket
+/// held while blocked, this hung).
 #[test]
 fn rsocket_stream_semantics() {
     c_program_both_ways("rsocket", ("cmstock-rsock", 26), "7480");

@@ -11,6 +11,8 @@
  * Connection 2 (non-blocking): EINPROGRESS, rpoll for POLLOUT, SO_ERROR 0; the
  * listener is found readable by rpoll beside an ordinary pipe that is not; a receive
  * with nothing queued is EAGAIN; rselect waits for the reply.
+ * Connection 3 (blocking): one thread blocks in rrecv while another sends on the same
+ * socket, the send that the reply waits for (a lock held while blocked would hang it).
  * Before both, a connect to a port nobody listens on is ECONNREFUSED (blocking) and,
  * non-blocking, POLLERR with SO_ERROR ECONNREFUSED, read once.
  */
@@ -19,6 +21,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <rdma/rsocket.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +137,14 @@ static int server(const char *ip, int port)
 	} while (k == -1 && errno == EAGAIN);
 	CHECK(k == 4 && !memcmp(small, "done", 4));
 	CHECK(rclose(c) == 0);
+
+	/* Connection 3, blocking again: answers "ping" with "pong". */
+	CHECK(rfcntl(l, F_SETFL, 0) == 0);
+	c = raccept(l, NULL, NULL);
+	CHECK(c >= 0);
+	CHECK(rrecv(c, small, 4, MSG_WAITALL) == 4 && !memcmp(small, "ping", 4));
+	CHECK(rsend(c, "pong", 4, 0) == 4);
+	CHECK(rclose(c) == 0);
 	CHECK(rclose(l) == 0);
 	CHECK(rclose(l) == -1 && errno == EBADF);
 	printf("ok\n");
@@ -155,6 +166,13 @@ static int connect_retrying(const char *sip, int port, const char *cip)
 	}
 	CHECK(!"the server never listened");
 	return -1;
+}
+
+static void *read_pong(void *arg)
+{
+	unsigned char small[4];
+	CHECK(rrecv(*(int *)arg, small, 4, MSG_WAITALL) == 4 && !memcmp(small, "pong", 4));
+	return NULL;
 }
 
 static int client(const char *sip, int port, const char *cip)
@@ -220,6 +238,16 @@ static int client(const char *sip, int port, const char *cip)
 		k = rrecv(s, small, sizeof small, 0);
 	} while (k == -1 && errno == EAGAIN);
 	CHECK(k == 0);
+	CHECK(rclose(s) == 0);
+
+	/* Connection 3: a thread blocks reading while another sends on the same socket
+	 * (the reply comes only after the send). */
+	s = connect_retrying(sip, port, cip);
+	pthread_t reader;
+	CHECK(pthread_create(&reader, NULL, read_pong, &s) == 0);
+	usleep(200000); /* let the reader block first */
+	CHECK(rsend(s, "ping", 4, 0) == 4);
+	CHECK(pthread_join(reader, NULL) == 0);
 	CHECK(rclose(s) == 0);
 	printf("ok\n");
 	return 0;

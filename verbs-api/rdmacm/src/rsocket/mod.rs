@@ -4,29 +4,33 @@
 //! `rclose`, `rsetsockopt`/`rgetsockopt`, `rfcntl`, `rgetpeername`/`rgetsockname`),
 //! speaking rdma-core's protocol ([`proto`]) so either end may be rdma-core's.
 //!
-//! Layers: [`proto`] (the bytes), [`stream`] (a connected stream over `verbs_api`),
+//! Layers: [`proto`] (the bytes), [`endpoint`] (a connection's verbs objects),
+//! [`stream`] (a connected stream over them),
 //! [`socket`] (a socket's states and the socket table), [`poll`] (`rpoll`, `rselect`),
-//! and this file: the C entry points, each a thin conversion of pointers and errno.
+//! [`options`] (`rsetsockopt`, `rgetsockopt`, `rfcntl`), and this file: the other C
+//! entry points, each a thin conversion of pointers and errno, and the loop that lets
+//! a blocking call sleep without holding its socket.
 //!
 //! Not served yet, each answering -1 with an errno: datagram rsockets
 //! (`SOCK_DGRAM`: EOPNOTSUPP), `riomap`/`riounmap`/`riowrite` (ENOSYS), `AF_IB`.
 //! Keepalive is recorded (`SO_KEEPALIVE`, `TCP_KEEPIDLE` read back what was set) but
-//! no keepalive messages are sent. A socket is one lock: a call that blocks on it
-//! (a blocking `rrecv`) holds it, so another thread's call on the same socket waits
-//! for it.
+//! no keepalive messages are sent. A socket is one lock, held for each attempt of a
+//! call, never while it sleeps ([`blocking`]): a writer beside a blocked reader goes on.
 
+pub mod endpoint;
+pub mod options;
 pub mod poll;
 pub mod proto;
 pub mod socket;
 pub mod stream;
 
-use std::ffi::{c_int, c_long, c_void};
+use std::ffi::{c_int, c_void};
 
 use libc::{iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
 use softnic_ibverbs::errno;
 
 use crate::addr::{from_sockaddr, to_storage};
-use socket::{Socket, SocketRef, State};
+use socket::{Socket, SocketRef};
 
 /// `SOL_RDMA` (`<rdma/rsocket.h>`).
 pub const SOL_RDMA: c_int = 0x10000;
@@ -149,7 +153,10 @@ pub unsafe extern "C" fn raccept(
     addr: *mut sockaddr,
     addrlen: *mut socklen_t,
 ) -> c_int {
-    let n = with_socket(socket, |s| s.accept());
+    let n = blocking(socket, 0, libc::POLLIN, |s| match s.accept() {
+        Err(libc::EAGAIN) => Step::Again,
+        r => Step::Done(r),
+    });
     if n >= 0 {
         if let Some(peer) =
             socket::lookup(n).and_then(|s| lock(&s).id().and_then(|i| i.peer_addr()))
@@ -174,37 +181,130 @@ pub unsafe extern "C" fn rconnect(
 ) -> c_int {
     // SAFETY: caller contract.
     let a = unsafe { sockaddr_arg(addr, addrlen) };
-    with_socket(socket, |s| s.connect(a?).map(|()| 0))
+    let sent: c_int = with_socket(socket, |s| match s.connect(a?) {
+        Err(libc::EINPROGRESS) if !s.nonblocking(0) => Ok(0),
+        r => r.map(|()| 0),
+    });
+    if sent != 0 {
+        return sent;
+    }
+    blocking(socket, 0, libc::POLLOUT, |s| match s.drive() {
+        Err(libc::EAGAIN) => Step::Again,
+        r => Step::Done(r.map(|()| 0)),
+    })
 }
 
-fn connecting_errno(e: c_int) -> c_int {
-    if e == libc::EINPROGRESS {
-        libc::EAGAIN
-    } else {
-        e
+/// What one attempt of a call that may block came to.
+enum Step<T> {
+    /// Finished (value or errno).
+    Done(Result<T, c_int>),
+    /// Would block: wait for the socket's next event and try again.
+    Again,
+}
+
+/// Runs `attempt` — which never blocks — under the socket's lock until it is done. When
+/// it would block, a non-blocking call (`O_NONBLOCK`, or `MSG_DONTWAIT` in `flags`)
+/// answers EAGAIN; a blocking one polls a moment, then sleeps on the socket's next
+/// event ([`Socket::poll_state`] for `events`: the armed CQ, or the CM channel)
+/// *without* the lock, so that another thread's call on the same socket (a writer
+/// beside a blocked reader) goes on meanwhile, and tries again. Each sleep is bounded
+/// (100 ms), because another thread may take the wake-up this one waits for.
+fn blocking<T: From<i8>>(
+    fd: c_int,
+    flags: c_int,
+    events: i16,
+    mut attempt: impl FnMut(&mut Socket) -> Step<T>,
+) -> T {
+    let Some(sref) = socket::lookup(fd) else {
+        return fail(libc::EBADF);
+    };
+    let start = std::time::Instant::now();
+    // Bounded per pass (a short spin, or one bounded sleep); the call ends when the
+    // attempt is done, as a blocking socket call does.
+    loop {
+        let wait = {
+            let mut s = lock(&sref);
+            match attempt(&mut s) {
+                Step::Done(Ok(v)) => return v,
+                Step::Done(Err(e)) => return fail(e),
+                Step::Again if s.nonblocking(flags) => return fail(libc::EAGAIN),
+                Step::Again => {}
+            }
+            if start.elapsed() < stream::POLLING_TIME {
+                continue;
+            }
+            match s.poll_state(events) {
+                (0, Some(w)) => w,
+                _ => continue,
+            }
+        };
+        let mut p = libc::pollfd {
+            fd: wait,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd of our own.
+        if unsafe { libc::poll(&mut p, 1, 100) } == 1 {
+            lock(&sref).woke();
+        }
     }
 }
 
-fn recv_into(socket: c_int, buf: &mut [u8], flags: c_int) -> ssize_t {
-    with_socket(socket, |s| {
+/// The loop of the calls that move bytes: `one` moves what it can, from byte `done` of
+/// the caller's buffer on, without waiting; `finished(n, done)` says whether the call is
+/// over after a pass that moved `n` (a non-blocking call is over after any pass that
+/// moved bytes). An error after some bytes moved returns the count, as `send(2)` does.
+fn stream_io(
+    socket: c_int,
+    flags: c_int,
+    events: i16,
+    mut one: impl FnMut(&mut stream::Stream, usize) -> Result<usize, c_int>,
+    finished: impl Fn(usize, usize) -> bool,
+) -> ssize_t {
+    let mut done = 0usize;
+    blocking(socket, flags, events, |s| {
         let nonblock = s.nonblocking(flags);
-        let st = s.stream(nonblock).map_err(connecting_errno)?;
-        st.recv(
-            buf,
-            nonblock,
-            flags & libc::MSG_PEEK != 0,
-            flags & libc::MSG_WAITALL != 0,
-        )
-        .map(|n| n as ssize_t)
+        let st = match s.stream() {
+            Ok(st) => st,
+            Err(libc::EAGAIN) => return Step::Again,
+            Err(e) => return Step::Done(Err(e)),
+        };
+        match one(st, done) {
+            Ok(n) => {
+                done += n;
+                if nonblock || finished(n, done) {
+                    Step::Done(Ok(done as ssize_t))
+                } else {
+                    Step::Again
+                }
+            }
+            Err(libc::EWOULDBLOCK) if done == 0 || !nonblock => Step::Again,
+            Err(_) if done > 0 => Step::Done(Ok(done as ssize_t)),
+            Err(e) => Step::Done(Err(e)),
+        }
     })
 }
 
+fn recv_into(socket: c_int, buf: &mut [u8], flags: c_int) -> ssize_t {
+    let (peek, waitall) = (flags & libc::MSG_PEEK != 0, flags & libc::MSG_WAITALL != 0);
+    let len = buf.len();
+    stream_io(
+        socket,
+        flags,
+        libc::POLLIN,
+        |st, done| st.recv(&mut buf[done..], peek),
+        |n, done| n == 0 || !waitall || peek || done == len,
+    )
+}
+
 fn send_from(socket: c_int, data: &[u8], flags: c_int) -> ssize_t {
-    with_socket(socket, |s| {
-        let nonblock = s.nonblocking(flags);
-        let st = s.stream(nonblock).map_err(connecting_errno)?;
-        st.send(data, nonblock).map(|n| n as ssize_t)
-    })
+    stream_io(
+        socket,
+        flags,
+        libc::POLLOUT,
+        |st, done| st.send(&data[done..]),
+        |_, done| done == data.len(),
+    )
 }
 
 /// `rrecv`: bytes received (0 at the end of the stream); `MSG_DONTWAIT`, `MSG_PEEK`,
@@ -476,236 +576,6 @@ pub unsafe extern "C" fn rgetsockname(
         // SAFETY: caller contract.
         unsafe { put_addr(a, addr, addrlen) };
         Ok(0)
-    })
-}
-
-/// Reads an `int` option value.
-///
-/// # Safety
-/// `optval` is readable for `optlen` bytes.
-unsafe fn int_opt(optval: *const c_void, optlen: socklen_t) -> Result<c_int, c_int> {
-    if optval.is_null() || (optlen as usize) < std::mem::size_of::<c_int>() {
-        return Err(libc::EINVAL);
-    }
-    // SAFETY: caller contract; unaligned read.
-    Ok(unsafe { (optval as *const c_int).read_unaligned() })
-}
-
-fn set_bit(opts: &mut u64, name: c_int, on: bool) {
-    let bit = 1u64 << (name as u32 & 63);
-    if on {
-        *opts |= bit;
-    } else {
-        *opts &= !bit;
-    }
-}
-
-/// `rsetsockopt`: rdma-core's set — `SO_REUSEADDR`, `SO_RCVBUF`, `SO_SNDBUF` (doubled,
-/// as Linux does; they size the connection to come), `SO_LINGER`, `SO_KEEPALIVE`,
-/// `SO_OOBINLINE`, `IP_TOS` (the connection's traffic class), `TCP_NODELAY`,
-/// `TCP_MAXSEG`, `TCP_CONGESTION`, `TCP_KEEPCNT`/`TCP_KEEPINTVL`/`TCP_KEEPIDLE`,
-/// `IPV6_V6ONLY`, and `SOL_RDMA`'s queue sizes and inline size before connecting.
-/// Others: ENOTSUP.
-///
-/// # Safety
-/// `optval` is readable for `optlen` bytes.
-#[export_name = "softnic_rsetsockopt"]
-pub unsafe extern "C" fn rsetsockopt(
-    socket: c_int,
-    level: c_int,
-    optname: c_int,
-    optval: *const c_void,
-    optlen: socklen_t,
-) -> c_int {
-    // SAFETY: caller contract, for every read below.
-    let v = || unsafe { int_opt(optval, optlen) };
-    with_socket(socket, |s| {
-        let unconnected = matches!(s.state, State::Idle { .. } | State::Listening { .. });
-        match (level, optname) {
-            (libc::SOL_SOCKET, libc::SO_REUSEADDR | libc::SO_KEEPALIVE | libc::SO_OOBINLINE) => {
-                set_bit(&mut s.so_opts, optname, v()? != 0)
-            }
-            (libc::SOL_SOCKET, libc::SO_RCVBUF) => {
-                if unconnected {
-                    s.sizes.rbuf_size = (v()? as u32).saturating_mul(2);
-                }
-            }
-            (libc::SOL_SOCKET, libc::SO_SNDBUF) => {
-                if unconnected {
-                    s.sizes.sbuf_size = (v()? as u32).saturating_mul(2).max(proto::SNDLOWAT << 1);
-                }
-            }
-            (libc::SOL_SOCKET, libc::SO_LINGER) => {
-                if optval.is_null() || (optlen as usize) < std::mem::size_of::<libc::linger>() {
-                    return Err(libc::EINVAL);
-                }
-                // SAFETY: caller contract; checked length.
-                let l = unsafe { (optval as *const libc::linger).read_unaligned() };
-                // Inverted, as rdma-core keeps it: the default (bit clear) is on.
-                set_bit(&mut s.so_opts, optname, l.l_onoff == 0);
-            }
-            (libc::IPPROTO_IP, libc::IP_TOS) => {
-                let tos = v()?;
-                s.ip_tos = tos;
-                if let Some(id) = s.id_mut() {
-                    id.set_tos(tos as u8)
-                        .map_err(|e| crate::channel::errno_of(&e))?;
-                }
-            }
-            (libc::IPPROTO_TCP, libc::TCP_NODELAY) => set_bit(&mut s.tcp_opts, optname, v()? != 0),
-            (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => {
-                let t = v()?;
-                if t <= 0 {
-                    return Err(libc::EINVAL);
-                }
-                s.keepalive_time = t;
-            }
-            (
-                libc::IPPROTO_TCP,
-                libc::TCP_KEEPCNT | libc::TCP_KEEPINTVL | libc::TCP_MAXSEG | libc::TCP_CONGESTION,
-            ) => {}
-            (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => {
-                set_bit(&mut s.ipv6_opts, optname, v()? != 0)
-            }
-            (SOL_RDMA, RDMA_SQSIZE | RDMA_RQSIZE | RDMA_INLINE | RDMA_IOMAPSIZE | RDMA_ROUTE) => {
-                if !unconnected {
-                    return Err(libc::EINVAL);
-                }
-                let n = || v().map(|x| (x as u32).min(proto::QP_MAX_SIZE));
-                match optname {
-                    RDMA_SQSIZE => s.sizes.sq_size = n()?,
-                    RDMA_RQSIZE => s.sizes.rq_size = n()?,
-                    RDMA_INLINE => s.sizes.sq_inline = n()?,
-                    // softnic grants no iomap (riomap is not served), and RoCE needs
-                    // no path record.
-                    _ => return Err(libc::ENOTSUP),
-                }
-            }
-            _ => return Err(libc::ENOTSUP),
-        }
-        Ok(0)
-    })
-}
-
-/// `rgetsockopt`: what `rsetsockopt` recorded, the buffer and queue sizes,
-/// `SO_ERROR` (read once, then cleared; a pending non-blocking connect's outcome is
-/// collected first) and `TCP_INFO` (zeros but the state and window, as rdma-core).
-///
-/// # Safety
-/// `optval` is writable for `*optlen` bytes.
-#[export_name = "softnic_rgetsockopt"]
-pub unsafe extern "C" fn rgetsockopt(
-    socket: c_int,
-    level: c_int,
-    optname: c_int,
-    optval: *mut c_void,
-    optlen: *mut socklen_t,
-) -> c_int {
-    if optval.is_null() || optlen.is_null() {
-        return fail(libc::EFAULT);
-    }
-    // SAFETY: caller contract.
-    let room = unsafe { *optlen } as usize;
-    let put = |x: c_int| -> Result<c_int, c_int> {
-        if room < std::mem::size_of::<c_int>() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: caller contract; checked length; unaligned write.
-        unsafe {
-            (optval as *mut c_int).write_unaligned(x);
-            *optlen = std::mem::size_of::<c_int>() as socklen_t;
-        }
-        Ok(0)
-    };
-    let bit = |opts: u64| c_int::from(opts & (1u64 << (optname as u32 & 63)) != 0);
-    with_socket(socket, |s| {
-        let sizes = match &s.state {
-            State::Connected { stream, .. } => stream.sizes(),
-            _ => s.sizes,
-        };
-        match (level, optname) {
-            (libc::SOL_SOCKET, libc::SO_REUSEADDR | libc::SO_KEEPALIVE | libc::SO_OOBINLINE) => {
-                put(bit(s.so_opts))
-            }
-            (libc::SOL_SOCKET, libc::SO_RCVBUF) => put(sizes.rbuf_size as c_int),
-            (libc::SOL_SOCKET, libc::SO_SNDBUF) => put(sizes.sbuf_size as c_int),
-            (libc::SOL_SOCKET, libc::SO_LINGER) => {
-                if room < std::mem::size_of::<libc::linger>() {
-                    return Err(libc::EINVAL);
-                }
-                let l = libc::linger {
-                    l_onoff: 1 - bit(s.so_opts),
-                    l_linger: 0,
-                };
-                // SAFETY: caller contract; checked length.
-                unsafe {
-                    (optval as *mut libc::linger).write_unaligned(l);
-                    *optlen = std::mem::size_of::<libc::linger>() as socklen_t;
-                }
-                Ok(0)
-            }
-            (libc::SOL_SOCKET, libc::SO_ERROR) => {
-                if matches!(s.state, State::Connecting { .. }) {
-                    let _ = s.drive(true);
-                }
-                let e = std::mem::take(&mut s.err);
-                put(e)
-            }
-            (libc::IPPROTO_IP, libc::IP_TOS) => put(s.ip_tos),
-            (libc::IPPROTO_TCP, libc::TCP_NODELAY) => put(bit(s.tcp_opts)),
-            (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => put(s.keepalive_time),
-            (libc::IPPROTO_TCP, libc::TCP_KEEPCNT | libc::TCP_KEEPINTVL | libc::TCP_CONGESTION) => {
-                put(1)
-            }
-            (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => put(2048),
-            (libc::IPPROTO_TCP, libc::TCP_INFO) => {
-                // As rdma-core: zeros but the state and the send queue as the window
-                // (iperf3 prints these through librspreload).
-                // SAFETY: tcp_info is plain integers: all-zero is valid.
-                let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-                let connected =
-                    matches!(&s.state, State::Connected { stream, .. } if stream.connected);
-                info.tcpi_state = if connected { 1 } else { 7 }; // TCP_ESTABLISHED, TCP_CLOSE
-                info.tcpi_snd_cwnd = sizes.sq_size;
-                let n = room.min(std::mem::size_of::<libc::tcp_info>());
-                // SAFETY: caller contract: `optval` is writable for `room` ≥ n bytes.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        &info as *const libc::tcp_info as *const u8,
-                        optval as *mut u8,
-                        n,
-                    );
-                    *optlen = n as socklen_t;
-                }
-                Ok(0)
-            }
-            (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => put(bit(s.ipv6_opts)),
-            (SOL_RDMA, RDMA_SQSIZE) => put(sizes.sq_size as c_int),
-            (SOL_RDMA, RDMA_RQSIZE) => put(sizes.rq_size as c_int),
-            (SOL_RDMA, RDMA_INLINE) => put(sizes.sq_inline as c_int),
-            (SOL_RDMA, RDMA_IOMAPSIZE) => put(0),
-            _ => Err(libc::ENOTSUP),
-        }
-    })
-}
-
-/// `rfcntl`: `F_GETFL`/`F_SETFL` (`O_NONBLOCK`), `F_GETFD`/`F_SETFD`; others ENOTSUP.
-/// rdma-core's is variadic; the argument is read from where an `int` third argument
-/// is passed (the C calling convention passes it there for a variadic call too).
-#[export_name = "softnic_rfcntl"]
-pub extern "C" fn rfcntl(socket: c_int, cmd: c_int, arg: c_long) -> c_int {
-    with_socket(socket, |s| match cmd {
-        libc::F_GETFL => Ok(s.fs_flags),
-        libc::F_SETFL => {
-            s.fs_flags = arg as c_int;
-            Ok(0)
-        }
-        libc::F_GETFD => Ok(s.fd_flags),
-        libc::F_SETFD => {
-            s.fd_flags = arg as c_int;
-            Ok(0)
-        }
-        _ => Err(libc::ENOTSUP),
     })
 }
 

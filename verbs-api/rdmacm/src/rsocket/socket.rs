@@ -245,9 +245,8 @@ impl Socket {
     }
 
     /// Moves the listener's channel's events into `pending` (connection requests) or
-    /// drops them (events of the connections already accepted); with `wait`, until
-    /// one request is pending.
-    fn pump(&mut self, wait: bool) -> Result<(), c_int> {
+    /// drops them (events of the connections already accepted). Never waits.
+    fn pump(&mut self) -> Result<(), c_int> {
         let State::Listening {
             channel, pending, ..
         } = &mut self.state
@@ -256,48 +255,36 @@ impl Socket {
         };
         // A channel with nothing pending is not readable: no need to ask the NIC (a
         // program polling a listener with a zero timeout would ask it in a loop).
-        if !wait && !readable(channel.fd().as_raw_fd()) {
+        if !readable(channel.fd().as_raw_fd()) {
             return Ok(());
         }
-        // Bounded by the events the NIC queued; with `wait`, each pass blocks for
-        // the next event.
-        loop {
-            let ev = if wait && pending.is_empty() {
-                Some(channel.get_event().map_err(|e| errno_of(&e))?)
-            } else {
-                channel.try_get_event().map_err(|e| errno_of(&e))?
-            };
-            match ev {
+        // Bounded by the events the NIC queued, and by the backlog's limit.
+        while pending.len() < 4096 {
+            match channel.try_get_event().map_err(|e| errno_of(&e))? {
                 Some(ev) if ev.kind == CmEventKind::ConnectRequest => pending.push_back(ev),
                 Some(_) => {}
-                None => return Ok(()),
-            }
-            if !wait && pending.len() >= 4096 {
-                return Ok(());
-            }
-            if wait && !pending.is_empty() {
-                return Ok(());
+                None => break,
             }
         }
+        Ok(())
     }
 
     /// Whether a connection request waits (listener readiness).
     pub fn acceptable(&mut self) -> bool {
-        let _ = self.pump(false);
+        let _ = self.pump();
         matches!(&self.state, State::Listening { pending, .. } if !pending.is_empty())
     }
 
-    /// `raccept`: the next connection, accepted with this side's connection data; a
-    /// request that is not an rsocket's is refused and the next one taken.
+    /// `raccept` without waiting: the next connection, accepted with this side's
+    /// connection data (EAGAIN when none waits); a request that is not an rsocket's is
+    /// refused and the next one taken.
     pub fn accept(&mut self) -> Result<c_int, c_int> {
         if !matches!(self.state, State::Listening { .. }) {
             return Err(libc::EINVAL);
         }
-        let wait = !self.nonblocking(0);
-        // Bounded: each pass takes one request off the queue (refused ones included);
-        // without `wait`, an empty queue ends it.
+        self.pump()?;
+        // Bounded: each pass takes one request off the queue (refused ones included).
         loop {
-            self.pump(wait)?;
             let State::Listening { pending, .. } = &mut self.state else {
                 return Err(libc::EINVAL);
             };
@@ -349,13 +336,14 @@ impl Socket {
         )
     }
 
-    /// `rconnect`: resolves, creates the connection's objects and sends the REQ; then
-    /// waits for the outcome, or with `O_NONBLOCK` answers EINPROGRESS (the outcome is
-    /// collected by later calls: [`Socket::drive`]).
+    /// `rconnect`'s first half: resolves, creates the connection's objects and sends
+    /// the REQ, answering EINPROGRESS; the outcome is collected by [`Socket::drive`]
+    /// (the caller waits for it on a blocking socket). A connect already under way:
+    /// EALREADY.
     pub fn connect(&mut self, dst: SocketAddr) -> Result<(), c_int> {
         match &self.state {
             State::Idle { .. } => {}
-            State::Connecting { .. } => return self.drive(self.nonblocking(0)),
+            State::Connecting { .. } => return Err(libc::EALREADY),
             State::Connected { .. } => return Err(libc::EISCONN),
             _ => return Err(libc::EINVAL),
         }
@@ -385,18 +373,15 @@ impl Socket {
             unreachable!("matched above");
         };
         self.state = State::Connecting { channel, id, ep };
-        // Non-blocking: always EINPROGRESS, even if the answer is already in (as
-        // rdma-core, whose outcome comes only with a later call).
-        if self.nonblocking(0) {
-            return Err(libc::EINPROGRESS);
-        }
-        self.drive(false)
+        // Even if the answer is already in: as rdma-core, whose outcome comes only
+        // with a later call.
+        Err(libc::EINPROGRESS)
     }
 
-    /// Collects a connect's outcome (`rs_do_connect` in the connecting state): EAGAIN
-    /// while it is still pending (without `wait`); the failure's errno, also kept for
-    /// `SO_ERROR`. A connected or failed socket answers at once.
-    pub fn drive(&mut self, nonblock: bool) -> Result<(), c_int> {
+    /// Collects a connect's outcome without waiting (`rs_do_connect` in the
+    /// connecting state): EAGAIN while it is pending; the failure's errno, also kept
+    /// for `SO_ERROR`. A connected or failed socket answers at once.
+    pub fn drive(&mut self) -> Result<(), c_int> {
         let State::Connecting { channel, .. } = &self.state else {
             return match self.state {
                 State::Connected { .. } => Ok(()),
@@ -406,16 +391,11 @@ impl Socket {
         };
         // Bounded: each pass takes one event of this socket's own channel, or returns.
         let outcome = loop {
-            let ev = if nonblock {
-                if !readable(channel.fd().as_raw_fd()) {
-                    return Err(libc::EAGAIN);
-                }
-                match channel.try_get_event().map_err(|e| errno_of(&e))? {
-                    Some(ev) => ev,
-                    None => return Err(libc::EAGAIN),
-                }
-            } else {
-                channel.get_event().map_err(|e| errno_of(&e))?
+            if !readable(channel.fd().as_raw_fd()) {
+                return Err(libc::EAGAIN);
+            }
+            let Some(ev) = channel.try_get_event().map_err(|e| errno_of(&e))? else {
+                return Err(libc::EAGAIN);
             };
             match ev.kind {
                 CmEventKind::Established => {
@@ -462,10 +442,10 @@ impl Socket {
     }
 
     /// The connected stream, after collecting a pending connect's outcome: ENOTCONN
-    /// when there is none, EAGAIN while a non-blocking connect is pending.
-    pub fn stream(&mut self, nonblock: bool) -> Result<&mut Stream, c_int> {
+    /// when there is none, EAGAIN while a connect is pending.
+    pub fn stream(&mut self) -> Result<&mut Stream, c_int> {
         if matches!(self.state, State::Connecting { .. }) {
-            self.drive(nonblock)?;
+            self.drive()?;
         }
         match &mut self.state {
             State::Connected { stream, .. } => Ok(stream),
@@ -503,10 +483,8 @@ impl Socket {
     /// sleep on (armed) — `None` when the socket must be looked at again at once.
     pub fn poll_state(&mut self, events: i16) -> (i16, Option<RawFd>) {
         if matches!(self.state, State::Connecting { .. }) {
-            match self.drive(true) {
-                Ok(()) | Err(libc::EAGAIN) => {}
-                Err(_) => {}
-            }
+            // The outcome, if any, is now in the state (and a failure in SO_ERROR).
+            let _ = self.drive();
         }
         match &mut self.state {
             State::Connected { stream, .. } => {

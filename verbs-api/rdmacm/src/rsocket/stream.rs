@@ -1,5 +1,5 @@
-//! One connected rsocket stream: its verbs objects ([`Endpoint`]) and the protocol
-//! state of [`super::proto`] over them ([`Stream`]) — credits, the two buffer rings,
+//! One connected rsocket stream: the protocol state of [`super::proto`] ([`Stream`])
+//! over its verbs objects ([`Endpoint`]) — credits, the two buffer rings,
 //! control messages — in safe Rust over `verbs_api`. The accounting follows
 //! rdma-core's `rsocket.c` field for field (`sseq_no`/`sseq_comp`, `rseq_no`/
 //! `rseq_comp`, `ctrl_seqno`/`ctrl_max_seqno`, …) so that either side may be
@@ -18,155 +18,18 @@ use std::ffi::c_int;
 use std::time::{Duration, Instant};
 
 use verbs_api::cm::CmId;
-use verbs_api::{
-    AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCap, QpInitAttr,
-    QpType, QueuePair, RecvWr, SendWr, Sge as WrSge, WcStatus, WorkCompletion, WrOpcode,
-};
+use verbs_api::{SendWr, Sge as WrSge, WcStatus, WorkCompletion, WrOpcode};
 
+pub use super::endpoint::{Endpoint, Sizes};
 use super::proto::{self, ConnData, Sge};
 use crate::channel::errno_of;
 
 /// Marks a receive's `wr_id` (rdma-core's `RS_WR_ID_FLAG_RECV`).
-const RECV_FLAG: u64 = 1 << 63;
+pub(super) const RECV_FLAG: u64 = 1 << 63;
 
 /// How long a blocking call polls the CQ before it sleeps on the CQ's event pipe
 /// (rdma-core's default `polling_time`, 10 µs).
-const POLLING_TIME: Duration = Duration::from_micros(10);
-
-/// Queue and buffer sizes, from the socket options (`SO_SNDBUF`, `SO_RCVBUF`,
-/// `RDMA_SQSIZE`, `RDMA_RQSIZE`, `RDMA_INLINE`); rdma-core's defaults.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sizes {
-    /// Send queue depth (4 of it kept for control messages).
-    pub sq_size: u32,
-    /// Receive queue depth: the credits offered to the peer.
-    pub rq_size: u32,
-    /// Inline bytes per send.
-    pub sq_inline: u32,
-    /// Send buffer bytes.
-    pub sbuf_size: u32,
-    /// Receive buffer bytes (two halves the peer writes in turn).
-    pub rbuf_size: u32,
-}
-
-impl Default for Sizes {
-    fn default() -> Sizes {
-        Sizes {
-            sq_size: 384,
-            rq_size: 384,
-            sq_inline: 64,
-            sbuf_size: 1 << 17,
-            rbuf_size: 1 << 17,
-        }
-    }
-}
-
-/// Largest buffer a socket option may ask for (1 GiB each way).
-const MAX_BUF: u32 = 1 << 30;
-
-/// The verbs objects of one connection: PD, one CQ for both queues, the RC QP, the
-/// send buffer (with the control-message slots after it), the receive buffer and the
-/// target SGL array the peer writes grants into.
-pub struct Endpoint {
-    _pd: ProtectionDomain,
-    cq: CompletionQueue,
-    qp: QueuePair,
-    sbuf: MemoryRegion,
-    rbuf: MemoryRegion,
-    tgt: MemoryRegion,
-    sizes: Sizes,
-}
-
-impl Endpoint {
-    /// Creates the objects on `ctx` for `id`, moves the QP to INIT as the CM does and
-    /// posts every receive (`rs_create_ep`). Sizes are clamped to the device and to
-    /// rsockets' limits.
-    pub fn create(ctx: &Context, id: &CmId, mut sizes: Sizes) -> verbs_api::Result<Endpoint> {
-        let max = ctx.attributes().max_qp_wr.min(proto::QP_MAX_SIZE);
-        sizes.sq_size = sizes.sq_size.clamp(proto::QP_MIN_SIZE, max);
-        sizes.rq_size = sizes.rq_size.clamp(proto::QP_MIN_SIZE, max);
-        sizes.sq_inline = sizes.sq_inline.min(ctx.attributes().max_inline);
-        sizes.sbuf_size = sizes.sbuf_size.clamp(proto::SNDLOWAT << 1, MAX_BUF);
-        // Two non-empty halves, each at least one low-water mark.
-        sizes.rbuf_size = sizes.rbuf_size.clamp(proto::SNDLOWAT << 1, MAX_BUF) & !1;
-        let pd = ctx.alloc_pd()?;
-        let cq = ctx.create_cq(sizes.sq_size + sizes.rq_size)?;
-        let mut qp = pd.create_qp(&QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: &cq,
-            recv_cq: &cq,
-            cap: QpCap {
-                max_send_wr: sizes.sq_size,
-                max_recv_wr: sizes.rq_size,
-                max_send_sge: 2,
-                max_recv_sge: 1,
-                max_inline_data: sizes.sq_inline,
-            },
-            sq_sig_all: true,
-        })?;
-        sizes.sq_inline = qp.cap().max_inline_data;
-        id.init_qp(&mut qp)?;
-        let ctrl = proto::SGE_LEN * proto::QP_CTRL_SIZE as usize;
-        let sbuf = pd.alloc_mr(sizes.sbuf_size as usize + ctrl, AccessFlags::LOCAL_WRITE)?;
-        let remote = AccessFlags(AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_WRITE.0);
-        let tgt = pd.alloc_mr(proto::SGE_LEN * proto::SGL_SIZE as usize, remote)?;
-        let rbuf = pd.alloc_mr(sizes.rbuf_size as usize, remote)?;
-        let mut ep = Endpoint {
-            _pd: pd,
-            cq,
-            qp,
-            sbuf,
-            rbuf,
-            tgt,
-            sizes,
-        };
-        for _ in 0..sizes.rq_size {
-            ep.post_recv()?;
-        }
-        Ok(ep)
-    }
-
-    /// The QP (for the CM's connect and accept).
-    pub fn qp(&self) -> &QueuePair {
-        &self.qp
-    }
-
-    /// What this side tells the peer (`rs_format_conn_data`): its credits, target SGL
-    /// array and the first half of its receive buffer.
-    pub fn conn_data(&self) -> ConnData {
-        ConnData {
-            flags: proto::CONN_FLAG_IOMAP
-                | if proto::HOST_IS_NET {
-                    proto::CONN_FLAG_NET
-                } else {
-                    0
-                },
-            credits: self.sizes.rq_size as u16,
-            target_iomap_size: 0,
-            target_sgl: Sge {
-                addr: self.tgt.addr(),
-                key: self.tgt.rkey(),
-                length: proto::SGL_SIZE,
-            },
-            data_buf: Sge {
-                addr: self.rbuf.addr(),
-                key: self.rbuf.rkey(),
-                length: self.sizes.rbuf_size >> 1,
-            },
-        }
-    }
-
-    /// The sizes in force (after clamping).
-    pub fn sizes(&self) -> Sizes {
-        self.sizes
-    }
-
-    /// One zero-length receive: the peer's WRITE with immediate places the data, the
-    /// receive only carries the immediate.
-    fn post_recv(&mut self) -> verbs_api::Result<()> {
-        self.qp.post_recv(&[RecvWr::new(RECV_FLAG, &[])])
-    }
-}
+pub const POLLING_TIME: Duration = Duration::from_micros(10);
 
 /// A connected stream (rdma-core's `struct rsocket` in a connected state).
 pub struct Stream {
@@ -542,49 +405,36 @@ impl Stream {
         r
     }
 
-    /// `rrecv` on a connected stream: what has arrived, up to `buf.len()`; 0 at the end
-    /// of the stream. `peek` leaves the bytes in place; `waitall` waits for the whole
-    /// buffer unless the stream ends first.
-    pub fn recv(
-        &mut self,
-        buf: &mut [u8],
-        nonblock: bool,
-        peek: bool,
-        waitall: bool,
-    ) -> Result<usize, c_int> {
-        let mut done = 0usize;
-        // Bounded: each pass copies data or ends (WAITALL loops while readable and
-        // short, each wait returning with data or the end of the stream).
-        loop {
-            if !self.have_rdata() {
-                if let Err(e) = self.progress(nonblock, Until::Readable) {
-                    return if done == 0 { Err(e) } else { Ok(done) };
-                }
-            }
-            if peek {
-                return Ok(self.peek(buf));
-            }
-            while done < buf.len() {
-                let Some(front) = self.rmsg.front_mut() else {
-                    break;
-                };
-                let want = buf.len() - done;
-                let take = if (want as u64) < u64::from(*front) {
-                    *front -= want as u32;
-                    want as u32
-                } else {
-                    let n = *front;
-                    self.rmsg.pop_front();
-                    self.rseq_no = self.rseq_no.wrapping_add(1);
-                    n
-                };
-                self.copy_out(&mut buf[done..done + take as usize], true);
-                done += take as usize;
-            }
-            if !(waitall && done < buf.len() && self.readable) {
-                return Ok(done);
-            }
+    /// `rrecv` on a connected stream, without waiting: what has arrived, up to
+    /// `buf.len()`; 0 at the end of the stream; EWOULDBLOCK when nothing has yet.
+    /// `peek` leaves the bytes in place. (`MSG_WAITALL` and blocking are the caller's
+    /// loop, which waits without holding the socket.)
+    pub fn recv(&mut self, buf: &mut [u8], peek: bool) -> Result<usize, c_int> {
+        if !self.have_rdata() {
+            self.progress(true, Until::Readable)?;
         }
+        if peek {
+            return Ok(self.peek(buf));
+        }
+        let mut done = 0usize;
+        while done < buf.len() {
+            let Some(front) = self.rmsg.front_mut() else {
+                break;
+            };
+            let want = buf.len() - done;
+            let take = if (want as u64) < u64::from(*front) {
+                *front -= want as u32;
+                want as u32
+            } else {
+                let n = *front;
+                self.rmsg.pop_front();
+                self.rseq_no = self.rseq_no.wrapping_add(1);
+                n
+            };
+            self.copy_out(&mut buf[done..done + take as usize], true);
+            done += take as usize;
+        }
+        Ok(done)
     }
 
     /// Copies the next `out.len()` bytes of the receive ring; `consume` advances it.
@@ -614,10 +464,10 @@ impl Stream {
         n
     }
 
-    /// `rsend` on a connected stream: how many bytes of `data` were queued, or an
-    /// errno when none was (EWOULDBLOCK; EPIPE after this side's SHUT_WR; ECONNRESET
-    /// once the connection is gone).
-    pub fn send(&mut self, data: &[u8], nonblock: bool) -> Result<usize, c_int> {
+    /// `rsend` on a connected stream, without waiting: how many bytes of `data` were
+    /// queued, or an errno when none was (EWOULDBLOCK; EPIPE after this side's SHUT_WR;
+    /// ECONNRESET once the connection is gone).
+    pub fn send(&mut self, data: &[u8]) -> Result<usize, c_int> {
         // After this side's SHUT_WR: EPIPE, as TCP answers (rdma-core would still
         // send while it has room); once the connection is gone: ECONNRESET.
         if !self.writable {
@@ -632,7 +482,7 @@ impl Stream {
         // Bounded: each pass queues at least one byte or returns.
         while done < data.len() {
             if !self.can_send() {
-                let mut r = self.progress(nonblock, Until::Writable);
+                let mut r = self.progress(true, Until::Writable);
                 if r.is_ok() && !self.writable {
                     r = Err(libc::ECONNRESET);
                 }
