@@ -379,16 +379,31 @@ pub unsafe extern "C" fn rrecvfrom(
     n
 }
 
+/// A caller's iovec array: EINVAL for a negative count or a NULL array with entries.
+///
+/// # Safety
+/// `iov` holds `iovcnt` valid entries (when not NULL).
+unsafe fn iov_slice<'a>(iov: *const iovec, iovcnt: c_int) -> Result<&'a [iovec], c_int> {
+    if iovcnt < 0 || (iov.is_null() && iovcnt > 0) {
+        return Err(libc::EINVAL);
+    }
+    if iovcnt == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: caller contract.
+    Ok(unsafe { std::slice::from_raw_parts(iov, iovcnt as usize) })
+}
+
 /// Reads into each of `iov` in turn: one receive into a staging buffer, scattered.
 ///
 /// # Safety
 /// `iov` holds `iovcnt` valid, writable entries.
 unsafe fn recv_iov(socket: c_int, iov: *const iovec, iovcnt: c_int, flags: c_int) -> ssize_t {
-    if iovcnt < 0 || (iov.is_null() && iovcnt > 0) {
-        return fail(libc::EINVAL);
-    }
     // SAFETY: caller contract.
-    let iovs = unsafe { std::slice::from_raw_parts(iov, iovcnt as usize) };
+    let iovs = match unsafe { iov_slice(iov, iovcnt) } {
+        Ok(v) => v,
+        Err(e) => return fail(e),
+    };
     let total: usize = iovs.iter().map(|v| v.iov_len).sum();
     let mut staging = vec![0u8; total];
     let n = recv_into(socket, &mut staging, flags);
@@ -482,11 +497,11 @@ pub unsafe extern "C" fn rsendto(
 /// # Safety
 /// `iov` holds `iovcnt` valid, readable entries.
 unsafe fn send_iov(socket: c_int, iov: *const iovec, iovcnt: c_int, flags: c_int) -> ssize_t {
-    if iovcnt < 0 || (iov.is_null() && iovcnt > 0) {
-        return fail(libc::EINVAL);
-    }
     // SAFETY: caller contract.
-    let iovs = unsafe { std::slice::from_raw_parts(iov, iovcnt as usize) };
+    let iovs = match unsafe { iov_slice(iov, iovcnt) } {
+        Ok(v) => v,
+        Err(e) => return fail(e),
+    };
     let mut staging = Vec::with_capacity(iovs.iter().map(|v| v.iov_len).sum());
     for v in iovs {
         // SAFETY: caller contract.

@@ -121,15 +121,9 @@ fn new_fd() -> Result<OwnedFd, c_int> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Whether `fd` is readable now (`poll(2)` without waiting).
-fn readable(fd: RawFd) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd of our own.
-    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+/// Whether `fd` is readable now (verbs-api's `poll(2)` seam, without waiting).
+fn readable(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    verbs_api::os::wait_readable(fd, Some(Duration::ZERO)).unwrap_or(false)
 }
 
 fn api(r: verbs_api::Result<()>) -> Result<(), c_int> {
@@ -255,7 +249,7 @@ impl Socket {
         };
         // A channel with nothing pending is not readable: no need to ask the NIC (a
         // program polling a listener with a zero timeout would ask it in a loop).
-        if !readable(channel.fd().as_raw_fd()) {
+        if !readable(channel.fd()) {
             return Ok(());
         }
         // Bounded by the events the NIC queued, and by the backlog's limit.
@@ -391,7 +385,7 @@ impl Socket {
         };
         // Bounded: each pass takes one event of this socket's own channel, or returns.
         let outcome = loop {
-            if !readable(channel.fd().as_raw_fd()) {
+            if !readable(channel.fd()) {
                 return Err(libc::EAGAIN);
             }
             let Some(ev) = channel.try_get_event().map_err(|e| errno_of(&e))? else {

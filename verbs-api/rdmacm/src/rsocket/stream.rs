@@ -167,20 +167,24 @@ impl Stream {
         }
     }
 
+    /// A work request failed: the stream is over with `errno` for `SO_ERROR`.
     fn fail(&mut self, errno: c_int) {
         if self.connected {
             self.error = Some(errno);
         }
-        self.connected = false;
-        self.readable = false;
-        self.writable = false;
+        self.close_both();
     }
 
+    /// The peer ended the stream (DISCONNECT, its SHUTDOWN after ours, a flush).
     fn end(&mut self) {
+        self.close_both();
+        self.disconnected = true;
+    }
+
+    fn close_both(&mut self) {
         self.connected = false;
         self.readable = false;
         self.writable = false;
-        self.disconnected = true;
     }
 
     /// Processes completions, gives credits, and returns once `until` holds; with
