@@ -40,6 +40,10 @@ fn every_stock_rdmacm_binary_links_against_the_drop_in() {
         "ib_write_bw",
         "ib_send_lat",
         "ib_read_lat",
+        "rstream",
+        "riostream",
+        "rcopy",
+        "udpong",
     ] {
         stock_support::assert_links_against(
             &stock(name),
@@ -606,7 +610,23 @@ fn rsocket_stream_semantics() {
 /// direction between the NICs.
 #[test]
 fn rstream_between_two_nics() {
-    let (a, b) = nic_pair("cmstock-rstream", 28);
+    stream_tool_between_two_nics("rstream", ("cmstock-rstream", 28), "7481");
+}
+
+/// Stock `riostream`: as `rstream`, but each side `riomap`s its buffer (`RDMA_IOMAPSIZE`
+/// set on both sockets), the peer `riowrite`s every transfer straight into it (RDMA
+/// WRITEs without immediate data, split where the send ring or the window ends), and
+/// the reader learns of the last transfer by spinning on the buffer's last byte, not
+/// from a completion; `-T v` checks every byte the peer wrote.
+#[test]
+fn riostream_between_two_nics() {
+    stream_tool_between_two_nics("riostream", ("cmstock-riostream", 34), "7483");
+}
+
+/// `prog` (`rstream` or `riostream`, which take the same options) with `-T v` in the
+/// runs [`rstream_between_two_nics`] lists; both sides exit 0 with their result line.
+fn stream_tool_between_two_nics(prog: &str, (tag, host): (&str, u8), port: &str) {
+    let (a, b) = nic_pair(tag, host);
     let runs: [(&NicProc, &NicProc, &[&str]); 5] = [
         (&a, &b, &["-S", "100000", "-C", "100"]),
         (&a, &b, &["-T", "b", "-S", "100000", "-C", "100"]),
@@ -615,23 +635,35 @@ fn rstream_between_two_nics() {
         (&b, &a, &["-T", "a", "-S", "100000", "-C", "100"]),
     ];
     for (srv, cli, extra) in runs {
-        let mut sa = args(&["-b", &srv.addr.to_string(), "-p", "7481", "-T", "v"]);
+        let mut sa = args(&["-b", &srv.addr.to_string(), "-p", port, "-T", "v"]);
         sa.extend(args(extra));
         let mut ca = args(&["-s", &srv.addr.to_string(), "-b", &cli.addr.to_string()]);
-        ca.extend(args(&["-p", "7481", "-T", "v"]));
+        ca.extend(args(&["-p", port, "-T", "v"]));
         ca.extend(args(extra));
-        let mut server = spawn(srv, "rstream", &sa);
-        let c = client_until_accepted(&mut server, ("rstream", cli, ca), |c| {
+        let mut server = spawn(srv, prog, &sa);
+        let c = client_until_accepted(&mut server, (prog, cli, ca), |c| {
             c.contains("Connection refused")
         });
         let s = finish(server, Duration::from_secs(60));
         for (who, out) in [("server", &s), ("client", &c)] {
             assert!(
                 out.starts_with("status exit status: 0") && out.contains("custom"),
-                "rstream {extra:?} {who}:\n{out}\nserver:\n{s}\nclient:\n{c}"
+                "{prog} {extra:?} {who}:\n{out}\nserver:\n{s}\nclient:\n{c}"
             );
         }
     }
+}
+
+/// rsockets' direct writes (`softnic/tests/rdmacm/riomap.c`) between two NICs, both
+/// ways: `RDMA_IOMAPSIZE` and its rounding; `riomap` of a heap and an mmap'ed buffer
+/// at chosen offsets, ENOMEM once the peer's array is full or when it has none, a
+/// read-only map that needs no entry, EINVAL before the connection; `riowrite` of
+/// patterned bytes into both windows, cut at a window's end, EINVAL outside every
+/// window; the reader finds every byte in place after the message that follows them;
+/// `riounmap` of exactly what was mapped, after which the buffers are the program's.
+#[test]
+fn rsocket_direct_writes() {
+    c_program_both_ways("riomap", ("cmstock-riomap", 36), "7484");
 }
 
 /// Stock `rcopy` (a file over rsockets: the client `rsend`s the file's mapped bytes,

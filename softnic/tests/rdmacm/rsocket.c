@@ -30,14 +30,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define CHECK(c)                                                                   \
-	do {                                                                       \
-		if (!(c)) {                                                        \
-			fprintf(stderr, "%s:%d: check failed: %s (errno %d %s)\n", \
-				__FILE__, __LINE__, #c, errno, strerror(errno));   \
-			exit(1);                                                   \
-		}                                                                  \
-	} while (0)
+#include "rs_common.h"
 
 #define BIG 1000000
 #define BACK 300000
@@ -45,16 +38,6 @@
 static unsigned char pattern(size_t i, int salt)
 {
 	return (unsigned char)((i * 7 + salt) % 251);
-}
-
-static struct sockaddr_in addr_of(const char *ip, int port)
-{
-	struct sockaddr_in a;
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_port = htons(port);
-	CHECK(inet_pton(AF_INET, ip, &a.sin_addr) == 1);
-	return a;
 }
 
 static void send_all(int s, const unsigned char *p, size_t n)
@@ -255,10 +238,5 @@ static int client(const char *sip, int port, const char *cip)
 
 int main(int argc, char **argv)
 {
-	if (argc == 4 && !strcmp(argv[1], "server"))
-		return server(argv[2], atoi(argv[3]));
-	if (argc == 5 && !strcmp(argv[1], "client"))
-		return client(argv[2], atoi(argv[3]), argv[4]);
-	fprintf(stderr, "usage: %s server ADDR PORT | client SADDR PORT CADDR\n", argv[0]);
-	return 2;
+	return rs_main(argc, argv, server, client);
 }

@@ -40,7 +40,7 @@ BINARIES = ["/usr/bin/ibv_devices", "/usr/bin/ibv_devinfo", "/usr/bin/ibv_rc_pin
             "/usr/bin/ib_atomic_bw", "/usr/bin/ib_write_lat", "/usr/bin/ib_read_lat",
             "/usr/bin/ib_send_lat", "/usr/bin/ib_atomic_lat", "/usr/bin/rping",
             "/usr/bin/ucmatose", "/usr/bin/udaddy", "/usr/bin/mckey", "/usr/bin/rstream",
-            "/usr/bin/qperf",
+            "/usr/bin/riostream", "/usr/bin/qperf",
             "/usr/bin/rdma", "/usr/sbin/ip", "/usr/sbin/tc", "/usr/bin/kmod"]
 # dlopen()ed, so ldd does not list them: the rxe verbs provider, and libgcc_s, which glibc
 # loads for pthread_exit (without it rping aborts at exit).

@@ -292,6 +292,12 @@ SCENARIOS += [
     # transfers of 100,000 bytes each way (the rings wrap mid-transfer).
     _cm("rstream", "rstream -b {addr} -p 7472 -T v -T b -S 100000 -C 50",
         "rstream -s {peer} -p 7472 -T v -T b -S 100000 -C 50", 7472, expect=r"custom"),
+    # riostream: each side riomaps its buffer (RDMA_IOMAPSIZE in the REQ/REP's
+    # rs_conn_data, the mapping sent as an RDMA WRITE with immediate into the peer's
+    # iomap array), the peer riowrites each transfer straight into it (RDMA WRITEs
+    # without immediate), the reader spins on the buffer's last byte; -T v checks it all.
+    _cm("riostream", "riostream -b {addr} -p 7476 -T v -T b -S 100000 -C 20",
+        "riostream -s {peer} -p 7476 -T v -T b -S 100000 -C 20", 7476, expect=r"custom"),
     # perftest's read_lat server prints no result table, only its address lines
     _cm("read_lat_cm", "ib_read_lat -d {dev} " + CM_LAT, "ib_read_lat -d {dev} %s {peer}" % CM_LAT,
         18515, expect=r"remote address", rerun_if=LISTEN_RACE, nic_args=SLOW_SECOND_REQ,

@@ -51,7 +51,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 use verbs_api::abi::control::{MrSegment, MAX_MR_SEGMENTS};
-use verbs_api::{AccessFlags, FdMemoryRegion};
+use verbs_api::{AccessFlags, FdMemoryRegion, ProtectionDomain};
 
 use crate::abi::*;
 use crate::errno;
@@ -246,7 +246,7 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) ->
         return errno::null(libc::EINVAL);
     }
     // SAFETY: caller contract.
-    match unsafe { register(softnic_pd(pd), addr, length, access) } {
+    match unsafe { register(&softnic_pd(pd).api, addr, length, access) } {
         // SAFETY: pd is live (caller contract).
         Ok(reg) => unsafe { boxed(pd, addr, length, reg, access) },
         Err(e) => errno::null(e),
@@ -261,7 +261,7 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: u32) ->
 /// # Safety
 /// `addr..addr+length` is the program's memory.
 unsafe fn register(
-    p: &SoftnicPd,
+    pd: &ProtectionDomain,
     addr: *mut c_void,
     length: usize,
     access: u32,
@@ -314,7 +314,7 @@ unsafe fn register(
     }
     if segments.len() > MAX_MR_SEGMENTS || !gaps.iter().all(|&(a, b)| private_memory(a, b)) {
         // Not remappable: SysV shm, shared files, hugetlb, the stack (mr_backing).
-        return crate::mr_backing::register(&p.api, first, length, access);
+        return crate::mr_backing::register(pd, first, length, access);
     }
     let fd = if gaps.is_empty() {
         None
@@ -326,7 +326,7 @@ unsafe fn register(
         }
     };
     let offset = (first - start) as u64;
-    let registered = p.api.reg_fd_window(
+    let registered = pd.reg_fd_window(
         fd.as_ref().map(|f| f.as_fd()),
         segments,
         offset,
@@ -378,6 +378,69 @@ unsafe fn unregister(reg: FdMemoryRegion) {
         // SAFETY: converted by `register`; no live registration is left on [a, b).
         unsafe { privatise(a, b - a) };
         a = b;
+    }
+}
+
+/// A registration of the program's own memory made by softnic's other libraries
+/// (rsockets' `riomap`), with the same mechanism as `ibv_reg_mr` (the module doc)
+/// and the same process-wide record of converted pages, so it and the program's own
+/// `ibv_reg_mr`s of neighbouring or the same pages never detach each other. Dropping
+/// it deregisters it (and makes pages no other registration holds private again).
+#[derive(Debug)]
+pub struct ProgramMr {
+    reg: Option<FdMemoryRegion>,
+    addr: usize,
+    len: usize,
+}
+
+impl ProgramMr {
+    /// Registers the program's `[addr, addr + len)` on `pd` with `access`, iova =
+    /// `addr`; an errno as `ibv_reg_mr` sets it on failure.
+    ///
+    /// # Safety
+    /// `addr..addr + len` is the program's memory (as for `ibv_reg_mr`).
+    pub unsafe fn register(
+        pd: &ProtectionDomain,
+        addr: *mut c_void,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<ProgramMr, c_int> {
+        // SAFETY: caller contract.
+        let reg = unsafe { register(pd, addr, len, access.bits()) }?;
+        Ok(ProgramMr {
+            reg: Some(reg),
+            addr: addr as usize,
+            len,
+        })
+    }
+
+    /// The registered bytes' first address (= iova).
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// The registered length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the registration is empty (never: `register` refuses a zero length).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The R_Key a peer writes with.
+    pub fn rkey(&self) -> u32 {
+        self.reg.as_ref().map_or(0, FdMemoryRegion::rkey)
+    }
+}
+
+impl Drop for ProgramMr {
+    fn drop(&mut self) {
+        if let Some(reg) = self.reg.take() {
+            // SAFETY: made by `register`.
+            unsafe { unregister(reg) };
+        }
     }
 }
 
@@ -539,7 +602,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         });
         let bits = new_access.map_or(m.access, AccessFlags::bits);
         // SAFETY: the caller's new range is its memory (as for `ibv_reg_mr`).
-        let new = match unsafe { register(on, addr, length, bits) } {
+        let new = match unsafe { register(&on.api, addr, length, bits) } {
             Ok(r) => r,
             Err(e) => return cmd(e),
         };

@@ -80,9 +80,9 @@ pub const EXPORTS: &[(&str, &[(&str, &str)])] = &[
             ("rsetsockopt", "softnic_rsetsockopt"),
             ("rgetsockopt", "softnic_rgetsockopt"),
             ("rfcntl", "softnic_rfcntl"),
-            ("riomap", "softnic_riomap_unsupported"),
-            ("riounmap", "softnic_riomap_unsupported"),
-            ("riowrite", "softnic_riomap_unsupported"),
+            ("riomap", "softnic_riomap"),
+            ("riounmap", "softnic_riounmap"),
+            ("riowrite", "softnic_riowrite"),
         ],
     ),
     (

@@ -24,6 +24,9 @@ pub struct Sizes {
     pub sbuf_size: u32,
     /// Receive buffer bytes (two halves the peer writes in turn).
     pub rbuf_size: u32,
+    /// Entries of the iomap array the peer's `riomap`s fill (`RDMA_IOMAPSIZE`, as
+    /// its 8-bit scale rounds it; 0 = the peer may map nothing here).
+    pub iomap_size: u32,
 }
 
 impl Default for Sizes {
@@ -34,6 +37,7 @@ impl Default for Sizes {
             sq_inline: 64,
             sbuf_size: 1 << 17,
             rbuf_size: 1 << 17,
+            iomap_size: 0,
         }
     }
 }
@@ -43,9 +47,10 @@ const MAX_BUF: u32 = 1 << 30;
 
 /// The verbs objects of one connection: PD, one CQ for both queues, the RC QP, the
 /// send buffer (with the control-message slots after it), the receive buffer and the
-/// target SGL array the peer writes grants into.
+/// target SGL array the peer writes grants into, followed by the iomap array its
+/// `riomap`s fill.
 pub struct Endpoint {
-    _pd: ProtectionDomain,
+    pub(super) pd: ProtectionDomain,
     pub(super) cq: CompletionQueue,
     pub(super) qp: QueuePair,
     pub(super) sbuf: MemoryRegion,
@@ -86,10 +91,13 @@ impl Endpoint {
         let ctrl = proto::SGE_LEN * proto::QP_CTRL_SIZE as usize;
         let sbuf = pd.alloc_mr(sizes.sbuf_size as usize + ctrl, AccessFlags::LOCAL_WRITE)?;
         let remote = AccessFlags(AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_WRITE.0);
-        let tgt = pd.alloc_mr(proto::SGE_LEN * proto::SGL_SIZE as usize, remote)?;
+        sizes.iomap_size = proto::scale_to_value(proto::value_to_scale(sizes.iomap_size));
+        let tgt_len = proto::SGE_LEN * proto::SGL_SIZE as usize
+            + proto::IOMAP_LEN * sizes.iomap_size as usize;
+        let tgt = pd.alloc_mr(tgt_len, remote)?;
         let rbuf = pd.alloc_mr(sizes.rbuf_size as usize, remote)?;
         let mut ep = Endpoint {
-            _pd: pd,
+            pd,
             cq,
             qp,
             sbuf,
@@ -109,7 +117,8 @@ impl Endpoint {
     }
 
     /// What this side tells the peer (`rs_format_conn_data`): its credits, target SGL
-    /// array and the first half of its receive buffer.
+    /// array (and the size of the iomap array after it) and the first half of its
+    /// receive buffer.
     pub fn conn_data(&self) -> ConnData {
         ConnData {
             flags: proto::CONN_FLAG_IOMAP
@@ -119,7 +128,7 @@ impl Endpoint {
                     0
                 },
             credits: self.sizes.rq_size as u16,
-            target_iomap_size: 0,
+            target_iomap_size: proto::value_to_scale(self.sizes.iomap_size),
             target_sgl: Sge {
                 addr: self.tgt.addr(),
                 key: self.tgt.rkey(),

@@ -1,7 +1,8 @@
 //! rsockets (`<rdma/rsocket.h>`): stream sockets over RC connections, the calls
 //! rdma-core's librdmacm exports (`rsocket`, `rbind`, `rlisten`, `raccept`,
 //! `rconnect`, `rsend`/`rrecv` and their variants, `rpoll`, `rselect`, `rshutdown`,
-//! `rclose`, `rsetsockopt`/`rgetsockopt`, `rfcntl`, `rgetpeername`/`rgetsockname`),
+//! `rclose`, `rsetsockopt`/`rgetsockopt`, `rfcntl`, `rgetpeername`/`rgetsockname`,
+//! and `riomap`/`riounmap`/`riowrite`: direct RDMA WRITEs into a peer's mapped memory),
 //! speaking rdma-core's protocol ([`proto`]) so either end may be rdma-core's.
 //!
 //! Layers: [`proto`] (the bytes), [`endpoint`] (a connection's verbs objects),
@@ -12,7 +13,7 @@
 //! a blocking call sleep without holding its socket.
 //!
 //! Not served yet, each answering -1 with an errno: datagram rsockets
-//! (`SOCK_DGRAM`: EOPNOTSUPP), `riomap`/`riounmap`/`riowrite` (ENOSYS), `AF_IB`.
+//! (`SOCK_DGRAM`: EOPNOTSUPP), `AF_IB`.
 //! Keepalive is recorded (`SO_KEEPALIVE`, `TCP_KEEPIDLE` read back what was set) but
 //! no keepalive messages are sent. A socket is one lock, held for each attempt of a
 //! call, never while it sleeps ([`blocking`]): a writer beside a blocked reader goes on.
@@ -26,8 +27,9 @@ pub mod stream;
 
 use std::ffi::{c_int, c_void};
 
-use libc::{iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
+use libc::{iovec, msghdr, off_t, size_t, sockaddr, socklen_t, ssize_t};
 use softnic_ibverbs::errno;
+use softnic_ibverbs::mr::ProgramMr;
 
 use crate::addr::{from_sockaddr, to_storage};
 use socket::{Socket, SocketRef};
@@ -594,9 +596,83 @@ pub unsafe extern "C" fn rgetsockname(
     })
 }
 
-/// `riomap`, `riounmap`, `riowrite`: not served (softnic's rsockets grant no iomap).
-#[export_name = "softnic_riomap_unsupported"]
-pub extern "C" fn riomap_unsupported() -> isize {
-    errno::set(libc::ENOSYS);
-    -1
+/// `riomap`: registers the program's `[buf, buf + len)` on a connected stream as the
+/// window answering to `offset` (-1: the buffer's address) and returns that offset.
+/// With `PROT_WRITE` the window is sent to the peer (before this side's next data),
+/// whose `riowrite`s then land in it directly; that takes a free entry of the peer's
+/// iomap array (`RDMA_IOMAPSIZE` on the peer's socket), ENOMEM when none is left.
+/// EINVAL for other `prot` bits, a writable window of 4 GiB or more, or a socket that
+/// is not connected.
+///
+/// # Safety
+/// `buf` is the program's memory for `len` bytes (as for `ibv_reg_mr`), and stays so
+/// until `riounmap` or `rclose`.
+#[export_name = "softnic_riomap"]
+pub unsafe extern "C" fn riomap(
+    socket: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    _flags: c_int,
+    offset: off_t,
+) -> off_t {
+    let writable = prot & libc::PROT_WRITE != 0;
+    // An iomap entry's length is 32 bits.
+    if prot & !libc::PROT_WRITE != 0 || (writable && len > u32::MAX as usize) {
+        return fail(libc::EINVAL);
+    }
+    with_socket(socket, |s| {
+        let st = s.stream().map_err(|_| libc::EINVAL)?;
+        let access = stream::Stream::map_access(writable);
+        // SAFETY: caller contract.
+        let mr = unsafe { ProgramMr::register(st.pd(), buf, len, access) }?;
+        let at = if offset == -1 {
+            buf as u64
+        } else {
+            offset as u64
+        };
+        st.map(mr, at, writable)?;
+        Ok(at as off_t)
+    })
+}
+
+/// `riounmap`: deregisters the window `riomap` made of exactly `[buf, buf + len)`
+/// (EINVAL when there is none). As with rdma-core the peer is not told: its later
+/// `riowrite`s there fail at this NIC's key check.
+#[export_name = "softnic_riounmap"]
+pub extern "C" fn riounmap(socket: c_int, buf: *mut c_void, len: size_t) -> c_int {
+    with_socket(socket, |s| {
+        let st = s.stream().map_err(|_| libc::EINVAL)?;
+        st.unmap(buf as usize, len).map(|()| 0)
+    })
+}
+
+/// `riowrite`: writes `buf` into the peer's mapped windows from `offset` on (RDMA
+/// WRITEs straight into the peer program's memory, through this side's send ring as
+/// rdma-core does); bytes queued, or -1 (EINVAL when `offset` is in no window the
+/// peer mapped, EAGAIN as `rsend`). Returns `size_t`, as rdma-core declares it.
+///
+/// # Safety
+/// `buf` is readable for `count` bytes.
+#[export_name = "softnic_riowrite"]
+pub unsafe extern "C" fn riowrite(
+    socket: c_int,
+    buf: *const c_void,
+    count: size_t,
+    offset: off_t,
+    flags: c_int,
+) -> size_t {
+    if buf.is_null() && count > 0 {
+        return fail::<ssize_t>(libc::EFAULT) as size_t;
+    }
+    // SAFETY: caller contract.
+    let data = unsafe { slice(buf, count) };
+    let at = offset as u64;
+    stream_io(
+        socket,
+        flags,
+        libc::POLLOUT,
+        |st, done| st.iowrite(&data[done..], at.wrapping_add(done as u64)),
+        |_, done| done == data.len(),
+    ) as size_t
 }

@@ -109,8 +109,11 @@ pub unsafe extern "C" fn rsetsockopt(
                     RDMA_SQSIZE => s.sizes.sq_size = n()?,
                     RDMA_RQSIZE => s.sizes.rq_size = n()?,
                     RDMA_INLINE => s.sizes.sq_inline = n()?,
-                    // softnic grants no iomap (riomap is not served), and RoCE needs
-                    // no path record.
+                    // Rounded as the connection data's 8-bit scale carries it.
+                    RDMA_IOMAPSIZE => {
+                        s.sizes.iomap_size = proto::scale_to_value(proto::value_to_scale(n()?))
+                    }
+                    // RoCE needs no path record.
                     _ => return Err(libc::ENOTSUP),
                 }
             }
@@ -216,7 +219,7 @@ pub unsafe extern "C" fn rgetsockopt(
             (SOL_RDMA, RDMA_SQSIZE) => put(sizes.sq_size as c_int),
             (SOL_RDMA, RDMA_RQSIZE) => put(sizes.rq_size as c_int),
             (SOL_RDMA, RDMA_INLINE) => put(sizes.sq_inline as c_int),
-            (SOL_RDMA, RDMA_IOMAPSIZE) => put(0),
+            (SOL_RDMA, RDMA_IOMAPSIZE) => put(sizes.iomap_size as c_int),
             _ => Err(libc::ENOTSUP),
         }
     })

@@ -24,6 +24,8 @@ pub const CONN_FLAG_IOMAP: u8 = 1 << 1;
 pub const CONN_DATA_LEN: usize = 40;
 /// Bytes of one [`Sge`] (`struct rs_sge`).
 pub const SGE_LEN: usize = 16;
+/// Bytes of one [`IoMap`] (`struct rs_iomap`).
+pub const IOMAP_LEN: usize = 24;
 /// Entries of the target SGL array (`RS_SGL_SIZE`).
 pub const SGL_SIZE: u32 = 2;
 /// Control messages in flight at most (`RS_QP_CTRL_SIZE`); send queue slots kept for them.
@@ -46,7 +48,7 @@ pub const OP_WRITE: u32 = 2;
 /// Credit update; the argument is the new limit of the sender's message count, and a
 /// 16-byte write carries a newly granted buffer half ([`Sge`]).
 pub const OP_SGL: u32 = 4;
-/// An iomap entry was written (riomap; softnic grants none).
+/// An iomap entry was written; the argument is its index in the receiver's iomap array.
 pub const OP_IOMAP_SGL: u32 = 6;
 /// Control message, argument [`CTRL_DISCONNECT`], [`CTRL_KEEPALIVE`] or [`CTRL_SHUTDOWN`].
 pub const OP_CTRL: u32 = 7;
@@ -127,6 +129,76 @@ impl Sge {
             key: u32::from_ne_bytes(k),
             length: u32::from_ne_bytes(l),
         }
+    }
+}
+
+/// `struct rs_iomap`: a window of the writer's memory the reader may `riowrite` into:
+/// the offset it answers to, then where it is (in memory `offset`, then the [`Sge`]).
+/// Written by `riomap`'s side into the peer's iomap array, in the peer's byte order
+/// (as grants are).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoMap {
+    /// The first offset of the window (`riomap`'s result).
+    pub offset: u64,
+    /// The registered bytes behind it.
+    pub sge: Sge,
+}
+
+impl IoMap {
+    /// The entry as the peer's reader expects it (see [`Sge::to_peer_bytes`]).
+    pub fn to_peer_bytes(self, peer_big_endian: bool) -> [u8; IOMAP_LEN] {
+        let mut b = [0u8; IOMAP_LEN];
+        b[..8].copy_from_slice(&if peer_big_endian {
+            self.offset.to_be_bytes()
+        } else {
+            self.offset.to_le_bytes()
+        });
+        b[8..].copy_from_slice(&self.sge.to_peer_bytes(peer_big_endian));
+        b
+    }
+
+    /// An entry written by the peer into our iomap array: in our own byte order.
+    pub fn from_ne_bytes(b: [u8; IOMAP_LEN]) -> IoMap {
+        let mut o = [0u8; 8];
+        let mut g = [0u8; SGE_LEN];
+        o.copy_from_slice(&b[..8]);
+        g.copy_from_slice(&b[8..]);
+        IoMap {
+            offset: u64::from_ne_bytes(o),
+            sge: Sge::from_ne_bytes(g),
+        }
+    }
+
+    /// Where byte `offset` of the window is, and how many bytes of it follow from
+    /// there; None when `offset` is outside it (or the peer's entry wraps around).
+    pub fn locate(&self, offset: u64) -> Option<(u64, u32)> {
+        let end = self.offset.checked_add(u64::from(self.sge.length))?;
+        if offset < self.offset || offset >= end {
+            return None;
+        }
+        let into = offset - self.offset;
+        let addr = self.sge.addr.checked_add(into)?;
+        Some((addr, (end - offset) as u32))
+    }
+}
+
+/// An 8-bit scaled count as the connection data carries the iomap size
+/// (`rs_value_to_scale(value, 8)`): up to 128 as is, beyond in units of 256 with the
+/// top bit set. Values that do not fit lose their low bits, as in rdma-core.
+pub const fn value_to_scale(value: u32) -> u8 {
+    if value <= 128 {
+        value as u8
+    } else {
+        (0x80 | (value >> 8)) as u8
+    }
+}
+
+/// The count an 8-bit scale stands for (`rs_scale_to_value(value, 8)`).
+pub const fn scale_to_value(scale: u8) -> u32 {
+    if scale <= 128 {
+        scale as u32
+    } else {
+        ((scale & 0x7F) as u32) << 8
     }
 }
 
@@ -219,6 +291,23 @@ impl ConnData {
     pub fn big_endian(&self) -> bool {
         self.flags & CONN_FLAG_NET != 0
     }
+
+    /// The peer's iomap array, which our `riomap`s fill: right after its target SGL
+    /// array, in the same region, `length` counting entries (none without
+    /// [`CONN_FLAG_IOMAP`]).
+    pub fn iomap_array(&self) -> Sge {
+        if self.flags & CONN_FLAG_IOMAP == 0 {
+            return Sge::default();
+        }
+        Sge {
+            addr: self
+                .target_sgl
+                .addr
+                .wrapping_add(SGE_LEN as u64 * u64::from(self.target_sgl.length)),
+            key: self.target_sgl.key,
+            length: scale_to_value(self.target_iomap_size),
+        }
+    }
 }
 
 /// Whether this host is big-endian (rdma-core's `rs_host_is_net`).
@@ -304,6 +393,80 @@ mod tests {
         assert_eq!(msg(OP_DATA, 65536), 65536);
         // An argument wider than 29 bits cannot leak into the operation.
         assert_eq!(msg_op(msg(OP_DATA, u32::MAX)), OP_DATA);
+    }
+
+    /// rdma-core's `rs_value_to_scale`/`rs_scale_to_value` with 8 bits, and the round
+    /// trip `RDMA_IOMAPSIZE` makes of a requested size.
+    #[test]
+    fn iomap_sizes_scale_as_rdma_core() {
+        for (v, s, back) in [
+            (0, 0, 0),
+            (1, 1, 1),
+            (128, 128, 128),
+            (129, 0x80, 128),
+            (256, 0x81, 256),
+            (1000, 0x83, 768),
+            (32512, 0xFF, 32512),
+        ] {
+            assert_eq!(value_to_scale(v), s, "{v}");
+            assert_eq!(scale_to_value(s), back, "{v}");
+        }
+    }
+
+    /// `struct rs_iomap` for a little-endian reader: offset, addr, key, length; the
+    /// array starts after the target SGL's entries.
+    #[test]
+    fn iomap_entries_are_rdma_cores_layout() {
+        let m = IoMap {
+            offset: 0x1000,
+            sge: Sge {
+                addr: 0x7f00_0000_2000,
+                key: 0xAABB_CCDD,
+                length: 0x3000,
+            },
+        };
+        let b = m.to_peer_bytes(false);
+        assert_eq!(&b[..8], &0x1000u64.to_le_bytes());
+        assert_eq!(&b[8..16], &0x7f00_0000_2000u64.to_le_bytes());
+        assert_eq!(&b[16..20], &0xAABB_CCDDu32.to_le_bytes());
+        assert_eq!(&b[20..], &0x3000u32.to_le_bytes());
+        if !HOST_IS_NET {
+            assert_eq!(IoMap::from_ne_bytes(b), m);
+        }
+        assert_eq!(m.locate(0x1000), Some((0x7f00_0000_2000, 0x3000)));
+        assert_eq!(m.locate(0x3fff), Some((0x7f00_0000_4fff, 1)));
+        assert_eq!(m.locate(0x4000), None);
+        assert_eq!(m.locate(0xfff), None);
+        let wraps = IoMap {
+            offset: u64::MAX - 1,
+            sge: Sge {
+                addr: 0,
+                key: 0,
+                length: 8,
+            },
+        };
+        assert_eq!(wraps.locate(u64::MAX - 1), None);
+        let c = ConnData {
+            flags: CONN_FLAG_IOMAP,
+            credits: 1,
+            target_iomap_size: 0x81,
+            target_sgl: Sge {
+                addr: 0x1000,
+                key: 7,
+                length: 2,
+            },
+            data_buf: Sge::default(),
+        };
+        assert_eq!(
+            c.iomap_array(),
+            Sge {
+                addr: 0x1020,
+                key: 7,
+                length: 256
+            }
+        );
+        let none = ConnData { flags: 0, ..c };
+        assert_eq!(none.iomap_array().length, 0);
     }
 
     #[test]

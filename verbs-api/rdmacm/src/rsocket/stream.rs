@@ -17,11 +17,12 @@ use std::collections::VecDeque;
 use std::ffi::c_int;
 use std::time::{Duration, Instant};
 
+use softnic_ibverbs::mr::ProgramMr;
 use verbs_api::cm::CmId;
-use verbs_api::{SendWr, Sge as WrSge, WcStatus, WorkCompletion, WrOpcode};
+use verbs_api::{AccessFlags, SendWr, Sge as WrSge, WcStatus, WorkCompletion, WrOpcode};
 
 pub use super::endpoint::{Endpoint, Sizes};
-use super::proto::{self, ConnData, Sge};
+use super::proto::{self, ConnData, IoMap, Sge};
 use crate::channel::errno_of;
 
 /// Marks a receive's `wr_id` (rdma-core's `RS_WR_ID_FLAG_RECV`).
@@ -69,6 +70,22 @@ pub struct Stream {
     sbuf_bytes_avail: u32,
     sbuf_head: u32,
     sqe_avail: u32,
+    /// The peer's iomap array, where our writable `riomap`s go (`remote_iomap`).
+    peer_iomap_array: Sge,
+    /// Our `riomap`s (`iomap_list` and `iomap_queue`).
+    maps: Vec<LocalMap>,
+    /// The windows the peer mapped for our `riowrite`s, by index in our iomap array;
+    /// each taken once its IOMAP_SGL completion is polled.
+    peer_maps: Vec<Option<IoMap>>,
+}
+
+/// One `riomap` of this side: the registration, the offset it answers to, and for a
+/// writable one its index in the peer's iomap array and whether it was sent there.
+struct LocalMap {
+    mr: ProgramMr,
+    offset: u64,
+    slot: Option<u32>,
+    sent: bool,
 }
 
 /// Which condition a wait is for (rdma-core's `test` callbacks).
@@ -122,6 +139,9 @@ impl Stream {
             sbuf_bytes_avail: sizes.sbuf_size,
             sbuf_head: 0,
             sqe_avail: sizes.sq_size - proto::QP_CTRL_SIZE,
+            peer_iomap_array: peer.iomap_array(),
+            maps: Vec::new(),
+            peer_maps: vec![None; sizes.iomap_size as usize],
             ep,
         }
     }
@@ -308,7 +328,18 @@ impl Stream {
                 }
                 self.rmsg.push_back(len);
             }
-            // IOMAP_SGL (no iomap is granted), the reserved ones: nothing to do.
+            proto::OP_IOMAP_SGL => {
+                // The peer wrote one entry of our iomap array; take it now that its
+                // WRITE has landed. An index outside the array is no entry of ours.
+                let i = proto::msg_data(msg) as usize;
+                if i >= self.peer_maps.len() {
+                    self.fail(libc::EPROTO);
+                    return false;
+                }
+                let at = proto::SGE_LEN * proto::SGL_SIZE as usize + i * proto::IOMAP_LEN;
+                self.peer_maps[i] = Some(IoMap::from_ne_bytes(self.ep.tgt.read_array(at)));
+            }
+            // The reserved ones: nothing to do.
             _ => {}
         }
         true
@@ -319,6 +350,10 @@ impl Stream {
         let msg = wc.wr_id as u32;
         match proto::msg_op(msg) {
             proto::OP_SGL => self.ctrl_max_seqno += 1,
+            proto::OP_IOMAP_SGL => {
+                self.sqe_avail += 1;
+                self.sbuf_bytes_avail += proto::IOMAP_LEN as u32;
+            }
             proto::OP_CTRL => {
                 self.ctrl_max_seqno += 1;
                 if proto::msg_data(msg) == proto::CTRL_DISCONNECT {
@@ -472,52 +507,27 @@ impl Stream {
     /// queued, or an errno when none was (EWOULDBLOCK; EPIPE after this side's SHUT_WR;
     /// ECONNRESET once the connection is gone).
     pub fn send(&mut self, data: &[u8]) -> Result<usize, c_int> {
-        // After this side's SHUT_WR: EPIPE, as TCP answers (rdma-core would still
-        // send while it has room); once the connection is gone: ECONNRESET.
-        if !self.writable {
-            return Err(if self.connected {
-                libc::EPIPE
-            } else {
-                libc::ECONNRESET
-            });
-        }
+        self.may_write()?;
         let mut done = 0usize;
         let mut olen = proto::OLAP_START_SIZE;
         // Bounded: each pass queues at least one byte or returns.
         while done < data.len() {
-            if !self.can_send() {
-                let mut r = self.progress(true, Until::Writable);
-                if r.is_ok() && !self.writable {
-                    r = Err(libc::ECONNRESET);
-                }
-                if let Err(e) = r {
-                    return if done == 0 { Err(e) } else { Ok(done) };
-                }
+            if let Err(e) = self.room_to_send() {
+                return partial(done, e);
             }
-            let left = data.len() - done;
-            let mut xfer = if (olen as usize) < left {
-                let x = olen;
-                if olen < proto::MAX_TRANSFER {
-                    olen <<= 1;
-                }
-                x
-            } else {
-                left as u32
-            };
-            xfer = xfer
+            let xfer = next_transfer(&mut olen, data.len() - done)
                 .min(self.sbuf_bytes_avail)
                 .min(self.target[self.target_sge].length);
             let piece = &data[done..done + xfer as usize];
             if let Err(e) = self.write_data(piece) {
-                return if done == 0 { Err(e) } else { Ok(done) };
+                return partial(done, e);
             }
             done += xfer as usize;
         }
         Ok(done)
     }
 
-    /// One data transfer into the peer's current target (`rs_write_data`): inline
-    /// when small enough, else through the send ring (two SGEs across its end).
+    /// One data transfer into the peer's current target (`rs_write_data`).
     fn write_data(&mut self, piece: &[u8]) -> Result<(), c_int> {
         let len = piece.len() as u32;
         self.sseq_no = self.sseq_no.wrapping_add(1);
@@ -536,6 +546,13 @@ impl Stream {
             rkey,
             imm: msg,
         };
+        self.post_bytes(piece, op, msg)
+    }
+
+    /// Posts `op` carrying `piece`: inline when small enough, else through the send
+    /// ring (two SGEs across its end). The caller has taken the ring space.
+    fn post_bytes(&mut self, piece: &[u8], op: WrOpcode, msg: u32) -> Result<(), c_int> {
+        let len = piece.len() as u32;
         if len <= self.ep.sizes.sq_inline {
             let pieces: [&[u8]; 1] = [piece];
             return self.post(SendWr::new(u64::from(msg), op, &[]).inline_bytes(&pieces));
@@ -553,6 +570,170 @@ impl Stream {
         }
         self.sbuf_head = (head + len) % size;
         self.post(SendWr::new(u64::from(msg), op, &sges[..n]))
+    }
+
+    /// `riomap` on a connected stream: keeps the registration `mr` as the window
+    /// answering to `offset`; a writable one takes a free entry of the peer's iomap
+    /// array (ENOMEM when none is left) and is sent there before this side's next data
+    /// (now, when there is room).
+    pub fn map(&mut self, mr: ProgramMr, offset: u64, writable: bool) -> Result<(), c_int> {
+        let slot = if writable {
+            let free = (0..self.peer_iomap_array.length)
+                .find(|&i| self.maps.iter().all(|m| m.slot != Some(i)));
+            Some(free.ok_or(libc::ENOMEM)?)
+        } else {
+            None
+        };
+        self.maps.push(LocalMap {
+            mr,
+            offset,
+            slot,
+            sent: slot.is_none(),
+        });
+        // What does not go now goes with this side's next rsend or riowrite, which
+        // report a failure.
+        let _ = self.send_iomaps();
+        Ok(())
+    }
+
+    /// `riounmap` on a connected stream: drops the mapping `riomap` made of exactly
+    /// `[addr, addr + len)` (EINVAL when there is none) and frees its entry.
+    pub fn unmap(&mut self, addr: usize, len: usize) -> Result<(), c_int> {
+        let i = self
+            .maps
+            .iter()
+            .position(|m| m.mr.addr() == addr && m.mr.len() == len)
+            .ok_or(libc::EINVAL)?;
+        // Dropping it deregisters it: the peer's entry, if sent, now names keys the
+        // NIC refuses, as with rdma-core.
+        self.maps.swap_remove(i);
+        Ok(())
+    }
+
+    /// The access rights `riomap` registers with: local write always, remote write
+    /// for a window the peer may `riowrite` into.
+    pub fn map_access(writable: bool) -> AccessFlags {
+        let mut a = AccessFlags::LOCAL_WRITE.0;
+        if writable {
+            a |= AccessFlags::REMOTE_WRITE.0;
+        }
+        AccessFlags(a)
+    }
+
+    /// The PD `riomap` registers on.
+    pub fn pd(&self) -> &verbs_api::ProtectionDomain {
+        &self.ep.pd
+    }
+
+    /// Sends the writable mappings not yet sent (`rs_send_iomaps`): each an RDMA WRITE
+    /// with immediate of its entry into the peer's array, taking a message credit as
+    /// data does. EWOULDBLOCK when the send queue or the peer's credits are exhausted.
+    fn send_iomaps(&mut self) -> Result<(), c_int> {
+        // Bounded: each pass sends one mapping or returns.
+        while let Some(i) = self.maps.iter().position(|m| !m.sent) {
+            self.room_to_send()?;
+            let m = &mut self.maps[i];
+            m.sent = true;
+            let slot = m.slot.unwrap_or(0);
+            let entry = IoMap {
+                offset: m.offset,
+                sge: Sge {
+                    addr: m.mr.addr() as u64,
+                    key: m.mr.rkey(),
+                    length: m.mr.len() as u32,
+                },
+            }
+            .to_peer_bytes(self.peer_big_endian);
+            self.sseq_no = self.sseq_no.wrapping_add(1);
+            self.sqe_avail -= 1;
+            self.sbuf_bytes_avail -= proto::IOMAP_LEN as u32;
+            let msg = proto::msg(proto::OP_IOMAP_SGL, slot);
+            let op = WrOpcode::RdmaWriteWithImm {
+                remote_addr: self.peer_iomap_array.addr + u64::from(slot) * proto::IOMAP_LEN as u64,
+                rkey: self.peer_iomap_array.key,
+                imm: msg,
+            };
+            self.post_bytes(&entry, op, msg)?;
+        }
+        Ok(())
+    }
+
+    /// `riowrite` on a connected stream, without waiting: RDMA WRITEs of `data` into
+    /// the peer's mapped windows from `offset` on (no immediate: the peer learns of
+    /// them from a later message, which RC orders after them). How many bytes were
+    /// queued; EINVAL when `offset` is in no window the peer mapped; otherwise the
+    /// errors of [`Stream::send`].
+    pub fn iowrite(&mut self, data: &[u8], offset: u64) -> Result<usize, c_int> {
+        self.may_write()?;
+        let mut done = 0usize;
+        let mut olen = proto::OLAP_START_SIZE;
+        // Bounded: each pass queues at least one byte or returns.
+        while done < data.len() {
+            let at = offset.saturating_add(done as u64);
+            let mut window = self.locate(at);
+            if window.is_none() {
+                // Its entry may have landed with completions not yet polled.
+                let _ = self.progress(true, Until::Nothing);
+                window = self.locate(at);
+            }
+            let Some((addr, rkey, room)) = window else {
+                return partial(done, libc::EINVAL);
+            };
+            if let Err(e) = self.room_to_send() {
+                return partial(done, e);
+            }
+            let xfer = next_transfer(&mut olen, data.len() - done)
+                .min(self.sbuf_bytes_avail)
+                .min(room);
+            self.sqe_avail -= 1;
+            self.sbuf_bytes_avail -= xfer;
+            let op = WrOpcode::RdmaWrite {
+                remote_addr: addr,
+                rkey,
+            };
+            let piece = &data[done..done + xfer as usize];
+            if let Err(e) = self.post_bytes(piece, op, proto::msg(proto::OP_WRITE, xfer)) {
+                return partial(done, e);
+            }
+            done += xfer as usize;
+        }
+        Ok(done)
+    }
+
+    /// Where offset `at` of the peer's windows is: address, R_Key, bytes of the window
+    /// from there (`rs_find_iomap`).
+    fn locate(&self, at: u64) -> Option<(u64, u32, u32)> {
+        self.peer_maps.iter().flatten().find_map(|m| {
+            let (addr, room) = m.locate(at)?;
+            Some((addr, m.sge.key, room))
+        })
+    }
+
+    /// Whether this side may still send; first sends the mappings not yet sent, which
+    /// go before the data that follows them (`rs_send_iomaps`). After this side's
+    /// SHUT_WR: EPIPE, as TCP answers (rdma-core would still send while it has room);
+    /// once the connection is gone: ECONNRESET.
+    fn may_write(&mut self) -> Result<(), c_int> {
+        if !self.writable {
+            return Err(if self.connected {
+                libc::EPIPE
+            } else {
+                libc::ECONNRESET
+            });
+        }
+        self.send_iomaps()
+    }
+
+    /// Room for one more transfer (`rs_can_send`), after polling without waiting:
+    /// EWOULDBLOCK when there is none yet, ECONNRESET once sending is over.
+    fn room_to_send(&mut self) -> Result<(), c_int> {
+        if !self.can_send() {
+            self.progress(true, Until::Writable)?;
+            if !self.writable {
+                return Err(libc::ECONNRESET);
+            }
+        }
+        Ok(())
     }
 
     /// `rshutdown` on a connected stream: tells the peer (SHUTDOWN when it may still
@@ -641,5 +822,28 @@ impl Stream {
     /// Takes the CQ's event after a wake-up.
     pub fn take_event(&self) {
         let _ = self.ep.cq.take_event();
+    }
+}
+
+/// The size of a send's next transfer with `left` bytes to go: the first
+/// [`proto::OLAP_START_SIZE`], each following one twice the last up to
+/// [`proto::MAX_TRANSFER`] (rdma-core's `olen`), so a large send starts moving early.
+fn next_transfer(olen: &mut u32, left: usize) -> u32 {
+    if (*olen as usize) >= left {
+        return left as u32;
+    }
+    let x = *olen;
+    if *olen < proto::MAX_TRANSFER {
+        *olen <<= 1;
+    }
+    x
+}
+
+/// A call that moved `done` bytes before `e` returns the count, as `send(2)` does.
+fn partial(done: usize, e: c_int) -> Result<usize, c_int> {
+    if done == 0 {
+        Err(e)
+    } else {
+        Ok(done)
     }
 }

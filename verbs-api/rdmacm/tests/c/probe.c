@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -158,7 +159,7 @@ int main(int argc, char **argv)
 	rdma_free_devices(devs);
 	/* What softnic does not serve answers an errno. */
 	/* rsockets: a stream socket needs no NIC until it binds or connects; datagram
-	 * rsockets and riomap are not served. */
+	 * rsockets are not served; riomap needs a connected socket. */
 	char b1;
 	int rs = rsocket(AF_INET, SOCK_STREAM, 0);
 	CHECK(rs >= 0);
@@ -167,7 +168,14 @@ int main(int argc, char **argv)
 	CHECK(rrecv(rs, &b1, 1, 0) == -1 && errno == EBADF);
 	CHECK(rsocket(AF_INET, SOCK_DGRAM, 0) == -1 && errno == EOPNOTSUPP);
 	CHECK(rsocket(AF_UNIX, SOCK_STREAM, 0) == -1 && errno == ENOTSUP);
-	CHECK(riomap(3, NULL, 0, 0, 0, 0) == -1 && errno == ENOSYS);
+	CHECK(riomap(rs, &b1, 1, PROT_WRITE, 0, 0) == -1 && errno == EBADF);
+	CHECK(riowrite(rs, &b1, 1, 0, 0) == (size_t)-1 && errno == EBADF);
+	CHECK(riounmap(rs, &b1, 1) == -1 && errno == EBADF);
+	rs = rsocket(AF_INET, SOCK_STREAM, 0);
+	CHECK(rs >= 0);
+	CHECK(riomap(rs, &b1, 1, PROT_WRITE, 0, 0) == -1 && errno == EINVAL);
+	CHECK(riowrite(rs, &b1, 1, 0, 0) == (size_t)-1 && errno == ENOTCONN);
+	CHECK(rclose(rs) == 0);
 	CHECK(rdma_join_multicast(NULL, NULL, NULL) == -1 && errno == EINVAL);
 	CHECK(rdma_create_srq(NULL, NULL, NULL) == -1 && errno == EOPNOTSUPP);
 	CHECK(rdma_set_local_ece(NULL, NULL) == -1 && errno == EOPNOTSUPP);
