@@ -338,6 +338,21 @@ fn a_forked_child_cannot_touch_the_parents_rings_or_mrs() {
     }
 }
 
+/// `tests/ibverbs/odp.c`: on-demand paging through the C ABI between two NICs — the
+/// ODP capabilities; an ODP MR over a range not mapped at registration (a plain MR
+/// there is EFAULT), mapped afterwards and sent from; a RECV into never-touched
+/// pages; RDMA WRITE into and READ out of ODP memory; an implicit MR (NULL, SIZE_MAX)
+/// carrying SENDs from the heap and the stack; `ibv_advise_mr` faulting exactly the
+/// advised pages in (mincore) and its EFAULT/EINVAL/EOPNOTSUPP answers; `fork()`
+/// while registered (the child reads and writes the buffer); and a SEND from a range
+/// unmapped after registration completing with an error.
+#[test]
+fn on_demand_paging_through_the_c_abi() {
+    let (a, b) = nic_pair("ibvstock-odp", 42);
+    let exe = compile_c("odp", &[]);
+    println!("{}", run_c_pair(&exe, &a, &b, None));
+}
+
 /// `tests/ibverbs/mr_matrix.c`: inline SENDs from unregistered stack memory
 /// (`ibv_post_send` and `ibv_wr_set_inline_data`); `ibv_reg_mr` on memalign, mmap,
 /// unaligned malloc, a struct field, a static buffer, sub-page and page-straddling
@@ -735,7 +750,7 @@ fn c_abi_probe() {
         "query_device 0".into(),
         "vendor_id 0xffffff part 0 ports 1 max_qp 4096 atomic 1".into(),
         "query_device_ex 0".into(),
-        "device_ex_canary 1 zero_tail 1 same_vendor 1".into(),
+        "device_ex_canary 1 odp 1 zero_tail 1 same_vendor 1".into(),
         format!("query_device_ex_bad_input {einval}"),
         "query_port 0".into(),
         "port state 4 link_layer 2 active_mtu 5 gid_tbl_len 1024 pkey_tbl_len 1 lid 0 canary 1"

@@ -115,8 +115,11 @@ impl ProtectionDomain {
 
     /// Registers `[iova, iova + len)` of this process's memory, whatever backs it: the
     /// NIC copies through `proc_mem` (this process's `/proc/self/mem`, opened
-    /// read-write) on every access (see `Request::RegMrCopy`). The caller keeps the
-    /// range mapped while the registration lives; atomics on it are refused.
+    /// read-write) on every access (see `Request::RegMrCopy`). Nothing is mapped or
+    /// pinned, so the range need not be mapped yet, and the device's `max_mr_size`
+    /// (a bound on what the NIC maps) does not apply: an access to bytes that are not
+    /// mapped when it happens fails as an access outside the region would (this is
+    /// what on-demand paging registrations rely on). Atomics on it are refused.
     pub fn reg_copy(
         &self,
         proc_mem: BorrowedFd<'_>,
@@ -124,14 +127,19 @@ impl ProtectionDomain {
         len: usize,
         access: AccessFlags,
     ) -> Result<FdMemoryRegion> {
-        self.register(iova, len, access, &[proc_mem], |pd, len, access| {
-            Request::RegMrCopy {
-                pd,
-                len,
-                access,
-                iova,
-            }
-        })
+        access.validate()?;
+        if iova.checked_add(len as u64).is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "memory region of {len} bytes at {iova:#x} exceeds the address space"
+            )));
+        }
+        let req = Request::RegMrCopy {
+            pd: self.inner.handle,
+            len: len as u64,
+            access: access.0,
+            iova,
+        };
+        self.finish_fd_region(&req, &[proc_mem], iova, len)
     }
 
     /// Checks the region, then sends the request `make(pd, len, access bits)` with

@@ -437,7 +437,9 @@ impl MrTable {
         iova: u64,
     ) -> Result<(u32, u32, u32), RegError> {
         let access = check_access(access)?;
-        if len > MAX_MR_SIZE {
+        // A copied region maps nothing, so its length bounds nothing but its keys'
+        // reach (an implicit on-demand region spans the whole address space).
+        if len > MAX_MR_SIZE && !matches!(source, Source::Copy(_)) {
             return Err(RegError::BadRange(format!(
                 "region length {len} exceeds the largest region ({MAX_MR_SIZE} bytes)"
             )));

@@ -656,15 +656,19 @@ impl Nic {
         }
         let fd = fds.first();
         // A window is charged for the pages it maps (shared ones too, as if it mapped
-        // them itself); a plain region for its memfd's pages from offset 0.
+        // them itself); a plain region for its memfd's pages from offset 0. A copied
+        // region maps nothing (each access is a read or write of the client's
+        // `/proc/<pid>/mem`), so it is charged one page whatever its length: an
+        // on-demand region may span the client's whole address space.
         let pages = match &kind {
             RegKind::Window(segs) => segs
                 .iter()
                 .try_fold(0u64, |a, s| a.checked_add(s.len))
                 .and_then(|l| usize::try_from(l).ok()),
-            RegKind::Memfd | RegKind::Sysv(_) | RegKind::Copy => offset
+            RegKind::Memfd | RegKind::Sysv(_) => offset
                 .checked_add(len)
                 .and_then(|l| usize::try_from(l).ok()),
+            RegKind::Copy => Some(1),
         };
         let map_len = match pages.and_then(|l| layout::mr_segment_len(l).ok()) {
             Some(m) => m,
@@ -675,7 +679,7 @@ impl Nic {
                 )
             }
         };
-        if len > MAX_MR_SIZE {
+        if len > MAX_MR_SIZE && kind != RegKind::Copy {
             // An argument error whatever the quota (MrTable::register checks it too).
             return err(
                 ErrorCode::InvalidArgument,

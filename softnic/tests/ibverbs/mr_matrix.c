@@ -342,16 +342,7 @@ int main(int argc, char **argv)
 {
 	if (argc != 3)
 		die("usage: mr_matrix DEV_A DEV_B");
-	x.ctx = open_named(argv[1]);
-	x.pd = ibv_alloc_pd(x.ctx);
-	x.cq = ibv_create_cq(x.ctx, 64, NULL, NULL, 0);
-	side_finish(&x, 0);
-	y.ctx = open_named(argv[2]);
-	y.pd = ibv_alloc_pd(y.ctx);
-	y.cq = ibv_create_cq(y.ctx, 64, NULL, NULL, 0);
-	side_finish(&y, 0);
-	rc_connect(x.qp, y.qp, y.gid);
-	rc_connect(y.qp, x.qp, x.gid);
+	pair_open(&x, &y, argv[1], argv[2]);
 
 	inline_from_stack();
 	inline_through_wr_api();

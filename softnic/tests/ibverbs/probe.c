@@ -78,9 +78,12 @@ int main(int argc, char **argv)
 	memset(exbuf, CANARY, sizeof(exbuf));
 	struct ibv_device_attr_ex *dax = (void *)exbuf;
 	printf("query_device_ex %d\n", ibv_query_device_ex(ctx, NULL, dax));
-	printf("device_ex_canary %d zero_tail %d same_vendor %d\n",
+	printf("device_ex_canary %d odp %d zero_tail %d same_vendor %d\n",
 	       canary_ok(exbuf, sizeof(*dax), sizeof(exbuf)),
-	       dax->comp_mask == 0 && dax->odp_caps.general_caps == 0 &&
+	       dax->odp_caps.general_caps == (IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT) &&
+		       !(dax->odp_caps.per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_ATOMIC),
+	       dax->comp_mask == 0 && dax->completion_timestamp_mask == 0 &&
+		       dax->tso_caps.max_tso == 0 && dax->pci_atomic_caps.fetch_add == 0 &&
 		       dax->xrc_odp_caps == 0 && dax->phys_port_cnt_ex == 1,
 	       dax->orig_attr.vendor_id == da.vendor_id);
 	struct ibv_query_device_ex_input in = { .comp_mask = 1 };

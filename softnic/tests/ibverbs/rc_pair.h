@@ -1,5 +1,5 @@
 /* Shared by the C programs of softnic/tests/ibverbs: die(), open_named(), side_open(),
- * qp_to_init(), and rc_connect(), which takes an RC QP through INIT, RTR and RTS to a
+ * qp_to_init(), pair_open() (two connected sides), and rc_connect(), which takes an RC QP through INIT, RTR and RTS to a
  * peer QP (GID index 1, the NIC's address, as stock programs use with -g 1 / -x 1). */
 #ifndef SOFTNIC_TEST_RC_PAIR_H
 #define SOFTNIC_TEST_RC_PAIR_H
@@ -119,6 +119,22 @@ static inline void rc_connect(struct ibv_qp *qp, struct ibv_qp *peer_qp, union i
 					     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
 					     IBV_QP_MAX_QP_RD_ATOMIC))
 		die("rts");
+}
+
+/* Two sides, x on device `a` and y on device `b`, each with its PD and a 64-entry CQ,
+ * their QPs connected to each other. */
+static inline void pair_open(struct side *x, struct side *y, const char *a, const char *b)
+{
+	x->ctx = open_named(a);
+	x->pd = ibv_alloc_pd(x->ctx);
+	x->cq = ibv_create_cq(x->ctx, 64, NULL, NULL, 0);
+	side_finish(x, 0);
+	y->ctx = open_named(b);
+	y->pd = ibv_alloc_pd(y->ctx);
+	y->cq = ibv_create_cq(y->ctx, 64, NULL, NULL, 0);
+	side_finish(y, 0);
+	rc_connect(x->qp, y->qp, y->gid);
+	rc_connect(y->qp, x->qp, x->gid);
 }
 
 #endif

@@ -105,6 +105,8 @@ pub struct ibv_context {
 
 /// `query_port` op: `(ctx, port, attr, attr_len)`.
 pub type QueryPortFn = unsafe extern "C" fn(*mut ibv_context, u8, *mut c_void, usize) -> c_int;
+/// `advise_mr` op: `(pd, advice, flags, sg_list, num_sge)`.
+pub type AdviseMrFn = unsafe extern "C" fn(*mut ibv_pd, c_int, u32, *mut ibv_sge, u32) -> c_int;
 /// `query_device_ex` op: `(ctx, input, attr, attr_size)`.
 pub type QueryDeviceExFn =
     unsafe extern "C" fn(*mut ibv_context, *const c_void, *mut c_void, usize) -> c_int;
@@ -122,8 +124,8 @@ pub struct verbs_context {
     pub newer_ops: [OpaqueOp; NEWER_OPS],
     /// `query_port` (the inline `ibv_query_port` calls it with `sizeof(*attr)`).
     pub query_port: Option<QueryPortFn>,
-    /// `advise_mr`.
-    pub advise_mr: OpaqueOp,
+    /// `advise_mr` (`crate::odp::advise_mr_op`).
+    pub advise_mr: Option<AdviseMrFn>,
     /// `alloc_null_mr`.
     pub alloc_null_mr: OpaqueOp,
     /// `read_counters`.
@@ -292,18 +294,34 @@ pub struct ibv_device_attr {
     pub phys_port_cnt: u8,
 }
 
+/// `struct ibv_odp_caps` (24 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_odp_caps {
+    /// `IBV_ODP_SUPPORT`, `IBV_ODP_SUPPORT_IMPLICIT`.
+    pub general_caps: u64,
+    /// `per_transport_caps.rc_odp_caps` (`IBV_ODP_SUPPORT_SEND` …).
+    pub rc_odp_caps: u32,
+    /// `per_transport_caps.uc_odp_caps`.
+    pub uc_odp_caps: u32,
+    /// `per_transport_caps.ud_odp_caps`.
+    pub ud_odp_caps: u32,
+}
+
 /// `struct ibv_device_attr_ex` as v44 defines it (400 bytes): this library fills
-/// `orig_attr`, `comp_mask` and `phys_port_cnt_ex`; the capabilities between them
-/// (ODP, TSO, RSS, … : not supported) are zero, and anything a newer caller's larger
-/// `attr_size` covers is zeroed too.
+/// `orig_attr`, `comp_mask`, `odp_caps` and `phys_port_cnt_ex`; the capabilities
+/// after `odp_caps` (timestamps, TSO, RSS, … : not supported) are zero, and anything a
+/// newer caller's larger `attr_size` covers is zeroed too.
 #[repr(C)]
 pub struct ibv_device_attr_ex {
     /// The classic attributes.
     pub orig_attr: ibv_device_attr,
     /// Which optional fields are valid (none).
     pub comp_mask: u32,
-    /// `odp_caps` … `pci_atomic_caps`: all zero, "not supported".
-    pub unsupported_caps: [u8; 156],
+    /// On-demand paging (`crate::odp`).
+    pub odp_caps: ibv_odp_caps,
+    /// `completion_timestamp_mask` … `pci_atomic_caps`: all zero, "not supported".
+    pub unsupported_caps: [u8; 128],
     /// XRC ODP capabilities (none).
     pub xrc_odp_caps: u32,
     /// Physical ports, not capped at 255 as `orig_attr.phys_port_cnt` is.
@@ -1244,8 +1262,19 @@ pub fn layout_table() -> Vec<FieldLayout> {
         ibv_device_attr_ex {
             orig_attr,
             comp_mask,
+            odp_caps,
             xrc_odp_caps,
             phys_port_cnt_ex
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_odp_caps {
+            general_caps,
+            rc_odp_caps as "per_transport_caps.rc_odp_caps",
+            uc_odp_caps as "per_transport_caps.uc_odp_caps",
+            ud_odp_caps as "per_transport_caps.ud_odp_caps"
         }
     );
     fields!(
@@ -1741,6 +1770,11 @@ pub fn size_table() -> Vec<StructSize> {
             strukt: "ibv_device_attr_ex",
             size: size_of::<ibv_device_attr_ex>(),
             rule: SizeRule::CMayBeLarger,
+        },
+        StructSize {
+            strukt: "ibv_odp_caps",
+            size: size_of::<ibv_odp_caps>(),
+            rule: SizeRule::Exact,
         },
         StructSize {
             strukt: "ibv_port_attr",

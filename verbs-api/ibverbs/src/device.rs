@@ -291,6 +291,7 @@ unsafe fn context_around(device: *mut ibv_device, api: Context) -> *mut ibv_cont
     let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
     vctx.query_port = Some(crate::query::query_port_op);
     vctx.query_device_ex = Some(crate::query::query_device_ex_op);
+    vctx.advise_mr = Some(crate::odp::advise_mr_op);
     vctx.create_qp_ex = Some(crate::qp::create_qp_ex_op);
     vctx.create_cq_ex = Some(crate::cq_ex::create_cq_ex_op);
     vctx.sz = VERBS_CONTEXT_SZ;

@@ -49,6 +49,7 @@ pub mod mr;
 mod mr_backing;
 pub mod mw;
 pub mod objects;
+pub mod odp;
 pub mod qp;
 pub mod query;
 pub mod srq;

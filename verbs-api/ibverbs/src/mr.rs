@@ -1,4 +1,5 @@
 //! `ibv_reg_mr` of a program's own memory: the pages are remapped in place onto a memfd.
+//! (A registration with `IBV_ACCESS_ON_DEMAND` converts nothing: [`crate::odp`].)
 //!
 //! The NIC is another process, so it can reach a buffer only through shared memory.
 //! This mechanism (abi-facts §4 (a)) copies the pages that hold the buffer into a
@@ -56,6 +57,7 @@ use verbs_api::{AccessFlags, FdMemoryRegion, ProtectionDomain};
 use crate::abi::*;
 use crate::errno;
 use crate::objects::{last_errno, softnic_pd, SoftnicPd};
+use crate::odp;
 
 /// `IBV_ACCESS_OPTIONAL_RANGE`: access bits a provider may ignore (rdma-core masks
 /// those it does not support before they reach the kernel).
@@ -266,11 +268,17 @@ unsafe fn register(
     length: usize,
     access: u32,
 ) -> Result<FdMemoryRegion, c_int> {
-    if addr.is_null() || length == 0 {
+    let on_demand = access & odp::ACCESS_ON_DEMAND != 0;
+    let access = AccessFlags(
+        access & !(ACCESS_OPTIONAL_RANGE | odp::ACCESS_ON_DEMAND | odp::ACCESS_HUGETLB),
+    );
+    if access.validate().is_err() {
         return Err(libc::EINVAL);
     }
-    let access = AccessFlags(access & !ACCESS_OPTIONAL_RANGE);
-    if access.validate().is_err() {
+    if on_demand {
+        return odp::register(pd, addr, length, access);
+    }
+    if addr.is_null() || length == 0 {
         return Err(libc::EINVAL);
     }
     let page = page_size();
@@ -357,6 +365,7 @@ unsafe fn register(
 /// # Safety
 /// `reg` came from [`register`].
 unsafe fn unregister(reg: FdMemoryRegion) {
+    odp::forget(reg.lkey());
     let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
     let Some(i) = live.iter().position(|m| m.lkey == reg.lkey()) else {
         return; // a SysV or copied region: nothing was converted

@@ -480,7 +480,11 @@ fn attrs_of(attr: &ibv_qp_attr, mask: c_int) -> Result<QpAttr, c_int> {
         a.max_dest_rd_atomic = Some(attr.max_dest_rd_atomic);
     }
     if has(QP_ACCESS_FLAGS) {
-        a.qp_access_flags = Some(AccessFlags(attr.qp_access_flags));
+        // A QP acts on the access bits of remote operations only. The kernel (rxe,
+        // mlx5) takes any other bits without complaint, and programs pass their MRs'
+        // flags here (pyverbs' ODP tests pass IBV_ACCESS_ON_DEMAND), so they are
+        // dropped rather than refused.
+        a.qp_access_flags = Some(AccessFlags(attr.qp_access_flags & AccessFlags::ALL.bits()));
     }
     if has(QP_QKEY) {
         a.qkey = Some(attr.qkey);

@@ -180,7 +180,13 @@ pub unsafe extern "C" fn query_device_ex_op(
         phys_port_cnt_ex: u32::from(orig_attr.phys_port_cnt),
         orig_attr,
         comp_mask: 0,
-        unsupported_caps: [0; 156],
+        odp_caps: ibv_odp_caps {
+            general_caps: crate::odp::GENERAL_CAPS,
+            rc_odp_caps: crate::odp::RC_CAPS,
+            uc_odp_caps: crate::odp::UC_CAPS,
+            ud_odp_caps: crate::odp::UD_CAPS,
+        },
+        unsupported_caps: [0; 128],
         xrc_odp_caps: 0,
     };
     // SAFETY: attr writable for attr_size bytes (caller contract).
