@@ -140,8 +140,9 @@ fn tcp_port(offset: u16) -> u16 {
 
 /// Stock `ibv_rc_pingpong` between two softnic NICs, both ways, with rdma-core's own
 /// data check (`-c`), in event mode (`-e`: completion channels) and busy-polling, at
-/// sizes 1, 4096 and 65536 and path MTUs 1024 and 4096, and with the `ibv_wr_*` post
-/// API (`-N`).
+/// sizes 1, 4096 and 65536 and path MTUs 1024 and 4096, with the `ibv_wr_*` post
+/// API (`-N`), with on-demand paging (`-o`) and implicit ODP (`-o -O`), and with
+/// completion timestamps (`-t`, [`check_timestamp_spacing`]).
 #[test]
 fn stock_rc_pingpong_between_two_nics() {
     let (a, b) = nic_pair("ibvstock-rc", 2);
@@ -173,6 +174,15 @@ fn stock_rc_pingpong_between_two_nics() {
             &b,
             vec!["-e", "-c", "-n", "20", "-s", "8192", "-m", "4096"],
         ),
+        // On-demand paging (`-o`: the buffer registered with IBV_ACCESS_ON_DEMAND, after
+        // checking the device's ODP capabilities) and implicit ODP (`-O`: one MR for
+        // the whole address space).
+        (&b, &a, vec!["-o", "-c", "-n", "50"]),
+        (&a, &b, vec!["-o", "-O", "-c", "-n", "50", "-s", "8192"]),
+        // Completion timestamps (`-t`: an extended CQ with
+        // IBV_WC_EX_WITH_COMPLETION_TIMESTAMP; it prints the receive completions'
+        // spacing in clock cycles of `hca_core_clock`).
+        (&b, &a, vec!["-t", "-c", "-n", "100"]),
     ]
     .into_iter()
     .enumerate()
@@ -183,12 +193,55 @@ fn stock_rc_pingpong_between_two_nics() {
         let n = args[args.iter().position(|x| *x == "-n").unwrap() + 1];
         for out in [&s, &c] {
             assert!(out.contains(&format!("{n} iters in")), "{out}");
+            if args.contains(&"-t") {
+                check_timestamp_spacing(out);
+            }
         }
         assert!(
             c.contains(&format!("GID {}", verbs_api::Gid::from_ip(srv.addr))),
             "{c}"
         );
     }
+}
+
+/// `ibv_rc_pingpong -t`'s output: the average spacing of receive completions, in
+/// cycles of the 1 GHz completion clock, is the round trip it printed per iteration (in
+/// µs), within a factor of 4 both ways — the timestamps count nanoseconds. A wrong unit
+/// (µs, ticks) or a clock that stands still is off by 1000 or is 0.
+fn check_timestamp_spacing(out: &str) {
+    let value = |key: &str| -> f64 {
+        let line = out
+            .lines()
+            .find(|l| l.contains(key))
+            .unwrap_or_else(|| panic!("{key}:\n{out}"));
+        let v = if key == "usec/iter" {
+            line.split(" = ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+        } else {
+            line.rsplit(" = ").next()
+        };
+        v.and_then(|t| t.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{line}"))
+    };
+    let avg_ns = value("Average receive completion clock cycles");
+    let iter_ns = value("usec/iter") * 1000.0;
+    assert!(
+        avg_ns > iter_ns / 4.0 && avg_ns < iter_ns * 4.0,
+        "receive completions {avg_ns} ns apart against {iter_ns} ns per iteration:\n{out}"
+    );
+}
+
+/// `tests/ibverbs/timestamps.c`: completion timestamps through the C ABI between two
+/// NICs — the 64-bit 1 GHz clock `ibv_query_device_ex` reports, `ibv_query_rt_values_ex`
+/// reading `CLOCK_MONOTONIC`, and for 20 SENDs each send and receive completion's
+/// `ibv_wc_read_completion_ts` between `CLOCK_MONOTONIC` before the post and after the
+/// poll, never backwards, its wall-clock reading within a second of `CLOCK_REALTIME`.
+#[test]
+fn completion_timestamps_through_the_c_abi() {
+    let (a, b) = nic_pair("ibvstock-ts", 44);
+    let exe = compile_c("timestamps", &[]);
+    run_c_pair(&exe, &a, &b, None);
 }
 
 /// Stock `ibv_uc_pingpong` (unreliable connection) between two softnic NICs.
@@ -750,7 +803,7 @@ fn c_abi_probe() {
         "query_device 0".into(),
         "vendor_id 0xffffff part 0 ports 1 max_qp 4096 atomic 1".into(),
         "query_device_ex 0".into(),
-        "device_ex_canary 1 odp 1 zero_tail 1 same_vendor 1".into(),
+        "device_ex_canary 1 odp 1 clock 1 zero_tail 1 same_vendor 1".into(),
         format!("query_device_ex_bad_input {einval}"),
         "query_port 0".into(),
         "port state 4 link_layer 2 active_mtu 5 gid_tbl_len 1024 pkey_tbl_len 1 lid 0 canary 1"
@@ -809,7 +862,8 @@ fn c_abi_probe() {
         "dereg 0".into(),
         "destroy_channel 0".into(),
         "dealloc_pd 0".into(),
-        format!("create_cq_ex_timestamp null errno {eop}"),
+        format!("create_cq_ex_cvlan null errno {eop}"),
+        "create_cq_ex_timestamp ok".into(),
         "create_cq_ex ok".into(),
         format!("cq_ex_empty {}", libc::ENOENT),
         "destroy_cq_ex 0".into(),

@@ -200,6 +200,9 @@ pub struct WorkCompletion {
     /// `enum ibv_wc_flags` bits: IBV_WC_GRH (a UD receive; the buffer starts with the
     /// GRH) and IBV_WC_WITH_IMM.
     pub wc_flags: u32,
+    /// When the NIC wrote the completion, in nanoseconds of `CLOCK_MONOTONIC`
+    /// (`crate::os::monotonic_ns` reads the same clock): `ibv_wc_read_completion_ts`.
+    pub timestamp: u64,
 }
 
 impl WorkCompletion {
@@ -220,6 +223,7 @@ impl From<Cqe> for WorkCompletion {
             imm_data: (c.flags & (wc_flags::WITH_IMM | wc_flags::WITH_INV) != 0).then_some(c.imm),
             qp_num: c.qp_num,
             src_qp: c.src_qp,
+            timestamp: c.timestamp,
             wc_flags: c.flags & (wc_flags::GRH | wc_flags::WITH_IMM | wc_flags::WITH_INV),
         }
     }
@@ -551,6 +555,7 @@ mod tests {
             qp_num: 0x11,
             src_qp: 0,
             vendor_err: 3,
+            timestamp: 5,
         };
         let w = WorkCompletion::from(c);
         assert_eq!(w.imm_data, None);

@@ -94,6 +94,7 @@ pub fn cqe_of(c: &Completion, vendor_err: u32) -> Cqe {
         qp_num: c.qp_num,
         src_qp: c.src_qp,
         vendor_err,
+        timestamp: 0,
     }
 }
 

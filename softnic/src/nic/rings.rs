@@ -338,11 +338,12 @@ impl QpEntry {
         self.rq.release_except(self.qp.recv_queue_len() as u32);
     }
 
-    /// Writes pending completions to their CQs (found by handle in `cqs`). Returns how
-    /// many were written.
+    /// Writes pending completions to their CQs (found by handle in `cqs`), each stamped
+    /// `stamp` (`CLOCK_MONOTONIC` ns of this pass). Returns how many were written.
     pub fn deliver(
         &mut self,
         now: Instant,
+        stamp: u64,
         n: &mut NicCounters,
         cqs: &mut KeyMap<CompletionQueue>,
     ) -> usize {
@@ -359,6 +360,7 @@ impl QpEntry {
             };
             let mut cqe = cqe_of(&c, vendor_err);
             cqe.flags |= grh_flag(self.qp.qp_type(), &c);
+            cqe.timestamp = stamp;
             match cq.push(&cqe) {
                 Ok(()) => {
                     self.pending.pop_front();

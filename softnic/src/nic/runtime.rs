@@ -967,7 +967,8 @@ impl Runtime {
             e.take_completions();
             if e.pending() > 0 {
                 let recv = e.pending_recv();
-                let k = e.deliver(now, &mut self.path.counters, &mut self.nic.cqs);
+                let stamp = self.clock.monotonic_ns(now);
+                let k = e.deliver(now, stamp, &mut self.path.counters, &mut self.nic.cqs);
                 if k > 0 {
                     n += k;
                     received |= recv;

@@ -43,10 +43,7 @@ const CAPACITY: usize = 1 << 20;
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock shared by every process of a trace.
 pub fn mono_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    (t.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(t.tv_nsec as u64)
+    verbs_api::os::monotonic_ns()
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -78,11 +78,12 @@ int main(int argc, char **argv)
 	memset(exbuf, CANARY, sizeof(exbuf));
 	struct ibv_device_attr_ex *dax = (void *)exbuf;
 	printf("query_device_ex %d\n", ibv_query_device_ex(ctx, NULL, dax));
-	printf("device_ex_canary %d odp %d zero_tail %d same_vendor %d\n",
+	printf("device_ex_canary %d odp %d clock %d zero_tail %d same_vendor %d\n",
 	       canary_ok(exbuf, sizeof(*dax), sizeof(exbuf)),
 	       dax->odp_caps.general_caps == (IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT) &&
 		       !(dax->odp_caps.per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_ATOMIC),
-	       dax->comp_mask == 0 && dax->completion_timestamp_mask == 0 &&
+	       dax->completion_timestamp_mask == UINT64_MAX && dax->hca_core_clock == 1000000,
+	       dax->comp_mask == 0 && dax->device_cap_flags_ex == 0 &&
 		       dax->tso_caps.max_tso == 0 && dax->pci_atomic_caps.fetch_add == 0 &&
 		       dax->xrc_odp_caps == 0 && dax->phys_port_cnt_ex == 1,
 	       dax->orig_attr.vendor_id == da.vendor_id);
@@ -271,10 +272,14 @@ int main(int argc, char **argv)
 
 	/* Verbs not implemented yet answer EOPNOTSUPP, never success. */
 	errno = 0;
-	struct ibv_cq_init_attr_ex cq_attr = { .cqe = 16,
-					       .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
+	struct ibv_cq_init_attr_ex cq_attr = { .cqe = 16, .wc_flags = IBV_WC_EX_WITH_CVLAN };
 	struct ibv_cq_ex *cqx = ibv_create_cq_ex(ctx, &cq_attr);
-	printf("create_cq_ex_timestamp %s errno %d\n", cqx ? "ptr" : "null", errno);
+	printf("create_cq_ex_cvlan %s errno %d\n", cqx ? "ptr" : "null", errno);
+	cq_attr.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+	cqx = ibv_create_cq_ex(ctx, &cq_attr);
+	printf("create_cq_ex_timestamp %s\n", cqx ? "ok" : "null");
+	if (cqx)
+		ibv_destroy_cq(ibv_cq_ex_to_cq(cqx));
 	cq_attr.wc_flags = IBV_WC_STANDARD_FLAGS;
 	cqx = ibv_create_cq_ex(ctx, &cq_attr);
 	struct ibv_poll_cq_attr pca = { 0 };

@@ -105,6 +105,18 @@ pub struct ibv_context {
 
 /// `query_port` op: `(ctx, port, attr, attr_len)`.
 pub type QueryPortFn = unsafe extern "C" fn(*mut ibv_context, u8, *mut c_void, usize) -> c_int;
+/// `struct ibv_values_ex` (24 bytes).
+#[repr(C)]
+pub struct ibv_values_ex {
+    /// In: the values asked for (`IBV_VALUES_MASK_RAW_CLOCK`); out: those filled.
+    pub comp_mask: u32,
+    /// The device clock now.
+    pub raw_clock: libc::timespec,
+}
+
+/// `query_rt_values` op: `(ctx, values)`.
+pub type QueryRtValuesFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int;
+
 /// `advise_mr` op: `(pd, advice, flags, sg_list, num_sge)`.
 pub type AdviseMrFn = unsafe extern "C" fn(*mut ibv_pd, c_int, u32, *mut ibv_sge, u32) -> c_int;
 /// `query_device_ex` op: `(ctx, input, attr, attr_size)`.
@@ -170,8 +182,8 @@ pub struct verbs_context {
     pub modify_wq: OpaqueOp,
     /// `create_wq`.
     pub create_wq: OpaqueOp,
-    /// `query_rt_values`.
-    pub query_rt_values: OpaqueOp,
+    /// `query_rt_values` (`crate::query::query_rt_values_op`).
+    pub query_rt_values: Option<QueryRtValuesFn>,
     /// `create_cq_ex` (the inline `ibv_create_cq_ex`).
     pub create_cq_ex: Option<unsafe extern "C" fn(*mut ibv_context, *mut c_void) -> *mut c_void>,
     /// `priv` (rdma-core's private data; unused here).
@@ -309,9 +321,9 @@ pub struct ibv_odp_caps {
 }
 
 /// `struct ibv_device_attr_ex` as v44 defines it (400 bytes): this library fills
-/// `orig_attr`, `comp_mask`, `odp_caps` and `phys_port_cnt_ex`; the capabilities
-/// after `odp_caps` (timestamps, TSO, RSS, … : not supported) are zero, and anything a
-/// newer caller's larger `attr_size` covers is zeroed too.
+/// `orig_attr`, `comp_mask`, `odp_caps`, the completion clock and `phys_port_cnt_ex`;
+/// the capabilities after the clock (TSO, RSS, … : not supported) are zero, and
+/// anything a newer caller's larger `attr_size` covers is zeroed too.
 #[repr(C)]
 pub struct ibv_device_attr_ex {
     /// The classic attributes.
@@ -320,8 +332,12 @@ pub struct ibv_device_attr_ex {
     pub comp_mask: u32,
     /// On-demand paging (`crate::odp`).
     pub odp_caps: ibv_odp_caps,
-    /// `completion_timestamp_mask` … `pci_atomic_caps`: all zero, "not supported".
-    pub unsupported_caps: [u8; 128],
+    /// The bits a completion timestamp has (all 64: `CLOCK_MONOTONIC` nanoseconds).
+    pub completion_timestamp_mask: u64,
+    /// The timestamp clock in kHz (1,000,000: one tick per nanosecond).
+    pub hca_core_clock: u64,
+    /// `device_cap_flags_ex` … `pci_atomic_caps`: all zero, "not supported".
+    pub unsupported_caps: [u8; 112],
     /// XRC ODP capabilities (none).
     pub xrc_odp_caps: u32,
     /// Physical ports, not capped at 255 as `orig_attr.phys_port_cnt` is.
@@ -1263,8 +1279,18 @@ pub fn layout_table() -> Vec<FieldLayout> {
             orig_attr,
             comp_mask,
             odp_caps,
+            completion_timestamp_mask,
+            hca_core_clock,
             xrc_odp_caps,
             phys_port_cnt_ex
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_values_ex {
+            comp_mask,
+            raw_clock
         }
     );
     fields!(
@@ -1770,6 +1796,11 @@ pub fn size_table() -> Vec<StructSize> {
             strukt: "ibv_device_attr_ex",
             size: size_of::<ibv_device_attr_ex>(),
             rule: SizeRule::CMayBeLarger,
+        },
+        StructSize {
+            strukt: "ibv_values_ex",
+            size: size_of::<ibv_values_ex>(),
+            rule: SizeRule::Exact,
         },
         StructSize {
             strukt: "ibv_odp_caps",

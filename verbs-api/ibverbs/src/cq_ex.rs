@@ -4,10 +4,12 @@
 //! A CQ made here is an ordinary softnic CQ ([`crate::objects`]) whose `ibv_cq_ex`
 //! function pointers are set: `start_poll`/`next_poll` take one completion from the
 //! shared ring (no syscall) and keep it as the current one, which the `read_*`
-//! functions return fields of. Only the standard fields are offered
-//! (`IBV_WC_STANDARD_FLAGS`: byte_len, imm, qp_num, src_qp, slid, sl, dlid_path_bits);
-//! timestamps, CVLAN, flow tag and tag matching are EOPNOTSUPP at creation, as is a
-//! parent domain.
+//! functions return fields of. Offered: the standard fields (`IBV_WC_STANDARD_FLAGS`:
+//! byte_len, imm, qp_num, src_qp, slid, sl, dlid_path_bits) and completion timestamps
+//! (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`: the NIC's `CLOCK_MONOTONIC` nanoseconds when it
+//! wrote the completion, so `hca_core_clock` is 1 GHz; `…_WALLCLOCK`: the same instant in
+//! `CLOCK_REALTIME` nanoseconds); CVLAN, flow tag and tag matching are EOPNOTSUPP at
+//! creation, as is a parent domain.
 
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -15,8 +17,9 @@ use crate::abi::*;
 use crate::errno;
 use crate::objects::{create_cq, to_ibv_wc, SoftnicCq};
 
-/// `IBV_WC_STANDARD_FLAGS`.
-const STANDARD_WC_FLAGS: u64 = 0x7f;
+/// `IBV_WC_STANDARD_FLAGS`, `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` and
+/// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`.
+const OFFERED_WC_FLAGS: u64 = 0x7f | (1 << 7) | (1 << 11);
 /// `IBV_CQ_INIT_ATTR_MASK_FLAGS`.
 const MASK_FLAGS: u32 = 1 << 0;
 /// `IBV_CREATE_CQ_ATTR_SINGLE_THREADED` (a hint; the CQ is thread-safe anyway).
@@ -35,7 +38,7 @@ pub unsafe extern "C" fn create_cq_ex_op(
     }
     // SAFETY: caller contract.
     let a = unsafe { &*(attr as *const ibv_cq_init_attr_ex) };
-    if a.wc_flags & !STANDARD_WC_FLAGS != 0
+    if a.wc_flags & !OFFERED_WC_FLAGS != 0
         || a.comp_mask & !MASK_FLAGS != 0
         || (a.comp_mask & MASK_FLAGS != 0 && a.flags & !SINGLE_THREADED != 0)
     {
@@ -66,11 +69,11 @@ pub(crate) fn install(c: &mut ibv_cq_ex) {
     c.read_slid = Some(read_slid);
     c.read_sl = Some(read_u8_zero);
     c.read_dlid_path_bits = Some(read_u8_zero);
-    c.read_completion_ts = Some(read_u64_zero);
+    c.read_completion_ts = Some(read_completion_ts);
     c.read_cvlan = Some(read_cvlan);
     c.read_flow_tag = Some(read_slid);
     c.read_tm_info = Some(read_tm_info);
-    c.read_completion_wallclock_ns = Some(read_u64_zero);
+    c.read_completion_wallclock_ns = Some(read_completion_wallclock_ns);
 }
 
 /// Takes the next completion into `current`; 0, ENOENT when the CQ is empty, or EIO.
@@ -122,15 +125,40 @@ unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
 
 unsafe extern "C" fn end_poll(_cq: *mut ibv_cq_ex) {}
 
+/// The current completion.
+///
+/// # Safety
+/// As [`advance`].
+unsafe fn current_wc(cq: *mut ibv_cq_ex) -> verbs_api::WorkCompletion {
+    // SAFETY: caller contract.
+    let c = unsafe { &*(cq as *const SoftnicCq) };
+    *c.current.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The current completion as `ibv_wc`.
 ///
 /// # Safety
 /// As [`advance`].
 unsafe fn current(cq: *mut ibv_cq_ex) -> ibv_wc {
     // SAFETY: caller contract.
-    let c = unsafe { &*(cq as *const SoftnicCq) };
-    let w = *c.current.lock().unwrap_or_else(|e| e.into_inner());
-    to_ibv_wc(&w)
+    to_ibv_wc(&unsafe { current_wc(cq) })
+}
+
+/// `read_completion_ts`: `CLOCK_MONOTONIC` nanoseconds when the NIC wrote the
+/// completion (`hca_core_clock` 1,000,000 kHz: one tick per nanosecond).
+unsafe extern "C" fn read_completion_ts(cq: *mut ibv_cq_ex) -> u64 {
+    // SAFETY: as start_poll.
+    unsafe { current_wc(cq) }.timestamp
+}
+
+/// `read_completion_wallclock_ns`: the same instant in `CLOCK_REALTIME` nanoseconds,
+/// through the two clocks' offset read now (a clock step between the completion and
+/// this read moves it by as much).
+unsafe extern "C" fn read_completion_wallclock_ns(cq: *mut ibv_cq_ex) -> u64 {
+    // SAFETY: as start_poll.
+    let ts = unsafe { current_wc(cq) }.timestamp;
+    let (real, mono) = (verbs_api::os::realtime_ns(), verbs_api::os::monotonic_ns());
+    real.saturating_sub(mono.saturating_sub(ts))
 }
 
 unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> c_int {
@@ -175,11 +203,6 @@ unsafe extern "C" fn read_slid(_cq: *mut ibv_cq_ex) -> u32 {
 
 /// `read_sl`, `read_dlid_path_bits`: 0.
 unsafe extern "C" fn read_u8_zero(_cq: *mut ibv_cq_ex) -> u8 {
-    0
-}
-
-/// `read_completion_ts`, `read_completion_wallclock_ns`: 0 (not offered at creation).
-unsafe extern "C" fn read_u64_zero(_cq: *mut ibv_cq_ex) -> u64 {
     0
 }
 

@@ -292,6 +292,7 @@ unsafe fn context_around(device: *mut ibv_device, api: Context) -> *mut ibv_cont
     vctx.query_port = Some(crate::query::query_port_op);
     vctx.query_device_ex = Some(crate::query::query_device_ex_op);
     vctx.advise_mr = Some(crate::odp::advise_mr_op);
+    vctx.query_rt_values = Some(crate::query::query_rt_values_op);
     vctx.create_qp_ex = Some(crate::qp::create_qp_ex_op);
     vctx.create_cq_ex = Some(crate::cq_ex::create_cq_ex_op);
     vctx.sz = VERBS_CONTEXT_SZ;

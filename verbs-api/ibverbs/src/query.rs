@@ -186,11 +186,44 @@ pub unsafe extern "C" fn query_device_ex_op(
             uc_odp_caps: crate::odp::UC_CAPS,
             ud_odp_caps: crate::odp::UD_CAPS,
         },
-        unsupported_caps: [0; 128],
+        completion_timestamp_mask: u64::MAX,
+        hca_core_clock: 1_000_000,
+        unsupported_caps: [0; 112],
         xrc_odp_caps: 0,
     };
     // SAFETY: attr writable for attr_size bytes (caller contract).
     unsafe { write_sized(attr, attr_size, &ex) };
+    0
+}
+
+/// `IBV_VALUES_MASK_RAW_CLOCK`.
+const VALUES_MASK_RAW_CLOCK: u32 = 1 << 0;
+
+/// The `query_rt_values` op behind the inline `ibv_query_rt_values_ex`: the completion
+/// clock now (`CLOCK_MONOTONIC`, the clock of `ibv_wc_read_completion_ts`) as
+/// `raw_clock`. EINVAL for other bits in `comp_mask`.
+///
+/// # Safety
+/// `values` is a valid `ibv_values_ex`.
+pub unsafe extern "C" fn query_rt_values_op(
+    context: *mut ibv_context,
+    values: *mut ibv_values_ex,
+) -> c_int {
+    if context.is_null() || values.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: caller contract.
+    let v = unsafe { &mut *values };
+    if v.comp_mask & !VALUES_MASK_RAW_CLOCK != 0 {
+        return libc::EINVAL;
+    }
+    if v.comp_mask & VALUES_MASK_RAW_CLOCK != 0 {
+        let ns = verbs_api::os::monotonic_ns();
+        v.raw_clock = libc::timespec {
+            tv_sec: (ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+        };
+    }
     0
 }
 

@@ -419,8 +419,8 @@ mod tests {
 
     #[test]
     fn ring_bytes_is_header_plus_slots_rounded() {
-        assert_eq!(ring_bytes::<Cqe>(1), Ok(192 + 64)); // 40 rounded to 64
-        assert_eq!(ring_bytes::<Cqe>(8), Ok(192 + 320));
+        assert_eq!(ring_bytes::<Cqe>(1), Ok(192 + 64)); // 48 rounded to 64
+        assert_eq!(ring_bytes::<Cqe>(8), Ok(192 + 384));
         assert_eq!(ring_bytes::<SendWqe>(4), Ok(192 + 1600));
         assert_eq!(
             ring_bytes::<Cqe>(3),

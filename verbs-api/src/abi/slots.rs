@@ -272,6 +272,10 @@ pub struct Cqe {
     pub src_qp: u32,
     /// Vendor error code (softnic: a NIC-specific reason, 0 = none).
     pub vendor_err: u32,
+    /// When the NIC wrote the completion: nanoseconds of the host's `CLOCK_MONOTONIC`
+    /// (the time of the NIC pass that delivered it), so every process on the host reads
+    /// it in the same clock.
+    pub timestamp: u64,
 }
 
 impl Default for SendWqe {
@@ -399,7 +403,7 @@ pub const SEND_WQE_SIZE: usize = 400;
 /// Size of [`RecvWqe`] in bytes.
 pub const RECV_WQE_SIZE: usize = 80;
 /// Size of [`Cqe`] in bytes.
-pub const CQE_SIZE: usize = 40;
+pub const CQE_SIZE: usize = 48;
 
 // The ABI: sizes equal the sum of the fields (no hidden padding) and are fixed.
 const _: () = assert!(core::mem::size_of::<Sge>() == 16);
@@ -416,7 +420,7 @@ const _: () = assert!(core::mem::align_of::<SendWqe>() == 8);
 const _: () = assert!(core::mem::size_of::<RecvWqe>() == 8 + 4 + 4 + 16 * MAX_SGE);
 const _: () = assert!(core::mem::size_of::<RecvWqe>() == RECV_WQE_SIZE);
 const _: () = assert!(core::mem::align_of::<RecvWqe>() == 8);
-const _: () = assert!(core::mem::size_of::<Cqe>() == 8 + 4 * 8);
+const _: () = assert!(core::mem::size_of::<Cqe>() == 8 + 4 * 8 + 8);
 const _: () = assert!(core::mem::size_of::<Cqe>() == CQE_SIZE);
 const _: () = assert!(core::mem::align_of::<Cqe>() == 8);
 

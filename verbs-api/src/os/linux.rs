@@ -802,9 +802,51 @@ pub fn interrupted_wait_restarts() -> bool {
     })
 }
 
+/// `clock_gettime(id)` in nanoseconds (the vDSO answers it: no system call).
+fn clock_ns(id: libc::clockid_t) -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid out-pointer; CLOCK_MONOTONIC and CLOCK_REALTIME exist.
+    unsafe { libc::clock_gettime(id, &mut t) };
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
+}
+
+/// Now in `CLOCK_MONOTONIC` nanoseconds: the clock completion timestamps are in, the
+/// same in every process on the host.
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// Now in `CLOCK_REALTIME` nanoseconds (since the Unix epoch).
+pub fn realtime_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The clocks are the ones named: monotonic never goes back across a sleep and
+    /// advances by at least it; realtime is after 2025-01-01 and agrees with
+    /// `SystemTime` (the same clock).
+    #[test]
+    fn clocks_read_the_clocks_they_name() {
+        let a = monotonic_ns();
+        std::thread::sleep(Duration::from_millis(2));
+        let b = monotonic_ns();
+        assert!(b >= a + 2_000_000, "{a} then {b}");
+        let real = realtime_ns();
+        let sys = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        assert!(real > 1_735_689_600_000_000_000);
+        assert!(sys.abs_diff(real) < 1_000_000_000);
+    }
     use std::io::{Read, Seek, SeekFrom, Write};
     use std::os::fd::AsFd;
     use std::os::unix::net::UnixStream;
