@@ -141,8 +141,8 @@ fn tcp_port(offset: u16) -> u16 {
 /// Stock `ibv_rc_pingpong` between two softnic NICs, both ways, with rdma-core's own
 /// data check (`-c`), in event mode (`-e`: completion channels) and busy-polling, at
 /// sizes 1, 4096 and 65536 and path MTUs 1024 and 4096, with the `ibv_wr_*` post
-/// API (`-N`), with on-demand paging (`-o`) and implicit ODP (`-o -O`), and with
-/// completion timestamps (`-t`, [`check_timestamp_spacing`]).
+/// API (`-N`), with on-demand paging (`-o`) and implicit ODP (`-o -O`), with device
+/// memory (`-j`), and with completion timestamps (`-t`, [`check_timestamp_spacing`]).
 #[test]
 fn stock_rc_pingpong_between_two_nics() {
     let (a, b) = nic_pair("ibvstock-rc", 2);
@@ -179,6 +179,9 @@ fn stock_rc_pingpong_between_two_nics() {
         // the whole address space).
         (&b, &a, vec!["-o", "-c", "-n", "50"]),
         (&a, &b, vec!["-o", "-O", "-c", "-n", "50", "-s", "8192"]),
+        // Device memory (`-j`: the buffer in an ibv_alloc_dm allocation, registered
+        // with ibv_reg_dm_mr, zero-based, filled with ibv_memcpy_to_dm).
+        (&a, &b, vec!["-j", "-c", "-n", "50"]),
         // Completion timestamps (`-t`: an extended CQ with
         // IBV_WC_EX_WITH_COMPLETION_TIMESTAMP; it prints the receive completions'
         // spacing in clock cycles of `hca_core_clock`).
@@ -867,6 +870,11 @@ fn c_abi_probe() {
         "create_cq_ex ok".into(),
         format!("cq_ex_empty {}", libc::ENOENT),
         "destroy_cq_ex 0".into(),
+        format!("alloc_dm ptr too_big null errno {einval}"),
+        format!("dm_copy 0 0 same 1 unaligned {einval} past_end {einval}"),
+        format!("reg_dm_mr_not_zero_based null errno {einval}"),
+        format!("reg_dm_mr ptr addr_null 1 free_busy {}", libc::EBUSY),
+        "dm_dereg 0 free 0".into(),
         "alloc_mw ptr type 1 rkey_set 1".into(),
         format!("alloc_mw_type3 null errno {einval}"),
         format!("dealloc_pd_with_mw {ebusy}"),

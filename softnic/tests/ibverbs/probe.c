@@ -288,6 +288,38 @@ int main(int argc, char **argv)
 		printf("cq_ex_empty %d\n", ibv_start_poll(cqx, &pca));
 		printf("destroy_cq_ex %d\n", ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)));
 	}
+	/* Device memory: bounded allocations, 4-byte-aligned copies inside them, regions
+	 * only zero-based, and an allocation with a region on it is busy. */
+	struct ibv_alloc_dm_attr dma = { .length = 1000 };
+	struct ibv_dm *dm = ibv_alloc_dm(ctx, &dma);
+	struct ibv_alloc_dm_attr big = { .length = 1 << 30 };
+	errno = 0;
+	struct ibv_dm *too_big = ibv_alloc_dm(ctx, &big);
+	printf("alloc_dm %s too_big %s errno %d\n", dm ? "ptr" : "null",
+	       too_big ? "ptr" : "null", errno);
+	if (dm) {
+		unsigned char in[16], out[16];
+		memset(in, 0x5A, sizeof in);
+		memset(out, 0, sizeof out);
+		int to = ibv_memcpy_to_dm(dm, 992, in, 8);
+		int from = ibv_memcpy_from_dm(out, dm, 992, 8);
+		int unaligned = ibv_memcpy_to_dm(dm, 2, in, 8);
+		int past_end = ibv_memcpy_to_dm(dm, 996, in, 8);
+		printf("dm_copy %d %d same %d unaligned %d past_end %d\n", to, from,
+		       !memcmp(in, out, 8), unaligned, past_end);
+		struct ibv_pd *dpd = ibv_alloc_pd(ctx);
+		errno = 0;
+		struct ibv_mr *not_zero = ibv_reg_dm_mr(dpd, dm, 0, 64, IBV_ACCESS_LOCAL_WRITE);
+		printf("reg_dm_mr_not_zero_based %s errno %d\n", not_zero ? "ptr" : "null", errno);
+		struct ibv_mr *dmr = ibv_reg_dm_mr(dpd, dm, 64, 512,
+						   IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE);
+		int busy = ibv_free_dm(dm);
+		printf("reg_dm_mr %s addr_null %d free_busy %d\n", dmr ? "ptr" : "null",
+		       dmr && !dmr->addr, busy);
+		int dereg = dmr ? ibv_dereg_mr(dmr) : -1;
+		printf("dm_dereg %d free %d\n", dereg, ibv_free_dm(dm));
+		ibv_dealloc_pd(dpd);
+	}
 	/* Memory windows: types 1 and 2 exist, type 3 is EINVAL; a PD with a window is busy. */
 	struct ibv_pd *mpd = ibv_alloc_pd(ctx);
 	struct ibv_mw *mw = ibv_alloc_mw(mpd, IBV_MW_TYPE_1);

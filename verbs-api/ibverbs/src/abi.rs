@@ -105,6 +105,40 @@ pub struct ibv_context {
 
 /// `query_port` op: `(ctx, port, attr, attr_len)`.
 pub type QueryPortFn = unsafe extern "C" fn(*mut ibv_context, u8, *mut c_void, usize) -> c_int;
+/// `struct ibv_dm` (32 bytes).
+#[repr(C)]
+pub struct ibv_dm {
+    /// The context it was allocated on.
+    pub context: *mut ibv_context,
+    /// `ibv_memcpy_to_dm` calls it.
+    pub memcpy_to_dm: Option<unsafe extern "C" fn(*mut ibv_dm, u64, *const c_void, usize) -> c_int>,
+    /// `ibv_memcpy_from_dm` calls it.
+    pub memcpy_from_dm: Option<unsafe extern "C" fn(*mut c_void, *mut ibv_dm, u64, usize) -> c_int>,
+    /// No extension.
+    pub comp_mask: u32,
+    /// A number of this process's.
+    pub handle: u32,
+}
+
+/// `struct ibv_alloc_dm_attr` (16 bytes).
+#[repr(C)]
+pub struct ibv_alloc_dm_attr {
+    /// Bytes.
+    pub length: usize,
+    /// log2 of the alignment asked for.
+    pub log_align_req: u32,
+    /// No extension is known.
+    pub comp_mask: u32,
+}
+
+/// `alloc_dm` op.
+pub type AllocDmFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_alloc_dm_attr) -> *mut ibv_dm;
+/// `free_dm` op.
+pub type FreeDmFn = unsafe extern "C" fn(*mut ibv_dm) -> c_int;
+/// `reg_dm_mr` op: `(pd, dm, dm_offset, length, access)`.
+pub type RegDmMrFn =
+    unsafe extern "C" fn(*mut ibv_pd, *mut ibv_dm, u64, usize, std::ffi::c_uint) -> *mut ibv_mr;
+
 /// `struct ibv_values_ex` (24 bytes).
 #[repr(C)]
 pub struct ibv_values_ex {
@@ -148,12 +182,12 @@ pub struct verbs_context {
     pub create_counters: OpaqueOp,
     /// `destroy_counters`.
     pub destroy_counters: OpaqueOp,
-    /// `reg_dm_mr`.
-    pub reg_dm_mr: OpaqueOp,
-    /// `alloc_dm`.
-    pub alloc_dm: OpaqueOp,
-    /// `free_dm`.
-    pub free_dm: OpaqueOp,
+    /// `reg_dm_mr` (`crate::dm::reg_dm_mr_op`).
+    pub reg_dm_mr: Option<RegDmMrFn>,
+    /// `alloc_dm` (`crate::dm::alloc_dm_op`).
+    pub alloc_dm: Option<AllocDmFn>,
+    /// `free_dm` (`crate::dm::free_dm_op`).
+    pub free_dm: Option<FreeDmFn>,
     /// `modify_flow_action_esp`.
     pub modify_flow_action_esp: OpaqueOp,
     /// `destroy_flow_action`.
@@ -336,8 +370,13 @@ pub struct ibv_device_attr_ex {
     pub completion_timestamp_mask: u64,
     /// The timestamp clock in kHz (1,000,000: one tick per nanosecond).
     pub hca_core_clock: u64,
-    /// `device_cap_flags_ex` … `pci_atomic_caps`: all zero, "not supported".
-    pub unsupported_caps: [u8; 112],
+    /// `device_cap_flags_ex` … `max_wq_type_rq`…`cq_mod_caps`: all zero, "not
+    /// supported".
+    pub unsupported_caps: [u8; 96],
+    /// The largest device-memory allocation (`crate::dm`).
+    pub max_dm_size: u64,
+    /// `pci_atomic_caps`: zero.
+    pub pci_atomic_caps: [u8; 8],
     /// XRC ODP capabilities (none).
     pub xrc_odp_caps: u32,
     /// Physical ports, not capped at 255 as `orig_attr.phys_port_cnt` is.
@@ -1281,6 +1320,7 @@ pub fn layout_table() -> Vec<FieldLayout> {
             odp_caps,
             completion_timestamp_mask,
             hca_core_clock,
+            max_dm_size,
             xrc_odp_caps,
             phys_port_cnt_ex
         }
@@ -1291,6 +1331,26 @@ pub fn layout_table() -> Vec<FieldLayout> {
         ibv_values_ex {
             comp_mask,
             raw_clock
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_dm {
+            context,
+            memcpy_to_dm,
+            memcpy_from_dm,
+            comp_mask,
+            handle
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_alloc_dm_attr {
+            length,
+            log_align_req,
+            comp_mask
         }
     );
     fields!(
@@ -1796,6 +1856,16 @@ pub fn size_table() -> Vec<StructSize> {
             strukt: "ibv_device_attr_ex",
             size: size_of::<ibv_device_attr_ex>(),
             rule: SizeRule::CMayBeLarger,
+        },
+        StructSize {
+            strukt: "ibv_dm",
+            size: size_of::<ibv_dm>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_alloc_dm_attr",
+            size: size_of::<ibv_alloc_dm_attr>(),
+            rule: SizeRule::Exact,
         },
         StructSize {
             strukt: "ibv_values_ex",

@@ -293,6 +293,9 @@ unsafe fn context_around(device: *mut ibv_device, api: Context) -> *mut ibv_cont
     vctx.query_device_ex = Some(crate::query::query_device_ex_op);
     vctx.advise_mr = Some(crate::odp::advise_mr_op);
     vctx.query_rt_values = Some(crate::query::query_rt_values_op);
+    vctx.alloc_dm = Some(crate::dm::alloc_dm_op);
+    vctx.free_dm = Some(crate::dm::free_dm_op);
+    vctx.reg_dm_mr = Some(crate::dm::reg_dm_mr_op);
     vctx.create_qp_ex = Some(crate::qp::create_qp_ex_op);
     vctx.create_cq_ex = Some(crate::cq_ex::create_cq_ex_op);
     vctx.sz = VERBS_CONTEXT_SZ;

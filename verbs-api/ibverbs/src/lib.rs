@@ -43,6 +43,7 @@ pub mod builder;
 pub mod cq_ex;
 pub mod cq_resize;
 pub mod device;
+pub mod dm;
 pub mod errno;
 pub mod internal;
 pub mod mr;

@@ -48,8 +48,8 @@
 
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::Ordering;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use verbs_api::abi::control::{MrSegment, MAX_MR_SEGMENTS};
 use verbs_api::{AccessFlags, FdMemoryRegion, ProtectionDomain};
@@ -83,6 +83,8 @@ pub struct SoftnicMr {
     reg: FdMemoryRegion,
     /// Its `ibv_access_flags`, for a re-registration that keeps them.
     access: u32,
+    /// For a region on device memory: that allocation's count of regions.
+    dm: Option<Arc<AtomicU32>>,
 }
 
 fn page_size() -> usize {
@@ -482,8 +484,30 @@ unsafe fn boxed(
         },
         reg,
         access,
+        dm: None,
     });
     Box::into_raw(b) as *mut ibv_mr
+}
+
+/// The `ibv_mr` of a zero-based region `reg` of `length` bytes on device memory
+/// (`crate::dm`): `addr` NULL, as the kernel reports; counted as a user of the PD and
+/// of the allocation (`dm_users`).
+///
+/// # Safety
+/// `pd` came from `ibv_alloc_pd` and is live.
+pub(crate) unsafe fn boxed_dm(
+    pd: *mut ibv_pd,
+    reg: FdMemoryRegion,
+    length: usize,
+    access: u32,
+    dm_users: Arc<AtomicU32>,
+) -> *mut ibv_mr {
+    // SAFETY: caller contract.
+    let mr = unsafe { boxed(pd, std::ptr::null_mut(), length, reg, access) };
+    dm_users.fetch_add(1, Ordering::AcqRel);
+    // SAFETY: just made by `boxed`: the first field of a boxed SoftnicMr.
+    unsafe { (*(mr as *mut SoftnicMr)).dm = Some(dm_users) };
+    mr
 }
 
 /// `ibv_reg_mr` (see the module doc for what is supported).
@@ -536,7 +560,10 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     unsafe { softnic_pd(b.mr.pd) }
         .users
         .fetch_sub(1, Ordering::AcqRel);
-    // SAFETY: made by `register`.
+    if let Some(d) = &b.dm {
+        d.fetch_sub(1, Ordering::AcqRel);
+    }
+    // SAFETY: made by `register` (or `reg_fd_window`, which converted nothing).
     unsafe { unregister(b.reg) };
     0
 }

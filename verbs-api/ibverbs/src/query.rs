@@ -188,7 +188,9 @@ pub unsafe extern "C" fn query_device_ex_op(
         },
         completion_timestamp_mask: u64::MAX,
         hca_core_clock: 1_000_000,
-        unsupported_caps: [0; 112],
+        unsupported_caps: [0; 96],
+        max_dm_size: crate::dm::MAX_DM_SIZE,
+        pci_atomic_caps: [0; 8],
         xrc_odp_caps: 0,
     };
     // SAFETY: attr writable for attr_size bytes (caller contract).
