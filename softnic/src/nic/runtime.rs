@@ -957,6 +957,7 @@ impl Runtime {
     fn write_completions(&mut self, now: Instant, settle: bool) -> (usize, bool) {
         let (mut n, mut received) = (0, false);
         let items = self.nic.active.take();
+        let stamp = self.clock.monotonic_ns(now);
         for &it in &items {
             let Some(e) = self.nic.qps.get_mut(&it.qpn) else {
                 continue;
@@ -967,7 +968,6 @@ impl Runtime {
             e.take_completions();
             if e.pending() > 0 {
                 let recv = e.pending_recv();
-                let stamp = self.clock.monotonic_ns(now);
                 let k = e.deliver(now, stamp, &mut self.path.counters, &mut self.nic.cqs);
                 if k > 0 {
                     n += k;

@@ -69,8 +69,8 @@ struct Event {
 pub struct Trace {
     path: Option<PathBuf>,
     events: Vec<Event>,
-    /// CLOCK_MONOTONIC minus the NIC clock's epoch, to convert loop instants.
-    offset: u64,
+    /// The NIC's clock, to convert loop instants to CLOCK_MONOTONIC.
+    clock: Clock,
 }
 
 impl Trace {
@@ -79,11 +79,10 @@ impl Trace {
         let Some(path) = path else {
             return Trace::default();
         };
-        let offset = mono_ns().saturating_sub(clock.now().as_nanos());
         Trace {
             path: Some(path),
             events: Vec::with_capacity(CAPACITY),
-            offset,
+            clock: *clock,
         }
     }
 
@@ -126,7 +125,7 @@ impl Trace {
         if !self.on() {
             return;
         }
-        let (start, at) = (iter.as_nanos().saturating_add(self.offset), mono_ns());
+        let (start, at) = (self.clock.monotonic_ns(iter), mono_ns());
         for pkt in run.chunks(seg.max(1)) {
             self.push(Kind::Tx, pkt, (start, call, at));
         }

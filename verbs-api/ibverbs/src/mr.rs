@@ -87,7 +87,7 @@ pub struct SoftnicMr {
     dm: Option<Arc<AtomicU32>>,
 }
 
-fn page_size() -> usize {
+pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if p > 0 {

@@ -109,12 +109,25 @@ pub(crate) fn register(
             }
         }
     }
+    register_copy(pd, addr as u64, len, access)
+}
+
+/// Registers `[iova, iova + len)` of this process's memory through `/proc/self/mem`
+/// (`RegMrCopy`: the NIC reads and writes there at each access), checking nothing of
+/// what is mapped: the last step of [`register`] (after its checks), and all of an
+/// on-demand registration (`crate::odp`).
+pub(crate) fn register_copy(
+    pd: &ProtectionDomain,
+    iova: u64,
+    len: usize,
+    access: AccessFlags,
+) -> Result<FdMemoryRegion, c_int> {
     let mem = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open("/proc/self/mem")
         .map_err(|e| e.raw_os_error().unwrap_or(libc::EACCES))?;
-    pd.reg_copy(mem.as_fd(), addr as u64, len, access)
+    pd.reg_copy(mem.as_fd(), iova, len, access)
         .map_err(|e| crate::errno::of(&e))
 }
 

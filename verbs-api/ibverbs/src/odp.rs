@@ -22,13 +22,11 @@
 //! present only, which the NIC's accesses find anyway, so it does nothing.
 
 use std::ffi::{c_int, c_void};
-use std::os::fd::AsFd;
 use std::sync::Mutex;
 
 use verbs_api::{AccessFlags, FdMemoryRegion, ProtectionDomain};
 
 use crate::abi::{ibv_pd, ibv_sge};
-use crate::errno;
 use crate::objects::softnic_pd;
 
 /// `IBV_ACCESS_ON_DEMAND`.
@@ -92,17 +90,8 @@ pub(crate) fn register(
     if (addr.is_null() && length != usize::MAX) || length == 0 {
         return Err(libc::EINVAL);
     }
-    if iova.checked_add(length as u64).is_none() {
-        return Err(libc::EINVAL);
-    }
-    let mem = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/proc/self/mem")
-        .map_err(|e| e.raw_os_error().unwrap_or(libc::EACCES))?;
-    let reg = pd
-        .reg_copy(mem.as_fd(), iova, length, access)
-        .map_err(|e| errno::of(&e))?;
+    // A range past the address space is EINVAL there (`ProtectionDomain::reg_copy`).
+    let reg = crate::mr_backing::register_copy(pd, iova, length, access)?;
     live().push(OdpMr {
         lkey: reg.lkey(),
         pd: pd.handle(),
@@ -185,8 +174,7 @@ pub unsafe extern "C" fn advise_mr_op(
 /// are not mapped (or not writable, for a write prefetch). A kernel without
 /// `MADV_POPULATE_*` (EINVAL; before 5.14) leaves the prefetch undone: it is advice.
 fn populate(addr: u64, len: u64, how: c_int) -> Result<(), c_int> {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    let page = crate::mr::page_size() as u64;
     let start = addr & !(page - 1);
     let end = addr
         .checked_add(len)
