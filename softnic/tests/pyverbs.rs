@@ -3,7 +3,9 @@
 //! `tests/pyverbs/run` runs it and compares every test's outcome with
 //! `tests/pyverbs/expected.tsv` (the table of `docs/pyverbs.md`).
 //!
-//! It FAILS (never skips) when pyverbs is missing (`.ci/run` installs it), when a test
+//! It FAILS (never skips) when pyverbs is missing (`.ci/run` installs it), when the
+//! script cannot make its namespaces (`unshare`, `ip`: it runs the NIC and the suite in
+//! user, network and mount namespaces of its own, `docs/pyverbs.md`), when a test
 //! recorded as passing does not pass, or when fewer tests pass than recorded. The suite
 //! takes about 10 s here and is deterministic on softnic (checked over repeated runs:
 //! its random QP attributes are all within what softnic accepts).

@@ -160,12 +160,12 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     hints: *const rdma_addrinfo,
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
-    if res.is_null() || (node.is_null() && service.is_null()) {
+    // SAFETY: hints is NULL or readable (caller contract).
+    let h = unsafe { hints.as_ref() };
+    if res.is_null() || (node.is_null() && service.is_null() && h.is_none()) {
         errno::set(libc::EINVAL);
         return -1;
     }
-    // SAFETY: hints is NULL or readable (caller contract).
-    let h = unsafe { hints.as_ref() };
     let flags = h.map_or(0, |h| h.ai_flags);
     let passive = flags & RAI_PASSIVE != 0;
     let family = h.map_or(libc::AF_UNSPEC, |h| h.ai_family);
@@ -185,6 +185,18 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         errno::set(libc::ENOSYS);
         return -1;
     }
+    // SAFETY: hint addresses are NULL or valid sockaddrs (caller contract).
+    let hint_src = h.and_then(|h| unsafe { from_sockaddr(h.ai_src_addr) });
+    if node.is_null() && service.is_null() {
+        // No name to resolve: one entry made of the hints (rdma-core does the same;
+        // pyverbs asks this way for a multicast group's address as a source).
+        // SAFETY: hint addresses are NULL or valid sockaddrs (caller contract).
+        let hint_dst = h.and_then(|h| unsafe { from_sockaddr(h.ai_dst_addr) });
+        let ai = addrinfo_node(flags, family, qp_type, ps, hint_src, hint_dst);
+        // SAFETY: res is writable (checked non-NULL).
+        unsafe { *res = ai };
+        return 0;
+    }
     // SAFETY: forwarded caller contract.
     let addrs =
         match unsafe { resolve(node, service, passive, flags & RAI_NUMERICHOST != 0, family) } {
@@ -192,39 +204,20 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
             Ok(_) => return libc::EAI_NONAME,
             Err(e) => return e,
         };
-    // SAFETY: hint addresses are NULL or valid sockaddrs (caller contract).
-    let hint_src = h.and_then(|h| unsafe { from_sockaddr(h.ai_src_addr) });
     let mut head: *mut rdma_addrinfo = std::ptr::null_mut();
     let mut tail: *mut *mut rdma_addrinfo = &mut head;
     for a in addrs {
         let (src, dst) = if passive {
-            (malloc_sockaddr(a), None)
+            (Some(a), None)
         } else {
-            (hint_src.and_then(malloc_sockaddr), malloc_sockaddr(a))
+            (hint_src, Some(a))
         };
-        let (src_addr, src_len) = src.unwrap_or((std::ptr::null_mut(), 0));
-        let (dst_addr, dst_len) = dst.unwrap_or((std::ptr::null_mut(), 0));
-        let ai = Box::into_raw(Box::new(rdma_addrinfo {
-            ai_flags: flags,
-            ai_family: if a.is_ipv4() {
-                libc::AF_INET
-            } else {
-                libc::AF_INET6
-            },
-            ai_qp_type: qp_type,
-            ai_port_space: ps,
-            ai_src_len: src_len,
-            ai_dst_len: dst_len,
-            ai_src_addr: src_addr,
-            ai_dst_addr: dst_addr,
-            ai_src_canonname: std::ptr::null_mut(),
-            ai_dst_canonname: std::ptr::null_mut(),
-            ai_route_len: 0,
-            ai_route: std::ptr::null_mut(),
-            ai_connect_len: 0,
-            ai_connect: std::ptr::null_mut(),
-            ai_next: std::ptr::null_mut(),
-        }));
+        let family = if a.is_ipv4() {
+            libc::AF_INET
+        } else {
+            libc::AF_INET6
+        };
+        let ai = addrinfo_node(flags, family, qp_type, ps, src, dst);
         // SAFETY: tail points at `head` or at the previous node's ai_next.
         unsafe {
             *tail = ai;
@@ -234,6 +227,41 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     // SAFETY: res is writable (checked non-NULL).
     unsafe { *res = head };
     0
+}
+
+/// One `rdma_addrinfo` (freed by [`rdma_freeaddrinfo`]) with `malloc`ed copies of
+/// `src` and `dst`.
+fn addrinfo_node(
+    flags: c_int,
+    family: c_int,
+    qp_type: c_int,
+    ps: c_int,
+    src: Option<SocketAddr>,
+    dst: Option<SocketAddr>,
+) -> *mut rdma_addrinfo {
+    let (src_addr, src_len) = src
+        .and_then(malloc_sockaddr)
+        .unwrap_or((std::ptr::null_mut(), 0));
+    let (dst_addr, dst_len) = dst
+        .and_then(malloc_sockaddr)
+        .unwrap_or((std::ptr::null_mut(), 0));
+    Box::into_raw(Box::new(rdma_addrinfo {
+        ai_flags: flags,
+        ai_family: family,
+        ai_qp_type: qp_type,
+        ai_port_space: ps,
+        ai_src_len: src_len,
+        ai_dst_len: dst_len,
+        ai_src_addr: src_addr,
+        ai_dst_addr: dst_addr,
+        ai_src_canonname: std::ptr::null_mut(),
+        ai_dst_canonname: std::ptr::null_mut(),
+        ai_route_len: 0,
+        ai_route: std::ptr::null_mut(),
+        ai_connect_len: 0,
+        ai_connect: std::ptr::null_mut(),
+        ai_next: std::ptr::null_mut(),
+    }))
 }
 
 /// `rdma_freeaddrinfo`.

@@ -172,6 +172,12 @@ impl Id {
             if self.id.verbs.is_null() {
                 self.id.verbs = context_for(ctx);
             }
+            // librdmacm gives a bound id its device's PD (`ucma_get_device`), and
+            // programs use `id->pd` before any QP exists (pyverbs' external QPs,
+            // `ibv_create_ah_from_wc` on a UD id).
+            if self.id.pd.is_null() {
+                self.id.pd = crate::qp::default_pd(self.id.verbs);
+            }
             self.id.port_num = 1;
             a.ibaddr.sgid.raw = Gid::from_ip(ctx.attributes().addr).0;
             a.ibaddr.pkey = 0xffff_u16.to_be();

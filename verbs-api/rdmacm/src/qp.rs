@@ -24,11 +24,12 @@ use crate::id::{id as id_of, Id};
 /// `IBV_QP_INIT_ATTR_PD`.
 const QP_INIT_ATTR_PD: u32 = 1;
 
-/// The PD `rdma_create_qp` uses when given none: one per context, kept (rdma-core's
-/// librdmacm likewise keeps one per device).
+/// The PD of an id bound to a device (`id->pd`), which `rdma_create_qp` uses when
+/// given none: one per context, kept (rdma-core's librdmacm likewise keeps one per
+/// device).
 static DEFAULT_PDS: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
 
-fn default_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+pub(crate) fn default_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     let mut m = DEFAULT_PDS.lock().unwrap_or_else(|e| e.into_inner());
     let m = m.get_or_insert_with(HashMap::new);
     if let Some(&pd) = m.get(&(ctx as usize)) {
@@ -207,7 +208,6 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
     // SAFETY: the QP just made.
     unsafe { internal::refresh_qp(qp) };
     i.id.qp = qp;
-    i.id.pd = ax.pd;
     i.id.qp_type = ax.qp_type;
     0
 }

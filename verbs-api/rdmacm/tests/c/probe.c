@@ -53,6 +53,8 @@ static int nic(const char *name)
 	CHECK(rdma_bind_addr(a, (struct sockaddr *)&any) == 0);
 	uint16_t port = rdma_get_src_port(a);
 	CHECK(ntohs(port) >= 49152);
+	/* A bound id carries its device's PD, as rdma-core's ucma_get_device sets it. */
+	CHECK(a->verbs && a->pd && a->pd->context == a->verbs);
 	struct sockaddr_in same = any;
 	same.sin_port = port;
 	CHECK(rdma_create_id(ch, &b, NULL, RDMA_PS_TCP) == 0);
@@ -152,6 +154,20 @@ int main(int argc, char **argv)
 	hints.ai_port_space = RDMA_PS_IB;
 	CHECK(rdma_getaddrinfo("127.0.0.3", "1", &hints, &res) == -1 && errno == ENOSYS);
 	CHECK(rdma_getaddrinfo(NULL, NULL, NULL, &res) == -1 && errno == EINVAL);
+	/* Neither node nor service: one entry made of the hints, as rdma-core answers
+	 * (pyverbs asks this way for a multicast group's address as a source). */
+	struct sockaddr_in group = { .sin_family = AF_INET };
+	group.sin_addr.s_addr = inet_addr("230.0.2.1");
+	memset(&hints, 0, sizeof hints);
+	hints.ai_port_space = RDMA_PS_UDP;
+	hints.ai_src_addr = (struct sockaddr *)&group;
+	hints.ai_src_len = sizeof group;
+	CHECK(rdma_getaddrinfo(NULL, NULL, &hints, &res) == 0);
+	sin = (struct sockaddr_in *)res->ai_src_addr;
+	CHECK(res->ai_dst_addr == NULL && res->ai_next == NULL && sin != &group);
+	CHECK(res->ai_src_len == sizeof group && sin->sin_addr.s_addr == group.sin_addr.s_addr);
+	CHECK(res->ai_port_space == RDMA_PS_UDP);
+	rdma_freeaddrinfo(res);
 	/* No NIC: no devices, an empty NULL-terminated list. */
 	int n = -1;
 	struct ibv_context **devs = rdma_get_devices(&n);
