@@ -93,26 +93,44 @@ pub fn service_id(ps: PortSpace, port: u16) -> u64 {
 
 /// The softnic NIC serving `ip`: the running device (in `$SOFTNIC_DIR`) whose bound
 /// address is `ip`; an unspecified address (`0.0.0.0`, `::`) takes the first running
-/// device of that family. This is how [`CmId::bind_addr`] and [`CmId::resolve_addr`]
-/// pick a device (librdmacm asks the kernel's routing table; softnic's "route" is this
-/// lookup). Stale sockets of dead NICs are skipped.
+/// device of that family, and so does a loopback address no NIC holds (`127.0.0.1`,
+/// `::1`), as Linux's CM binds a loopback address to the first RDMA device
+/// (`cma_bind_loopback`): libfabric's verbs provider binds "localhost" to find a
+/// device. This is how [`CmId::bind_addr`] and [`CmId::resolve_addr`] pick a device
+/// (librdmacm asks the kernel's routing table; softnic's "route" is this lookup). An
+/// id bound through either fallback takes the NIC's own address as its local address
+/// ([`CmId::local_addr`]): it is the one its peers reach. Stale sockets of dead NICs
+/// are skipped.
 pub fn find_device(ip: IpAddr) -> Result<Device> {
-    for d in Device::list()? {
-        let Ok(attr) = d.query() else {
-            continue;
-        };
-        let wanted = if ip.is_unspecified() {
-            attr.addr.is_ipv4() == ip.is_ipv4()
-        } else {
-            attr.addr == ip
-        };
-        if wanted {
-            return Ok(d);
-        }
+    if let Some(d) = device_with_addr(ip) {
+        return Ok(d);
     }
-    Err(Error::InvalidArgument(format!(
-        "no softnic device serves {ip} (rdma_cm: EADDRNOTAVAIL)"
-    )))
+    let first = || {
+        Device::list()
+            .ok()?
+            .into_iter()
+            .find(|d| d.query().is_ok_and(|a| a.addr.is_ipv4() == ip.is_ipv4()))
+    };
+    match (ip.is_unspecified() || ip.is_loopback())
+        .then(first)
+        .flatten()
+    {
+        Some(d) => Ok(d),
+        None => Err(Error::InvalidArgument(format!(
+            "no softnic device serves {ip} (rdma_cm: EADDRNOTAVAIL)"
+        ))),
+    }
+}
+
+/// The running device whose bound address is exactly `ip` (never for a wildcard).
+pub fn device_with_addr(ip: IpAddr) -> Option<Device> {
+    if ip.is_unspecified() {
+        return None;
+    }
+    Device::list()
+        .ok()?
+        .into_iter()
+        .find(|d| d.query().is_ok_and(|a| a.addr == ip))
 }
 
 /// A CM event type (`enum rdma_cm_event_type`; the discriminants are librdmacm's).
@@ -384,6 +402,74 @@ impl EventChannel {
 
     fn unregister(&self, ctx: &Context, nic_id: Handle) {
         self.lock().keys.remove(&(ctx_key(ctx), nic_id));
+    }
+
+    /// Takes out the pending events of `key` (and the connection requests queued for
+    /// it as a listener, whose new ids move with them to `to`), for
+    /// [`CmId::migrate`]. The events keep their order.
+    fn take_events_of(&self, key: CmIdKey, to: &EventChannel) -> VecDeque<CmEvent> {
+        let mut st = self.lock();
+        // What the NICs still queue for this channel (the moved id's went with it),
+        // so that the fd's readiness can be settled below. An error (a NIC gone)
+        // leaves it for `get_event` to report.
+        let _ = self.fetch(&mut st);
+        let (mut go, stay): (VecDeque<_>, VecDeque<_>) = st
+            .pending
+            .drain(..)
+            .partition(|e| e.id == key || e.listen_id == Some(key));
+        st.pending = stay;
+        let mut moved_keys = Vec::new();
+        for e in &mut go {
+            if let Some(new) = e.new_id.as_mut() {
+                new.channel = to.clone();
+                if let Some((ctx, h)) = &new.bound {
+                    moved_keys.push((ctx.clone(), *h, new.key));
+                }
+            }
+        }
+        for (ctx, h, _) in &moved_keys {
+            st.keys.remove(&(ctx_key(ctx), *h));
+        }
+        // Readable only for what is left.
+        self.settle_locked(&st);
+        drop(st);
+        for (ctx, h, k) in moved_keys {
+            // The new ids' NIC side moved with their requests (`MigrateId`).
+            if to.attach(&ctx).is_ok() {
+                to.register(&ctx, h, k);
+            }
+        }
+        go
+    }
+
+    /// Makes the fd readable: the caller holds events of its own for this channel
+    /// (softnic's librdmacm keeps events it has translated and not yet handed out).
+    pub fn wake(&self) {
+        let _ = os::eventfd_signal(self.inner.local.as_fd());
+    }
+
+    /// Undoes [`EventChannel::wake`] once the caller's own events are handed out: the
+    /// fd stays readable only for events pending here or at a NIC.
+    pub fn settle(&self) {
+        let st = self.lock();
+        self.settle_locked(&st);
+    }
+
+    /// The local eventfd readable exactly while events are pending here.
+    fn settle_locked(&self, st: &ChannelState) {
+        let _ = os::eventfd_drain(self.inner.local.as_fd());
+        if !st.pending.is_empty() {
+            let _ = os::eventfd_signal(self.inner.local.as_fd());
+        }
+    }
+
+    /// Queues events moved here by [`CmId::migrate`] and wakes the fd.
+    fn push_moved(&self, events: VecDeque<CmEvent>) {
+        if events.is_empty() {
+            return;
+        }
+        self.lock().pending.extend(events);
+        let _ = os::eventfd_signal(self.inner.local.as_fd());
     }
 
     /// Queues an event made here (address and route resolution) and wakes the fd.
@@ -724,14 +810,33 @@ impl CmId {
             other => return Err(unexpected("CreateId", other)),
         };
         self.channel.register(&ctx, id, self.key);
-        let ip = if addr.ip().is_unspecified() {
-            ctx.attributes().addr
-        } else {
-            addr.ip()
-        };
+        // The NIC's own address: the one asked for, or, through `find_device`'s
+        // fallbacks (a wildcard, a loopback address no NIC holds), the NIC's.
+        let ip = ctx.attributes().addr;
         self.local = Some(SocketAddr::new(ip, addr.port()));
         self.bound = Some((ctx, id));
         self.send_options()
+    }
+
+    /// `rdma_migrate_id`: this id's events go to `to` from now on. Its events not yet
+    /// returned move there with it, in order, and so do the connection requests
+    /// queued for it as a listener (with their new ids), as Linux's `ucma_migrate_id`
+    /// moves a context and its events; a bound id's NIC moves what it still holds
+    /// (`CmRequest::MigrateId`).
+    pub fn migrate(&mut self, to: &EventChannel) -> Result<()> {
+        if Arc::ptr_eq(&self.channel.inner, &to.inner) {
+            return Ok(());
+        }
+        if let Some((ctx, id)) = self.bound.clone() {
+            let channel = to.attach(&ctx)?;
+            self.call("rdma_migrate_id", CmRequest::MigrateId { id, channel })?;
+            self.channel.unregister(&ctx, id);
+            to.register(&ctx, id, self.key);
+        }
+        let moved = self.channel.take_events_of(self.key, to);
+        to.push_moved(moved);
+        self.channel = to.clone();
+        Ok(())
     }
 
     /// `rdma_bind_addr`: binds to the NIC serving `addr.ip()` ([`find_device`]) and

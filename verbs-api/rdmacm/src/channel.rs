@@ -128,12 +128,15 @@ pub(crate) unsafe fn channel<'a>(channel: *mut rdma_event_channel) -> Option<&'a
 
 /// The next event of `ch` translated for C, stashed ones first; `Err(errno)`.
 pub(crate) fn next_event(ch: &Channel) -> Result<Box<Event>, c_int> {
-    if let Some(e) = ch
-        .stash
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .pop_front()
-    {
+    let stashed = {
+        let mut s = ch.stash.lock().unwrap_or_else(|e| e.into_inner());
+        s.pop_front().map(|e| (e, s.is_empty()))
+    };
+    if let Some((e, emptied)) = stashed {
+        if emptied {
+            // What `stash_append` woke the descriptor for is handed out.
+            ch.api.settle();
+        }
         return Ok(e);
     }
     loop {
@@ -153,6 +156,32 @@ pub(crate) fn restash(ch: &Channel, events: Vec<Box<Event>>) {
     for e in events.into_iter().rev() {
         s.push_front(e);
     }
+}
+
+/// Takes out of `ch`'s stash the events of `id`, and the connection requests that
+/// arrived on it as a listener, in order (`rdma_migrate_id`).
+#[allow(clippy::vec_box)]
+pub(crate) fn unstash_for(ch: &Channel, id: *mut rdma_cm_id) -> Vec<Box<Event>> {
+    let mut s = ch.stash.lock().unwrap_or_else(|e| e.into_inner());
+    let (go, stay): (VecDeque<_>, VecDeque<_>) = s
+        .drain(..)
+        .partition(|e| e.ev.id == id || e.ev.listen_id == id);
+    *s = stay;
+    go.into()
+}
+
+/// Appends `events` to `ch`'s stash, in order (`rdma_migrate_id`).
+#[allow(clippy::vec_box)]
+pub(crate) fn stash_append(ch: &Channel, events: Vec<Box<Event>>) {
+    if events.is_empty() {
+        return;
+    }
+    ch.stash
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(events);
+    // The stash is served first; keep the descriptor readable for it.
+    ch.api.wake();
 }
 
 /// `rdma_get_cm_event`: waits for the next event (EAGAIN at once if the program made

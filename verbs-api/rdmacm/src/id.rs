@@ -96,12 +96,26 @@ pub(crate) fn lookup(key: CmIdKey) -> Option<*mut Id> {
 static CONTEXTS: Mutex<Vec<(String, usize)>> = Mutex::new(Vec::new());
 
 fn context_for(api: &verbs_api::Context) -> *mut ibv_context {
+    device_context(api.name(), || internal::wrap_context(api.clone()))
+}
+
+/// The process's `ibv_context` of the device named `name`, made with `open` the first
+/// time: the one every id bound there carries as `id->verbs` and the one
+/// `rdma_get_devices` lists, as rdma-core's librdmacm keeps one context per device for
+/// both (libfabric allocates its PD on the `rdma_get_devices` context and creates QPs
+/// on ids with it). NULL if `open` fails (nothing kept then).
+pub(crate) fn device_context(
+    name: &str,
+    open: impl FnOnce() -> *mut ibv_context,
+) -> *mut ibv_context {
     let mut v = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&(_, c)) = v.iter().find(|(n, _)| n == api.name()) {
+    if let Some(&(_, c)) = v.iter().find(|(n, _)| n == name) {
         return c as *mut ibv_context;
     }
-    let c = internal::wrap_context(api.clone());
-    v.push((api.name().to_string(), c as usize));
+    let c = open();
+    if !c.is_null() {
+        v.push((name.to_string(), c as usize));
+    }
     c
 }
 
@@ -217,6 +231,16 @@ pub(crate) fn new_child(listen: *mut Id, api: CmId) -> Option<*mut Id> {
     Some(child)
 }
 
+/// `channel`, or for NULL a new channel of the id's own (a synchronous id), and
+/// whether it is that; `None` (errno set) if it cannot be made.
+fn channel_or_own(channel: *mut rdma_event_channel) -> Option<(*mut rdma_event_channel, bool)> {
+    if !channel.is_null() {
+        return Some((channel, false));
+    }
+    let c = channel::rdma_create_event_channel();
+    (!c.is_null()).then_some((c, true))
+}
+
 /// `rdma_create_id`: `RDMA_PS_TCP` (RC) or `RDMA_PS_UDP` (UD); `RDMA_PS_IB` and
 /// `RDMA_PS_IPOIB` are EOPNOTSUPP (softnic serves only the IP port spaces), any other
 /// value EINVAL. With no channel the id is synchronous (its calls wait for their
@@ -241,14 +265,8 @@ pub unsafe extern "C" fn rdma_create_id(
             libc::EINVAL
         });
     };
-    let (channel, own) = if channel.is_null() {
-        let c = channel::rdma_create_event_channel();
-        if c.is_null() {
-            return -1;
-        }
-        (c, true)
-    } else {
-        (channel, false)
+    let Some((channel, own)) = channel_or_own(channel) else {
+        return -1;
     };
     // SAFETY: caller contract.
     let Some(ch) = (unsafe { channel::channel(channel) }) else {
@@ -324,12 +342,17 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::so
     r
 }
 
-/// The source address to use for `a` (a wildcard or no address): under
-/// `softnic exec -d NAME` (`$SOFTNIC_IBV_DEVICES`), the address of the first NIC named
-/// there, with `a`'s port — so `-d` picks the NIC for the CM as it does for
-/// libibverbs; otherwise `a` unchanged (verbs-api then picks the NIC).
+/// The source address to use for `a` (a wildcard, no address, or a loopback address
+/// no NIC holds, which Linux's CM binds to the first device as it does a wildcard:
+/// `verbs_api::cm::find_device`): under `softnic exec -d NAME`
+/// (`$SOFTNIC_IBV_DEVICES`), the address of the first NIC named there, with `a`'s
+/// port — so `-d` picks the NIC for the CM as it does for libibverbs; otherwise `a`
+/// unchanged (verbs-api then picks the NIC).
 pub(crate) fn narrowed(a: Option<SocketAddr>) -> Option<SocketAddr> {
-    if a.is_some_and(|a| !a.ip().is_unspecified()) {
+    let any_nic = |ip: std::net::IpAddr| {
+        ip.is_unspecified() || (ip.is_loopback() && verbs_api::cm::device_with_addr(ip).is_none())
+    };
+    if a.is_some_and(|a| !any_nic(a.ip())) {
         return a;
     }
     let names = std::env::var(softnic_ibverbs::device::DEVICES_ENV).unwrap_or_default();
@@ -644,8 +667,13 @@ pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
     }
 }
 
-/// `rdma_migrate_id`: to the channel it is on, nothing to do; to another channel
-/// EOPNOTSUPP (verbs-api delivers an id's events on the channel it was created on).
+/// `rdma_migrate_id`: the id's events go to `channel` from now on, or, with NULL, to
+/// a channel of its own (the id becomes synchronous), as librdmacm does. Its events
+/// not yet handed out move with it, in order, and so do the connection requests that
+/// arrived on it as a listener, with their new ids (`CmId::migrate`, and here the
+/// events this library has already translated). A channel the id had of its own is
+/// destroyed, as librdmacm destroys a synchronous id's channel, unless a connection
+/// id of that listener still uses it.
 ///
 /// # Safety
 /// `id` is live; `channel` NULL or live.
@@ -655,11 +683,66 @@ pub unsafe extern "C" fn rdma_migrate_id(
     channel: *mut rdma_event_channel,
 ) -> c_int {
     // SAFETY: caller contract.
-    match unsafe { self::id(id) } {
-        None => fail(libc::EINVAL),
-        Some(i) if i.id.channel == channel => 0,
-        Some(_) => fail(libc::EOPNOTSUPP),
+    let Some(i) = (unsafe { self::id(id) }) else {
+        return fail(libc::EINVAL);
+    };
+    let old = i.id.channel;
+    if channel == old || (channel.is_null() && i.own_channel) {
+        return 0;
     }
+    let Some((new, own)) = channel_or_own(channel) else {
+        return -1;
+    };
+    let drop_new = |r: c_int| {
+        if own {
+            // SAFETY: made above, not handed out.
+            unsafe { channel::rdma_destroy_event_channel(new) };
+        }
+        r
+    };
+    // SAFETY: a channel of ours or the program's live one (caller contract).
+    let Some(to) = (unsafe { channel::channel(new) }) else {
+        return drop_new(fail(libc::EINVAL));
+    };
+    let r = i.with_api(|api| api.migrate(&to.api));
+    if r != 0 {
+        return drop_new(r);
+    }
+    // SAFETY: the id's channel is live while the id is.
+    if let Some(from) = unsafe { channel::channel(old) } {
+        let moved = channel::unstash_for(from, id);
+        for e in &moved {
+            if e.ev.listen_id == id && !e.ev.id.is_null() {
+                // SAFETY: a connection id this library made for the request.
+                if let Some(c) = unsafe { self::id(e.ev.id) } {
+                    if c.with_api(|api| api.migrate(&to.api)) == 0 {
+                        c.id.channel = new;
+                        c.sync = own;
+                    }
+                }
+            }
+        }
+        channel::stash_append(to, moved);
+    }
+    let old_own = i.own_channel;
+    i.id.channel = new;
+    i.own_channel = own;
+    i.sync = own;
+    if old_own && !channel_used(old) {
+        // SAFETY: the id's former channel of its own, which no live id uses now.
+        unsafe { channel::rdma_destroy_event_channel(old) };
+    }
+    0
+}
+
+/// Some live id's events go to `ch`.
+fn channel_used(ch: *mut rdma_event_channel) -> bool {
+    let ids = IDS.lock().unwrap_or_else(|e| e.into_inner());
+    ids.as_ref().is_some_and(|m| {
+        m.values()
+            // SAFETY: live ids of the registry (removed before they are freed).
+            .any(|&p| unsafe { (*(p as *const Id)).id.channel } == ch)
+    })
 }
 
 /// `rdma_get_src_port`: the bound port, network order (0 if unbound).

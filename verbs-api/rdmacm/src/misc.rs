@@ -3,7 +3,6 @@
 //! answering an errno rather than pretending.
 
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::Mutex;
 
 use softnic_ibverbs::abi::ibv_context;
 use softnic_ibverbs::{device, errno};
@@ -43,11 +42,10 @@ pub extern "C" fn rdma_event_str(event: rdma_cm_event_type) -> *const c_char {
         .as_ptr()
 }
 
-/// Contexts `rdma_get_devices` opened, kept for the process (as rdma-core keeps them).
-static DEVICES: Mutex<Vec<(String, usize)>> = Mutex::new(Vec::new());
-
 /// `rdma_get_devices`: an `ibv_context` for every softnic device, NULL-terminated
-/// (freed with `rdma_free_devices`; the contexts stay open).
+/// (freed with `rdma_free_devices`; the contexts stay open). Each is the context of
+/// that device every id bound there carries as `id->verbs` (`id::device_context`), as
+/// in rdma-core, so a PD allocated on it serves `rdma_create_qp` on those ids.
 ///
 /// # Safety
 /// `num_devices` is NULL or writable.
@@ -59,7 +57,6 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
     if list.is_null() {
         return std::ptr::null_mut();
     }
-    let mut opened = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
     let mut out = Vec::new();
     for k in 0..n as usize {
         // SAFETY: k < n entries of the list.
@@ -68,14 +65,9 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
         let name = unsafe { std::ffi::CStr::from_ptr(device::ibv_get_device_name(dev)) }
             .to_string_lossy()
             .into_owned();
-        if let Some(&(_, c)) = opened.iter().find(|(d, _)| *d == name) {
-            out.push(c as *mut ibv_context);
-            continue;
-        }
         // SAFETY: a device of the list.
-        let c = unsafe { device::ibv_open_device(dev) };
+        let c = crate::id::device_context(&name, || unsafe { device::ibv_open_device(dev) });
         if !c.is_null() {
-            opened.push((name, c as usize));
             out.push(c);
         }
     }

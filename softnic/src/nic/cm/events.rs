@@ -15,6 +15,7 @@ use verbs_api::os::SignalPipe;
 
 use softnic_transport::cm::{Event, IdHandle, PeerParams};
 use verbs_api::abi::control::cm::{CmEventConn, CmEventMsg, CmEventUd, MAX_EVENTS_PER_REPLY};
+use verbs_api::abi::control::Handle;
 use wire::cm::{CmaHeader, CMA_HEADER_LEN};
 
 use super::{IdOwner, NicCm};
@@ -187,6 +188,40 @@ impl NicCm {
         self.queue(m);
     }
 
+    /// Moves `id` to channel `to` (`CmRequest::MigrateId`, checked by the caller):
+    /// its queued events, and the connection requests queued for it as a listener,
+    /// leave their channel for `to`'s queue, in order, and the new ids of those
+    /// requests move with them, as Linux's `ucma_migrate_id` moves a context's
+    /// events. Events beyond `to`'s room are dropped and counted, as on arrival.
+    pub(super) fn migrate(&mut self, id: IdHandle, to: Handle) {
+        let Some(from) = self.ids.get(&id).map(|o| o.channel) else {
+            return;
+        };
+        if from == to {
+            return;
+        }
+        let ours = |m: &CmEventMsg| m.id == id || m.listen_id == Some(id);
+        let mut moved = Vec::new();
+        if let Some(ch) = self.channels.get_mut(&from) {
+            let (go, stay): (VecDeque<_>, VecDeque<_>) = ch.queue.drain(..).partition(ours);
+            ch.queue = stay;
+            moved.extend(go);
+        }
+        if let Some(o) = self.ids.get_mut(&id) {
+            o.channel = to;
+        }
+        for m in &moved {
+            if m.listen_id == Some(id) {
+                if let Some(o) = self.ids.get_mut(&m.id) {
+                    o.channel = to;
+                }
+            }
+        }
+        for m in moved {
+            self.queue(m);
+        }
+    }
+
     fn queue(&mut self, m: CmEventMsg) {
         let Some(owner) = self.ids.get(&m.id) else {
             return; // the id was destroyed: nobody to tell
@@ -211,20 +246,26 @@ mod tests {
 
     use super::*;
 
-    /// A NIC-side CM with one channel of client 1 and one id on it.
-    fn cm_with_channel() -> (NicCm, std::os::fd::OwnedFd, IdHandle) {
-        let mut cm = NicCm::new("127.0.0.1:4791".parse().unwrap(), 1, 1024);
+    /// Adds channel `h` of client 1; the read end of its pipe.
+    fn add_channel(cm: &mut NicCm, h: Handle) -> std::os::fd::OwnedFd {
         let pipe = SignalPipe::new().unwrap();
         let reader = pipe.reader().unwrap();
         let queue = VecDeque::new();
         cm.channels.insert(
-            7,
+            h,
             Channel {
                 client: 1,
                 pipe,
                 queue,
             },
         );
+        reader
+    }
+
+    /// A NIC-side CM with one channel of client 1 and one id on it.
+    fn cm_with_channel() -> (NicCm, std::os::fd::OwnedFd, IdHandle) {
+        let mut cm = NicCm::new("127.0.0.1:4791".parse().unwrap(), 1, 1024);
+        let reader = add_channel(&mut cm, 7);
         let id = cm.cm.create_id();
         let owner = IdOwner {
             client: 1,
@@ -239,6 +280,47 @@ mod tests {
         };
         cm.ids.insert(id, owner);
         (cm, reader, id)
+    }
+
+    /// `rdma_migrate_id`: the id's queued events, and the connection requests queued
+    /// for it as a listener, move to the new channel in order (their new ids with
+    /// them); another id's events stay; the new channel's pipe is written.
+    #[test]
+    fn a_migrated_id_takes_its_queued_events_and_requests_along() {
+        let (mut cm, old_reader, id) = cm_with_channel();
+        let new_reader = add_channel(&mut cm, 9);
+        let other = cm.cm.create_id();
+        let child = cm.cm.create_id();
+        let owner = cm.ids[&id];
+        cm.ids.insert(other, owner);
+        cm.ids.insert(child, owner);
+        let mut request = msg(child, kind::CONNECT_REQUEST, 0);
+        request.listen_id = Some(id);
+        cm.queue(msg(id, kind::ESTABLISHED, 0));
+        cm.queue(msg(other, kind::DISCONNECTED, 0));
+        cm.queue(request);
+        cm.queue(msg(id, kind::DISCONNECTED, 0));
+        let take = |r: &std::os::fd::OwnedFd| verbs_api::os::pipe_take(r.as_fd()).unwrap();
+        assert_eq!(take(&old_reader), Some(1));
+
+        cm.migrate(id, 9);
+        let kinds = |c: &Channel| c.queue.iter().map(|m| (m.id, m.kind)).collect::<Vec<_>>();
+        assert_eq!(
+            kinds(&cm.channels[&9]),
+            [
+                (id, kind::ESTABLISHED),
+                (child, kind::CONNECT_REQUEST),
+                (id, kind::DISCONNECTED)
+            ]
+        );
+        assert_eq!(kinds(&cm.channels[&7]), [(other, kind::DISCONNECTED)]);
+        assert_eq!(take(&new_reader), Some(1));
+        assert_eq!((cm.ids[&id].channel, cm.ids[&child].channel), (9, 9));
+        assert_eq!(cm.ids[&other].channel, 7);
+        // From now on its events go to the new channel.
+        cm.queue(msg(id, kind::TIMEWAIT_EXIT, 0));
+        assert_eq!(cm.channels[&9].queue.len(), 4);
+        assert_eq!(cm.channels[&7].queue.len(), 1);
     }
 
     #[test]

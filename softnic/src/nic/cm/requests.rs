@@ -452,6 +452,17 @@ impl Nic {
                 self.cm_owned(client, id)?.tos = tos;
                 done()
             }
+            CmRequest::MigrateId { id, channel } => {
+                self.cm_owned(client, id)?;
+                if self.cm.channels.get(&channel).map(|c| c.client) != Some(client) {
+                    return Err(fail(
+                        ErrorCode::NotFound,
+                        format!("no CM channel {channel}"),
+                    ));
+                }
+                self.cm.migrate(id, channel);
+                done()
+            }
             CmRequest::GetEvents { channel } => match self.cm.channels.get_mut(&channel) {
                 Some(c) if c.client == client => ok(Reply::Cm(CmReply::Events(c.take_events()))),
                 _ => {

@@ -55,6 +55,12 @@ static int nic(const char *name)
 	CHECK(ntohs(port) >= 49152);
 	/* A bound id carries its device's PD, as rdma-core's ucma_get_device sets it. */
 	CHECK(a->verbs && a->pd && a->pd->context == a->verbs);
+	/* ... and its verbs is the context rdma_get_devices lists (libfabric allocates its
+	 * PD there and creates QPs on ids with it). */
+	struct ibv_context **listed = rdma_get_devices(NULL);
+	CHECK(listed && listed[0] == a->verbs);
+	CHECK(!strcmp(ibv_get_device_name(a->verbs->device), name));
+	rdma_free_devices(listed);
 	struct sockaddr_in same = any;
 	same.sin_port = port;
 	CHECK(rdma_create_id(ch, &b, NULL, RDMA_PS_TCP) == 0);
@@ -106,8 +112,15 @@ static int nic(const char *name)
 	CHECK(rdma_join_multicast(b, (struct sockaddr *)&uni, NULL) == -1 && errno == EINVAL);
 	CHECK(rdma_leave_multicast(b, (struct sockaddr *)&grp) == -1 && errno == EADDRNOTAVAIL);
 	CHECK(rdma_join_multicast(b, (struct sockaddr *)&grp, (void *)0x1234) == 0);
+	/* rdma_migrate_id: the id's pending event moves with it to the new channel, whose
+	 * fd becomes readable; the old one's does not. */
+	struct rdma_event_channel *ch2 = rdma_create_event_channel();
+	CHECK(ch2 && rdma_migrate_id(b, ch2) == 0 && b->channel == ch2);
+	struct pollfd two[2] = { { .fd = ch->fd, .events = POLLIN },
+				 { .fd = ch2->fd, .events = POLLIN } };
+	CHECK(poll(two, 2, 1000) == 1 && two[1].revents == POLLIN && two[0].revents == 0);
 	struct rdma_cm_event *ev = NULL;
-	CHECK(rdma_get_cm_event(ch, &ev) == 0 && ev->id == b);
+	CHECK(rdma_get_cm_event(ch2, &ev) == 0 && ev->id == b);
 	CHECK(ev->event == RDMA_CM_EVENT_MULTICAST_JOIN && ev->status == 0);
 	CHECK(ev->param.ud.private_data == (void *)0x1234 && ev->param.ud.private_data_len == 0);
 	CHECK(ev->param.ud.qp_num == 0xFFFFFF && ev->param.ud.qkey == RDMA_UDP_QKEY);
@@ -118,7 +131,10 @@ static int nic(const char *name)
 	CHECK(rdma_ack_cm_event(ev) == 0);
 	CHECK(rdma_leave_multicast(b, (struct sockaddr *)&grp) == 0);
 	CHECK(rdma_leave_multicast(b, (struct sockaddr *)&grp) == -1 && errno == EADDRNOTAVAIL);
+	/* To NULL: the id becomes synchronous, on a channel of its own. */
+	CHECK(rdma_migrate_id(b, NULL) == 0 && b->channel && b->channel != ch2 && b->channel != ch);
 	CHECK(rdma_destroy_id(b) == 0);
+	rdma_destroy_event_channel(ch2);
 	rdma_destroy_event_channel(ch);
 	printf("ok\n");
 	return 0;

@@ -123,6 +123,17 @@ pub enum CmRequest {
         /// The channel.
         channel: Handle,
     },
+    /// `rdma_migrate_id`: the id's events go to `channel` (another of this client's)
+    /// from now on, and its events still queued move there with it, in order, with
+    /// the connection requests queued for it as a listener (their new ids follow
+    /// them), as Linux's `ucma_migrate_id` moves a context and its events to another
+    /// file. Reply: `Done`.
+    MigrateId {
+        /// The id.
+        id: Handle,
+        /// The channel it moves to.
+        channel: Handle,
+    },
     /// The RTR and RTS attributes of the id's connection (`rdma_init_qp_attr`), for a
     /// program that moves its own QP. Reply: [`CmReply::QpAttrs`]; `InvalidState`
     /// before the peer's REQ (passive) or REP (active) is known.
