@@ -409,6 +409,19 @@ fn on_demand_paging_through_the_c_abi() {
     println!("{}", run_c_pair(&exe, &a, &b, None));
 }
 
+/// `tests/ibverbs/parent_domain.c`: thread and parent domains through the C ABI
+/// between two NICs — `ibv_alloc_td` and `ibv_alloc_parent_domain` and their EINVAL
+/// answers, the PD and TD EBUSY beneath a live parent domain, an extended CQ with the
+/// parent domain, SENDs and an RDMA WRITE from a QP on the parent domain with MRs on
+/// it and on the plain PD beneath, every byte checked, the allocators not called, and
+/// everything freed in order.
+#[test]
+fn parent_domains_through_the_c_abi() {
+    let (a, b) = nic_pair("ibvstock-pdom", 46);
+    let exe = compile_c("parent_domain", &[]);
+    run_c_pair(&exe, &a, &b, None);
+}
+
 /// `tests/ibverbs/mr_matrix.c`: inline SENDs from unregistered stack memory
 /// (`ibv_post_send` and `ibv_wr_set_inline_data`); `ibv_reg_mr` on memalign, mmap,
 /// unaligned malloc, a struct field, a static buffer, sub-page and page-straddling

@@ -27,7 +27,8 @@ fn tool(name: &str) -> PathBuf {
     stock_support::stock(name, "libfabric-bin")
 }
 
-/// Two NICs of this test binary's own /24 (127.1–50.x.y: no other test binary uses it).
+/// Two NICs of this test binary's /24 (127.1–50.x.y, shared only with `mpi_stock`,
+/// which uses other hosts).
 fn nic_pair(tag: &str, host: u8) -> (NicProc, NicProc) {
     stock_support::nic_pair(1, tag, host)
 }

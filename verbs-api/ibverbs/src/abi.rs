@@ -131,6 +131,46 @@ pub struct ibv_alloc_dm_attr {
     pub comp_mask: u32,
 }
 
+/// `struct ibv_td_init_attr` (4 bytes).
+#[repr(C)]
+pub struct ibv_td_init_attr {
+    /// No extension is known.
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_td` (8 bytes): a thread domain.
+#[repr(C)]
+pub struct ibv_td {
+    /// Its device context.
+    pub context: *mut ibv_context,
+}
+
+/// `struct ibv_parent_domain_init_attr` (48 bytes).
+#[repr(C)]
+pub struct ibv_parent_domain_init_attr {
+    /// The protection domain (not NULL).
+    pub pd: *mut ibv_pd,
+    /// A thread domain, or NULL.
+    pub td: *mut ibv_td,
+    /// `IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS`, `…_PD_CONTEXT`.
+    pub comp_mask: u32,
+    /// The program's allocator for provider buffers.
+    pub alloc:
+        Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, usize, u64) -> *mut c_void>,
+    /// Its counterpart.
+    pub free: Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64)>,
+    /// Passed to `alloc` and `free`.
+    pub pd_context: *mut c_void,
+}
+
+/// `alloc_td` op.
+pub type AllocTdFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_td_init_attr) -> *mut ibv_td;
+/// `dealloc_td` op.
+pub type DeallocTdFn = unsafe extern "C" fn(*mut ibv_td) -> c_int;
+/// `alloc_parent_domain` op.
+pub type AllocParentDomainFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_parent_domain_init_attr) -> *mut ibv_pd;
+
 /// `alloc_dm` op.
 pub type AllocDmFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_alloc_dm_attr) -> *mut ibv_dm;
 /// `free_dm` op.
@@ -196,12 +236,12 @@ pub struct verbs_context {
     pub create_flow_action_esp: OpaqueOp,
     /// `modify_qp_rate_limit`.
     pub modify_qp_rate_limit: OpaqueOp,
-    /// `alloc_parent_domain`.
-    pub alloc_parent_domain: OpaqueOp,
-    /// `dealloc_td`.
-    pub dealloc_td: OpaqueOp,
-    /// `alloc_td`.
-    pub alloc_td: OpaqueOp,
+    /// `alloc_parent_domain` (`crate::parent_domain::alloc_parent_domain_op`).
+    pub alloc_parent_domain: Option<AllocParentDomainFn>,
+    /// `dealloc_td` (`crate::parent_domain::dealloc_td_op`).
+    pub dealloc_td: Option<DeallocTdFn>,
+    /// `alloc_td` (`crate::parent_domain::alloc_td_op`).
+    pub alloc_td: Option<AllocTdFn>,
     /// `modify_cq`.
     pub modify_cq: OpaqueOp,
     /// `post_srq_ops`.
@@ -1353,6 +1393,20 @@ pub fn layout_table() -> Vec<FieldLayout> {
             comp_mask
         }
     );
+    fields!(v, Offset, ibv_td_init_attr { comp_mask });
+    fields!(v, Offset, ibv_td { context });
+    fields!(
+        v,
+        Offset,
+        ibv_parent_domain_init_attr {
+            pd,
+            td,
+            comp_mask,
+            alloc,
+            free,
+            pd_context
+        }
+    );
     fields!(
         v,
         Offset,
@@ -1865,6 +1919,21 @@ pub fn size_table() -> Vec<StructSize> {
         StructSize {
             strukt: "ibv_alloc_dm_attr",
             size: size_of::<ibv_alloc_dm_attr>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_td_init_attr",
+            size: size_of::<ibv_td_init_attr>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_td",
+            size: size_of::<ibv_td>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_parent_domain_init_attr",
+            size: size_of::<ibv_parent_domain_init_attr>(),
             rule: SizeRule::Exact,
         },
         StructSize {

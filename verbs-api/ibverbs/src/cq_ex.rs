@@ -9,7 +9,9 @@
 //! (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`: the NIC's `CLOCK_MONOTONIC` nanoseconds when it
 //! wrote the completion, so `hca_core_clock` is 1 GHz; `…_WALLCLOCK`: the same instant in
 //! `CLOCK_REALTIME` nanoseconds); CVLAN, flow tag and tag matching are EOPNOTSUPP at
-//! creation, as is a parent domain.
+//! creation. A parent domain (`IBV_CQ_INIT_ATTR_MASK_PD`) is accepted, as mlx5 takes
+//! one for its allocators; softnic's CQ ring is memory the NIC maps, so the allocators
+//! are not called (`crate::parent_domain`).
 
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -22,6 +24,8 @@ use crate::objects::{create_cq, to_ibv_wc, SoftnicCq};
 const OFFERED_WC_FLAGS: u64 = 0x7f | (1 << 7) | (1 << 11);
 /// `IBV_CQ_INIT_ATTR_MASK_FLAGS`.
 const MASK_FLAGS: u32 = 1 << 0;
+/// `IBV_CQ_INIT_ATTR_MASK_PD`.
+const MASK_PD: u32 = 1 << 1;
 /// `IBV_CREATE_CQ_ATTR_SINGLE_THREADED` (a hint; the CQ is thread-safe anyway).
 const SINGLE_THREADED: u32 = 1 << 0;
 
@@ -39,10 +43,20 @@ pub unsafe extern "C" fn create_cq_ex_op(
     // SAFETY: caller contract.
     let a = unsafe { &*(attr as *const ibv_cq_init_attr_ex) };
     if a.wc_flags & !OFFERED_WC_FLAGS != 0
-        || a.comp_mask & !MASK_FLAGS != 0
+        || a.comp_mask & !(MASK_FLAGS | MASK_PD) != 0
         || (a.comp_mask & MASK_FLAGS != 0 && a.flags & !SINGLE_THREADED != 0)
     {
         return errno::null(libc::EOPNOTSUPP);
+    }
+    // A parent domain of this context (mlx5: EINVAL for a NULL one or a plain PD).
+    if a.comp_mask & MASK_PD != 0 {
+        let pd = a.parent_domain;
+        // SAFETY: NULL or the program's live PD or parent domain (caller contract).
+        let ok = !pd.is_null()
+            && unsafe { (*pd).context == context && crate::parent_domain::is_parent_domain(pd) };
+        if !ok {
+            return errno::null(libc::EINVAL);
+        }
     }
     let Ok(cqe) = c_int::try_from(a.cqe) else {
         return errno::null(libc::EINVAL);

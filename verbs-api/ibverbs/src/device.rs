@@ -296,6 +296,9 @@ unsafe fn context_around(device: *mut ibv_device, api: Context) -> *mut ibv_cont
     vctx.alloc_dm = Some(crate::dm::alloc_dm_op);
     vctx.free_dm = Some(crate::dm::free_dm_op);
     vctx.reg_dm_mr = Some(crate::dm::reg_dm_mr_op);
+    vctx.alloc_td = Some(crate::parent_domain::alloc_td_op);
+    vctx.dealloc_td = Some(crate::parent_domain::dealloc_td_op);
+    vctx.alloc_parent_domain = Some(crate::parent_domain::alloc_parent_domain_op);
     vctx.create_qp_ex = Some(crate::qp::create_qp_ex_op);
     vctx.create_cq_ex = Some(crate::cq_ex::create_cq_ex_op);
     vctx.sz = VERBS_CONTEXT_SZ;

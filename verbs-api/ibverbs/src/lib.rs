@@ -51,6 +51,7 @@ mod mr_backing;
 pub mod mw;
 pub mod objects;
 pub mod odp;
+pub mod parent_domain;
 pub mod qp;
 pub mod query;
 pub mod srq;

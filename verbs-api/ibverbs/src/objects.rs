@@ -23,15 +23,20 @@ use crate::device::softnic_context;
 use crate::errno;
 
 /// A PD: `ibv_pd`, then the verbs-api PD and a count of its MRs and QPs (a PD in use
-/// cannot be deallocated: EBUSY, as the kernel answers).
+/// cannot be deallocated: EBUSY, as the kernel answers). A parent domain
+/// (`crate::parent_domain`) is one too, whose `api` is its protection domain's, so that
+/// every verb taking an `ibv_pd` acts on that protection domain through either.
 #[repr(C)]
 pub struct SoftnicPd {
     /// Public part.
     pub pd: ibv_pd,
     /// The verbs-api PD.
     pub api: ProtectionDomain,
-    /// MRs and QPs on this PD.
+    /// MRs, QPs and parent domains on this PD.
     pub users: AtomicU32,
+    /// For a parent domain: its protection domain and thread domain (NULL if none),
+    /// each counted as a user of theirs while it lives; both NULL for a plain PD.
+    pub(crate) parent: crate::parent_domain::Parent,
 }
 
 /// The [`SoftnicPd`] around `pd`.
@@ -65,14 +70,17 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
         },
         api,
         users: AtomicU32::new(0),
+        parent: Default::default(),
     });
     Box::into_raw(b) as *mut ibv_pd
 }
 
-/// `ibv_dealloc_pd`: EBUSY while MRs or QPs use it.
+/// `ibv_dealloc_pd`: EBUSY while MRs, QPs or parent domains use it. Also deallocates
+/// a parent domain (`ibv_alloc_parent_domain`), which then stops counting as a user of
+/// its protection and thread domains.
 ///
 /// # Safety
-/// `pd` came from [`ibv_alloc_pd`].
+/// `pd` came from [`ibv_alloc_pd`] or `ibv_alloc_parent_domain`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     if pd.is_null() {
@@ -82,8 +90,10 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     if unsafe { softnic_pd(pd) }.users.load(Ordering::Acquire) != 0 {
         return libc::EBUSY;
     }
-    // SAFETY: reverses ibv_alloc_pd's Box::into_raw.
-    drop(unsafe { Box::from_raw(pd as *mut SoftnicPd) });
+    // SAFETY: reverses ibv_alloc_pd's (or alloc_parent_domain_op's) Box::into_raw.
+    let b = unsafe { Box::from_raw(pd as *mut SoftnicPd) };
+    // SAFETY: a parent domain's PD and TD outlive it (it counts as their user).
+    unsafe { b.parent.release() };
     0
 }
 
