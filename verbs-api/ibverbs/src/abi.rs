@@ -871,6 +871,29 @@ pub struct ibv_srq_init_attr {
     pub attr: ibv_srq_attr,
 }
 
+/// `struct ibv_srq_init_attr_ex` (64 bytes): an [`ibv_srq_init_attr`] followed by the
+/// extension fields (`ibv_create_srq_ex` passes a basic one to `ibv_create_srq` as
+/// its first 24 bytes).
+#[repr(C)]
+pub struct ibv_srq_init_attr_ex {
+    /// The program's cookie.
+    pub srq_context: *mut c_void,
+    /// Requested attributes (the granted ones are written back).
+    pub attr: ibv_srq_attr,
+    /// `enum ibv_srq_init_attr_mask`.
+    pub comp_mask: u32,
+    /// `enum ibv_srq_type` (`IBV_SRQT_BASIC` 0, `_XRC` 1, `_TM` 2).
+    pub srq_type: u32,
+    /// The PD (`IBV_SRQ_INIT_ATTR_PD`).
+    pub pd: *mut ibv_pd,
+    /// The XRC domain (`IBV_SRQ_INIT_ATTR_XRCD`).
+    pub xrcd: *mut c_void,
+    /// The CQ of an XRC SRQ (`IBV_SRQ_INIT_ATTR_CQ`).
+    pub cq: *mut ibv_cq,
+    /// `struct ibv_tm_cap` (tag matching): `max_num_tags`, `max_ops`.
+    pub tm_cap: [u32; 2],
+}
+
 /// `struct ibv_async_event` (16 bytes): the element (a CQ, QP, SRQ, WQ pointer or a
 /// port number) and `enum ibv_event_type`.
 #[repr(C)]
@@ -1391,6 +1414,20 @@ pub fn layout_table() -> Vec<FieldLayout> {
             length,
             log_align_req,
             comp_mask
+        }
+    );
+    fields!(
+        v,
+        Offset,
+        ibv_srq_init_attr_ex {
+            srq_context,
+            attr,
+            comp_mask,
+            srq_type,
+            pd,
+            xrcd,
+            cq,
+            tm_cap
         }
     );
     fields!(v, Offset, ibv_td_init_attr { comp_mask });
@@ -1919,6 +1956,11 @@ pub fn size_table() -> Vec<StructSize> {
         StructSize {
             strukt: "ibv_alloc_dm_attr",
             size: size_of::<ibv_alloc_dm_attr>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_srq_init_attr_ex",
+            size: size_of::<ibv_srq_init_attr_ex>(),
             rule: SizeRule::Exact,
         },
         StructSize {

@@ -50,13 +50,6 @@ impl Default for Parent {
     }
 }
 
-// SAFETY: the pointers are only dereferenced under the verbs' own lifetime rules (a
-// parent domain's PD and TD outlive it: they are EBUSY while it lives), from whichever
-// thread the program calls in, as rdma-core's objects are.
-unsafe impl Send for Parent {}
-// SAFETY: as for Send; the pointed-to counters are atomics.
-unsafe impl Sync for Parent {}
-
 impl Parent {
     /// Whether the PD holding this is a parent domain.
     pub(crate) fn is_parent_domain(&self) -> bool {

@@ -13,7 +13,7 @@ use verbs_api::cm::CmEventKind;
 use crate::abi::*;
 use crate::channel::{self, fail};
 use crate::id::{self, id as id_of};
-use crate::qp::{rdma_create_qp, rdma_destroy_qp};
+use crate::qp::{rdma_create_qp, rdma_destroy_qp, rdma_destroy_srq};
 
 /// `rdma_create_ep`: a synchronous id for `res` — bound to its source address when
 /// `RAI_PASSIVE`, else with the destination's address and route resolved — and, with
@@ -90,7 +90,7 @@ pub unsafe extern "C" fn rdma_create_ep(
     0
 }
 
-/// `rdma_destroy_ep`: the id's QP (and the CQs made for it) and the id.
+/// `rdma_destroy_ep`: the id's QP (and the CQs made for it), its SRQ and the id.
 ///
 /// # Safety
 /// `id` is live and not used again.
@@ -102,6 +102,7 @@ pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
     // SAFETY: caller contract.
     unsafe {
         rdma_destroy_qp(id);
+        rdma_destroy_srq(id);
         id::rdma_destroy_id(id);
     }
 }

@@ -174,17 +174,6 @@ pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, _event: c_int) -> c_in
     0
 }
 
-/// `rdma_create_srq`, `rdma_create_srq_ex`: EOPNOTSUPP, what `ibv_create_srq` of
-/// softnic's libibverbs answers.
-#[export_name = "softnic_rdma_srq_unsupported"]
-pub extern "C" fn rdma_srq_unsupported() -> c_int {
-    fail(libc::EOPNOTSUPP)
-}
-
-/// `rdma_destroy_srq`: there is never an SRQ to destroy.
-#[export_name = "softnic_rdma_destroy_srq"]
-pub extern "C" fn rdma_destroy_srq(_id: *mut rdma_cm_id) {}
-
 /// `rdma_set_local_ece`, `rdma_get_remote_ece`, `rdma_reject_ece`: EOPNOTSUPP
 /// (softnic's CM carries no enhanced connection establishment data).
 #[export_name = "softnic_rdma_ece_unsupported"]

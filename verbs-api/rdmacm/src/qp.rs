@@ -12,9 +12,9 @@ use std::sync::Mutex;
 
 use softnic_ibverbs::abi::{
     ibv_comp_channel, ibv_context, ibv_cq, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_init_attr,
-    ibv_qp_init_attr_ex,
+    ibv_qp_init_attr_ex, ibv_srq_attr, ibv_srq_init_attr, ibv_srq_init_attr_ex,
 };
-use softnic_ibverbs::{internal, objects, qp as ibv_qp_mod};
+use softnic_ibverbs::{internal, objects, qp as ibv_qp_mod, srq};
 use verbs_api::QpState;
 
 use crate::abi::*;
@@ -159,6 +159,10 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
     if unsafe { (*ax.pd).context } != ctx {
         return fail(libc::EINVAL);
     }
+    // rdma-core's rule: the id's SRQ (`rdma_create_srq`) unless the program names one.
+    if ax.srq.is_null() {
+        ax.srq = i.id.srq.cast();
+    }
     if ax.send_cq.is_null() || ax.recv_cq.is_null() {
         i.own_cqs = true;
         if ax.send_cq.is_null() {
@@ -210,6 +214,99 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
     i.id.qp = qp;
     i.id.qp_type = ax.qp_type;
     0
+}
+
+/// `IBV_SRQ_INIT_ATTR_TYPE`.
+const SRQ_INIT_ATTR_TYPE: u32 = 1 << 0;
+/// `IBV_SRQ_INIT_ATTR_PD`.
+const SRQ_INIT_ATTR_PD: u32 = 1 << 1;
+/// `IBV_SRQT_BASIC`.
+const SRQT_BASIC: u32 = 0;
+
+/// `rdma_create_srq_ex`: an SRQ on the id's device, kept as `id->srq`, which
+/// `rdma_create_qp` then gives a QP created without one, as librdmacm does. The PD is
+/// the attribute's or, without one, `id->pd`. `IBV_SRQ_INIT_ATTR_TYPE` is required
+/// (EINVAL without, as rdma-core); a basic SRQ only: XRC and tag-matching SRQs, and
+/// the attribute bits that go with them, are EOPNOTSUPP, as `ibv_create_srq_ex` of
+/// softnic's libibverbs answers. An unbound id (no device yet) is EINVAL.
+///
+/// # Safety
+/// `id` is live; `attr` is a valid `ibv_srq_init_attr_ex`.
+#[export_name = "softnic_rdma_create_srq_ex"]
+pub unsafe extern "C" fn rdma_create_srq_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> c_int {
+    // SAFETY: caller contract.
+    let (Some(i), Some(a)) = (unsafe { (id_of(id), attr.as_mut()) }) else {
+        return fail(libc::EINVAL);
+    };
+    if a.comp_mask & SRQ_INIT_ATTR_TYPE == 0 || i.id.verbs.is_null() {
+        return fail(libc::EINVAL);
+    }
+    if a.srq_type != SRQT_BASIC || a.comp_mask & !(SRQ_INIT_ATTR_TYPE | SRQ_INIT_ATTR_PD) != 0 {
+        return fail(libc::EOPNOTSUPP);
+    }
+    if a.comp_mask & SRQ_INIT_ATTR_PD == 0 || a.pd.is_null() {
+        a.pd = i.id.pd;
+        a.comp_mask |= SRQ_INIT_ATTR_PD;
+    }
+    // SAFETY: the PD is the program's or the id's, live; an ibv_srq_init_attr_ex
+    // begins with an ibv_srq_init_attr (how the inline ibv_create_srq_ex passes it).
+    let srq = unsafe { srq::ibv_create_srq(a.pd, (a as *mut ibv_srq_init_attr_ex).cast()) };
+    if srq.is_null() {
+        return -1;
+    }
+    i.id.srq = srq.cast();
+    0
+}
+
+/// `rdma_create_srq`: [`rdma_create_srq_ex`] with a basic SRQ on `pd` (NULL: `id->pd`),
+/// the granted sizes written back into `attr`.
+///
+/// # Safety
+/// `id` is live; `pd` NULL or live; `attr` is a valid `ibv_srq_init_attr`.
+#[export_name = "softnic_rdma_create_srq"]
+pub unsafe extern "C" fn rdma_create_srq(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> c_int {
+    // SAFETY: caller contract.
+    let Some(a) = (unsafe { attr.as_mut() }) else {
+        return fail(libc::EINVAL);
+    };
+    let mut ex = ibv_srq_init_attr_ex {
+        srq_context: a.srq_context,
+        attr: ibv_srq_attr { ..a.attr },
+        comp_mask: SRQ_INIT_ATTR_TYPE | SRQ_INIT_ATTR_PD,
+        srq_type: SRQT_BASIC,
+        pd,
+        xrcd: std::ptr::null_mut(),
+        cq: std::ptr::null_mut(),
+        tm_cap: [0; 2],
+    };
+    // SAFETY: forwarded caller contract; `ex` is a valid attribute.
+    let r = unsafe { rdma_create_srq_ex(id, &mut ex) };
+    a.attr = ibv_srq_attr { ..ex.attr };
+    r
+}
+
+/// `rdma_destroy_srq`: destroys `id->srq` (the program has destroyed the QPs using
+/// it) and clears it.
+///
+/// # Safety
+/// `id` is live.
+#[export_name = "softnic_rdma_destroy_srq"]
+pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
+    // SAFETY: caller contract.
+    if let Some(i) = unsafe { id_of(id) } {
+        if !i.id.srq.is_null() {
+            // SAFETY: the SRQ rdma_create_srq made, live until now.
+            unsafe { srq::ibv_destroy_srq(i.id.srq.cast()) };
+            i.id.srq = std::ptr::null_mut();
+        }
+    }
 }
 
 /// `rdma_destroy_qp`: the QP, and the CQs `rdma_create_qp` made for it.

@@ -69,6 +69,28 @@ static int nic(const char *name)
 	CHECK(rdma_destroy_id(a) == 0);
 	CHECK(rdma_bind_addr(b, (struct sockaddr *)&same) == 0 && rdma_get_src_port(b) == port);
 	CHECK(rdma_destroy_id(b) == 0);
+	/* SRQs on ids: rdma_create_srq needs a bound id (EINVAL before), keeps the SRQ as
+	 * id->srq, and rdma_create_qp gives it to a QP created without one;
+	 * rdma_create_srq_ex needs IBV_SRQ_INIT_ATTR_TYPE (EINVAL) and makes basic SRQs
+	 * only (XRC: EOPNOTSUPP). */
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 10, .max_sge = 1 } };
+	CHECK(rdma_create_id(ch, &a, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_create_srq(a, NULL, &sa) == -1 && errno == EINVAL);
+	CHECK(rdma_bind_addr(a, (struct sockaddr *)&any) == 0);
+	struct ibv_srq_init_attr_ex sx = { .attr = { .max_wr = 4, .max_sge = 1 } };
+	CHECK(rdma_create_srq_ex(a, &sx) == -1 && errno == EINVAL);
+	sx.comp_mask = IBV_SRQ_INIT_ATTR_TYPE;
+	sx.srq_type = IBV_SRQT_XRC;
+	CHECK(rdma_create_srq_ex(a, &sx) == -1 && errno == EOPNOTSUPP && a->srq == NULL);
+	CHECK(rdma_create_srq(a, NULL, &sa) == 0 && a->srq && sa.attr.max_wr >= 10);
+	CHECK(a->srq->pd == a->pd);
+	struct ibv_qp_init_attr qa = { .qp_type = IBV_QPT_RC,
+				       .cap = { .max_send_wr = 4, .max_send_sge = 1 } };
+	CHECK(rdma_create_qp(a, NULL, &qa) == 0 && a->qp->srq == a->srq);
+	rdma_destroy_qp(a);
+	rdma_destroy_srq(a);
+	CHECK(a->srq == NULL);
+	CHECK(rdma_destroy_id(a) == 0);
 	/* Options: the ACK timeout is taken on an RC id (at most 31; a UD id has no ACKs:
 	 * EINVAL), TOS is accepted, a wrong size is EINVAL, an unknown option ENOSYS. */
 	uint8_t t = 12, big = 32, tos = 0;
@@ -209,7 +231,7 @@ int main(int argc, char **argv)
 	CHECK(riowrite(rs, &b1, 1, 0, 0) == (size_t)-1 && errno == ENOTCONN);
 	CHECK(rclose(rs) == 0);
 	CHECK(rdma_join_multicast(NULL, NULL, NULL) == -1 && errno == EINVAL);
-	CHECK(rdma_create_srq(NULL, NULL, NULL) == -1 && errno == EOPNOTSUPP);
+	CHECK(rdma_create_srq(NULL, NULL, NULL) == -1 && errno == EINVAL);
 	CHECK(rdma_set_local_ece(NULL, NULL) == -1 && errno == EOPNOTSUPP);
 	CHECK(rdma_ack_cm_event(NULL) == -1 && errno == EINVAL);
 	CHECK(rdma_get_cm_event(NULL, NULL) == -1 && errno == EINVAL);
