@@ -99,6 +99,7 @@ fn raw_qp(nic: &NicProc, peer: &NicProc, peer_qpn: u32) -> RawQp {
         recv_cq: cq,
         caps,
         srq: None,
+        xrcd: None,
     };
     let Reply::Qp {
         qpn,

@@ -574,6 +574,7 @@ impl QueuePair {
             recv_cq: attr.recv_cq.shared.handle,
             caps,
             srq: srq.map(|s| s.handle()),
+            xrcd: None,
         };
         let (reply, _) = ctx.inner.call("ibv_create_qp", &req, &[fd.as_fd()])?;
         let (qpn, doorbell) = match reply {

@@ -100,6 +100,7 @@ impl SharedReceiveQueue {
                 max_sge: init.max_sge,
                 srq_limit: init.srq_limit,
             },
+            xrc: None,
         };
         let (reply, _) = pd
             .inner
@@ -111,6 +112,7 @@ impl SharedReceiveQueue {
                 srq,
                 attr,
                 doorbell,
+                ..
             } => (srq, attr, doorbell),
             other => {
                 return Err(Error::Protocol(format!(

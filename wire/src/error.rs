@@ -34,6 +34,8 @@ pub enum Layer {
     AtomicAckEth,
     /// Flush Extended Transport Header.
     Feth,
+    /// XRC Extended Transport Header.
+    XrcEth,
     /// Congestion Notification Packet body.
     Cnp,
     /// The payload, pad bytes and ICRC.
@@ -54,7 +56,8 @@ pub enum Error {
         /// Bytes available from its start.
         have: usize,
     },
-    /// The BTH opcode is not one softnic knows (reserved, RD, XRC or vendor-specific).
+    /// The BTH opcode is not one softnic knows: a reserved code of any transport, an RD
+    /// opcode, or a vendor-specific one (IBTA 9.2 table 38). XRC opcodes are known.
     UnknownOpcode(u8),
     /// The BTH transport header version is not 0 (IBTA 9.2: TVer must be 0).
     BadTver(u8),

@@ -48,6 +48,7 @@ pub mod opcode;
 pub mod packet;
 pub mod reth;
 pub mod types;
+pub mod xrceth;
 
 mod bytes;
 mod view;
@@ -66,6 +67,7 @@ pub use opcode::{Header, Opcode, OpcodeInfo, Operation, Position, Transport};
 pub use packet::{PacketRepr, ParsedPacket};
 pub use reth::{Reth, RethRepr};
 pub use types::{Msn, Psn, Qpn};
+pub use xrceth::{XrcEth, XrcEthRepr};
 
 /// The IANA-assigned UDP destination port of RoCEv2.
 pub const ROCEV2_UDP_PORT: u16 = 4791;

@@ -4,9 +4,10 @@
 //!
 //! This is data, not code (the model is `rxe_opcode.c`): parsing, emitting, the requester's
 //! opcode sequencing and the decoder all read the same rows. The opcode byte is split by
-//! IBTA 9.2 into a 3-bit transport prefix (RC 000, UC 001, RD 010, UD 011, CNP 100) and a
-//! 5-bit operation; RD and XRC are not implemented and are parse errors, as are reserved
-//! codes.
+//! IBTA 9.2 into a 3-bit transport prefix (RC 000, UC 001, RD 010, UD 011, CNP 100,
+//! XRC 101) and a 5-bit operation. RD is not implemented and its opcodes are parse
+//! errors, as are reserved codes. XRC rows mirror the RC rows, with the XRCETH (the
+//! target's SRQ number) right after the BTH of every request.
 
 use core::fmt;
 
@@ -25,6 +26,9 @@ pub enum Transport {
     Ud,
     /// RoCEv2 Congestion Notification Packet (Annex A17.9.3).
     Cnp,
+    /// eXtended Reliable Connected: RC's rules, but one connection serves every SRQ of
+    /// the target's XRC domain, so each request names its SRQ in an XRCETH.
+    Xrc,
 }
 
 /// What a packet does.
@@ -100,6 +104,8 @@ pub enum Header {
     Feth,
     /// CNP body: 16 reserved bytes.
     CnpPad,
+    /// XRC Extended Transport Header, 4 bytes: the XRC SRQ number.
+    XrcEth,
 }
 
 impl Header {
@@ -134,7 +140,7 @@ impl Header {
     pub const fn size(self) -> usize {
         match self {
             Header::Reth => 16,
-            Header::Aeth | Header::ImmDt | Header::Ieth | Header::Feth => 4,
+            Header::Aeth | Header::ImmDt | Header::Ieth | Header::Feth | Header::XrcEth => 4,
             Header::Deth | Header::AtomicAckEth => 8,
             Header::AtomicEth => 28,
             Header::CnpPad => 16,
@@ -244,9 +250,9 @@ macro_rules! row {
     };
 }
 
-/// Every opcode softnic knows, sorted by value. RC and UC rows follow IBTA 9.2 table 38
-/// (and rxe_opcode.c for FLUSH and ATOMIC WRITE); UD follows the same table; the CNP
-/// follows Annex A17.9.3.
+/// Every opcode softnic knows, sorted by value. RC, UC and XRC rows follow IBTA 9.2
+/// table 38 (and rxe_opcode.c for FLUSH and ATOMIC WRITE); UD follows the same table;
+/// the CNP follows Annex A17.9.3.
 pub const OPCODES: &[OpcodeInfo] = &[
     // Reliable Connected, 0x00..=0x1D.
     row!(0x00, "SEND_FIRST", T::Rc, O::Send, First, [], true),
@@ -476,6 +482,184 @@ pub const OPCODES: &[OpcodeInfo] = &[
     ),
     // RoCEv2 CNP.
     row!(0x81, "CNP", T::Cnp, O::Cnp, Only, [CnpPad], false),
+    // eXtended Reliable Connected, 0xA0..=0xB7 (0xB5 reserved): the RC rows 0x00..=0x17
+    // with the XRCETH first after the BTH of every request (IBTA 9.2 table 38); the
+    // responses (READ responses, ACKs, atomic ACKs) are RC's and carry none.
+    row!(0xA0, "SEND_FIRST", T::Xrc, O::Send, First, [XrcEth], true),
+    row!(0xA1, "SEND_MIDDLE", T::Xrc, O::Send, Middle, [XrcEth], true),
+    row!(0xA2, "SEND_LAST", T::Xrc, O::Send, Last, [XrcEth], true),
+    row!(
+        0xA3,
+        "SEND_LAST_WITH_IMMEDIATE",
+        T::Xrc,
+        O::Send,
+        Last,
+        [XrcEth, ImmDt],
+        true
+    ),
+    row!(0xA4, "SEND_ONLY", T::Xrc, O::Send, Only, [XrcEth], true),
+    row!(
+        0xA5,
+        "SEND_ONLY_WITH_IMMEDIATE",
+        T::Xrc,
+        O::Send,
+        Only,
+        [XrcEth, ImmDt],
+        true
+    ),
+    row!(
+        0xA6,
+        "RDMA_WRITE_FIRST",
+        T::Xrc,
+        O::Write,
+        First,
+        [XrcEth, Reth],
+        true
+    ),
+    row!(
+        0xA7,
+        "RDMA_WRITE_MIDDLE",
+        T::Xrc,
+        O::Write,
+        Middle,
+        [XrcEth],
+        true
+    ),
+    row!(
+        0xA8,
+        "RDMA_WRITE_LAST",
+        T::Xrc,
+        O::Write,
+        Last,
+        [XrcEth],
+        true
+    ),
+    row!(
+        0xA9,
+        "RDMA_WRITE_LAST_WITH_IMMEDIATE",
+        T::Xrc,
+        O::Write,
+        Last,
+        [XrcEth, ImmDt],
+        true
+    ),
+    row!(
+        0xAA,
+        "RDMA_WRITE_ONLY",
+        T::Xrc,
+        O::Write,
+        Only,
+        [XrcEth, Reth],
+        true
+    ),
+    row!(
+        0xAB,
+        "RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+        T::Xrc,
+        O::Write,
+        Only,
+        [XrcEth, Reth, ImmDt],
+        true
+    ),
+    row!(
+        0xAC,
+        "RDMA_READ_REQUEST",
+        T::Xrc,
+        O::ReadRequest,
+        Only,
+        [XrcEth, Reth],
+        false
+    ),
+    row!(
+        0xAD,
+        "RDMA_READ_RESPONSE_FIRST",
+        T::Xrc,
+        O::ReadResponse,
+        First,
+        [Aeth],
+        true
+    ),
+    row!(
+        0xAE,
+        "RDMA_READ_RESPONSE_MIDDLE",
+        T::Xrc,
+        O::ReadResponse,
+        Middle,
+        [],
+        true
+    ),
+    row!(
+        0xAF,
+        "RDMA_READ_RESPONSE_LAST",
+        T::Xrc,
+        O::ReadResponse,
+        Last,
+        [Aeth],
+        true
+    ),
+    row!(
+        0xB0,
+        "RDMA_READ_RESPONSE_ONLY",
+        T::Xrc,
+        O::ReadResponse,
+        Only,
+        [Aeth],
+        true
+    ),
+    row!(
+        0xB1,
+        "ACKNOWLEDGE",
+        T::Xrc,
+        O::Acknowledge,
+        Only,
+        [Aeth],
+        false
+    ),
+    row!(
+        0xB2,
+        "ATOMIC_ACKNOWLEDGE",
+        T::Xrc,
+        O::AtomicAcknowledge,
+        Only,
+        [Aeth, AtomicAckEth],
+        false
+    ),
+    row!(
+        0xB3,
+        "COMPARE_SWAP",
+        T::Xrc,
+        O::CompareSwap,
+        Only,
+        [XrcEth, AtomicEth],
+        false
+    ),
+    row!(
+        0xB4,
+        "FETCH_ADD",
+        T::Xrc,
+        O::FetchAdd,
+        Only,
+        [XrcEth, AtomicEth],
+        false
+    ),
+    row!(
+        0xB6,
+        "SEND_LAST_WITH_INVALIDATE",
+        T::Xrc,
+        O::Send,
+        Last,
+        [XrcEth, Ieth],
+        true
+    ),
+    row!(
+        0xB7,
+        "SEND_ONLY_WITH_INVALIDATE",
+        T::Xrc,
+        O::Send,
+        Only,
+        [XrcEth, Ieth],
+        true
+    ),
 ];
 
 /// Number of rows in [`OPCODES`].
@@ -496,7 +680,7 @@ const fn build_index() -> [u8; 256] {
 }
 
 /// Variants of [`Transport`], [`Operation`] and [`Position`], for [`find_key`].
-const TRANSPORTS: usize = 4;
+const TRANSPORTS: usize = 5;
 const OPERATIONS: usize = 11;
 const POSITIONS: usize = 4;
 
@@ -547,6 +731,20 @@ impl Opcode {
     pub const UD_SEND_ONLY: Opcode = Opcode(0x64);
     /// RoCEv2 Congestion Notification Packet.
     pub const CNP: Opcode = Opcode(0x81);
+    /// XRC SEND Only.
+    pub const XRC_SEND_ONLY: Opcode = Opcode(0xA4);
+    /// XRC RDMA WRITE Only.
+    pub const XRC_RDMA_WRITE_ONLY: Opcode = Opcode(0xAA);
+    /// XRC RDMA READ Request.
+    pub const XRC_RDMA_READ_REQUEST: Opcode = Opcode(0xAC);
+    /// XRC Acknowledge.
+    pub const XRC_ACKNOWLEDGE: Opcode = Opcode(0xB1);
+    /// XRC Atomic Acknowledge.
+    pub const XRC_ATOMIC_ACKNOWLEDGE: Opcode = Opcode(0xB2);
+    /// XRC Compare & Swap.
+    pub const XRC_COMPARE_SWAP: Opcode = Opcode(0xB3);
+    /// XRC Fetch & Add.
+    pub const XRC_FETCH_ADD: Opcode = Opcode(0xB4);
 
     /// The table row of this opcode, or `None` when it is unknown.
     #[inline]
@@ -620,6 +818,7 @@ impl fmt::Display for Opcode {
                     T::Uc => "UC_",
                     T::Ud => "UD_",
                     T::Cnp => "",
+                    T::Xrc => "XRC_",
                 };
                 write!(f, "{prefix}{}", i.name)
             }
@@ -650,14 +849,21 @@ mod tests {
         for w in OPCODES.windows(2) {
             assert!(w[0].opcode < w[1].opcode, "{:?} before {:?}", w[0], w[1]);
         }
-        assert_eq!(Opcode::all().count(), 40);
+        // 25 RC, 12 UC, 2 UD, 1 CNP, 23 XRC.
+        assert_eq!(Opcode::all().count(), 63);
     }
 
     /// The lookup table answers exactly as the linear search over the rows.
     #[test]
     fn find_table_agrees_with_the_rows() {
         use Operation::*;
-        let ts = [Transport::Rc, Transport::Uc, Transport::Ud, Transport::Cnp];
+        let ts = [
+            Transport::Rc,
+            Transport::Uc,
+            Transport::Ud,
+            Transport::Cnp,
+            Transport::Xrc,
+        ];
         let ops = [
             Send,
             Write,
@@ -711,6 +917,7 @@ mod tests {
                 AtomicAckEth,
                 Feth,
                 CnpPad,
+                XrcEth,
             ] {
                 assert_eq!(r.has(h), r.headers.contains(&h), "{r:?} {h:?}");
             }
@@ -726,6 +933,7 @@ mod tests {
                 T::Uc => 1,
                 T::Ud => 3,
                 T::Cnp => 4,
+                T::Xrc => 5,
             };
             assert_eq!(prefix, want, "{}", r.opcode);
         }
@@ -743,10 +951,106 @@ mod tests {
         }
     }
 
+    /// XRC is RC plus the XRCETH (IBTA 9.2 table 38): each XRC row has the RC row of the
+    /// same low 5 bits as its twin, with the same name, operation, position and payload
+    /// rule; a request carries the XRCETH first and then the RC headers, a response
+    /// carries exactly the RC headers.
+    #[test]
+    fn xrc_rows_mirror_rc_rows_with_the_xrceth_first_on_requests() {
+        let mut n = 0;
+        for x in Opcode::all().filter(|r| r.transport == T::Xrc) {
+            n += 1;
+            assert_eq!(x.opcode.0 >> 5, 0b101, "{}", x.opcode);
+            let rc = Opcode(x.opcode.0 & 0x1F).info().expect("RC twin");
+            assert_eq!(rc.transport, T::Rc);
+            assert_eq!(
+                (rc.name, rc.operation, rc.position, rc.payload),
+                (x.name, x.operation, x.position, x.payload)
+            );
+            if x.is_request() {
+                assert_eq!(x.headers.first(), Some(&XrcEth), "{}", x.opcode);
+                assert_eq!(&x.headers[1..], rc.headers, "{}", x.opcode);
+                assert_eq!(x.offset_of(XrcEth), Some(crate::bth::HEADER_LEN));
+                assert_eq!(x.ext_len(), rc.ext_len() + 4);
+            } else {
+                assert!(!x.has(XrcEth), "{}", x.opcode);
+                assert_eq!(x.headers, rc.headers, "{}", x.opcode);
+            }
+            assert_eq!(x.consumes_recv_wqe(), rc.consumes_recv_wqe());
+        }
+        // Every RC opcode of 0x00..=0x17 has its twin; FLUSH and ATOMIC WRITE do not.
+        assert_eq!(n, 23);
+        for rc in Opcode::all().filter(|r| r.transport == T::Rc) {
+            let twin = Opcode(rc.opcode.0 | 0xA0).info();
+            assert_eq!(twin.is_some(), rc.opcode.0 <= 0x17, "{}", rc.opcode);
+        }
+        // Only XRC requests carry it.
+        for r in Opcode::all().filter(|r| r.has(XrcEth)) {
+            assert!(r.transport == T::Xrc && r.is_request(), "{}", r.opcode);
+        }
+    }
+
+    #[test]
+    fn find_returns_xrc_rows() {
+        for x in Opcode::all().filter(|r| r.transport == T::Xrc) {
+            let with = if x.has(ImmDt) {
+                Some(ImmDt)
+            } else if x.has(Ieth) {
+                Some(Ieth)
+            } else {
+                None
+            };
+            assert_eq!(
+                Opcode::find(T::Xrc, x.operation, x.position, with),
+                Some(x.opcode)
+            );
+        }
+        assert_eq!(
+            Opcode::find(T::Xrc, O::Send, Only, None),
+            Some(Opcode::XRC_SEND_ONLY)
+        );
+        assert_eq!(
+            Opcode::find(T::Xrc, O::Write, First, None),
+            Some(Opcode(0xA6))
+        );
+        assert_eq!(
+            Opcode::find(T::Xrc, O::Acknowledge, Only, None),
+            Some(Opcode::XRC_ACKNOWLEDGE)
+        );
+        assert_eq!(
+            Opcode::find(T::Xrc, O::Send, Last, Some(Ieth)),
+            Some(Opcode(0xB6))
+        );
+        // The slow path (a header other than ImmDt or IETH) finds them too.
+        assert_eq!(
+            Opcode::find(T::Xrc, O::FetchAdd, Only, Some(AtomicEth)),
+            Some(Opcode::XRC_FETCH_ADD)
+        );
+        assert_eq!(
+            Opcode::find(T::Xrc, O::ReadRequest, Only, Some(XrcEth)),
+            Some(Opcode::XRC_RDMA_READ_REQUEST)
+        );
+        // RC's memory placement extensions have no XRC rows here.
+        assert_eq!(Opcode::find(T::Xrc, O::Flush, Only, None), None);
+        assert_eq!(Opcode::find(T::Xrc, O::AtomicWrite, Only, None), None);
+        for (c, k) in [
+            (Opcode::XRC_SEND_ONLY, "XRC_SEND_ONLY"),
+            (Opcode::XRC_RDMA_WRITE_ONLY, "XRC_RDMA_WRITE_ONLY"),
+            (Opcode::XRC_RDMA_READ_REQUEST, "XRC_RDMA_READ_REQUEST"),
+            (Opcode::XRC_ACKNOWLEDGE, "XRC_ACKNOWLEDGE"),
+            (Opcode::XRC_ATOMIC_ACKNOWLEDGE, "XRC_ATOMIC_ACKNOWLEDGE"),
+            (Opcode::XRC_COMPARE_SWAP, "XRC_COMPARE_SWAP"),
+            (Opcode::XRC_FETCH_ADD, "XRC_FETCH_ADD"),
+        ] {
+            assert_eq!(c.to_string(), k);
+        }
+    }
+
     #[test]
     fn unknown_opcodes() {
         for op in [
-            0x15u8, 0x18, 0x1E, 0x1F, 0x2C, 0x40, 0x60, 0x63, 0x66, 0x80, 0xA0, 0xFF,
+            0x15u8, 0x18, 0x1E, 0x1F, 0x2C, 0x40, 0x60, 0x63, 0x66, 0x80, 0x9F, 0xB5, 0xB8, 0xBC,
+            0xBD, 0xC0, 0xFF,
         ] {
             assert!(Opcode(op).info().is_none(), "{op:#x}");
         }
@@ -787,6 +1091,15 @@ mod tests {
         assert_eq!(a.offset_of(AtomicAckEth), Some(16));
         let f = Opcode(0x1C).info().unwrap();
         assert_eq!(f.offset_of(Reth), Some(16));
+        let x = Opcode(0xAB).info().unwrap();
+        assert_eq!(x.offset_of(XrcEth), Some(12));
+        assert_eq!(x.offset_of(Reth), Some(16));
+        assert_eq!(x.offset_of(ImmDt), Some(32));
+        assert_eq!(x.ext_len(), 24);
+        assert_eq!(
+            format!("{}", Opcode(0xAB)),
+            "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE"
+        );
         assert_eq!(format!("{}", Opcode(0x64)), "UD_SEND_ONLY");
         assert_eq!(format!("{}", Opcode(0x81)), "CNP");
     }

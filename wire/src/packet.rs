@@ -18,6 +18,7 @@ use crate::feth::{Feth, FethRepr};
 use crate::ieth::{Ieth, IethRepr};
 use crate::immdt::{ImmDt, ImmDtRepr};
 use crate::opcode::{Header, OpcodeInfo};
+use crate::xrceth::{XrcEth, XrcEthRepr};
 use crate::ICRC_LEN;
 
 /// An owned RoCEv2 packet header stack.
@@ -41,6 +42,8 @@ pub struct PacketRepr {
     pub atomic_ack_eth: Option<AtomicAckEthRepr>,
     /// FETH, when the opcode carries one.
     pub feth: Option<FethRepr>,
+    /// XRCETH, when the opcode carries one (every XRC request).
+    pub xrceth: Option<XrcEthRepr>,
     /// Payload bytes, excluding pad and ICRC.
     pub payload_len: usize,
 }
@@ -98,6 +101,7 @@ const fn header_layer(h: Header) -> Layer {
         Header::AtomicAckEth => Layer::AtomicAckEth,
         Header::Feth => Layer::Feth,
         Header::CnpPad => Layer::Cnp,
+        Header::XrcEth => Layer::XrcEth,
     }
 }
 
@@ -114,6 +118,7 @@ impl PacketRepr {
             atomic_eth: None,
             atomic_ack_eth: None,
             feth: None,
+            xrceth: None,
             payload_len: 0,
         }
     }
@@ -199,6 +204,11 @@ impl PacketRepr {
                     })
                 }
                 Header::CnpPad => {}
+                Header::XrcEth => {
+                    repr.xrceth = Some(XrcEthRepr {
+                        srqn: XrcEth::new_unchecked(s).srqn(),
+                    })
+                }
             }
             off += h.size();
         }
@@ -263,6 +273,7 @@ impl PacketRepr {
             (Header::AtomicEth, self.atomic_eth.is_some()),
             (Header::AtomicAckEth, self.atomic_ack_eth.is_some()),
             (Header::Feth, self.feth.is_some()),
+            (Header::XrcEth, self.xrceth.is_some()),
         ]
         .iter()
         .fold(0, |m, &(h, is)| if is { m | h.bit() } else { m });
@@ -342,6 +353,11 @@ impl PacketRepr {
                     }
                 }
                 Header::CnpPad => s.fill(0),
+                Header::XrcEth => {
+                    if let Some(r) = self.xrceth {
+                        r.emit(&mut XrcEth::new_unchecked(s))
+                    }
+                }
             }
             off = end;
         }
@@ -495,5 +511,119 @@ mod tests {
                 have: 41
             })
         );
+    }
+
+    /// An XRC SEND Only, byte by byte: BTH, XRCETH (reserved byte, SRQ number), payload,
+    /// pad, ICRC slot.
+    #[test]
+    fn xrc_send_only_known_bytes() {
+        let mut r = PacketRepr::new(bth(0xA4));
+        r.xrceth = Some(XrcEthRepr { srqn: 0x00AB_CDEF });
+        r.payload_len = 3;
+        #[rustfmt::skip]
+        let want = [
+            0xA4, 0x10, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x11, 0x80, 0x00, 0x00, 0x64, // BTH
+            0x00, 0xAB, 0xCD, 0xEF, // XRCETH
+            b'x', b'r', b'c', 0x00, // payload, 1 pad byte
+            0x00, 0x00, 0x00, 0x00, // ICRC slot
+        ];
+        let mut buf = [0xEEu8; 64];
+        let n = r.emit(&mut buf, b"xrc").unwrap();
+        assert_eq!(&buf[..n], &want[..]);
+        assert_eq!(r.header_len(), Ok(16));
+        let p = PacketRepr::parse(&want).unwrap();
+        assert_eq!(p.header_len, 16);
+        assert_eq!(p.payload, b"xrc");
+        r.bth.pad_count = 1;
+        assert_eq!(p.repr, r);
+    }
+
+    /// An XRC RDMA WRITE First: the XRCETH comes before the RETH.
+    #[test]
+    fn xrc_write_first_known_bytes() {
+        let mut r = PacketRepr::new(bth(0xA6));
+        r.xrceth = Some(XrcEthRepr { srqn: 7 });
+        r.reth = Some(crate::reth::RethRepr {
+            va: 0x0102_0304_0506_0708,
+            rkey: 0x1122_3344,
+            dma_len: 8192,
+        });
+        r.payload_len = 4;
+        #[rustfmt::skip]
+        let want = [
+            0xA6, 0x00, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x11, 0x80, 0x00, 0x00, 0x64, // BTH
+            0x00, 0x00, 0x00, 0x07, // XRCETH
+            0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, // RETH VA
+            0x11, 0x22, 0x33, 0x44, 0x00, 0x00, 0x20, 0x00, // R_Key, DMA length
+            0xDE, 0xAD, 0xBE, 0xEF, // payload
+            0x00, 0x00, 0x00, 0x00, // ICRC slot
+        ];
+        let mut buf = [0u8; 64];
+        let n = r.emit(&mut buf, &[0xDE, 0xAD, 0xBE, 0xEF]).unwrap();
+        assert_eq!(&buf[..n], &want[..]);
+        let p = PacketRepr::parse(&want).unwrap();
+        assert_eq!(p.header_len, 32);
+        assert_eq!(p.payload, &[0xDE, 0xAD, 0xBE, 0xEF]);
+        assert_eq!(p.repr, r);
+    }
+
+    #[test]
+    fn xrc_truncation_names_the_xrceth() {
+        let mut r = PacketRepr::new(bth(0xA6));
+        r.xrceth = Some(XrcEthRepr { srqn: 7 });
+        r.reth = Some(crate::reth::RethRepr::default());
+        let mut buf = [0u8; 64];
+        let n = r.emit(&mut buf, &[]).unwrap();
+        for k in 0..n {
+            assert!(PacketRepr::parse(&buf[..k]).is_err(), "len {k}");
+        }
+        for k in 12..16 {
+            assert_eq!(
+                PacketRepr::parse(&buf[..k]),
+                Err(Error::Truncated {
+                    layer: Layer::XrcEth,
+                    need: 4,
+                    have: k - 12
+                })
+            );
+        }
+        // Past the XRCETH, the RETH is the one cut short.
+        assert_eq!(
+            PacketRepr::parse(&buf[..20]),
+            Err(Error::Truncated {
+                layer: Layer::Reth,
+                need: 16,
+                have: 4
+            })
+        );
+    }
+
+    #[test]
+    fn xrceth_must_match_the_opcode() {
+        // An XRC request without its XRCETH cannot be emitted ...
+        let r = PacketRepr::new(bth(0xA4));
+        assert_eq!(
+            r.emit(&mut [0u8; 64], &[]),
+            Err(Error::Inconsistent(
+                "missing extension header the opcode requires"
+            ))
+        );
+        // ... nor an RC packet or an XRC response with one.
+        for op in [0x04, 0xB1] {
+            let mut r = PacketRepr::new(bth(op));
+            r.xrceth = Some(XrcEthRepr::default());
+            if op == 0xB1 {
+                r.aeth = Some(AethRepr {
+                    syndrome: crate::aeth::Syndrome::Ack { credits: 31 },
+                    msn: crate::types::Msn::ZERO,
+                });
+            }
+            assert_eq!(
+                r.emit(&mut [0u8; 64], &[]),
+                Err(Error::Inconsistent(
+                    "extension header the opcode does not carry"
+                ))
+            );
+        }
     }
 }

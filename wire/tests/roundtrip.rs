@@ -23,7 +23,8 @@ use wire::opcode::{Header, OpcodeInfo, OPCODES};
 use wire::packet::pad_for;
 use wire::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, FethRepr, IcrcParams, IethRepr,
-    ImmDtRepr, IpParams, Msn, PacketRepr, Psn, Qpn, RethRepr, Syndrome, ROCEV2_UDP_PORT,
+    ImmDtRepr, IpParams, Msn, PacketRepr, Psn, Qpn, RethRepr, Syndrome, XrcEthRepr,
+    ROCEV2_UDP_PORT,
 };
 
 /// Largest payload generated: one 4096-byte MTU.
@@ -43,6 +44,8 @@ struct Fields {
     atomic: (u64, u32, u64, u64),
     atomic_ack: u64,
     feth: (u8, u8),
+    /// The XRC SRQ number: 24 bits, all the XRCETH carries.
+    xrc_srqn: u32,
     payload_len: usize,
     payload_seed: u64,
 }
@@ -57,12 +60,25 @@ fn arb_fields() -> impl Strategy<Value = Fields> {
         any::<(u64, u32, u64, u64)>(),
         any::<u64>(),
         (0u8..4, 0u8..16),
+        0u32..1 << 24,
         // Bias towards the edges (0, 1..3 for every pad count, a full MTU).
         prop_oneof![0usize..=8, 0usize..=MAX_PAYLOAD, Just(MAX_PAYLOAD)],
         any::<u64>(),
     )
         .prop_map(
-            |(bth, reth, aeth, deth, (imm, ieth_rkey), atomic, atomic_ack, feth, len, seed)| {
+            |(
+                bth,
+                reth,
+                aeth,
+                deth,
+                (imm, ieth_rkey),
+                atomic,
+                atomic_ack,
+                feth,
+                xrc_srqn,
+                len,
+                seed,
+            )| {
                 Fields {
                     bth,
                     reth,
@@ -73,6 +89,7 @@ fn arb_fields() -> impl Strategy<Value = Fields> {
                     atomic,
                     atomic_ack,
                     feth,
+                    xrc_srqn,
                     payload_len: len,
                     payload_seed: seed,
                 }
@@ -153,6 +170,7 @@ fn build(info: &OpcodeInfo, f: &Fields) -> (PacketRepr, Vec<u8>) {
                 })
             }
             Header::CnpPad => {}
+            Header::XrcEth => r.xrceth = Some(XrcEthRepr { srqn: f.xrc_srqn }),
         }
     }
     r.payload_len = payload_len;

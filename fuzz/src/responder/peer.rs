@@ -21,7 +21,7 @@ use softnic_transport::qp::QpType;
 use wire::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, FethRepr, Header, IcrcParams,
     IethRepr, ImmDtRepr, IpParams, Msn, NakCode, Opcode, OpcodeInfo, Operation, PacketRepr,
-    Position, Psn, Qpn, RethRepr, Syndrome, Transport,
+    Position, Psn, Qpn, RethRepr, Syndrome, Transport, XrcEthRepr,
 };
 
 use super::memory::MRS;
@@ -530,6 +530,15 @@ fn fill_headers(
                 })
             }
             Header::CnpPad => {}
+            Header::XrcEth => {
+                // Small SRQ numbers (the ones a NIC hands out first) or any 24-bit one.
+                let srqn = if u.ratio(3, 4)? {
+                    u.int_in_range(0..=15)?
+                } else {
+                    u.int_in_range(0..=0x00FF_FFFF)?
+                };
+                repr.xrceth = Some(XrcEthRepr { srqn })
+            }
         }
     }
     Ok(())

@@ -842,9 +842,11 @@ impl Victim {
     fn post_send(&mut self, u: &mut Unstructured<'_>, qp: usize) -> Result<()> {
         let t = self.qps[qp].qp_type();
         let ops: &[u8] = match t {
-            QpType::Rc => &[0, 1, 2, 3, 4, 5, 6],
+            QpType::Rc | QpType::XrcSend => &[0, 1, 2, 3, 4, 5, 6],
             QpType::Uc => &[0, 1, 2, 3],
             QpType::Ud => &[0, 1],
+            // No send queue (the victim makes no XRC QPs).
+            QpType::XrcRecv => return Ok(()),
         };
         let src = MRS[mr_index("rw")];
         let sink = MRS[mr_index("sink")];
@@ -876,6 +878,7 @@ impl Victim {
                 addr: PEER,
                 traffic_class: 0,
             }),
+            xrc_srqn: 0,
         };
         let sink_at = sink.iova + u64::from(u.int_in_range(0u32..=(4096 - 8) / 8)? * 8);
         wr.sges[0] = sge(src.lkey, src.iova, len);

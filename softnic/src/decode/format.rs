@@ -42,6 +42,10 @@ pub fn text_line(r: &Record) -> String {
                 let _ = write!(s, " {name}");
             }
         }
+        // Wire order: the XRCETH is the first header after the BTH.
+        if let Some(x) = &h.xrceth {
+            let _ = write!(s, " xrceth(srqn={:#08x})", x.srqn);
+        }
         if let Some(x) = &h.reth {
             let _ = write!(
                 s,

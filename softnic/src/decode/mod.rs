@@ -172,12 +172,18 @@ mod tests {
     /// One Ethernet frame from `rxe-lab/rc_send.pcap` would do, but a built one keeps
     /// this test independent of files: an RC SEND Only with a valid ICRC.
     fn frame(payload: &[u8]) -> Vec<u8> {
-        use wire::frame::{emit_ethernet, FrameParams};
-        use wire::{BthRepr, IcrcParams, IpParams, Opcode, PacketRepr, Psn, Qpn};
-        let mut p = PacketRepr::new(BthRepr {
+        use wire::{BthRepr, Opcode, PacketRepr, Psn, Qpn};
+        let p = PacketRepr::new(BthRepr {
             ack_req: true,
             ..BthRepr::new(Opcode::RC_SEND_ONLY, Qpn::new(0x11), Psn::new(7))
         });
+        frame_of(p, payload)
+    }
+
+    /// The Ethernet frame of `p` with `payload`, its ICRC filled.
+    fn frame_of(mut p: wire::PacketRepr, payload: &[u8]) -> Vec<u8> {
+        use wire::frame::{emit_ethernet, FrameParams};
+        use wire::{IcrcParams, IpParams};
         p.payload_len = payload.len();
         let mut roce = vec![0u8; p.total_len().unwrap()];
         p.emit(&mut roce, payload).unwrap();
@@ -244,6 +250,41 @@ mod tests {
         // Another port sees no RoCEv2 at all.
         let sum = decode_capture(&file, 4792, |_| {}).unwrap();
         assert_eq!((sum.frames, sum.roce), (3, 0));
+    }
+
+    /// An XRC request shows its XRCETH in both renderings, first after the BTH fields.
+    #[test]
+    fn xrc_request_shows_its_srq_number() {
+        use wire::{BthRepr, Opcode, PacketRepr, Psn, Qpn, RethRepr, XrcEthRepr};
+        let mut p = PacketRepr::new(BthRepr::new(Opcode(0xA6), Qpn::new(0x12), Psn::new(9)));
+        p.xrceth = Some(XrcEthRepr { srqn: 0xAB_CDEF });
+        p.reth = Some(RethRepr {
+            va: 0x1000,
+            rkey: 0x77,
+            dma_len: 64,
+        });
+        let file = pcap(&[frame_of(p, &[5u8; 8])]);
+        let mut recs = Vec::new();
+        let sum = decode_capture(&file, 4791, |r| recs.push(r.clone())).unwrap();
+        assert!(sum.all_ok());
+        let line = format::text_line(&recs[0]);
+        assert!(
+            line.contains(
+                "XRC_RDMA_WRITE_FIRST qp=0x000012 psn=9 ack_req=0 \
+                 xrceth(srqn=0xabcdef) reth(va=0x1000 rkey=0x77 len=64) len=8 ICRC ok"
+            ),
+            "{line}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&format::json_line(&recs[0])).unwrap();
+        assert_eq!(v["opcode_name"], "XRC_RDMA_WRITE_FIRST");
+        assert_eq!(v["xrceth"]["srqn"], 0xAB_CDEF);
+        assert_eq!(v["reth"]["dma_len"], 64);
+        // An RC packet has no `xrceth` key at all.
+        let rc = decode_capture(&pcap(&[frame(b"x")]), 4791, |r| {
+            assert!(!format::json_line(r).contains("xrceth"));
+            assert!(!format::text_line(r).contains("xrceth"));
+        });
+        assert!(rc.unwrap().all_ok());
     }
 
     #[test]

@@ -104,6 +104,14 @@ pub struct Feth {
     pub placement: u8,
 }
 
+/// XRC Extended Transport Header (IBTA 9.3): the SRQ at the target that an XRC request
+/// is for.
+#[derive(Debug, Clone, Serialize)]
+pub struct XrcEth {
+    /// The XRC SRQ number (24 bits).
+    pub srqn: u32,
+}
+
 /// The headers of a packet that parsed.
 #[derive(Debug, Clone, Serialize)]
 pub struct Headers {
@@ -129,6 +137,9 @@ pub struct Headers {
     pub ack_req: bool,
     /// Packet sequence number.
     pub psn: u32,
+    /// XRCETH, when present (every XRC request; it comes first after the BTH).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub xrceth: Option<XrcEth>,
     /// RETH, when present.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reth: Option<Reth>,
@@ -245,6 +256,7 @@ fn headers(r: &PacketRepr, payload: &[u8]) -> Headers {
         dest_qp: b.dest_qpn.value(),
         ack_req: b.ack_req,
         psn: b.psn.value(),
+        xrceth: r.xrceth.map(|x| XrcEth { srqn: x.srqn }),
         reth: r.reth.map(|x| Reth {
             va: x.va,
             rkey: x.rkey,

@@ -12,7 +12,7 @@ use wire::feth::FethRepr;
 use wire::opcode::OPCODES;
 use wire::{
     AtomicEthRepr, BthRepr, DethRepr, Header, IethRepr, ImmDtRepr, Msn, Opcode, Operation,
-    PacketRepr, Position, Psn, Qpn, RethRepr, Syndrome, Transport,
+    PacketRepr, Position, Psn, Qpn, RethRepr, Syndrome, Transport, XrcEthRepr,
 };
 
 use super::seq::{Ctx, Pkt, BTH_LEN};
@@ -133,6 +133,13 @@ fn build(op: Opcode, f: &Fields, rng: &mut SplitMix64) -> Pkt {
                 })
             }
             Header::CnpPad => {}
+            // XRC rows reach the RC QP only through the transport mixes: any 24-bit SRQ
+            // number, drawn here so that RC packets keep their random stream.
+            Header::XrcEth => {
+                r.xrceth = Some(XrcEthRepr {
+                    srqn: rng.below(1 << 24) as u32,
+                })
+            }
         }
     }
     r.payload_len = if info.payload { f.len } else { 0 };
@@ -260,7 +267,7 @@ pub fn fresh(aim: &Aim, rng: &mut SplitMix64, history: &[Pkt]) -> Vec<Pkt> {
             renumber(&mut m, aim.ctx.base_psn);
             m
         }
-        // Transport mixes: any row of the opcode table (UC, UD, responses, FLUSH,
+        // Transport mixes: any row of the opcode table (UC, UD, XRC, responses, FLUSH,
         // ATOMIC WRITE, CNP) aimed at the RC QP, or an opcode with no row.
         5 => {
             let op = if rng.chance(0.9) {

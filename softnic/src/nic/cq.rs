@@ -270,6 +270,7 @@ mod tests {
             imm: Some(0xABCD),
             qp_num: 0x11,
             src_qp: 0,
+            srqn: 0,
         }
     }
 

@@ -160,6 +160,7 @@ impl QpEntry {
             imm: None,
             qp_num: self.qp.qpn(),
             src_qp: 0,
+            srqn: 0,
         };
         n.wqe_invalid += 1;
         self.move_to_error(now);

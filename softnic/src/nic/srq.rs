@@ -251,6 +251,7 @@ impl Nic {
         (
             verbs_api::abi::control::Response::Ok(Reply::Srq {
                 srq: h,
+                srq_num: 0,
                 attr: granted,
                 doorbell,
             }),
@@ -446,7 +447,11 @@ pub(super) mod tests {
         pd: u32,
         attr: SrqAttr,
     ) -> Result<Reply, ErrorCode> {
-        let req = Request::CreateSrq { pd, attr };
+        let req = Request::CreateSrq {
+            pd,
+            attr,
+            xrc: None,
+        };
         call(nic, c, client, req, vec![srq_fd(attr.max_wr.max(1))])
     }
 
@@ -469,6 +474,7 @@ pub(super) mod tests {
                 max_inline: 0,
             },
             srq,
+            xrcd: None,
         };
         call(
             nic,
@@ -546,6 +552,7 @@ pub(super) mod tests {
         let req = Request::CreateSrq {
             pd,
             attr: attr(8, 0),
+            xrc: None,
         };
         assert_eq!(
             call(&mut nic, &mut c, 1, req, vec![]),
@@ -634,6 +641,7 @@ pub(super) mod tests {
         let req = Request::CreateSrq {
             pd,
             attr: attr(8, 0),
+            xrc: None,
         };
         let Ok(Reply::Srq { srq, .. }) = call(&mut nic, &mut c, 1, req, vec![fd]) else {
             panic!()
@@ -670,6 +678,7 @@ pub(super) mod tests {
         let req = Request::CreateSrq {
             pd,
             attr: attr(8, 0),
+            xrc: None,
         };
         let Ok(Reply::Srq { srq, .. }) = call(&mut nic, &mut c, 1, req, vec![fd]) else {
             panic!()

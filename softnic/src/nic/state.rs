@@ -190,6 +190,8 @@ fn to_transport_type(t: QpType) -> tqp::QpType {
         QpType::Rc => tqp::QpType::Rc,
         QpType::Uc => tqp::QpType::Uc,
         QpType::Ud => tqp::QpType::Ud,
+        QpType::XrcSend => tqp::QpType::XrcSend,
+        QpType::XrcRecv => tqp::QpType::XrcRecv,
     }
 }
 
@@ -447,7 +449,11 @@ impl Nic {
                 recv_cq,
                 caps,
                 srq,
+                xrcd,
             } => {
+                if xrcd.is_some() || matches!(qp_type, QpType::XrcSend | QpType::XrcRecv) {
+                    return err(ErrorCode::InvalidArgument, "XRC QPs are not supported yet");
+                }
                 let spec = QpSpec {
                     client,
                     pd,
@@ -459,7 +465,18 @@ impl Nic {
                 };
                 self.create_qp(&spec, fds, counters)
             }
-            Request::CreateSrq { pd, attr } => self.create_srq(client, pd, attr, fds, counters),
+            Request::CreateSrq { xrc: Some(_), .. } => {
+                err(ErrorCode::InvalidArgument, "XRC SRQs are not supported yet")
+            }
+            Request::CreateSrq {
+                pd,
+                attr,
+                xrc: None,
+            } => self.create_srq(client, pd, attr, fds, counters),
+            Request::OpenXrcd { .. } | Request::CloseXrcd { .. } => err(
+                ErrorCode::InvalidArgument,
+                "XRC domains are not supported yet",
+            ),
             Request::ModifySrq {
                 srq,
                 max_wr,
@@ -1308,6 +1325,8 @@ pub fn request_name(r: &Request) -> &'static str {
         Request::DeregMr { .. } => "DeregMr",
         Request::ReregMr { .. } => "ReregMr",
         Request::CreateCq { .. } => "CreateCq",
+        Request::OpenXrcd { .. } => "OpenXrcd",
+        Request::CloseXrcd { .. } => "CloseXrcd",
         Request::DestroyCq { .. } => "DestroyCq",
         Request::CreateQp { .. } => "CreateQp",
         Request::ModifyQp { .. } => "ModifyQp",
@@ -1429,6 +1448,7 @@ pub(super) mod tests {
             recv_cq: cq,
             caps,
             srq: None,
+            xrcd: None,
         };
         let Ok(Reply::Qp { qpn, .. }) = call(nic, c, client, req, vec![test_qp_fd(4, 4)]) else {
             panic!()

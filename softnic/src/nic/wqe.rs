@@ -110,7 +110,8 @@ pub fn send_wr(
         o => return Err(WqeError::UnknownOpcode(o)),
     };
     let allowed = match qp_type {
-        QpType::Rc => true,
+        QpType::Rc | QpType::XrcSend => true,
+        QpType::XrcRecv => false,
         QpType::Uc => matches!(
             op,
             SendOp::Send | SendOp::SendWithImm(_) | SendOp::Write | SendOp::WriteWithImm(_)
@@ -181,6 +182,7 @@ pub fn send_wr(
         signaled: w.flags & send_flags::SIGNALED != 0,
         solicited: w.flags & send_flags::SOLICITED != 0,
         ud,
+        xrc_srqn: 0,
     })
 }
 

@@ -40,6 +40,7 @@ pub fn test_info(p: &Params, device: &str, mtu_bytes: u32, out_reads: u32) -> St
         verbs_api::QpType::Uc => "UC",
         verbs_api::QpType::Ud => "UD",
         verbs_api::QpType::Rc => "RC",
+        verbs_api::QpType::XrcSend | verbs_api::QpType::XrcRecv => "XRC",
     };
     let srq = if p.use_srq { "ON" } else { "OFF" };
     s.push_str(&format!(

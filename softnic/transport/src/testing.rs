@@ -514,6 +514,10 @@ pub fn connect_qp(
 ) {
     let now = Instant::ZERO;
     let t = qp.qp_type();
+    // The attributes each service takes (`state::TRANSITIONS`): a responder's for RC
+    // and the XRC receive QP, a requester's retries for RC and the XRC send QP.
+    let responder = matches!(t, QpType::Rc | QpType::XrcRecv);
+    let retries = matches!(t, QpType::Rc | QpType::XrcSend);
     let init = QpAttr {
         state: Some(QpState::Init),
         pkey_index: Some(0),
@@ -535,8 +539,8 @@ pub fn connect_qp(
             rq_psn: Some(rq_psn),
             remote: Some(remote),
             traffic_class: cfg.traffic_class,
-            max_dest_rd_atomic: (t == QpType::Rc).then_some(cfg.rd_atomic),
-            min_rnr_timer: (t == QpType::Rc).then_some(cfg.min_rnr_timer),
+            max_dest_rd_atomic: responder.then_some(cfg.rd_atomic),
+            min_rnr_timer: responder.then_some(cfg.min_rnr_timer),
             ..Default::default()
         },
     };
@@ -544,10 +548,10 @@ pub fn connect_qp(
     let rts = QpAttr {
         state: Some(QpState::Rts),
         sq_psn: Some(sq_psn),
-        timeout: (t == QpType::Rc).then_some(cfg.timeout),
-        retry_cnt: (t == QpType::Rc).then_some(cfg.retry_cnt),
-        rnr_retry: (t == QpType::Rc).then_some(cfg.rnr_retry),
-        max_rd_atomic: (t == QpType::Rc).then_some(cfg.rd_atomic),
+        timeout: t.is_reliable().then_some(cfg.timeout),
+        retry_cnt: retries.then_some(cfg.retry_cnt),
+        rnr_retry: retries.then_some(cfg.rnr_retry),
+        max_rd_atomic: retries.then_some(cfg.rd_atomic),
         ..Default::default()
     };
     qp.modify(now, &rts).expect("to RTS");
@@ -602,6 +606,26 @@ impl Pair {
         connect_qp(&mut qb, &cfg, cfg.qpns.0, p.a.addr, cfg.psns.0, cfg.psns.1);
         qb.set_port_mtu(cfg.mtu);
         qb.set_local_addr(p.b.addr);
+        p.b.qp = qb;
+        p.b.srq = Some(Srq::new(PAIR_SRQN, 1, caps));
+        p
+    }
+
+    /// An XRC pair: A is an XRC send QP (`cfg.qpns.0`), B an XRC receive QP
+    /// (`cfg.qpns.1`) receiving through the XRC SRQ [`PAIR_SRQN`] (`caps`, PD 1) in
+    /// `b.srq`, which is what A's work requests must name
+    /// ([`crate::wr::SendWr::xrc_srqn`]). B hands a request to its QP only when the
+    /// XRCETH names `b.srq` (as the NIC looks the SRQ up); others count as
+    /// `NetStats::wrong_qpn`. `cfg.qp_type` is ignored.
+    pub fn connect_xrc(cfg: PairConfig, seed: u64, caps: SrqCaps) -> Pair {
+        let mut p = Pair::connect(cfg, seed);
+        let mut qa = Qp::new(cfg.qpns.0, QpType::XrcSend, 1, cfg.caps);
+        let mut qb = Qp::new_xrc_recv(cfg.qpns.1, cfg.caps);
+        connect_qp(&mut qa, &cfg, cfg.qpns.1, p.b.addr, cfg.psns.1, cfg.psns.0);
+        connect_qp(&mut qb, &cfg, cfg.qpns.0, p.a.addr, cfg.psns.0, cfg.psns.1);
+        qa.set_local_addr(p.a.addr);
+        qb.set_local_addr(p.b.addr);
+        p.a.qp = qa;
         p.b.qp = qb;
         p.b.srq = Some(Srq::new(PAIR_SRQN, 1, caps));
         p
@@ -859,6 +883,27 @@ impl Pair {
     ) {
         if parsed.repr.bth.dest_qpn.value() != node.qp.qpn() {
             stats.wrong_qpn += 1;
+            return;
+        }
+        if node.qp.qp_type() == QpType::XrcRecv {
+            let named = parsed.repr.xrceth.map(|x| x.srqn);
+            let Some(srq) = node.srq.as_mut().filter(|s| Some(s.srqn()) == named) else {
+                stats.wrong_qpn += 1;
+                return;
+            };
+            stats.delivered += 1;
+            let ip = crate::qp::ReceivedIp::default();
+            match placed {
+                Some(at) => {
+                    let mut wrapped = Placed::new(&mut node.mem, at, parsed.payload);
+                    node.qp
+                        .handle_packet_xrc(now, src, &ip, parsed, &mut wrapped, srq);
+                    stats.place_mismatch += u64::from(!wrapped.skipped());
+                }
+                None => node
+                    .qp
+                    .handle_packet_xrc(now, src, &ip, parsed, &mut node.mem, srq),
+            }
             return;
         }
         stats.delivered += 1;

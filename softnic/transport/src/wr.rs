@@ -72,6 +72,10 @@ pub struct SendWr {
     pub solicited: bool,
     /// UD only: destination QP number, Q_Key and address (from the address handle).
     pub ud: Option<UdDest>,
+    /// XRC send QPs only: the XRC SRQ at the target that receives this message
+    /// (`ibv_send_wr.qp_type.xrc.remote_srqn`), carried in every request packet's
+    /// XRCETH. 0 on other QPs.
+    pub xrc_srqn: u32,
 }
 
 /// The inline bytes of a send work request (IBV_SEND_INLINE), at most [`MAX_INLINE`].
@@ -232,4 +236,8 @@ pub struct Completion {
     pub qp_num: u32,
     /// UD: the sender's QP number.
     pub src_qp: u32,
+    /// A receive completion of an XRC receive QP: the XRC SRQ its WQE came from, whose
+    /// CQ takes it (`ibv_create_srq_ex(3)`: an XRC SRQ has a CQ of its own). 0
+    /// otherwise.
+    pub srqn: u32,
 }

@@ -16,7 +16,7 @@ use softnic_transport::wr::{Queue, SendOp};
 use wire::opcode::OPCODES;
 use wire::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, FethRepr, Header, IethRepr,
-    ImmDtRepr, Msn, PacketRepr, Psn, Qpn, RethRepr, Syndrome,
+    ImmDtRepr, Msn, PacketRepr, Psn, Qpn, RethRepr, Syndrome, XrcEthRepr,
 };
 
 #[derive(Debug, Clone)]
@@ -195,6 +195,8 @@ fn build(j: &Junk, v: &Victim, base_psn: u32) -> Option<Vec<u8>> {
             }
             Header::Feth => r.feth = Some(FethRepr::default()),
             Header::CnpPad => {}
+            // Any SRQ number, named or not (the XRCETH carries its low 24 bits).
+            Header::XrcEth => r.xrceth = Some(XrcEthRepr { srqn: j.msn }),
         }
     }
     let plen = if row.payload { j.payload_len } else { 0 };

@@ -63,6 +63,7 @@ fn send(wr_id: u64) -> SendWr {
         signaled: true,
         solicited: false,
         ud: None,
+        xrc_srqn: 0,
     }
 }
 

@@ -84,6 +84,13 @@ pub enum QpType {
     Uc,
     /// Unreliable datagram (IBV_QPT_UD).
     Ud,
+    /// XRC initiator (IBV_QPT_XRC_SEND): RC requests to a target's XRC SRQs, named
+    /// per work request ([`super::send_flags::XRC_SRQN`]). No receive queue.
+    XrcSend,
+    /// XRC target (IBV_QPT_XRC_RECV), created in an XRC domain
+    /// (`CreateQp::xrcd`): no send queue, no receive queue, no CQs; each request
+    /// is received through the XRC SRQ (of its domain) that its XRCETH names.
+    XrcRecv,
 }
 
 /// QP state (`enum ibv_qp_state`, IBTA 10.3.1).
@@ -125,7 +132,7 @@ impl QpCaps {
         super::SqShape {
             max_sge: self.max_sge,
             max_inline: self.max_inline,
-            ud: qp_type == QpType::Ud,
+            ud: matches!(qp_type, QpType::Ud | QpType::XrcSend),
         }
     }
 }
@@ -333,6 +340,14 @@ pub enum Request {
         /// (`ibv_qp_init_attr.srq`); it must be of the same client and PD.
         #[serde(default)]
         srq: Option<Handle>,
+        /// [`QpType::XrcRecv`] only, and required there: its XRC domain (an OpenXrcd
+        /// handle of this client; `ibv_qp_init_attr_ex.xrcd`). Such a QP has no PD and
+        /// no CQs: `pd`, `send_cq` and `recv_cq` are 0; its rings are unused, so the
+        /// client sends caps `max_send_wr` 1, `max_recv_wr` 1, `max_sge` 1,
+        /// `max_inline` 0 and a segment of that layout. An XrcSend QP has a PD and a
+        /// send CQ; its `recv_cq` is 0 and its RQ ring unused (`max_recv_wr` 1).
+        #[serde(default)]
+        xrcd: Option<Handle>,
     },
     /// Reply: [`Reply::Done`].
     ModifyQp {
@@ -360,6 +375,28 @@ pub enum Request {
         pd: Handle,
         /// Capabilities and the initial limit (0 = not armed).
         attr: SrqAttr,
+        /// An XRC SRQ (`IBV_SRQT_XRC`): its XRC domain and the CQ its completions go
+        /// to. `None`: a basic SRQ.
+        #[serde(default)]
+        xrc: Option<XrcSrqInit>,
+    },
+    /// `ibv_open_xrcd`. `inode`: the `(st_dev, st_ino)` of the file the client gave
+    /// (`ibv_xrcd_init_attr.fd`), under which the NIC shares one domain between all
+    /// the opens of one client naming the same file; `None` (fd −1): a new domain
+    /// nobody else can open. `create`: O_CREAT was given (without it, a file with no
+    /// domain yet is `NotFound`, ENOENT). Reply: [`Reply::Xrcd`].
+    OpenXrcd {
+        /// The file's identity, if a file was given.
+        inode: Option<(u64, u64)>,
+        /// `oflags` had O_CREAT.
+        create: bool,
+    },
+    /// `ibv_close_xrcd`: drops this open (the domain lives while opens, XRC SRQs or
+    /// XRC receive QPs hold it: `Busy` while an SRQ or QP of it remains and this is
+    /// its last open). Reply: [`Reply::Done`].
+    CloseXrcd {
+        /// Handle from OpenXrcd.
+        xrcd: Handle,
     },
     /// `ibv_modify_srq`: `None` = not in the mask. Resizing (`max_wr`) is not
     /// supported (the ring is fixed at creation); only the limit can be armed.
@@ -511,6 +548,16 @@ pub enum Request {
     },
 }
 
+/// An XRC SRQ's creation attributes beyond a basic SRQ's
+/// (`ibv_srq_init_attr_ex.xrcd` and `.cq`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct XrcSrqInit {
+    /// The XRC domain (an OpenXrcd handle of this client).
+    pub xrcd: Handle,
+    /// The CQ every completion of the SRQ's WQEs goes to.
+    pub cq: Handle,
+}
+
 /// SRQ attributes (`struct ibv_srq_attr`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct SrqAttr {
@@ -610,10 +657,20 @@ pub enum Reply {
         /// Its slot on the client's doorbell page ([`super::doorbell`]).
         doorbell: u32,
     },
+    /// To OpenXrcd.
+    Xrcd {
+        /// The open's handle.
+        xrcd: Handle,
+    },
     /// To CreateSrq.
     Srq {
         /// New SRQ handle.
         srq: Handle,
+        /// An XRC SRQ's number (`ibv_get_srq_num`): what XRC senders name in their
+        /// work requests and the XRCETH carries; random, 24 bits, never 0. 0 for a
+        /// basic SRQ.
+        #[serde(default)]
+        srq_num: u32,
         /// Granted attributes (`max_wr` is the ring capacity).
         attr: SrqAttr,
         /// Its slot on the client's doorbell page ([`super::doorbell`]).

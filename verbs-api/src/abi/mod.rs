@@ -116,7 +116,10 @@ pub const CQ_ARMED: u32 = 1 << 1;
 /// 12: traffic classes: `control::QpAttr::traffic_class` (the address vector's) and
 /// `UdDest::traffic_class` (a UD work request's), put in each packet's IP TOS.
 /// 13: `CmEventUd::traffic_class` (a UD id's TOS in its ESTABLISHED address).
-pub const ABI_VERSION: u32 = 14;
+/// 14: `ReregMr`.
+/// 15: XRC: `QpType::XrcSend`/`XrcRecv`, `OpenXrcd`/`CloseXrcd`, `CreateSrq::xrc`,
+/// `CreateQp::xrcd`, `Reply::Srq::srq_num`, `send_flags::XRC_SRQN`.
+pub const ABI_VERSION: u32 = 15;
 
 /// The BTH destination QPN of every multicast datagram (IBTA 9.6.1.1): what a sender
 /// addresses a group's QPs with, never a QP's own number.

@@ -81,6 +81,15 @@ pub mod send_flags {
     /// a ring copies no further than the gather list, and the NIC refuses the WQE of a
     /// UD QP.
     pub const UD_DEST: u8 = 0x80;
+    /// softnic's own: the slot carries the remote XRC SRQ number
+    /// (`ibv_send_wr.qp_type.xrc.remote_srqn`) in the destination area's
+    /// [`super::UdDest::qpn`], the rest of that area zero; the inline payload then lies
+    /// after the area, as with [`UD_DEST`]. The library sets it on every WQE of an
+    /// XRC send QP, and the NIC refuses such a WQE without it (and any other WQE with
+    /// it).
+    pub const XRC_SRQN: u8 = 0x40;
+    /// Either flag that fills the destination area.
+    pub const DEST_AREA: u8 = UD_DEST | XRC_SRQN;
 }
 
 /// `enum ibv_wc_opcode` values (in [`Cqe::opcode`]).
@@ -305,7 +314,7 @@ unsafe impl Slot for SendWqe {
     const HEAD: usize = core::mem::offset_of!(SendWqe, sges);
 
     /// Only the bytes this WQE uses: the fixed fields and its `num_sge` gather entries;
-    /// with [`send_flags::UD_DEST`] everything up to [`SendWqe::INLINE_AT`] (the UD
+    /// with [`send_flags::DEST_AREA`] everything up to [`SendWqe::INLINE_AT`] (the UD
     /// destination is last before it); with [`send_flags::INLINE`] and a non-zero
     /// `inline_len`, that and the payload ([`SendWqe::inline_offset`]). A one-entry
     /// WRITE is 64 bytes, one cache line, rather than 144; with thousands of QPs each
@@ -321,7 +330,7 @@ unsafe impl Slot for SendWqe {
         };
         if inline_len > 0 {
             self.inline_offset() + inline_len
-        } else if self.flags & send_flags::UD_DEST != 0 {
+        } else if self.flags & send_flags::DEST_AREA != 0 {
             Self::INLINE_AT
         } else if inline {
             // A zero-length inline message: no gather list either.
@@ -339,7 +348,7 @@ impl SendWqe {
 
     /// Where this WQE's inline payload starts: right after the fixed fields
     /// ([`Slot::HEAD`], over the gather list an inline WQE does not use), or after the
-    /// UD destination with [`send_flags::UD_DEST`].
+    /// destination area with [`send_flags::UD_DEST`] or [`send_flags::XRC_SRQN`].
     ///
     /// Why over the gather list: a QP's send ring is only as wide as its WQEs can be
     /// (`layout::send_wqe_stride`), and a QP that asked for no inline room still has
@@ -349,7 +358,7 @@ impl SendWqe {
     /// and a program that sends 16 bytes inline on a QP created with
     /// `max_inline_data` 0 (rdma-core's `rdma_xclient`) works on both.
     pub fn inline_offset(&self) -> usize {
-        if self.flags & send_flags::UD_DEST != 0 {
+        if self.flags & send_flags::DEST_AREA != 0 {
             Self::INLINE_AT
         } else {
             Self::HEAD
@@ -365,7 +374,7 @@ impl SendWqe {
     }
 
     /// The [`MAX_INLINE`] bytes an inline payload may fill, from
-    /// [`Self::inline_offset`] (so set [`send_flags::UD_DEST`] first). Writing them
+    /// [`Self::inline_offset`] (so set [`send_flags::UD_DEST`] or [`send_flags::XRC_SRQN`] first). Writing them
     /// overwrites the gather list of a WQE without a UD destination.
     pub fn inline_area_mut(&mut self) -> &mut [u8] {
         let at = self.inline_offset();

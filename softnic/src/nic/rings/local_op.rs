@@ -51,6 +51,7 @@ impl QpEntry {
                 imm: None,
                 qp_num: self.qp.qpn(),
                 src_qp: 0,
+                srqn: 0,
             };
             self.pending.push_back((c, 0));
         }

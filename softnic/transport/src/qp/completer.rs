@@ -68,7 +68,7 @@ impl Qp {
     /// to SQE, which stops only the send queue (IBTA 10.3.1.6).
     fn on_send_error(&mut self) {
         match self.qp_type {
-            QpType::Rc => self.enter_error(),
+            QpType::Rc | QpType::XrcSend | QpType::XrcRecv => self.enter_error(),
             QpType::Uc | QpType::Ud => self.enter_sqe(),
         }
     }

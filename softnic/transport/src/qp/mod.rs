@@ -30,8 +30,9 @@
 //!
 //! The caller (the NIC runtime) owns all I/O: it parses the datagram and checks its
 //! ICRC (for a packet [`Qp::placement`] allows, after writing its payload there:
-//! `placement`), demultiplexes by destination QPN, calls [`Qp::handle_packet`]; it calls
-//! [`Qp::poll_transmit`] until `None`, fills the ICRC of each packet, and sends it to
+//! `placement`), demultiplexes by destination QPN, calls [`Qp::handle_packet`] (a QP on
+//! an SRQ: [`Qp::handle_packet_srq`]; an XRC receive QP: [`Qp::handle_packet_xrc`],
+//! with the XRC SRQ the packet's XRCETH names); it calls [`Qp::poll_transmit`] until `None`, fills the ICRC of each packet, and sends it to
 //! [`Transmit::dest`] from UDP source port [`Transmit::src_port`]; it drains
 //! [`Qp::poll_completion`]; and it calls [`Qp::handle_timeout`] when
 //! [`Qp::poll_timeout`] has passed. Nothing here blocks, allocates per packet, or
@@ -435,7 +436,9 @@ pub struct Qp {
     compat: RxeCompat,
     port_mtu: u32,
     local: Option<SocketAddr>,
-    /// The SRQ this QP takes receive WQEs from (its number), if any.
+    /// The SRQ this QP takes receive WQEs from (its number), if any. An XRC receive QP
+    /// has none of its own: here it is the XRC SRQ of the last WQE it took, which is
+    /// the WQE of the message in progress, if one is ([`Qp::handle_packet_xrc`]).
     srq: Option<u32>,
     req: Requester,
     resp: Responder,
@@ -516,7 +519,25 @@ impl Qp {
         qp
     }
 
-    /// The SRQ this QP receives from, if it was created with one.
+    /// An XRC receive QP (`IBV_QPT_XRC_RECV`) in state Reset. It has no queues of its
+    /// own: each request packet comes in through [`Qp::handle_packet_xrc`] with the XRC
+    /// SRQ its XRCETH names, which lends the receive WQE and whose protection domain
+    /// guards the request's memory accesses.
+    pub fn new_xrc_recv(qpn: u32, caps: QpCaps) -> Qp {
+        Qp::new(
+            qpn,
+            QpType::XrcRecv,
+            0,
+            QpCaps {
+                max_send_wr: 0,
+                max_recv_wr: 0,
+                ..caps
+            },
+        )
+    }
+
+    /// The SRQ this QP receives from, if it was created with one (an XRC receive QP:
+    /// the XRC SRQ of the last receive WQE it took).
     pub fn srq(&self) -> Option<u32> {
         self.srq
     }
@@ -634,7 +655,7 @@ impl Qp {
             }
             QpState::Sqd if from == QpState::Rts => {
                 self.state = QpState::Sqd;
-                if self.qp_type == QpType::Rc {
+                if self.qp_type.is_reliable() {
                     self.req.ask_before_draining();
                 }
             }
@@ -730,7 +751,8 @@ impl Qp {
     }
 
     fn enter_error_inner(&mut self, keep_responses: bool) {
-        if self.srq.is_some() && self.state != QpState::Err {
+        let on_srq = self.srq.is_some() || self.qp_type == QpType::XrcRecv;
+        if on_srq && self.state != QpState::Err {
             self.events.raise(QpEvent::LastWqeReached);
         }
         self.state = QpState::Err;
@@ -771,6 +793,7 @@ impl Qp {
             imm: None,
             qp_num: self.qpn,
             src_qp: 0,
+            srqn: 0,
         }
     }
 
@@ -785,10 +808,16 @@ impl Qp {
             imm: None,
             qp_num: self.qpn,
             src_qp: 0,
+            srqn: 0,
         }
     }
 
-    fn push_completion(&mut self, c: Completion) {
+    fn push_completion(&mut self, mut c: Completion) {
+        if self.qp_type == QpType::XrcRecv && c.queue == Queue::Recv {
+            // The one place an XRC receive completion learns its SRQ (and so its CQ):
+            // the WQE of the message in progress came from `srq` (`handle_packet_xrc`).
+            c.srqn = self.srq.unwrap_or(0);
+        }
         if c.status == WcStatus::Success {
             self.counters.completions_success += 1;
         } else {
@@ -829,7 +858,9 @@ impl Qp {
             }
         }
         let supported = match self.qp_type {
-            QpType::Rc => true,
+            QpType::Rc | QpType::XrcSend => true,
+            // No send queue: the XRC target only responds.
+            QpType::XrcRecv => false,
             QpType::Uc => matches!(
                 wr.op,
                 SendOp::Send | SendOp::SendWithImm(_) | SendOp::Write | SendOp::WriteWithImm(_)
@@ -864,7 +895,7 @@ impl Qp {
     /// `ibv_post_recv`: queues a receive WQE (allowed from Init on; flushed at once
     /// in Err).
     pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
-        if self.srq.is_some() {
+        if self.srq.is_some() || matches!(self.qp_type, QpType::XrcRecv | QpType::XrcSend) {
             return Err(PostError::UsesSrq);
         }
         if self.state == QpState::Reset {
@@ -938,10 +969,19 @@ impl Qp {
         if info.transport != self.qp_type.transport() {
             return Err(Refused::Opcode);
         }
+        // The two halves of XRC: requests go to receive QPs, responses to send QPs.
+        let wrong_half = match self.qp_type {
+            QpType::XrcSend => info.is_request(),
+            QpType::XrcRecv => !info.is_request(),
+            _ => false,
+        };
+        if wrong_half {
+            return Err(Refused::Opcode);
+        }
         let ok = if info.is_request() {
             self.state.can_receive()
         } else {
-            self.state.can_complete() && self.qp_type == QpType::Rc
+            self.state.can_complete() && self.qp_type.is_reliable()
         };
         if ok {
             Ok(info)
@@ -979,11 +1019,56 @@ impl Qp {
         mem: &mut dyn Memory,
         srq: &mut crate::srq::Srq,
     ) {
-        if self.srq != Some(srq.srqn()) {
-            self.counters.packets_received += 1;
-            self.counters.drop_bad_state += 1;
-            return;
+        if self.srq != Some(srq.srqn()) || self.qp_type == QpType::XrcRecv {
+            return self.drop_misrouted();
         }
+        self.handle_with_srq(now, src, ip, pkt, mem, srq);
+    }
+
+    /// [`Qp::handle_packet`] for an XRC receive QP ([`Qp::new_xrc_recv`]): `srq` is the
+    /// XRC SRQ the packet's XRCETH names, which the caller found and checked to be of
+    /// this QP's XRC domain (IBTA 9.3: the XRCETH). The request's memory accesses
+    /// are made under `srq`'s protection domain, and a receive WQE it needs comes from
+    /// `srq` as [`Qp::handle_packet_srq`] lends it. A message in progress keeps the
+    /// WQE it took from its first packet's SRQ, and its completion goes to that SRQ's
+    /// CQ ([`Completion::srqn`]), whatever later packets name. Any other QP drops the
+    /// packet (`drop_bad_state`).
+    pub fn handle_packet_xrc(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        ip: &ReceivedIp,
+        pkt: &wire::ParsedPacket<'_>,
+        mem: &mut dyn Memory,
+        srq: &mut crate::srq::Srq,
+    ) {
+        if self.qp_type != QpType::XrcRecv {
+            return self.drop_misrouted();
+        }
+        self.pd = srq.pd();
+        if !self.resp.holds_recv() {
+            self.srq = Some(srq.srqn());
+        }
+        self.handle_with_srq(now, src, ip, pkt, mem, srq);
+    }
+
+    /// A packet handed in through the wrong entry point (an SRQ that is not this QP's,
+    /// an XRC packet for a QP that is not an XRC receive QP): counted, not handled.
+    fn drop_misrouted(&mut self) {
+        self.counters.packets_received += 1;
+        self.counters.drop_bad_state += 1;
+    }
+
+    /// The loan of one SRQ WQE around the handling of one packet.
+    fn handle_with_srq(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        ip: &ReceivedIp,
+        pkt: &wire::ParsedPacket<'_>,
+        mem: &mut dyn Memory,
+        srq: &mut crate::srq::Srq,
+    ) {
         let before = srq.len();
         let lent = srq.lend();
         let lent_some = lent.is_some();

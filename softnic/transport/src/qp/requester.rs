@@ -37,7 +37,7 @@ use std::collections::VecDeque;
 use super::sq_pool;
 use wire::{
     AtomicEthRepr, BthRepr, DethRepr, Header, IethRepr, ImmDtRepr, Opcode, Operation, PacketRepr,
-    Position, Psn, Qpn, RethRepr,
+    Position, Psn, Qpn, RethRepr, XrcEthRepr,
 };
 
 use super::cwnd::{Cwnd, MAX_OUTSTANDING_PSNS};
@@ -473,7 +473,7 @@ impl Qp {
         }
         if !e.started {
             let npkts = self.psns_of(e);
-            if self.qp_type == QpType::Rc {
+            if self.qp_type.is_reliable() {
                 let in_flight = self.req.win.span();
                 if in_flight > 0 && in_flight + 1 > self.req.cwnd.limit() {
                     return None;
@@ -504,7 +504,7 @@ impl Qp {
             if is_rd {
                 self.req.rd_atomic += 1;
             }
-        } else if self.qp_type == QpType::Rc {
+        } else if self.qp_type.is_reliable() {
             let ahead = self.req.win.offset(self.req.win.cursor());
             if ahead.is_some_and(|a| a >= self.req.cwnd.limit()) {
                 return None;
@@ -561,7 +561,7 @@ impl Qp {
         let kind = e.kind;
         self.req.repeat_head(em.psn, kind);
         match self.qp_type {
-            QpType::Rc => {
+            QpType::Rc | QpType::XrcSend | QpType::XrcRecv => {
                 if self.timers.retransmit.is_none() {
                     if !self.req.in_retry {
                         self.req.rto.on_arm_from_idle(now);
@@ -719,7 +719,7 @@ impl Qp {
         let interval = ACK_REQ_INTERVAL.min((self.req.cwnd.limit() / 2).max(1));
         // A message's end asks unless a deep queue follows at once (module docs).
         let at_end = pos.ends() && (e.kind.is_rd_atomic() || !self.next_follows(idx));
-        let ack_req = self.qp_type == QpType::Rc
+        let ack_req = self.qp_type.is_reliable()
             && (at_end
                 || self.req.noack_pkts + 1 >= interval
                 || resend
@@ -774,6 +774,13 @@ impl Qp {
         }
         if let Some(rkey) = inv {
             repr.ieth = Some(IethRepr { rkey });
+        }
+        if self.qp_type == QpType::XrcSend {
+            // Every XRC request names the target's SRQ (IBTA 9.3: XRCETH follows the
+            // BTH in each request packet, Middle and Last included).
+            repr.xrceth = Some(XrcEthRepr {
+                srqn: e.wr.xrc_srqn & wire::types::MASK_24,
+            });
         }
         if let Some(ud) = &e.wr.ud {
             // IBTA 10.2.4: a Q_Key with the high bit set means "use the QP's Q_Key".

@@ -195,6 +195,10 @@ pub(super) enum Response {
         msn: Msn,
         /// Answers a duplicate request (does not hold a responder resource).
         replay: bool,
+        /// The protection domain the READ was checked under, which its payload is read
+        /// under: an XRC receive QP's changes with each packet's SRQ
+        /// ([`Qp::handle_packet_xrc`]); any other QP's is fixed.
+        pd: u32,
     },
     /// Atomic ACK with the original value.
     Atomic {
@@ -294,6 +298,11 @@ impl Responder {
         self.epsn = rq_psn;
     }
 
+    /// Whether a message in progress holds a receive WQE.
+    pub fn holds_recv(&self) -> bool {
+        self.cur.as_ref().is_some_and(|c| c.recv.is_some())
+    }
+
     /// The receive WQE of the message in progress, if any.
     pub fn take_current_recv(&mut self) -> Option<RecvWr> {
         self.cur.take().and_then(|c| c.recv)
@@ -377,7 +386,9 @@ impl Qp {
             self.events.raise(QpEvent::CommEst);
         }
         match self.qp_type {
-            QpType::Rc => self.handle_rc_request(pkt, info, mem),
+            QpType::Rc | QpType::XrcRecv | QpType::XrcSend => {
+                self.handle_rc_request(pkt, info, mem)
+            }
             QpType::Uc => self.handle_uc_request(pkt, info, mem),
             QpType::Ud => self.handle_ud_request(src, ip, pkt, mem),
         }
@@ -569,6 +580,7 @@ impl Qp {
                 imm: pkt.repr.immdt.map(|i| i.imm).or(inv),
                 qp_num: self.qpn,
                 src_qp: self.attrs.dest_qpn,
+                srqn: 0,
             };
             self.push_completion(c);
         }
@@ -605,6 +617,7 @@ impl Qp {
                         imm: Some(imm),
                         qp_num: self.qpn,
                         src_qp: self.attrs.dest_qpn,
+                        srqn: 0,
                     };
                     self.push_completion(c);
                 }
@@ -733,6 +746,7 @@ impl Qp {
             npkts: packets_for(reth.dma_len, self.mtu()),
             msn: self.resp.msn,
             replay,
+            pd: self.pd,
         });
         Ok(())
     }

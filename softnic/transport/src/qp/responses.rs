@@ -9,7 +9,7 @@ use wire::{
 use super::requester::position;
 use super::responder::{disposition, error_event, NakKind, RespError, Response, MAX_RESPONSES};
 use super::served::{DupAtomic, DupRead};
-use super::{PayloadDigest, Qp, QpState, QpType, Transmit};
+use super::{PayloadDigest, Qp, QpState, Transmit};
 use crate::memory::Memory;
 use crate::sgl;
 use crate::wr::{Completion, Queue, WcOpcode};
@@ -33,7 +33,7 @@ impl Qp {
     /// Queues a positive ACK of every PSN up to `psn`, replacing an unsent positive
     /// ACK at the tail (ACKs are cumulative, IBTA 9.7.5.1.2: coalescing loses nothing).
     pub(super) fn queue_ack(&mut self, psn: Psn) {
-        if self.qp_type != QpType::Rc {
+        if !self.qp_type.is_reliable() {
             return;
         }
         let msn = self.resp.msn;
@@ -61,7 +61,7 @@ impl Qp {
 
     /// Queues a NAK (never coalesced away).
     pub(super) fn queue_nak(&mut self, psn: Psn, syndrome: Syndrome) {
-        if self.qp_type != QpType::Rc {
+        if !self.qp_type.is_reliable() {
             return;
         }
         match syndrome {
@@ -106,6 +106,7 @@ impl Qp {
                     imm: None,
                     qp_num: self.qpn,
                     src_qp: self.attrs.dest_qpn,
+                    srqn: 0,
                 };
                 self.push_completion(c);
             }
@@ -178,7 +179,7 @@ impl Qp {
 
     /// Emits the next queued response.
     pub(super) fn poll_response(&mut self, buf: &mut [u8], mem: &dyn Memory) -> Option<Transmit> {
-        if self.qp_type != QpType::Rc {
+        if !self.qp_type.is_reliable() {
             return None;
         }
         let dest = self.attrs.remote?;
@@ -187,6 +188,7 @@ impl Qp {
             mig_req: true,
             ..BthRepr::new(Opcode(0), Qpn::new(self.attrs.dest_qpn), Psn::ZERO)
         };
+        let transport = self.qp_type.transport();
         let src_port = self.src_port(self.attrs.dest_qpn);
         let tclass = self.attrs.traffic_class;
         let t = |len| Transmit {
@@ -202,7 +204,7 @@ impl Qp {
                 if syndrome == SEQ_NAK {
                     self.resp.seq_naks_queued = self.resp.seq_naks_queued.saturating_sub(1);
                 }
-                bth.opcode = find(Operation::Acknowledge, Position::Only)?;
+                bth.opcode = find(transport, Operation::Acknowledge, Position::Only)?;
                 bth.psn = psn;
                 let mut r = PacketRepr::new(bth);
                 r.aeth = Some(AethRepr { syndrome, msn });
@@ -214,7 +216,7 @@ impl Qp {
             }
             Response::Atomic { psn, orig, msn, .. } => {
                 self.resp.responses.pop_front();
-                bth.opcode = find(Operation::AtomicAcknowledge, Position::Only)?;
+                bth.opcode = find(transport, Operation::AtomicAcknowledge, Position::Only)?;
                 bth.psn = psn;
                 let mut r = PacketRepr::new(bth);
                 r.aeth = Some(AethRepr {
@@ -236,12 +238,14 @@ impl Qp {
                 k,
                 npkts,
                 msn,
+                pd,
                 ..
             } => {
+                let by = crate::memory::Accessor { pd, qpn: self.qpn };
                 let mtu = self.mtu();
                 let plen = remaining.min(mtu);
                 let pos = position(k, npkts);
-                bth.opcode = find(Operation::ReadResponse, pos)?;
+                bth.opcode = find(transport, Operation::ReadResponse, pos)?;
                 bth.psn = psn;
                 let mut r = PacketRepr::new(bth);
                 // IBTA 9.3.5: READ response First, Last and Only carry an AETH.
@@ -258,11 +262,10 @@ impl Qp {
                 let h = r.emit_headers(buf).ok()?;
                 let dst = buf.get_mut(h..h + plen_us)?;
                 let read = if plen_us >= sgl::DIGEST_MIN_PAYLOAD {
-                    mem.read_remote_crc(self.accessor(), rkey, va, dst, 0)
+                    mem.read_remote_crc(by, rkey, va, dst, 0)
                         .map(|crc| PayloadDigest::at(h, plen_us, crc))
                 } else if plen > 0 {
-                    mem.read_remote(self.accessor(), rkey, va, dst)
-                        .map(|()| None)
+                    mem.read_remote(by, rkey, va, dst).map(|()| None)
                 } else {
                     Ok(None)
                 };
@@ -297,6 +300,6 @@ impl Qp {
     }
 }
 
-fn find(op: Operation, pos: Position) -> Option<Opcode> {
-    Opcode::find(Transport::Rc, op, pos, None)
+fn find(transport: Transport, op: Operation, pos: Position) -> Option<Opcode> {
+    Opcode::find(transport, op, pos, None)
 }

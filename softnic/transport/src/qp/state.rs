@@ -110,6 +110,15 @@ pub enum QpType {
     Uc,
     /// Unreliable Datagram.
     Ud,
+    /// XRC initiator (`IBV_QPT_XRC_SEND`; IBTA 1.2.1 "eXtended Reliable
+    /// Connected"): an RC requester without a receive queue whose every request names,
+    /// in its XRCETH, the XRC SRQ at the target that receives it.
+    XrcSend,
+    /// XRC target (`IBV_QPT_XRC_RECV`): an RC responder without a send queue or a
+    /// receive queue of its own; each request takes its receive WQE from the XRC SRQ
+    /// its XRCETH names (one of the QP's XRC domain), and its memory accesses are made
+    /// under that SRQ's protection domain.
+    XrcRecv,
 }
 
 impl QpType {
@@ -119,6 +128,8 @@ impl QpType {
             QpType::Rc => 0,
             QpType::Uc => 1,
             QpType::Ud => 2,
+            QpType::XrcSend => 3,
+            QpType::XrcRecv => 4,
         }
     }
 
@@ -128,7 +139,14 @@ impl QpType {
             QpType::Rc => wire::Transport::Rc,
             QpType::Uc => wire::Transport::Uc,
             QpType::Ud => wire::Transport::Ud,
+            QpType::XrcSend | QpType::XrcRecv => wire::Transport::Xrc,
         }
+    }
+
+    /// True for the reliable services (RC and both XRC halves): acknowledged PSNs,
+    /// retransmission, NAKs, READ and atomics (IBTA 9.7).
+    pub const fn is_reliable(self) -> bool {
+        matches!(self, QpType::Rc | QpType::XrcSend | QpType::XrcRecv)
     }
 }
 
@@ -253,17 +271,19 @@ impl fmt::Display for AttrMask {
 }
 
 /// One legal transition: the attributes it requires and those it accepts, per
-/// transport service (columns RC, UC, UD).
+/// transport service (columns RC, UC, UD, XRC send, XRC receive; the kernel's
+/// `qp_state_table` columns IB_QPT_RC, _UC, _UD, _XRC_INI, _XRC_TGT).
 #[derive(Debug, Clone, Copy)]
 pub struct Transition {
     /// From.
     pub from: QpState,
     /// To.
     pub to: QpState,
-    /// Attributes that must be in the mask, [RC, UC, UD] (STATE is always implied).
-    pub required: [AttrMask; 3],
-    /// Attributes that may be in the mask, [RC, UC, UD].
-    pub optional: [AttrMask; 3],
+    /// Attributes that must be in the mask, [RC, UC, UD, XRC send, XRC receive]
+    /// (STATE is always implied).
+    pub required: [AttrMask; 5],
+    /// Attributes that may be in the mask, [RC, UC, UD, XRC send, XRC receive].
+    pub optional: [AttrMask; 5],
 }
 
 const fn m(bits: &[AttrMask]) -> AttrMask {
@@ -280,23 +300,64 @@ use AttrMask as A;
 use QpState::*;
 
 const N: AttrMask = AttrMask::NONE;
-const ALL3_NONE: [AttrMask; 3] = [N, N, N];
+const NONE5: [AttrMask; 5] = [N, N, N, N, N];
 
-const RTS_OPT: [AttrMask; 3] = [
-    m(&[
-        A::CUR_STATE,
-        A::ACCESS_FLAGS,
-        A::ALT_PATH,
-        A::PATH_MIG_STATE,
-        A::MIN_RNR_TIMER,
-    ]),
-    m(&[
-        A::CUR_STATE,
-        A::ACCESS_FLAGS,
-        A::ALT_PATH,
-        A::PATH_MIG_STATE,
-    ]),
+/// What RC accepts at RTR→RTS and RTS→RTS: a responder's attributes too.
+const RC_RTS_OPT: AttrMask = m(&[
+    A::CUR_STATE,
+    A::ACCESS_FLAGS,
+    A::ALT_PATH,
+    A::PATH_MIG_STATE,
+    A::MIN_RNR_TIMER,
+]);
+
+/// The same without the responder's RNR timer (UC; the XRC initiator, which has no
+/// responder).
+const UC_RTS_OPT: AttrMask = m(&[
+    A::CUR_STATE,
+    A::ACCESS_FLAGS,
+    A::ALT_PATH,
+    A::PATH_MIG_STATE,
+]);
+
+const RC_RTR_REQ: AttrMask = m(&[
+    A::AV,
+    A::PATH_MTU,
+    A::DEST_QPN,
+    A::RQ_PSN,
+    A::MAX_DEST_RD_ATOMIC,
+    A::MIN_RNR_TIMER,
+]);
+
+const RC_RTS_REQ: AttrMask = m(&[
+    A::TIMEOUT,
+    A::RETRY_CNT,
+    A::RNR_RETRY,
+    A::SQ_PSN,
+    A::MAX_QP_RD_ATOMIC,
+]);
+
+const RC_SQD_OPT: AttrMask = m(&[
+    A::PORT,
+    A::AV,
+    A::TIMEOUT,
+    A::RETRY_CNT,
+    A::RNR_RETRY,
+    A::MAX_QP_RD_ATOMIC,
+    A::MAX_DEST_RD_ATOMIC,
+    A::ALT_PATH,
+    A::ACCESS_FLAGS,
+    A::PKEY_INDEX,
+    A::MIN_RNR_TIMER,
+    A::PATH_MIG_STATE,
+]);
+
+const RTS_OPT: [AttrMask; 5] = [
+    RC_RTS_OPT,
+    UC_RTS_OPT,
     m(&[A::CUR_STATE, A::QKEY]),
+    UC_RTS_OPT,
+    RC_RTS_OPT,
 ];
 
 /// The transition table (IBTA 10.3.1, figure 124 "QP/EE State Diagram", and the
@@ -306,8 +367,8 @@ pub const TRANSITIONS: &[Transition] = &[
     Transition {
         from: Reset,
         to: Reset,
-        required: ALL3_NONE,
-        optional: ALL3_NONE,
+        required: NONE5,
+        optional: NONE5,
     },
     Transition {
         from: Reset,
@@ -316,97 +377,80 @@ pub const TRANSITIONS: &[Transition] = &[
             m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]),
             m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]),
             m(&[A::PKEY_INDEX, A::PORT, A::QKEY]),
+            m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]),
+            m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]),
         ],
-        optional: ALL3_NONE,
+        optional: NONE5,
     },
     Transition {
         from: Init,
         to: Init,
-        required: ALL3_NONE,
+        required: NONE5,
         optional: [
             m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]),
             m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]),
             m(&[A::PKEY_INDEX, A::PORT, A::QKEY]),
+            m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]),
+            m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]),
         ],
     },
     Transition {
         from: Init,
         to: Rtr,
         required: [
-            m(&[
-                A::AV,
-                A::PATH_MTU,
-                A::DEST_QPN,
-                A::RQ_PSN,
-                A::MAX_DEST_RD_ATOMIC,
-                A::MIN_RNR_TIMER,
-            ]),
+            RC_RTR_REQ,
             m(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN]),
             N,
+            // The XRC initiator has no responder: no responder attributes.
+            m(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN]),
+            RC_RTR_REQ,
         ],
         optional: [
             m(&[A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX]),
             m(&[A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX]),
             m(&[A::PKEY_INDEX, A::QKEY]),
+            m(&[A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX]),
+            m(&[A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX]),
         ],
     },
     Transition {
         from: Rtr,
         to: Rts,
         required: [
-            m(&[
-                A::TIMEOUT,
-                A::RETRY_CNT,
-                A::RNR_RETRY,
-                A::SQ_PSN,
-                A::MAX_QP_RD_ATOMIC,
-            ]),
+            RC_RTS_REQ,
             A::SQ_PSN,
             A::SQ_PSN,
+            RC_RTS_REQ,
+            // The XRC target sends only responses: no retries, no READs of its own
+            // (the kernel's table asks for the timeout and SQ PSN all the same).
+            m(&[A::TIMEOUT, A::SQ_PSN]),
         ],
         optional: RTS_OPT,
     },
     Transition {
         from: Rts,
         to: Rts,
-        required: ALL3_NONE,
+        required: NONE5,
         optional: RTS_OPT,
     },
     Transition {
         from: Rts,
         to: Sqd,
-        required: ALL3_NONE,
-        optional: [
-            A::EN_SQD_ASYNC_NOTIFY,
-            A::EN_SQD_ASYNC_NOTIFY,
-            A::EN_SQD_ASYNC_NOTIFY,
-        ],
+        required: NONE5,
+        optional: [A::EN_SQD_ASYNC_NOTIFY; 5],
     },
     Transition {
         from: Sqd,
         to: Rts,
-        required: ALL3_NONE,
+        required: NONE5,
         optional: RTS_OPT,
     },
     Transition {
         from: Sqd,
         to: Sqd,
-        required: ALL3_NONE,
+        required: NONE5,
         optional: [
-            m(&[
-                A::PORT,
-                A::AV,
-                A::TIMEOUT,
-                A::RETRY_CNT,
-                A::RNR_RETRY,
-                A::MAX_QP_RD_ATOMIC,
-                A::MAX_DEST_RD_ATOMIC,
-                A::ALT_PATH,
-                A::ACCESS_FLAGS,
-                A::PKEY_INDEX,
-                A::MIN_RNR_TIMER,
-                A::PATH_MIG_STATE,
-            ]),
+            RC_SQD_OPT,
             m(&[
                 A::AV,
                 A::ALT_PATH,
@@ -415,16 +459,20 @@ pub const TRANSITIONS: &[Transition] = &[
                 A::PATH_MIG_STATE,
             ]),
             m(&[A::PKEY_INDEX, A::QKEY]),
+            RC_SQD_OPT,
+            RC_SQD_OPT,
         ],
     },
     Transition {
         from: Sqe,
         to: Rts,
-        required: ALL3_NONE,
+        required: NONE5,
         optional: [
             N,
             m(&[A::CUR_STATE, A::ACCESS_FLAGS]),
             m(&[A::CUR_STATE, A::QKEY]),
+            N,
+            N,
         ],
     },
 ];
@@ -485,7 +533,7 @@ pub fn check_transition(
         .ok_or(TransitionError::Illegal { from, to })?;
     let c = qp_type.col();
     // Sqe exists only for UC and UD (IBTA 10.3.1.5: RC send errors go to Err).
-    if from == Sqe && qp_type == QpType::Rc {
+    if from == Sqe && qp_type.is_reliable() {
         return Result::Err(TransitionError::Illegal { from, to });
     }
     let missing = row.required[c].minus(mask);

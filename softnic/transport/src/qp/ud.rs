@@ -128,6 +128,7 @@ impl Qp {
             imm: pkt.repr.immdt.map(|i| i.imm),
             qp_num: self.qpn,
             src_qp: deth.src_qpn.value(),
+            srqn: 0,
         };
         if total > sgl::total_len(sges) {
             // IBTA 10.7.3.1: a receive buffer too small is a local length error.

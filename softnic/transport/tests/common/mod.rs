@@ -67,6 +67,7 @@ pub fn wr(wr_id: u64, op: SendOp, sges: &[Sge]) -> SendWr {
         signaled: true,
         solicited: false,
         ud: None,
+        xrc_srqn: 0,
     }
 }
 

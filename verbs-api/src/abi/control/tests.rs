@@ -37,6 +37,7 @@ fn sample_requests() -> Vec<Request> {
                 max_inline: 64,
             },
             srq: Some(4),
+            xrcd: None,
         },
         Request::Stats,
         Request::CreateSrq {
@@ -46,6 +47,7 @@ fn sample_requests() -> Vec<Request> {
                 max_sge: 2,
                 srq_limit: 8,
             },
+            xrc: None,
         },
         Request::ModifySrq {
             srq: 5,
