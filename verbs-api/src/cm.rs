@@ -102,24 +102,24 @@ pub fn service_id(ps: PortSpace, port: u16) -> u64 {
 /// ([`CmId::local_addr`]): it is the one its peers reach. Stale sockets of dead NICs
 /// are skipped.
 pub fn find_device(ip: IpAddr) -> Result<Device> {
-    if let Some(d) = device_with_addr(ip) {
-        return Ok(d);
+    let fallback = ip.is_unspecified() || ip.is_loopback();
+    // One pass over the devices, each queried once: the exact address wins, else the
+    // first of the family if the address allows the fallback.
+    let mut first = None;
+    for d in Device::list().unwrap_or_default() {
+        let Ok(a) = d.query() else { continue };
+        if !ip.is_unspecified() && a.addr == ip {
+            return Ok(d);
+        }
+        if fallback && first.is_none() && a.addr.is_ipv4() == ip.is_ipv4() {
+            first = Some(d);
+        }
     }
-    let first = || {
-        Device::list()
-            .ok()?
-            .into_iter()
-            .find(|d| d.query().is_ok_and(|a| a.addr.is_ipv4() == ip.is_ipv4()))
-    };
-    match (ip.is_unspecified() || ip.is_loopback())
-        .then(first)
-        .flatten()
-    {
-        Some(d) => Ok(d),
-        None => Err(Error::InvalidArgument(format!(
+    first.ok_or_else(|| {
+        Error::InvalidArgument(format!(
             "no softnic device serves {ip} (rdma_cm: EADDRNOTAVAIL)"
-        ))),
-    }
+        ))
+    })
 }
 
 /// The running device whose bound address is exactly `ip` (never for a wildcard).

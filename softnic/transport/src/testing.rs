@@ -614,9 +614,9 @@ impl Pair {
     /// An XRC pair: A is an XRC send QP (`cfg.qpns.0`), B an XRC receive QP
     /// (`cfg.qpns.1`) receiving through the XRC SRQ [`PAIR_SRQN`] (`caps`, PD 1) in
     /// `b.srq`, which is what A's work requests must name
-    /// ([`crate::wr::SendWr::xrc_srqn`]). B hands a request to its QP only when the
-    /// XRCETH names `b.srq` (as the NIC looks the SRQ up); others count as
-    /// `NetStats::wrong_qpn`. `cfg.qp_type` is ignored.
+    /// ([`crate::wr::SendWr::xrc_srqn`]). B looks the SRQ up as the NIC does: a
+    /// request naming another goes to [`Qp::handle_packet_xrc_no_srq`].
+    /// `cfg.qp_type` is ignored.
     pub fn connect_xrc(cfg: PairConfig, seed: u64, caps: SrqCaps) -> Pair {
         let mut p = Pair::connect(cfg, seed);
         let mut qa = Qp::new(cfg.qpns.0, QpType::XrcSend, 1, cfg.caps);
@@ -887,12 +887,13 @@ impl Pair {
         }
         if node.qp.qp_type() == QpType::XrcRecv {
             let named = parsed.repr.xrceth.map(|x| x.srqn);
-            let Some(srq) = node.srq.as_mut().filter(|s| Some(s.srqn()) == named) else {
-                stats.wrong_qpn += 1;
-                return;
-            };
             stats.delivered += 1;
             let ip = crate::qp::ReceivedIp::default();
+            let Some(srq) = node.srq.as_mut().filter(|s| Some(s.srqn()) == named) else {
+                node.qp
+                    .handle_packet_xrc_no_srq(now, src, &ip, parsed, &mut node.mem);
+                return;
+            };
             match placed {
                 Some(at) => {
                     let mut wrapped = Placed::new(&mut node.mem, at, parsed.payload);

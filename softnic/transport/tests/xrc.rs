@@ -12,7 +12,7 @@ use std::rc::Rc;
 use common::*;
 use softnic_transport::memory::Access;
 use softnic_transport::qp::state::{check_transition, TransitionError};
-use softnic_transport::qp::{AttrMask, PostError, QpState, QpType};
+use softnic_transport::qp::{AttrMask, PostError, QpEvent, QpState, QpType};
 use softnic_transport::srq::{Srq, SrqCaps};
 use softnic_transport::testing::{Pair, Seen, Side, Verdict, PAIR_SRQN};
 use softnic_transport::wr::{Queue, SendOp, WcOpcode, WcStatus};
@@ -189,14 +189,19 @@ fn memory_is_reached_under_the_pd_of_the_srq_the_request_names() {
 #[test]
 fn an_unknown_srq_takes_nothing_and_an_empty_one_is_rnr() {
     let (mut p, a, b, _) = xrc_pair(1024);
-    // Named SRQ absent at B (the NIC finds none): nothing is delivered, the sender's
-    // retries run out.
+    // Named SRQ absent at B (the NIC finds none in the QP's domain): NAK Remote
+    // Access Error, both QPs in Err, B's SRQ untouched.
+    srq(&mut p).post_recv(recv(5, &[b.sge(0, 8)])).unwrap();
     let mut w = xrc(wr(1, SendOp::Send, &[a.sge(0, 8)]));
     w.xrc_srqn = PAIR_SRQN + 1;
     p.a.qp.post_send(w).unwrap();
     p.drive(STEPS);
-    assert_eq!(ids(&drain(&mut p.a)), [(1, WcStatus::RetryExcErr)]);
-    assert!(p.stats.wrong_qpn > 0);
+    assert_eq!(ids(&drain(&mut p.a)), [(1, WcStatus::RemAccessErr)]);
+    assert_eq!(p.b.qp.state(), QpState::Err);
+    assert_eq!(p.b.qp.poll_event(), Some(QpEvent::AccessErr));
+    assert_eq!(p.b.qp.counters().nak_remote_access_sent, 1);
+    assert_eq!(srq(&mut p).len(), 1);
+    assert!(drain(&mut p.b).is_empty());
 
     // The right SRQ, empty: RNR NAKs until a WQE is posted.
     let (mut p, a, b2, _) = xrc_pair(1024);

@@ -210,14 +210,14 @@ impl NicCm {
         if let Some(o) = self.ids.get_mut(&id) {
             o.channel = to;
         }
-        for m in &moved {
+        // A connection request's new id belongs to the listener's channel until it is
+        // migrated itself: it moves with the listener, before its event is queued there.
+        for m in moved {
             if m.listen_id == Some(id) {
                 if let Some(o) = self.ids.get_mut(&m.id) {
                     o.channel = to;
                 }
             }
-        }
-        for m in moved {
             self.queue(m);
         }
     }

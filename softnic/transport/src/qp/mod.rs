@@ -450,6 +450,9 @@ pub struct Qp {
     /// The last packet sent was a request that went ahead of a queued response
     /// ([`Qp::poll_transmit`]: the response goes next).
     request_ahead: bool,
+    /// An XRC receive QP is handling a request whose XRCETH named no SRQ of its domain
+    /// ([`Qp::handle_packet_xrc_no_srq`]; set only for that call).
+    xrc_no_srq: bool,
 }
 
 /// The UDP source port rxe uses for a QP pair (flow label from both QPNs, folded
@@ -499,6 +502,7 @@ impl Qp {
             events: QpEvents::default(),
             counters: QpCounters::default(),
             request_ahead: false,
+            xrc_no_srq: false,
         }
     }
 
@@ -1050,6 +1054,27 @@ impl Qp {
             self.srq = Some(srq.srqn());
         }
         self.handle_with_srq(now, src, ip, pkt, mem, srq);
+    }
+
+    /// [`Qp::handle_packet_xrc`] for a request whose XRCETH names no XRC SRQ of this
+    /// QP's domain (none with that number, or another domain's): as any request, it
+    /// is checked for state and PSN first (a duplicate is answered as one); a new
+    /// request is refused with NAK Remote Access Error and the QP goes to Err
+    /// ([`RespError::XrcSrq`]).
+    pub fn handle_packet_xrc_no_srq(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        ip: &ReceivedIp,
+        pkt: &wire::ParsedPacket<'_>,
+        mem: &mut dyn Memory,
+    ) {
+        if self.qp_type != QpType::XrcRecv {
+            return self.drop_misrouted();
+        }
+        self.xrc_no_srq = true;
+        self.handle_packet_to(now, src, ip, pkt, mem);
+        self.xrc_no_srq = false;
     }
 
     /// A packet handed in through the wrong entry point (an SRQ that is not this QP's,

@@ -104,6 +104,11 @@ pub enum RespError {
     /// Writing into the receive WQE's own buffers failed (bad lkey): a local problem
     /// of the responder, reported as a remote operational error.
     LocalWrite,
+    /// An XRC request whose XRCETH names no XRC SRQ of the receive QP's XRC domain
+    /// ([`Qp::handle_packet_xrc_no_srq`]). Answered as an access violation: the
+    /// sender named a receive queue it may not use (Linux's XRC patches for rxe,
+    /// `RESPST_ERR_INVALID_XRCETH`, do the same: NAK Remote Access Error, QP to Err).
+    XrcSrq,
 }
 
 /// NAK kinds a responder sends.
@@ -147,6 +152,7 @@ pub const fn disposition(e: RespError) -> Disposition {
         RespError::Length => (N::InvalidRequest, Some(WcStatus::LocLenErr), ERR),
         RespError::Misaligned => (N::InvalidRequest, None, ERR),
         RespError::RemoteAccess => (N::RemoteAccess, None, ERR),
+        RespError::XrcSrq => (N::RemoteAccess, None, ERR),
         RespError::LocalWrite => (N::RemoteOperational, Some(WcStatus::LocProtErr), ERR),
     };
     Disposition { nak, wc, next }
@@ -159,7 +165,9 @@ pub const fn disposition(e: RespError) -> Disposition {
 /// nothing to Err and raises nothing (it maps to REQ_ERR only for totality).
 pub const fn error_event(e: RespError) -> QpEvent {
     match e {
-        RespError::RemoteAccess | RespError::LocalWrite => QpEvent::AccessErr,
+        RespError::RemoteAccess | RespError::LocalWrite | RespError::XrcSrq => {
+            QpEvent::AccessErr
+        }
         RespError::RnrNoRecv
         | RespError::OpcodeSequence
         | RespError::Unsupported
@@ -417,7 +425,12 @@ impl Qp {
             return;
         }
         self.resp.nak_sent = false;
-        match self.execute(pkt, info, mem) {
+        let done = if self.xrc_no_srq {
+            Err(RespError::XrcSrq)
+        } else {
+            self.execute(pkt, info, mem)
+        };
+        match done {
             Ok(npsn) => {
                 self.counters.bytes_received += pkt.payload.len() as u64;
                 self.resp.epsn = p.wrapping_add(npsn);
