@@ -90,7 +90,7 @@ fn ibv_devinfo_verbose_describes_the_nic() {
         "link_layer:\t\tEthernet".to_string(),
         "gid_tbl_len:\t\t1024".to_string(),
         // What softnic does (query.rs DEVICE_CAP_FLAGS): no flag for what it does not.
-        "device_cap_flags:\t\t0x01021800".to_string(),
+        "device_cap_flags:\t\t0x01121800".to_string(),
         "max_srq:\t\t\t4096".to_string(),
         "max_srq_wr:\t\t\t32768".to_string(),
         "max_srq_sge:\t\t\t4".to_string(),
@@ -419,6 +419,21 @@ fn on_demand_paging_through_the_c_abi() {
 fn parent_domains_through_the_c_abi() {
     let (a, b) = nic_pair("ibvstock-pdom", 46);
     let exe = compile_c("parent_domain", &[]);
+    run_c_pair(&exe, &a, &b, None);
+}
+
+/// `tests/ibverbs/xrc.c`: XRC through the C ABI between two NICs — `ibv_open_xrcd`
+/// (shared by two opens of one file; EINVAL, EOPNOTSUPP, EBADF, EAGAIN and O_EXCL's
+/// EINVAL), XRC SRQs from `ibv_create_srq_ex` with `ibv_get_srq_num`, XRC_SEND and
+/// XRC_RECV QPs from `ibv_create_qp_ex` connected both ways with the kernel's masks;
+/// SENDs (with immediate data, inline), an RDMA WRITE, READ and FETCH_AND_ADD naming
+/// the remote SRQ, each receive completing on the SRQ's CQ with the XRC_RECV QP's
+/// number; `ibv_wr_set_xrc_srqn`; post_recv on XRC QPs refused; `ibv_close_xrcd`, the
+/// SRQ's CQ and PD EBUSY while in use, then everything freed.
+#[test]
+fn xrc_through_the_c_abi() {
+    let (a, b) = nic_pair("ibvstock-xrc", 48);
+    let exe = compile_c("xrc", &[]);
     run_c_pair(&exe, &a, &b, None);
 }
 

@@ -44,6 +44,10 @@ pub enum Error {
     Protocol(String),
     /// A bad argument, caught before asking the NIC.
     InvalidArgument(String),
+    /// The object is still in use by others made from it (an XRC domain with SRQs or
+    /// receive QPs opened through it), caught before asking the NIC: closing it now
+    /// would leave them without their domain. The kernel's answer there is EBUSY.
+    Busy(String),
     /// An illegal QP state transition or a verb not allowed in the current state.
     InvalidState {
         /// QP number.
@@ -180,7 +184,7 @@ impl fmt::Display for Error {
                 message,
             } => write!(f, "{verb}: {message} ({code:?})"),
             Error::Protocol(s) => write!(f, "protocol error: {s}"),
-            Error::InvalidArgument(s) => f.write_str(s),
+            Error::InvalidArgument(s) | Error::Busy(s) => f.write_str(s),
             Error::InvalidState { qpn, state, what } => {
                 write!(f, "QP {qpn:#x} is in state {state:?}: {what}")
             }

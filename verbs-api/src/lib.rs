@@ -45,6 +45,7 @@
 //!   `softnic` NIC process, which depends on this crate for exactly that.
 //! * [`os`]: the Linux seam (memfd, eventfd, pipes, SCM_RIGHTS).
 //! * [`oob`]: the `ibv_rc_pingpong` TCP address exchange.
+//! * [`xrc`]: XRC domains, XRC SRQs and the XRC QP types.
 
 pub mod abi;
 pub mod cm;
@@ -63,6 +64,7 @@ pub mod poll_idle;
 pub mod qp;
 pub mod srq;
 pub mod wr;
+pub mod xrc;
 
 pub use abi::control::{AsyncEvent, SrqAttr};
 pub use cq::{CompletionQueue, PollIdle, WcOpcode, WcStatus, WorkCompletion};
@@ -74,10 +76,12 @@ pub use mr::{AccessFlags, MemoryRegion};
 pub use mw::{MemoryWindow, MwBindInfo};
 pub use pd::ProtectionDomain;
 pub use qp::{
-    AhAttr, Mtu, QpAttr, QpCap, QpEndpoint, QpInitAttr, QpState, QpType, QueuePair, DEFAULT_QKEY,
+    AhAttr, Mtu, QpAttr, QpCap, QpEndpoint, QpInitAttr, QpState, QpType, QueuePair,
+    XrcSendQpInitAttr, DEFAULT_QKEY,
 };
 pub use srq::{SharedReceiveQueue, SrqInitAttr};
 pub use wr::{RecvWr, SendFlags, SendWr, Sge, UdAddress, WrOpcode};
+pub use xrc::{Xrcd, XrcdFlags};
 
 #[cfg(test)]
 mod tests {

@@ -11,7 +11,7 @@ use crate::abi::control::{Handle, Reply, Request};
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::mr::{AccessFlags, MemoryRegion};
-use crate::qp::{QpInitAttr, QueuePair};
+use crate::qp::{QpInitAttr, QueuePair, XrcSendQpInitAttr};
 
 /// A region of the PD as the library knows it: enough to read an inline send's bytes
 /// from it (`wr::check_inline_sge`).
@@ -119,5 +119,13 @@ impl ProtectionDomain {
         srq: &crate::srq::SharedReceiveQueue,
     ) -> Result<QueuePair> {
         QueuePair::create(self, attr, Some(srq))
+    }
+
+    /// Creates an XRC initiator QP (`ibv_create_qp_ex` with `IBV_QPT_XRC_SEND`): an RC
+    /// requester whose every work request names the remote XRC SRQ it is for
+    /// ([`crate::SendWr::to_xrc_srq`]). It has no receive queue: `post_recv` is
+    /// refused. See [`crate::xrc`].
+    pub fn create_xrc_send_qp(&self, attr: &XrcSendQpInitAttr<'_>) -> Result<QueuePair> {
+        QueuePair::create_xrc_send(self, attr)
     }
 }

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use crate::abi::control::{self, Reply, Request};
 use crate::abi::{Producer, QpLayout, RecvWqe, SendWqe, MAX_INLINE, MAX_SGE};
 use crate::cq::{CompletionQueue, CqShared};
+use crate::device::Context;
 use crate::error::{io, Error, PostError, Result};
 use crate::gid::{Gid, ROCE_V2_PORT};
 use crate::mr::AccessFlags;
@@ -26,6 +27,7 @@ use crate::os;
 use crate::pd::{PdShared, ProtectionDomain};
 use crate::srq::{SharedReceiveQueue, SrqShared};
 use crate::wr::{build_recv_wqe, build_send_wqe, QpLimits, RecvWr, SendWr};
+use crate::xrc::{Xrcd, XrcdShared};
 
 pub use crate::abi::control::{QpState, QpType};
 
@@ -354,12 +356,23 @@ pub fn transition_allowed(from: QpState, to: QpState) -> bool {
 pub fn required_attrs(qp_type: QpType, from: QpState, to: QpState) -> &'static [AttrId] {
     use AttrId::*;
     use QpState::*;
+    // The kernel's table (`qp_state_table` in drivers/infiniband/core/verbs.c): an XRC
+    // initiator is an RC requester without a responder (so no responder attributes at
+    // RTR), an XRC target an RC responder without a requester (so, at RTS, only the
+    // timeout and the PSN of the ACKs it sends).
     match (from, to, qp_type) {
-        (Reset, Init, QpType::Rc | QpType::Uc) => &[PkeyIndex, Port, AccessFlags],
+        (Reset, Init, QpType::Rc | QpType::Uc | QpType::XrcSend | QpType::XrcRecv) => {
+            &[PkeyIndex, Port, AccessFlags]
+        }
         (Reset, Init, QpType::Ud) => &[PkeyIndex, Port, Qkey],
-        (Init, Rtr, QpType::Rc) => &[Av, PathMtu, DestQpn, RqPsn, MaxDestRdAtomic, MinRnrTimer],
-        (Init, Rtr, QpType::Uc) => &[Av, PathMtu, DestQpn, RqPsn],
-        (Rtr, Rts, QpType::Rc) => &[SqPsn, Timeout, RetryCnt, RnrRetry, MaxQpRdAtomic],
+        (Init, Rtr, QpType::Rc | QpType::XrcRecv) => {
+            &[Av, PathMtu, DestQpn, RqPsn, MaxDestRdAtomic, MinRnrTimer]
+        }
+        (Init, Rtr, QpType::Uc | QpType::XrcSend) => &[Av, PathMtu, DestQpn, RqPsn],
+        (Rtr, Rts, QpType::Rc | QpType::XrcSend) => {
+            &[SqPsn, Timeout, RetryCnt, RnrRetry, MaxQpRdAtomic]
+        }
+        (Rtr, Rts, QpType::XrcRecv) => &[Timeout, SqPsn],
         (Rtr, Rts, QpType::Uc | QpType::Ud) => &[SqPsn],
         _ => &[],
     }
@@ -475,11 +488,48 @@ pub struct QueuePair {
     sq_sig_all: bool,
     sq: Producer<SendWqe>,
     rq: Producer<RecvWqe>,
-    pd: Arc<PdShared>,
-    _send_cq: Arc<CqShared>,
-    _recv_cq: Arc<CqShared>,
+    ctx: Context,
+    /// Its PD; `None` for an XRC target QP, which has none (its requests use the PD of
+    /// the XRC SRQ each names).
+    pd: Option<Arc<PdShared>>,
+    /// `None` for an XRC target QP.
+    _send_cq: Option<Arc<CqShared>>,
+    /// `None` for both XRC types: an initiator receives nothing, a target's receive
+    /// completions go to the CQ of the XRC SRQ each request names.
+    _recv_cq: Option<Arc<CqShared>>,
     /// The SRQ this QP receives from (kept alive while the QP exists).
     srq: Option<Arc<SrqShared>>,
+    /// An XRC target QP's domain (kept open while the QP exists).
+    _xrcd: Option<Arc<XrcdShared>>,
+}
+
+/// Everything [`QueuePair::build`] needs, for every QP type.
+struct NewQp<'a> {
+    ctx: &'a Context,
+    pd: Option<&'a ProtectionDomain>,
+    qp_type: QpType,
+    send_cq: Option<&'a CompletionQueue>,
+    recv_cq: Option<&'a CompletionQueue>,
+    /// What the program asked for (and is told it got).
+    cap: QpCap,
+    /// What the NIC is asked for (the ring sizes of the segment).
+    caps: control::QpCaps,
+    sq_sig_all: bool,
+    srq: Option<&'a SharedReceiveQueue>,
+    xrcd: Option<&'a Xrcd>,
+}
+
+/// `struct ibv_qp_init_attr_ex` for an XRC initiator QP (`IBV_QPT_XRC_SEND`): a send
+/// CQ and send-queue sizes; it has no receive queue (`cap.max_recv_*` are ignored, and
+/// reported as 0).
+#[derive(Debug, Clone, Copy)]
+pub struct XrcSendQpInitAttr<'a> {
+    /// CQ for send completions.
+    pub send_cq: &'a CompletionQueue,
+    /// Send-queue sizes.
+    pub cap: QpCap,
+    /// Every send work request is signaled, whatever its flags.
+    pub sq_sig_all: bool,
 }
 
 impl fmt::Debug for QueuePair {
@@ -531,7 +581,13 @@ impl QueuePair {
         attr: &QpInitAttr<'_>,
         srq: Option<&SharedReceiveQueue>,
     ) -> Result<Self> {
-        let ctx = &pd.inner.ctx;
+        if matches!(attr.qp_type, QpType::XrcSend | QpType::XrcRecv) {
+            return Err(Error::InvalidArgument(format!(
+                "a {:?} QP is created with ProtectionDomain::create_xrc_send_qp or \
+                 Xrcd::create_recv_qp",
+                attr.qp_type
+            )));
+        }
         let mut cap = attr.cap;
         if let Some(s) = srq {
             if !s.same_pd(pd) {
@@ -539,17 +595,16 @@ impl QueuePair {
                     "the SRQ belongs to another protection domain".into(),
                 ));
             }
+            if s.is_xrc() {
+                return Err(Error::InvalidArgument(
+                    "an XRC SRQ serves the XRC receive QPs of its domain, not a QP created \
+                     on it"
+                        .into(),
+                ));
+            }
             // Receive WQEs go to the SRQ; the QP's own RQ ring is a 1-slot stub.
             cap.max_recv_wr = 1;
             cap.max_recv_sge = s.attr().max_sge;
-        }
-        check_cap(&cap, ctx.inner.attr()).map_err(Error::InvalidArgument)?;
-        for cq in [attr.send_cq, attr.recv_cq] {
-            if !Arc::ptr_eq(&cq.shared.ctx.inner, &ctx.inner) {
-                return Err(Error::InvalidArgument(
-                    "the CQ belongs to another device context".into(),
-                ));
-            }
         }
         let caps = control::QpCaps {
             max_send_wr: cap.max_send_wr,
@@ -557,24 +612,114 @@ impl QueuePair {
             max_sge: cap.max_send_sge.max(cap.max_recv_sge),
             max_inline: cap.max_inline_data,
         };
-        let shape = caps.sq_shape(attr.qp_type);
+        Self::build(NewQp {
+            ctx: &pd.inner.ctx,
+            pd: Some(pd),
+            qp_type: attr.qp_type,
+            send_cq: Some(attr.send_cq),
+            recv_cq: Some(attr.recv_cq),
+            cap,
+            caps,
+            sq_sig_all: attr.sq_sig_all,
+            srq,
+            xrcd: None,
+        })
+    }
+
+    /// An XRC initiator QP on `pd` ([`ProtectionDomain::create_xrc_send_qp`]). Its
+    /// receive ring is unused and asked for with one entry, as `CreateQp::xrcd`
+    /// specifies.
+    pub(crate) fn create_xrc_send(
+        pd: &ProtectionDomain,
+        attr: &XrcSendQpInitAttr<'_>,
+    ) -> Result<Self> {
+        let cap = QpCap {
+            max_recv_wr: 0,
+            max_recv_sge: 0,
+            ..attr.cap
+        };
+        let caps = control::QpCaps {
+            max_send_wr: cap.max_send_wr,
+            max_recv_wr: 1,
+            max_sge: cap.max_send_sge,
+            max_inline: cap.max_inline_data,
+        };
+        Self::build(NewQp {
+            ctx: &pd.inner.ctx,
+            pd: Some(pd),
+            qp_type: QpType::XrcSend,
+            send_cq: Some(attr.send_cq),
+            recv_cq: None,
+            cap,
+            caps,
+            sq_sig_all: attr.sq_sig_all,
+            srq: None,
+            xrcd: None,
+        })
+    }
+
+    /// An XRC target QP in `xrcd` ([`Xrcd::create_recv_qp`]): no PD, no CQs, and rings
+    /// the NIC never reads, asked for at their smallest (1 send and 1 receive entry of
+    /// one SGE, no inline room), as `CreateQp::xrcd` specifies.
+    pub(crate) fn create_xrc_recv(xrcd: &Xrcd) -> Result<Self> {
+        Self::build(NewQp {
+            ctx: xrcd.context(),
+            pd: None,
+            qp_type: QpType::XrcRecv,
+            send_cq: None,
+            recv_cq: None,
+            cap: QpCap::default(),
+            caps: control::QpCaps {
+                max_send_wr: 1,
+                max_recv_wr: 1,
+                max_sge: 1,
+                max_inline: 0,
+            },
+            sq_sig_all: false,
+            srq: None,
+            xrcd: Some(xrcd),
+        })
+    }
+
+    /// Checks `n` against the device, creates the QP's segment and asks the NIC for
+    /// the QP.
+    fn build(n: NewQp<'_>) -> Result<Self> {
+        let ctx = n.ctx;
+        let mut cap = n.cap;
+        check_cap(&cap, ctx.inner.attr()).map_err(Error::InvalidArgument)?;
+        for cq in [n.send_cq, n.recv_cq].into_iter().flatten() {
+            if !Arc::ptr_eq(&cq.shared.ctx.inner, &ctx.inner) {
+                return Err(Error::InvalidArgument(
+                    "the CQ belongs to another device context".into(),
+                ));
+            }
+        }
+        if n.xrcd.is_some_and(|x| !x.same_context(ctx)) {
+            return Err(Error::InvalidArgument(
+                "the XRC domain belongs to another device context".into(),
+            ));
+        }
+        let caps = n.caps;
+        let shape = caps.sq_shape(n.qp_type);
         let layout = QpLayout::new(caps.max_send_wr, caps.max_recv_wr, shape)?;
-        // The inline room the NIC grants from the same shape: at least what was asked
-        // and at least the gather list's, as rxe (`SqShape::inline_capacity`).
-        cap.max_inline_data = shape.inline_capacity();
+        if n.qp_type != QpType::XrcRecv {
+            // The inline room the NIC grants from the same shape: at least what was
+            // asked and at least the gather list's, as rxe (`SqShape::inline_capacity`).
+            cap.max_inline_data = shape.inline_capacity();
+        }
         let fd = os::memfd("softnic-qp", layout.len).map_err(io("creating the QP memfd"))?;
         let map = Arc::new(os::map_shared(fd.as_fd(), layout.len).map_err(io("mapping the QP"))?);
         let (sq, rq) = layout.rings(map)?;
         sq.init();
         rq.init();
         let req = Request::CreateQp {
-            pd: pd.inner.handle,
-            qp_type: attr.qp_type,
-            send_cq: attr.send_cq.shared.handle,
-            recv_cq: attr.recv_cq.shared.handle,
+            pd: n.pd.map_or(0, |p| p.inner.handle),
+            qp_type: n.qp_type,
+            send_cq: n.send_cq.map_or(0, |c| c.shared.handle),
+            recv_cq: n.recv_cq.map_or(0, |c| c.shared.handle),
             caps,
-            srq: srq.map(|s| s.handle()),
-            xrcd: None,
+            srq: n.srq.map(|s| s.handle()),
+            xrcd: n.xrcd.map(|x| x.handle()),
         };
         let (reply, _) = ctx.inner.call("ibv_create_qp", &req, &[fd.as_fd()])?;
         let (qpn, doorbell) = match reply {
@@ -584,16 +729,18 @@ impl QueuePair {
         Ok(QueuePair {
             qpn,
             doorbell,
-            qp_type: attr.qp_type,
+            qp_type: n.qp_type,
             state: QpState::Reset,
             cap,
-            sq_sig_all: attr.sq_sig_all,
+            sq_sig_all: n.sq_sig_all,
             sq: sq.into_producer(),
             rq: rq.into_producer(),
-            pd: pd.inner.clone(),
-            _send_cq: attr.send_cq.shared.clone(),
-            _recv_cq: attr.recv_cq.shared.clone(),
-            srq: srq.map(|s| s.shared.clone()),
+            ctx: ctx.clone(),
+            pd: n.pd.map(|p| p.inner.clone()),
+            _send_cq: n.send_cq.map(|c| c.shared.clone()),
+            _recv_cq: n.recv_cq.map(|c| c.shared.clone()),
+            srq: n.srq.map(|s| s.shared.clone()),
+            _xrcd: n.xrcd.map(|x| x.shared.clone()),
         })
     }
 
@@ -620,7 +767,7 @@ impl QueuePair {
 
     /// Changes attributes and/or state (`ibv_modify_qp`).
     pub fn modify(&mut self, attr: &QpAttr) -> Result<()> {
-        let dev = self.pd.ctx.inner.attr();
+        let dev = self.ctx.inner.attr();
         check_modify(self.qp_type, self.state, attr, dev.mtu, dev.max_qp_rd_atom).map_err(
             |what| Error::InvalidState {
                 qpn: self.qpn,
@@ -632,7 +779,7 @@ impl QueuePair {
             qpn: self.qpn,
             attr: attr.to_control(),
         };
-        match self.pd.ctx.inner.call("ibv_modify_qp", &req, &[])?.0 {
+        match self.ctx.inner.call("ibv_modify_qp", &req, &[])?.0 {
             Reply::Done => {}
             other => return Err(Error::Protocol(format!("ModifyQp answered with {other:?}"))),
         }
@@ -645,7 +792,7 @@ impl QueuePair {
     /// Asks the NIC for the QP's state and attributes (`ibv_query_qp`).
     pub fn query(&mut self) -> Result<(QpState, control::QpAttr)> {
         let req = Request::QueryQp { qpn: self.qpn };
-        match self.pd.ctx.inner.call("ibv_query_qp", &req, &[])?.0 {
+        match self.ctx.inner.call("ibv_query_qp", &req, &[])?.0 {
             Reply::QpInfo { state, attr } => {
                 self.state = state;
                 Ok((state, attr))
@@ -681,13 +828,13 @@ impl QueuePair {
 
     /// Sends `req` for `verb`; the NIC must answer `Done`.
     fn call_done(&self, verb: &'static str, req: &Request) -> Result<()> {
-        match self.pd.ctx.inner.call(verb, req, &[])?.0 {
+        match self.ctx.inner.call(verb, req, &[])?.0 {
             Reply::Done => Ok(()),
             other => Err(Error::Protocol(format!("{verb} answered with {other:?}"))),
         }
     }
 
-    /// RESET → INIT with P_Key index 0, port 1 and `access` (RC/UC) or
+    /// RESET → INIT with P_Key index 0, port 1 and `access` (RC, UC, XRC) or
     /// [`DEFAULT_QKEY`] (UD), as `ibv_rc_pingpong` does.
     pub fn to_init(&mut self, access: AccessFlags) -> Result<()> {
         let mut a = QpAttr {
@@ -705,7 +852,8 @@ impl QueuePair {
     }
 
     /// INIT → RTR towards `remote`, with `ibv_rc_pingpong`'s defaults
-    /// (max_dest_rd_atomic 1, min_rnr_timer 12).
+    /// (max_dest_rd_atomic 1, min_rnr_timer 12, for the responders: RC and XRC
+    /// target QPs).
     pub fn to_rtr(&mut self, remote: &QpEndpoint, mtu: Mtu) -> Result<()> {
         let mut a = QpAttr {
             qp_state: Some(QpState::Rtr),
@@ -723,7 +871,7 @@ impl QueuePair {
                 udp_port: remote.udp_port,
             });
         }
-        if self.qp_type == QpType::Rc {
+        if matches!(self.qp_type, QpType::Rc | QpType::XrcRecv) {
             a.max_dest_rd_atomic = Some(1);
             a.min_rnr_timer = Some(12);
         }
@@ -731,18 +879,24 @@ impl QueuePair {
     }
 
     /// RTR → RTS with first PSN `sq_psn` and `ibv_rc_pingpong`'s defaults (timeout 14,
-    /// retry_cnt 7, rnr_retry 7, max_rd_atomic 1).
+    /// retry_cnt 7, rnr_retry 7, max_rd_atomic 1; an XRC target QP takes only the
+    /// timeout).
     pub fn to_rts(&mut self, sq_psn: u32) -> Result<()> {
         let mut a = QpAttr {
             qp_state: Some(QpState::Rts),
             sq_psn: Some(sq_psn),
             ..QpAttr::default()
         };
-        if self.qp_type == QpType::Rc {
-            a.timeout = Some(14);
-            a.retry_cnt = Some(7);
-            a.rnr_retry = Some(7);
-            a.max_rd_atomic = Some(1);
+        match self.qp_type {
+            QpType::Rc | QpType::XrcSend => {
+                a.timeout = Some(14);
+                a.retry_cnt = Some(7);
+                a.rnr_retry = Some(7);
+                a.max_rd_atomic = Some(1);
+            }
+            // A target sends only ACKs and responses: their timeout, no retries.
+            QpType::XrcRecv => a.timeout = Some(14),
+            QpType::Uc | QpType::Ud => {}
         }
         self.modify(&a)
     }
@@ -762,7 +916,13 @@ impl QueuePair {
     /// refused one are posted ([`Error::Post`] says which, like `bad_wr`). No syscall
     /// unless the NIC is asleep (NEED_WAKEUP on the doorbell page).
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
-        self.pd.ctx.inner.check_nic_alive()?;
+        self.ctx.inner.check_nic_alive()?;
+        let Some(pd) = &self.pd else {
+            return refuse_all(
+                wrs.first().map(|w| w.wr_id),
+                "an XRC receive QP has no send queue",
+            );
+        };
         let q = self.limits();
         let mut result = Ok(());
         let mut pushed = 0usize;
@@ -772,7 +932,7 @@ impl QueuePair {
             .prefetch(u32::try_from(wrs.len()).unwrap_or(u32::MAX));
         {
             // Held across the inline copies so no region can be unmapped meanwhile.
-            let mrs = self.pd.mrs.read().unwrap_or_else(|e| e.into_inner());
+            let mrs = pd.mrs.read().unwrap_or_else(|e| e.into_inner());
             // Each WR is built in this one slot and copied once, into the ring
             // (`build_send_wqe`).
             let mut wqe = SendWqe::default();
@@ -797,7 +957,7 @@ impl QueuePair {
         }
         if pushed > 0 {
             self.sq.publish();
-            let ctx = &self.pd.ctx.inner;
+            let ctx = &self.ctx.inner;
             ctx.poll.note_posted(pushed as u32);
             ctx.ring_doorbell(self.doorbell)?;
         }
@@ -807,7 +967,15 @@ impl QueuePair {
     /// Posts receive work requests (`ibv_post_recv`), same conventions as
     /// [`Self::post_send`].
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
-        self.pd.ctx.inner.check_nic_alive()?;
+        self.ctx.inner.check_nic_alive()?;
+        if matches!(self.qp_type, QpType::XrcSend | QpType::XrcRecv) {
+            // An initiator receives nothing; a target's receive WQEs come from the XRC
+            // SRQ each request names (post to that SRQ).
+            return refuse_all(
+                wrs.first().map(|w| w.wr_id),
+                "an XRC QP has no receive queue (post to the XRC SRQ)",
+            );
+        }
         if self.srq.is_some() {
             return Err(Error::InvalidState {
                 qpn: self.qpn,
@@ -837,7 +1005,7 @@ impl QueuePair {
         }
         if pushed > 0 {
             self.rq.publish();
-            self.pd.ctx.inner.ring_doorbell(self.doorbell)?;
+            self.ctx.inner.ring_doorbell(self.doorbell)?;
         }
         result
     }
@@ -853,6 +1021,9 @@ impl QueuePair {
         opcode: u8,
         signaled: bool,
     ) -> Result<()> {
+        if self.qp_type == QpType::XrcRecv {
+            return refuse_all(Some(wr_id), "an XRC receive QP has no send queue");
+        }
         let capacity = self.sq.ring().capacity();
         let full = |reason| Error::Post {
             index: 0,
@@ -862,7 +1033,7 @@ impl QueuePair {
         if self.sq.free(1).map_err(|e| full(push_error(e, capacity)))? == 0 {
             return Err(full(PostError::QueueFull { capacity }));
         }
-        self.pd.ctx.inner.call(verb, request, &[])?;
+        self.ctx.inner.call(verb, request, &[])?;
         let mut wqe = SendWqe {
             wr_id,
             opcode,
@@ -875,21 +1046,34 @@ impl QueuePair {
             .push(&wqe)
             .map_err(|e| full(push_error(e, capacity)))?;
         self.sq.publish();
-        self.pd.ctx.inner.poll.note_posted(1);
-        self.pd.ctx.inner.ring_doorbell(self.doorbell)?;
+        self.ctx.inner.poll.note_posted(1);
+        self.ctx.inner.ring_doorbell(self.doorbell)?;
         Ok(())
     }
 }
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
-        let ctx = &self.pd.ctx.inner;
+        let ctx = &self.ctx.inner;
         let _ = ctx.call("ibv_destroy_qp", &Request::DestroyQp { qpn: self.qpn }, &[]);
         // Send WQEs the NIC never retired (their slots were not given back) are no
         // longer queued ahead of it: hybrid polling's count must not keep them.
         if let Ok(n) = self.sq.unconsumed() {
             ctx.poll.note_abandoned(n);
         }
+    }
+}
+
+/// A post to a queue the QP does not have: the first work request (`first`, its
+/// `wr_id`) is refused with `why` and nothing is posted; posting nothing succeeds.
+fn refuse_all(first: Option<u64>, why: &str) -> Result<()> {
+    match first {
+        None => Ok(()),
+        Some(wr_id) => Err(Error::Post {
+            index: 0,
+            wr_id,
+            reason: PostError::Unsupported(why.into()),
+        }),
     }
 }
 
@@ -988,6 +1172,50 @@ mod tests {
         assert!(check_modify(QpType::Ud, QpState::Reset, &init, 4096, 16)
             .unwrap_err()
             .contains("IBV_QP_QKEY"));
+    }
+
+    /// The XRC rows of the kernel's table: an initiator needs no responder attributes
+    /// at RTR, a target only the timeout and SQ PSN at RTS.
+    #[test]
+    fn xrc_transitions_need_the_kernels_attributes() {
+        use AttrId::*;
+        use QpState::*;
+        for t in [QpType::XrcSend, QpType::XrcRecv] {
+            assert_eq!(
+                required_attrs(t, Reset, Init),
+                &[PkeyIndex, Port, AccessFlags]
+            );
+        }
+        assert_eq!(
+            required_attrs(QpType::XrcSend, Init, Rtr),
+            &[Av, PathMtu, DestQpn, RqPsn]
+        );
+        assert_eq!(
+            required_attrs(QpType::XrcRecv, Init, Rtr),
+            &[Av, PathMtu, DestQpn, RqPsn, MaxDestRdAtomic, MinRnrTimer]
+        );
+        assert_eq!(
+            required_attrs(QpType::XrcSend, Rtr, Rts),
+            required_attrs(QpType::Rc, Rtr, Rts)
+        );
+        assert_eq!(required_attrs(QpType::XrcRecv, Rtr, Rts), &[Timeout, SqPsn]);
+        let rts = QpAttr {
+            qp_state: Some(Rts),
+            sq_psn: Some(1),
+            timeout: Some(14),
+            ..QpAttr::default()
+        };
+        assert_eq!(check_modify(QpType::XrcRecv, Rtr, &rts, 4096, 16), Ok(()));
+        assert!(check_modify(QpType::XrcSend, Rtr, &rts, 4096, 16)
+            .unwrap_err()
+            .contains("IBV_QP_RETRY_CNT"));
+        let mut rtr = rtr_attr();
+        rtr.max_dest_rd_atomic = None;
+        rtr.min_rnr_timer = None;
+        assert_eq!(check_modify(QpType::XrcSend, Init, &rtr, 4096, 16), Ok(()));
+        assert!(check_modify(QpType::XrcRecv, Init, &rtr, 4096, 16)
+            .unwrap_err()
+            .contains("IBV_QP_MAX_DEST_RD_ATOMIC"));
     }
 
     #[test]

@@ -15,18 +15,25 @@
 //! [`Context::poll_async_events`] (the `ibv_get_async_event` of this library: it never
 //! blocks); [`Context::async_event_channel`] gives a descriptor to `poll(2)` on until
 //! there are some.
+//!
+//! An XRC SRQ ([`ProtectionDomain::create_xrc_srq`]) belongs to an XRC domain and
+//! has a CQ of its own: it receives the requests that arrive on the XRC target QPs of
+//! its domain naming its number ([`SharedReceiveQueue::srq_num`]), and their
+//! completions go to its CQ, each with the target QP's number (see [`crate::xrc`]).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
-use crate::abi::control::{AsyncEvent, Reply, Request, SrqAttr};
+use crate::abi::control::{AsyncEvent, Reply, Request, SrqAttr, XrcSrqInit};
 use crate::abi::{Producer, RecvWqe, Ring, SrqLayout};
+use crate::cq::{CompletionQueue, CqShared};
 use crate::device::Context;
 use crate::error::{io, Error, PostError, Result};
 use crate::os;
 use crate::pd::{PdShared, ProtectionDomain};
 use crate::qp::{QpState, QpType};
 use crate::wr::{build_recv_wqe, QpLimits, RecvWr};
+use crate::xrc::{Xrcd, XrcdShared};
 
 /// `struct ibv_srq_init_attr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -44,6 +51,10 @@ pub struct SrqInitAttr {
 pub(crate) struct SrqShared {
     pub handle: u32,
     pub pd: Arc<PdShared>,
+    /// An XRC SRQ's domain open and CQ, released after the SRQ is destroyed (fields
+    /// drop after `Drop::drop`).
+    _xrcd: Option<Arc<XrcdShared>>,
+    _cq: Option<Arc<CqShared>>,
 }
 
 impl Drop for SrqShared {
@@ -61,6 +72,8 @@ impl Drop for SrqShared {
 /// post).
 pub struct SharedReceiveQueue {
     handle: u32,
+    /// An XRC SRQ's number; 0 for a basic SRQ.
+    srq_num: u32,
     /// Its slot on the context's doorbell page.
     doorbell: u32,
     attr: SrqAttr,
@@ -79,8 +92,22 @@ impl std::fmt::Debug for SharedReceiveQueue {
 }
 
 impl SharedReceiveQueue {
-    pub(crate) fn create(pd: &ProtectionDomain, init: &SrqInitAttr) -> Result<Self> {
-        let dev = pd.inner.ctx.inner.attr();
+    pub(crate) fn create(
+        pd: &ProtectionDomain,
+        init: &SrqInitAttr,
+        xrc: Option<(&Xrcd, &CompletionQueue)>,
+    ) -> Result<Self> {
+        let ctx = &pd.inner.ctx;
+        if let Some((xrcd, cq)) = xrc {
+            if !xrcd.same_context(ctx) || !Arc::ptr_eq(&cq.shared.ctx.inner, &ctx.inner) {
+                return Err(Error::InvalidArgument(
+                    "the XRC domain, the CQ and the PD of an XRC SRQ must belong to one \
+                     device context"
+                        .into(),
+                ));
+            }
+        }
+        let dev = ctx.inner.attr();
         let max_sge = dev.max_sge.min(crate::abi::MAX_SGE as u32);
         if init.max_sge > max_sge {
             return Err(Error::InvalidArgument(format!(
@@ -100,28 +127,46 @@ impl SharedReceiveQueue {
                 max_sge: init.max_sge,
                 srq_limit: init.srq_limit,
             },
-            xrc: None,
+            xrc: xrc.map(|(xrcd, cq)| XrcSrqInit {
+                xrcd: xrcd.handle(),
+                cq: cq.shared.handle,
+            }),
         };
         let (reply, _) = pd
             .inner
             .ctx
             .inner
             .call("ibv_create_srq", &req, &[fd.as_fd()])?;
-        let (handle, attr, doorbell) = match reply {
+        let (handle, srq_num, attr, doorbell) = match reply {
             Reply::Srq {
                 srq,
+                srq_num,
                 attr,
                 doorbell,
-                ..
-            } => (srq, attr, doorbell),
+            } => (srq, srq_num, attr, doorbell),
             other => {
                 return Err(Error::Protocol(format!(
                     "CreateSrq answered with {other:?}"
                 )))
             }
         };
+        // A basic SRQ has no number (the reply's is 0 then; not trusted to be).
+        let srq_num = if xrc.is_some() { srq_num } else { 0 };
+        if xrc.is_some() && (srq_num == 0 || srq_num > 0xFF_FFFF) {
+            // Destroyed again by the SrqShared below going out of scope.
+            let _gone = SrqShared {
+                handle,
+                pd: pd.inner.clone(),
+                _xrcd: None,
+                _cq: None,
+            };
+            return Err(Error::Protocol(format!(
+                "CreateSrq answered XRC SRQ number {srq_num:#x}, not a 24-bit non-zero one"
+            )));
+        }
         Ok(SharedReceiveQueue {
             handle,
+            srq_num,
             doorbell,
             attr,
             ring: ring.into_producer(),
@@ -129,8 +174,22 @@ impl SharedReceiveQueue {
             shared: Arc::new(SrqShared {
                 handle,
                 pd: pd.inner.clone(),
+                _xrcd: xrc.map(|(x, _)| x.shared.clone()),
+                _cq: xrc.map(|(_, c)| c.shared.clone()),
             }),
         })
+    }
+
+    /// An XRC SRQ's number (`ibv_get_srq_num`): what an XRC initiator names in its
+    /// work requests ([`crate::SendWr::to_xrc_srq`]) to be received here; 24 bits,
+    /// never 0. 0 for a basic SRQ.
+    pub fn srq_num(&self) -> u32 {
+        self.srq_num
+    }
+
+    /// Whether this is an XRC SRQ.
+    pub fn is_xrc(&self) -> bool {
+        self.srq_num != 0
     }
 
     /// The NIC's handle of this SRQ (what [`AsyncEvent`]s name).
@@ -215,7 +274,20 @@ impl SharedReceiveQueue {
 impl ProtectionDomain {
     /// Creates a shared receive queue (`ibv_create_srq`).
     pub fn create_srq(&self, init: &SrqInitAttr) -> Result<SharedReceiveQueue> {
-        SharedReceiveQueue::create(self, init)
+        SharedReceiveQueue::create(self, init, None)
+    }
+
+    /// Creates an XRC SRQ (`ibv_create_srq_ex` with `IBV_SRQT_XRC`) in `xrcd`, whose
+    /// completions go to `cq`: it receives what remote XRC initiators send to the XRC
+    /// target QPs of the domain naming its [`SharedReceiveQueue::srq_num`], checking
+    /// memory keys against this PD. It keeps `xrcd`'s open and `cq` alive.
+    pub fn create_xrc_srq(
+        &self,
+        xrcd: &Xrcd,
+        cq: &CompletionQueue,
+        init: &SrqInitAttr,
+    ) -> Result<SharedReceiveQueue> {
+        SharedReceiveQueue::create(self, init, Some((xrcd, cq)))
     }
 }
 

@@ -184,6 +184,11 @@ pub struct SendWr<'a> {
     pub send_flags: SendFlags,
     /// UD QPs: the destination.
     pub ud: Option<UdAddress>,
+    /// XRC initiator QPs: the number of the remote XRC SRQ the message is for
+    /// (`ibv_send_wr.qp_type.xrc.remote_srqn`, `ibv_wr_set_xrc_srqn`); every work
+    /// request of such a QP needs one. Ignored on other QP types, as libibverbs
+    /// ignores `qp_type.xrc` there.
+    pub xrc_srqn: Option<u32>,
     /// With [`SendFlags::INLINE`]: the payload, gathered from these pieces in order,
     /// from any memory (registered or not); `sg_list` must then be empty. Empty: the
     /// payload of an inline send comes from `sg_list`. Set by [`SendWr::inline_bytes`].
@@ -199,6 +204,7 @@ impl<'a> SendWr<'a> {
             sg_list,
             send_flags: SendFlags::NONE,
             ud: None,
+            xrc_srqn: None,
             inline_data: &[],
         }
     }
@@ -232,6 +238,13 @@ impl<'a> SendWr<'a> {
     /// Sets the UD destination.
     pub fn to(mut self, ud: UdAddress) -> Self {
         self.ud = Some(ud);
+        self
+    }
+
+    /// Names the remote XRC SRQ (its [`crate::SharedReceiveQueue::srq_num`]) this
+    /// work request of an XRC initiator QP is for.
+    pub fn to_xrc_srq(mut self, srq_num: u32) -> Self {
+        self.xrc_srqn = Some(srq_num);
         self
     }
 }
@@ -346,6 +359,24 @@ pub(crate) unsafe fn build_send_wqe(
                 "{} is not supported on a UD QP (only SEND and SEND_WITH_IMM)",
                 op.name()
             )))
+        }
+        (QpType::XrcSend, _) if wr.xrc_srqn.is_none() => {
+            return Err(PostError::Unsupported(
+                "an XRC send QP's work request names the remote XRC SRQ \
+                 (SendWr::to_xrc_srq, qp_type.xrc.remote_srqn)"
+                    .into(),
+            ));
+        }
+        (QpType::XrcSend, _) if wr.xrc_srqn.is_some_and(|n| n > 0xFF_FFFF) => {
+            return Err(PostError::Unsupported(format!(
+                "XRC SRQ number {:#x} does not fit in 24 bits",
+                wr.xrc_srqn.unwrap_or(0)
+            )));
+        }
+        (QpType::XrcRecv, _) => {
+            return Err(PostError::Unsupported(
+                "an XRC receive QP has no send queue".into(),
+            ));
         }
         (QpType::Uc, WrOpcode::RdmaRead { .. })
         | (QpType::Uc, WrOpcode::AtomicCmpAndSwp { .. })
@@ -471,6 +502,13 @@ pub(crate) unsafe fn build_send_wqe(
             traffic_class: ud.traffic_class,
             _reserved: [0; 5],
         };
+    }
+    // An XRC initiator's every WQE carries the SRQ number in the destination area, the
+    // rest of the area zero (`send_flags::XRC_SRQN`); its stride has room for it
+    // (`QpCaps::sq_shape`).
+    if let Some(srqn) = wr.xrc_srqn.filter(|_| q.qp_type == QpType::XrcSend) {
+        flags |= send_flags::XRC_SRQN;
+        wqe.ud.qpn = srqn;
     }
     if inline {
         let max = q.max_inline.min(MAX_INLINE as u32);
@@ -961,6 +999,76 @@ mod tests {
         all.sq_sig_all = true;
         let w = post(&SendWr::new(1, WrOpcode::Send, &[]), &all, &mrs).unwrap();
         assert_eq!(w.flags, send_flags::SIGNALED);
+    }
+
+    /// An XRC initiator's every WR names the remote XRC SRQ: in the destination area's
+    /// QPN under XRC_SRQN, the rest of the area zero, an inline payload after the area;
+    /// without a number it is refused, and an XRC target QP posts nothing.
+    #[test]
+    fn xrc_sends_carry_the_remote_srq_number() {
+        let buf = [7u8; 64];
+        let mrs = table(&[(1, &buf)]);
+        let s = Sge {
+            addr: buf.as_ptr() as u64,
+            length: 8,
+            lkey: 1,
+        };
+        let mut xrc = limits(QpState::Rts);
+        xrc.qp_type = QpType::XrcSend;
+        assert!(matches!(
+            post(&SendWr::new(1, WrOpcode::Send, &[s]), &xrc, &mrs),
+            Err(PostError::Unsupported(_))
+        ));
+        let write = WrOpcode::RdmaWrite {
+            remote_addr: 0x1000,
+            rkey: 5,
+        };
+        let w = post(
+            &SendWr::new(2, write, &[s]).to_xrc_srq(0xab_cdef),
+            &xrc,
+            &mrs,
+        )
+        .unwrap();
+        assert_eq!(w.flags, send_flags::XRC_SRQN);
+        assert_eq!(
+            w.ud,
+            UdDest {
+                qpn: 0xab_cdef,
+                ..UdDest::default()
+            }
+        );
+        assert_eq!((w.num_sge, w.sges[0]), (1, s));
+        let piece: &[u8] = b"xrc inline";
+        let pieces = [piece];
+        let w = post(
+            &SendWr::new(3, WrOpcode::Send, &[])
+                .inline_bytes(&pieces)
+                .to_xrc_srq(9),
+            &xrc,
+            &mrs,
+        )
+        .unwrap();
+        assert_eq!(w.flags, send_flags::XRC_SRQN | send_flags::INLINE);
+        assert_eq!(w.inline_offset(), SendWqe::INLINE_AT);
+        assert_eq!((w.ud.qpn, w.inline_payload()), (9, piece));
+        assert!(matches!(
+            post(&SendWr::new(4, write, &[s]).to_xrc_srq(1 << 24), &xrc, &mrs),
+            Err(PostError::Unsupported(_))
+        ));
+        // Other QP types ignore the number, as libibverbs ignores `qp_type.xrc`.
+        let w = post(
+            &SendWr::new(5, write, &[s]).to_xrc_srq(9),
+            &limits(QpState::Rts),
+            &mrs,
+        )
+        .unwrap();
+        assert_eq!((w.flags, w.ud), (0, UdDest::default()));
+        let mut target = limits(QpState::Rts);
+        target.qp_type = QpType::XrcRecv;
+        assert!(matches!(
+            post(&SendWr::new(6, write, &[s]).to_xrc_srq(9), &target, &mrs),
+            Err(PostError::Unsupported(_))
+        ));
     }
 
     /// A receive's regions are the NIC's to check when a message lands (a LOC_PROT_ERR

@@ -90,6 +90,12 @@ counters! {
         /// Dropped: for a connected QP whose peer is a softnic NIC on a port other than
         /// 4791, from another UDP source port.
         rx_drop_source_port,
+        /// For an XRC receive QP, an XRC request whose XRCETH names no XRC SRQ of the
+        /// QP's XRC domain (an unknown SRQ number, or an SRQ of another domain). The QP
+        /// refuses it once it passes the state and PSN checks: NAK Remote Access Error
+        /// and Err (`qp_nak_remote_access_sent`; Linux's XRC patches for rxe answer an
+        /// invalid XRCETH so). Only the QP's connected peer gets this far (`source.rs`).
+        rx_xrc_srq_refused,
         /// Not sent: the socket buffer stayed full.
         tx_drop_socket_full,
         /// Not sent: the kernel refused the datagram.
@@ -104,6 +110,11 @@ counters! {
         ring_corrupt,
         /// Completions that found their CQ full; the QP was moved to ERR.
         cq_overrun,
+        /// Completions dropped because their CQ is gone: a receive completion of an
+        /// XRC receive QP whose XRC SRQ (and so its CQ) was destroyed while the QP held
+        /// one of its WQEs (an XRC receive QP holds no use of the XRC SRQs it takes
+        /// WQEs from; `srq.rs` `remove_srq`).
+        cqe_drop_no_cq,
         /// Times the runtime went to sleep in poll(2).
         sleeps,
         /// Passes of the loop (`Runtime::iterate`), busy or not.

@@ -19,7 +19,8 @@
 //! [`runtime`] (the loop), [`counters`] (what `softnic stats` prints), [`gid`],
 //! [`clock`], [`trace`] (latency stamps, off by default), [`rng`] (seeded, for fault
 //! injection), [`secret`] (keys and QPNs from the OS generator), [`signals`],
-//! [`async_events`] (which objects have asynchronous events, and the client's pipe).
+//! [`async_events`] (which objects have asynchronous events, and the client's pipe),
+//! [`xrc`] (XRC domains and XRC SRQ numbers).
 
 use std::process::ExitCode;
 
@@ -59,6 +60,7 @@ pub mod sysv_mr;
 pub mod trace;
 pub mod udp;
 pub mod wqe;
+pub mod xrc;
 
 pub use config::RunArgs;
 

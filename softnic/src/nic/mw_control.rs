@@ -42,18 +42,20 @@ impl Nic {
         }
     }
 
-    /// `client`'s RC or UC QP `qpn` in RTS (where binds and invalidations may be
-    /// posted; IBTA 10.6.7.2.1), as its PD and number.
+    /// `client`'s RC, UC or XRC send QP `qpn` in RTS (where binds and invalidations
+    /// may be posted; IBTA 10.6.7.2.1), as its PD and number. Not a UD QP, nor an XRC
+    /// receive QP: it has no send queue to post them to, and no PD of its own (each
+    /// request uses its XRC SRQ's).
     fn poster(&self, client: u32, qpn: u32) -> Result<Accessor, Box<Answer>> {
         let e = self
             .qps
             .get(&qpn)
             .filter(|e| e.client == client)
             .ok_or_else(|| Box::new(err(ErrorCode::NotFound, format!("no QP {qpn:#x}"))))?;
-        if e.qp.qp_type() == QpType::Ud {
+        if matches!(e.qp.qp_type(), QpType::Ud | QpType::XrcRecv) {
             return Err(Box::new(err(
                 ErrorCode::InvalidArgument,
-                "memory windows are bound and invalidated on RC and UC QPs only",
+                "memory windows are bound and invalidated on RC, UC and XRC send QPs only",
             )));
         }
         if e.qp.state() != QpState::Rts {

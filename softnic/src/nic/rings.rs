@@ -39,7 +39,9 @@ use super::counters::NicCounters;
 use super::cq::{cqe_of, grh_flag, CompletionQueue, PushError};
 use super::memory::KeyMap;
 use super::ready::Ticket;
+use super::srq::SrqEntry;
 use super::wqe;
+use super::xrc::{self, XrcTarget};
 
 mod local_op;
 
@@ -85,6 +87,8 @@ pub struct QpEntry {
     /// The client's doorbell page, where released SQ slots are counted
     /// (`sends_retired`, hybrid polling; set by the owner).
     pub page: Option<Doorbell>,
+    /// An XRC receive QP's domain (`xrc.rs`; set by the owner).
+    pub xrc: Option<XrcTarget>,
 }
 
 impl QpEntry {
@@ -115,6 +119,7 @@ impl QpEntry {
             tx_more: false,
             doorbell: 0,
             page: None,
+            xrc: None,
         }
     }
 
@@ -196,10 +201,35 @@ impl QpEntry {
         }
         if !self.pending.is_empty() {
             // Rung, but not read now: read when the completions are out.
-            (self.sq_more, self.rq_more) = (true, true);
+            (self.sq_more, self.rq_more) = (self.has_sq(), self.has_rq());
             return 0;
         }
-        self.drain_recv(now, n) + self.drain_send(now, local, n)
+        let recv = if self.has_rq() {
+            self.drain_recv(now, n)
+        } else {
+            0
+        };
+        let send = if self.has_sq() {
+            self.drain_send(now, local, n)
+        } else {
+            0
+        };
+        recv + send
+    }
+
+    /// Whether the QP's send ring is read. An XRC receive QP has no send queue (IBTA
+    /// 11.4.1.2: the XRC target only responds); its ring, which the protocol has the
+    /// client send for a uniform segment, is never read, whatever the client writes
+    /// there or rings.
+    fn has_sq(&self) -> bool {
+        self.qp.qp_type() != QpType::XrcRecv
+    }
+
+    /// Whether the QP's receive ring is read: not for either XRC type, which receive
+    /// (if at all) through XRC SRQs, never from a queue of their own
+    /// (`ibv_create_qp_ex(3)`: XRC QPs have no receive queue).
+    fn has_rq(&self) -> bool {
+        !matches!(self.qp.qp_type(), QpType::XrcRecv | QpType::XrcSend)
     }
 
     /// Whether entries were left in a ring that the QP could take now (the runtime
@@ -215,7 +245,8 @@ impl QpEntry {
     /// even if it arrives in the same loop iteration as the post; RC would recover
     /// with an RNR NAK, but UC and UD would drop the message.
     pub fn refill_recv(&mut self, now: Instant, n: &mut NicCounters) {
-        if self.qp.recv_queue_len() == 0 && !self.ring_broken && self.pending.is_empty() {
+        let empty = self.qp.recv_queue_len() == 0;
+        if empty && self.has_rq() && !self.ring_broken && self.pending.is_empty() {
             self.drain_recv(now, n);
         }
     }
@@ -339,23 +370,40 @@ impl QpEntry {
         self.rq.release_except(self.qp.recv_queue_len() as u32);
     }
 
-    /// Writes pending completions to their CQs (found by handle in `cqs`), each stamped
-    /// `stamp` (`CLOCK_MONOTONIC` ns of this pass). Returns how many were written.
+    /// The CQ a completion of this QP goes to: its send or receive CQ, or for a
+    /// receive completion of an XRC receive QP the CQ of the XRC SRQ its WQE came from
+    /// (`ibv_create_srq_ex(3)`: an XRC SRQ's completions go to its CQ), if that SRQ
+    /// is still one of the QP's domain (in `srqs`). 0: none (an XRC QP's missing
+    /// side).
+    fn cq_of(&self, c: &Completion, srqs: &KeyMap<SrqEntry>) -> u32 {
+        match (c.queue, self.xrc) {
+            (Queue::Send, _) => self.send_cq,
+            (Queue::Recv, None) => self.recv_cq,
+            (Queue::Recv, Some(x)) => xrc::xrc_srq_cq(srqs, x.domain, c.srqn).unwrap_or(0),
+        }
+    }
+
+    /// Writes pending completions to their CQs (found by handle in `cqs`; those of XRC
+    /// SRQs through `srqs`), each stamped `stamp` (`CLOCK_MONOTONIC` ns of this pass),
+    /// and adds each XRC SRQ CQ written to `dirty` (the caller lists the QP's own send
+    /// and receive CQs). Returns how many were written. A completion whose CQ is gone
+    /// is dropped and counted (`cqe_drop_no_cq`).
     pub fn deliver(
         &mut self,
-        now: Instant,
-        stamp: u64,
+        (now, stamp): (Instant, u64),
         n: &mut NicCounters,
         cqs: &mut KeyMap<CompletionQueue>,
+        srqs: &KeyMap<SrqEntry>,
+        dirty: &mut Vec<u32>,
     ) -> usize {
         let mut written = 0;
         while let Some((c, vendor_err)) = self.pending.front().copied() {
-            let handle = match c.queue {
-                Queue::Send => self.send_cq,
-                Queue::Recv => self.recv_cq,
-            };
+            let handle = self.cq_of(&c, srqs);
             let Some(cq) = cqs.get_mut(&handle) else {
-                // The CQ is gone (cannot happen: a CQ in use cannot be destroyed).
+                // No CQ: an XRC SRQ destroyed under a WQE the QP held (`srq.rs`
+                // `remove_srq`), or a completion of an XRC QP's missing side (none is
+                // ever made). A CQ in use by a QP cannot be destroyed.
+                n.cqe_drop_no_cq += 1;
                 self.pending.pop_front();
                 continue;
             };
@@ -366,6 +414,11 @@ impl QpEntry {
                 Ok(()) => {
                     self.pending.pop_front();
                     written += 1;
+                    // The QP's own CQs are listed by the caller, send CQ first; an XRC
+                    // SRQ's CQ only this QP's completions reveal.
+                    if self.xrc.is_some() && dirty.last() != Some(&handle) {
+                        dirty.push(handle);
+                    }
                 }
                 Err(PushError::Full) => {
                     if !self.overrun {
@@ -403,10 +456,11 @@ impl QpEntry {
     /// (IBTA 10.3.1): completions still waiting for CQ room (a flush made before the
     /// reset) go too, so none reaches the CQ after the client removed the QP's
     /// unpolled ones (`ibv_modify_qp`, as mlx5's `mlx5_cq_clean`) — except, on a shared
-    /// receive queue, the receive completions, whose WQEs are the SRQ's (the client
-    /// keeps those too); the ring slots its queues held are returned.
+    /// receive queue (an XRC receive QP's are XRC SRQs), the receive completions, whose
+    /// WQEs are the SRQ's (the client keeps those too); the ring slots its queues held
+    /// are returned.
     pub fn reset(&mut self) {
-        let srq = self.qp.srq().is_some();
+        let srq = self.qp.srq().is_some() || self.xrc.is_some();
         self.pending.retain(|(c, _)| srq && c.queue == Queue::Recv);
         self.release_slots();
     }
@@ -423,15 +477,18 @@ impl QpEntry {
     }
 
     fn can_take_send(&self) -> bool {
-        matches!(
-            self.qp.state(),
-            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err
-        ) && self.qp.send_queue_len() < self.caps.max_send_wr as usize
+        self.has_sq()
+            && matches!(
+                self.qp.state(),
+                QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err
+            )
+            && self.qp.send_queue_len() < self.caps.max_send_wr as usize
             && self.pending.is_empty()
     }
 
     fn can_take_recv(&self) -> bool {
-        self.qp.state() != QpState::Reset
+        self.has_rq()
+            && self.qp.state() != QpState::Reset
             && self.qp.recv_queue_len() < self.caps.max_recv_wr as usize
             && self.pending.is_empty()
     }

@@ -81,6 +81,7 @@ use super::counters::{self, NicCounters};
 use super::doorbells::Target;
 use super::fault::FaultInjector;
 use super::mcast::{self, GroupSockets};
+use super::memory::KeyMap;
 use super::pcap::PcapWriter;
 use super::ready::ActiveSet;
 use super::rings::DRAIN_BUDGET;
@@ -88,10 +89,12 @@ use super::rx_icrc::{self, IcrcPath};
 use super::rx_place;
 use super::signals;
 use super::source;
+use super::srq::SrqEntry;
 use super::starved::StarvedSpin;
 use super::state::{Nic, NicInfo};
 use super::trace::Trace;
 use super::udp::{Offloads, PacketIo, PhasedBuf, RecvBatch, SendOutcome, UdpIo};
+use super::xrc::{self, XrcTable};
 
 /// How long the loop spins without work before it sleeps.
 pub const SPIN: Duration = Duration::from_micros(100);
@@ -710,6 +713,7 @@ impl Runtime {
             ("clients", self.nic.clients.len() as u64),
             ("qps", self.nic.qps.len() as u64),
             ("srqs", self.nic.srqs.len() as u64),
+            ("xrc_domains", self.nic.xrc.domains() as u64),
             ("cqs", self.nic.cqs.len() as u64),
             ("mrs", self.nic.mrs.len() as u64),
             ("fault_held", self.path.fault.held() as u64),
@@ -968,10 +972,22 @@ impl Runtime {
             e.take_completions();
             if e.pending() > 0 {
                 let recv = e.pending_recv();
-                let k = e.deliver(now, stamp, &mut self.path.counters, &mut self.nic.cqs);
+                let k = e.deliver(
+                    (now, stamp),
+                    &mut self.path.counters,
+                    &mut self.nic.cqs,
+                    &self.nic.srqs,
+                    &mut self.dirty_cqs,
+                );
                 if k > 0 {
                     n += k;
                     received |= recv;
+                    // Send CQ first: its event then reaches a shared completion channel
+                    // before the receive CQ's. perftest's latency loops with `-e` take
+                    // one event after a signaled send and poll the send CQ once; when
+                    // the answer and the ACK land in one pass, the receive CQ's event
+                    // first left the send completion unpolled until the send CQ
+                    // overran (ibverbs_stock `stock_perftest_latency_with_completion_events`).
                     self.dirty_cqs.push(e.send_cq);
                     self.dirty_cqs.push(e.recv_cq);
                 }
@@ -1385,10 +1401,11 @@ fn rx_one(
 }
 
 /// Hands a checked packet to QP `qpn` (with the IP header fields it came with, among
-/// them the multicast group it was sent to, if any), through its SRQ if it has one, and
-/// lists the QP for a visit.
+/// them the multicast group it was sent to, if any), through its SRQ if it has one (an
+/// XRC receive QP: the XRC SRQ the packet names, [`xrc_srq_of`]), and lists the QP for
+/// a visit.
 #[allow(clippy::too_many_arguments)]
-fn deliver(
+pub(super) fn deliver(
     nic: &mut Nic,
     c: &mut NicCounters,
     now: Instant,
@@ -1406,11 +1423,35 @@ fn deliver(
     let payload = pkt.payload;
     match source::check(e.qp.qp_type(), e.qp.attrs().remote, peer) {
         Ok(()) => {
-            match e.qp.srq().and_then(|h| Some((h, nic.srqs.get_mut(&h)?))) {
+            let srq = match e.xrc {
+                Some(x) => match xrc_srq_of(&nic.xrc, &nic.srqs, x.domain, pkt) {
+                    Some(h) => Some(h),
+                    None => {
+                        // No XRC SRQ of the QP's domain by that number: the QP refuses
+                        // the request (NAK Remote Access Error, Err) once it has passed
+                        // the state and PSN checks; a packet without an XRCETH (another
+                        // service's, or a response) is dropped there as such.
+                        c.rx_xrc_srq_refused += u64::from(pkt.repr.xrceth.is_some());
+                        rx_place::handle(placed, mrs, payload, c, |m| {
+                            e.qp.handle_packet_xrc_no_srq(now, peer, ip, pkt, m)
+                        });
+                        nic.active.mark(qpn, &mut e.ticket);
+                        e.tx_more = true;
+                        return;
+                    }
+                },
+                None => e.qp.srq(),
+            };
+            match srq.and_then(|h| Some((h, nic.srqs.get_mut(&h)?))) {
                 Some((h, s)) => {
                     s.refill(c);
+                    let xrc = e.xrc.is_some();
                     rx_place::handle(placed, mrs, payload, c, |m| {
-                        e.qp.handle_packet_srq_to(now, peer, ip, pkt, m, &mut s.srq)
+                        if xrc {
+                            e.qp.handle_packet_xrc(now, peer, ip, pkt, m, &mut s.srq)
+                        } else {
+                            e.qp.handle_packet_srq_to(now, peer, ip, pkt, m, &mut s.srq)
+                        }
                     });
                     // A WQE the packet took frees its ring slot (before this
                     // iteration's completions are written: no walk over every SRQ).
@@ -1448,6 +1489,22 @@ fn deliver(
         Err(source::Mismatch::Address) => c.rx_drop_source_address += 1,
         Err(source::Mismatch::Port) => c.rx_drop_source_port += 1,
     }
+}
+
+/// The XRC SRQ that `pkt`, a packet for an XRC receive QP of `domain`, is for: the one
+/// its XRCETH names (IBTA 9.3 XRCETH), if that is an XRC SRQ of the domain. `None`:
+/// no XRCETH (the parser gives every XRC request opcode one, so this is another
+/// service's packet or a response, which an XRC receive QP takes neither of), no such
+/// SRQ, or an SRQ of another domain, which this QP must not reach (the XRC target
+/// uses only the XRC SRQs of its own domain).
+fn xrc_srq_of(
+    xrc: &XrcTable,
+    srqs: &KeyMap<SrqEntry>,
+    domain: u32,
+    pkt: &wire::ParsedPacket<'_>,
+) -> Option<u32> {
+    let eth = pkt.repr.xrceth?;
+    xrc::srq_for_request(xrc, srqs, domain, eth.srqn)
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use std::os::fd::OwnedFd;
 
 use softnic_transport::qp::QpCaps;
 use softnic_transport::srq::{Srq, SrqAttr as TSrqAttr, SrqCaps};
-use verbs_api::abi::control::{ErrorCode, Handle, Reply, SrqAttr};
+use verbs_api::abi::control::{ErrorCode, Handle, Reply, SrqAttr, XrcSrqInit};
 use verbs_api::abi::ring::Consumer;
 use verbs_api::abi::{RecvWqe, Ring, SrqLayout, DOORBELL_SLOTS, MAX_SGE};
 
@@ -35,6 +35,7 @@ use super::doorbells::Target;
 use super::rings::DRAIN_BUDGET;
 use super::state::{err, map_checked, ok, Answer, Nic};
 use super::wqe;
+use super::xrc::XrcSrq;
 
 /// One SRQ and its ring.
 #[derive(Debug)]
@@ -56,6 +57,8 @@ pub struct SrqEntry {
     doorbell: u32,
     /// The last drain left entries in the ring (pool full or budget spent).
     backlog: bool,
+    /// An XRC SRQ's number, domain and CQ (`xrc.rs`); `None` for a basic SRQ.
+    pub xrc: Option<XrcSrq>,
 }
 
 impl SrqEntry {
@@ -140,18 +143,23 @@ fn attr_of(s: &Srq) -> SrqAttr {
 }
 
 impl Nic {
-    /// CreateSrq: attaches the ring in `fds[0]`.
+    /// CreateSrq: attaches the ring in `fds[0]`; with `xrc`, an XRC SRQ of that domain
+    /// completing into that CQ (`xrc.rs`), whose number the reply carries.
     pub(super) fn create_srq(
         &mut self,
         client: u32,
         pd: Handle,
-        attr: SrqAttr,
+        (attr, xrc): (SrqAttr, Option<XrcSrqInit>),
         fds: Vec<OwnedFd>,
         counters: &mut NicCounters,
     ) -> Answer {
         if let Err(a) = self.pd_of(client, pd) {
             return *a;
         }
+        let xrc = match xrc.map(|x| self.check_xrc_srq(client, x)).transpose() {
+            Ok(x) => x,
+            Err(a) => return *a,
+        };
         if attr.max_sge as usize > MAX_SGE {
             return err(
                 ErrorCode::InvalidArgument,
@@ -241,17 +249,22 @@ impl Nic {
                 ring_broken: false,
                 doorbell,
                 backlog: false,
+                xrc,
             },
         );
         self.pd_use(pd, true);
+        if let Some(x) = &xrc {
+            self.xrc_srq_made(h, x);
+        }
         if let Some(o) = self.owned(client) {
             o.srqs.insert(h, ());
         }
-        tracing::debug!(client, srq = h, "SRQ created");
+        let srq_num = xrc.map_or(0, |x| x.srq_num);
+        tracing::debug!(client, srq = h, srq_num, "SRQ created");
         (
             verbs_api::abi::control::Response::Ok(Reply::Srq {
                 srq: h,
-                srq_num: 0,
+                srq_num,
                 attr: granted,
                 doorbell,
             }),
@@ -310,9 +323,16 @@ impl Nic {
         ok(Reply::Done)
     }
 
-    /// Removes SRQ `h` and gives back its PD use and quota (its QPs are gone).
+    /// Removes SRQ `h` and gives back its PD use and quota (its QPs are gone), and an
+    /// XRC SRQ's number, domain and CQ uses. An XRC receive QP holds no use of an XRC
+    /// SRQ (any request may name any SRQ of the domain), so one may go while a QP
+    /// holds one of its WQEs: that WQE's completion is then dropped and counted
+    /// (`cqe_drop_no_cq`), as the kernel leaves it to the program not to do this.
     pub(super) fn remove_srq(&mut self, h: Handle) {
         if let Some(e) = self.srqs.remove(&h) {
+            if let Some(x) = &e.xrc {
+                self.xrc_srq_gone(x);
+            }
             self.retired_srqs.add(e.srq.counters());
             self.pd_use(e.srq.pd(), false);
             self.give_srq_quota(e.uid, e.bytes);
@@ -354,6 +374,10 @@ impl Nic {
         srq: Handle,
     ) -> Result<(), Box<Answer>> {
         match self.srqs.get(&srq).filter(|s| s.client == client) {
+            Some(s) if s.xrc.is_some() => Err(Box::new(err(
+                ErrorCode::InvalidArgument,
+                format!("SRQ {srq} is an XRC SRQ: only XRC receive QPs receive from it"),
+            ))),
             Some(s) if s.srq.pd() == pd => Ok(()),
             Some(_) => Err(Box::new(err(
                 ErrorCode::InvalidArgument,

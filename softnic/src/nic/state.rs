@@ -43,6 +43,7 @@ use super::ready::{ActiveSet, Deadlines, Ticket};
 use super::rings::QpEntry;
 use super::secret;
 use super::srq::SrqEntry;
+use super::xrc::{XrcTable, XrcTarget};
 
 /// Most outstanding READ/atomic requests per QP offered.
 pub const MAX_QP_RD_ATOM: u32 = 16;
@@ -78,6 +79,8 @@ pub(super) struct Owned {
     mrs: KeyMap<u64>,
     /// Shared receive queues (`srq.rs`).
     pub(super) srqs: KeyMap<()>,
+    /// Opens of XRC domains (`xrc.rs`).
+    pub(super) xrcds: KeyMap<()>,
 }
 
 /// A protection domain.
@@ -147,6 +150,8 @@ pub struct Nic {
     peer_rtts: super::peers::PeerRtts,
     /// Which UD QPs are attached to which multicast groups (`mcast.rs`).
     pub mcast: McastTable,
+    /// XRC domains, their opens and the XRC SRQ numbers (`xrc.rs`).
+    pub xrc: XrcTable,
 }
 
 pub(super) type Answer = (Response, Vec<OwnedFd>);
@@ -287,6 +292,7 @@ impl Nic {
             next_serial: 0,
             peer_rtts: Default::default(),
             mcast: McastTable::default(),
+            xrc: XrcTable::default(),
         }
     }
 
@@ -310,11 +316,12 @@ impl Nic {
         }
     }
 
-    /// A PD, CQ or SRQ handle that no live PD, CQ or SRQ holds.
+    /// A PD, CQ, SRQ or XRC domain handle that no live one of them holds.
     pub(super) fn handle(&mut self) -> Option<Handle> {
-        let (pds, cqs, srqs) = (&self.pds, &self.cqs, &self.srqs);
-        self.handles
-            .alloc(|h| pds.contains_key(&h) || cqs.contains_key(&h) || srqs.contains_key(&h))
+        let (pds, cqs, srqs, xrc) = (&self.pds, &self.cqs, &self.srqs, &self.xrc);
+        self.handles.alloc(|h| {
+            pds.contains_key(&h) || cqs.contains_key(&h) || srqs.contains_key(&h) || xrc.is_open(h)
+        })
     }
 
     /// Takes one SRQ of `bytes` mapped for `uid`: an SRQ counts as a queue pair
@@ -451,9 +458,6 @@ impl Nic {
                 srq,
                 xrcd,
             } => {
-                if xrcd.is_some() || matches!(qp_type, QpType::XrcSend | QpType::XrcRecv) {
-                    return err(ErrorCode::InvalidArgument, "XRC QPs are not supported yet");
-                }
                 let spec = QpSpec {
                     client,
                     pd,
@@ -462,21 +466,19 @@ impl Nic {
                     recv_cq,
                     caps,
                     srq,
+                    xrcd,
                 };
                 self.create_qp(&spec, fds, counters)
             }
-            Request::CreateSrq { xrc: Some(_), .. } => {
-                err(ErrorCode::InvalidArgument, "XRC SRQs are not supported yet")
+            Request::CreateSrq { pd, attr, xrc } => {
+                self.create_srq(client, pd, (attr, xrc), fds, counters)
             }
-            Request::CreateSrq {
-                pd,
-                attr,
-                xrc: None,
-            } => self.create_srq(client, pd, attr, fds, counters),
-            Request::OpenXrcd { .. } | Request::CloseXrcd { .. } => err(
-                ErrorCode::InvalidArgument,
-                "XRC domains are not supported yet",
-            ),
+            Request::OpenXrcd {
+                inode,
+                create,
+                exclusive,
+            } => self.open_xrcd(client, inode, (create, exclusive), counters),
+            Request::CloseXrcd { xrcd } => self.close_xrcd(client, xrcd),
             Request::ModifySrq {
                 srq,
                 max_wr,
@@ -930,7 +932,7 @@ impl Nic {
         if c.qp_users > 0 {
             return err(
                 ErrorCode::Busy,
-                format!("CQ {cq} is used by {} QPs", c.qp_users),
+                format!("CQ {cq} is used by {} QPs and XRC SRQs", c.qp_users),
             );
         }
         self.cqs.remove(&cq);
@@ -940,8 +942,8 @@ impl Nic {
         ok(Reply::Done)
     }
 
-    /// One more or one fewer QP completing into `cq`.
-    fn cq_use(&mut self, cq: Handle, more: bool) {
+    /// One more or one fewer QP or XRC SRQ completing into `cq`.
+    pub(super) fn cq_use(&mut self, cq: Handle, more: bool) {
         if let Some(c) = self.cqs.get_mut(&cq) {
             c.qp_users = if more {
                 c.qp_users.saturating_add(1)
@@ -959,26 +961,14 @@ impl Nic {
     ) -> Answer {
         let QpSpec {
             client,
-            pd,
             qp_type,
-            send_cq,
-            recv_cq,
             caps,
-            srq,
+            ..
         } = *spec;
-        if let Err(a) = self.pd_of(client, pd) {
-            return *a;
-        }
-        if let Some(h) = srq {
-            if let Err(a) = self.srq_for_qp(client, pd, h) {
-                return *a;
-            }
-        }
-        for cq in [send_cq, recv_cq] {
-            if self.cqs.get(&cq).is_none_or(|c| c.client != client) {
-                return err(ErrorCode::NotFound, format!("no CQ {cq}"));
-            }
-        }
+        let holds = match self.check_qp_objects(spec) {
+            Ok(h) => h,
+            Err(a) => return *a,
+        };
         if caps.max_sge as usize > MAX_SGE {
             return err(
                 ErrorCode::InvalidArgument,
@@ -1011,14 +1001,9 @@ impl Nic {
         if let Err(e) = self.quotas.take(uid, Kind::Qp, bytes) {
             return refuse(e, counters);
         }
-        match self.attach_qp(spec, fd, &l) {
+        match self.attach_qp(spec, &holds, fd, &l) {
             Ok((qpn, granted)) => {
-                self.pd_use(pd, true);
-                self.cq_use(send_cq, true);
-                self.cq_use(recv_cq, true);
-                if let Some(h) = srq {
-                    self.srq_use(h, true);
-                }
+                self.hold(&holds, true);
                 if let Some(o) = self.owned(client) {
                     o.qps.insert(qpn, bytes);
                 }
@@ -1037,10 +1022,87 @@ impl Nic {
         }
     }
 
+    /// The objects a CreateQp names, checked for its QP type: what the QP will hold.
+    /// An RC, UC or UD QP has a PD, two CQs and maybe an SRQ; an XRC send QP a PD and a
+    /// send CQ (its `recv_cq` is ignored, as the kernel ignores it for
+    /// IB_QPT_XRC_INI: it has no receive queue); an XRC receive QP only its domain
+    /// (`xrc.rs`). No other type names a domain.
+    fn check_qp_objects(&self, spec: &QpSpec) -> Result<Holds, Box<Answer>> {
+        let QpSpec {
+            client,
+            pd,
+            qp_type,
+            send_cq,
+            recv_cq,
+            srq,
+            xrcd,
+            ..
+        } = *spec;
+        if qp_type == QpType::XrcRecv {
+            return self.check_xrc_recv_qp(spec).map(|xrc| Holds {
+                xrc: Some(xrc),
+                ..Holds::default()
+            });
+        }
+        if xrcd.is_some() {
+            return Err(Box::new(err(
+                ErrorCode::InvalidArgument,
+                "only an XRC receive QP is created in an XRC domain",
+            )));
+        }
+        self.pd_of(client, pd)?;
+        if let Some(h) = srq {
+            if qp_type == QpType::XrcSend {
+                return Err(Box::new(err(
+                    ErrorCode::InvalidArgument,
+                    "an XRC send QP has no receive queue, so no SRQ",
+                )));
+            }
+            self.srq_for_qp(client, pd, h)?;
+        }
+        self.cq_of_client(client, send_cq)?;
+        let recv_cq = if qp_type == QpType::XrcSend {
+            0
+        } else {
+            self.cq_of_client(client, recv_cq)?;
+            recv_cq
+        };
+        Ok(Holds {
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+            xrc: None,
+        })
+    }
+
+    /// Whether `cq` is a CQ of `client`, or the refusal.
+    fn cq_of_client(&self, client: u32, cq: Handle) -> Result<(), Box<Answer>> {
+        if self.cqs.get(&cq).is_some_and(|c| c.client == client) {
+            Ok(())
+        } else {
+            Err(Box::new(err(ErrorCode::NotFound, format!("no CQ {cq}"))))
+        }
+    }
+
+    /// Takes (`more`) or gives back the uses a QP holds.
+    fn hold(&mut self, h: &Holds, more: bool) {
+        self.pd_use(h.pd, more);
+        self.cq_use(h.send_cq, more);
+        self.cq_use(h.recv_cq, more);
+        if let Some(s) = h.srq {
+            self.srq_use(s, more);
+        }
+        if let Some(x) = h.xrc {
+            self.xrc.open_use(x.open, more);
+        }
+    }
+
     /// Maps and attaches a QP segment and makes the QP; returns its QPN and caps.
     fn attach_qp(
         &mut self,
         spec: &QpSpec,
+        holds: &Holds,
         fd: &OwnedFd,
         l: &QpLayout,
     ) -> Result<(u32, QpCaps), Box<Answer>> {
@@ -1048,10 +1110,9 @@ impl Nic {
             client,
             pd,
             qp_type,
-            send_cq,
-            recv_cq,
             caps,
             srq,
+            ..
         } = *spec;
         let map = map_checked(fd, l.len)?;
         let rings = l.rings(map).and_then(|(sq, rq)| {
@@ -1091,9 +1152,10 @@ impl Nic {
                     format!("every one of the {DOORBELL_SLOTS} doorbell slots of this connection is in use"),
                 ))
             })?;
-        let mut qp = match srq {
-            Some(h) => Qp::new_with_srq(qpn, to_transport_type(qp_type), pd, tcaps, h),
-            None => Qp::new(qpn, to_transport_type(qp_type), pd, tcaps),
+        let mut qp = match (srq, qp_type) {
+            (_, QpType::XrcRecv) => Qp::new_xrc_recv(qpn, tcaps),
+            (Some(h), _) => Qp::new_with_srq(qpn, to_transport_type(qp_type), pd, tcaps, h),
+            (None, _) => Qp::new(qpn, to_transport_type(qp_type), pd, tcaps),
         };
         qp.set_port_mtu(self.info.mtu);
         qp.set_local_addr(self.info.local);
@@ -1103,12 +1165,13 @@ impl Nic {
         let mut entry = QpEntry::new(
             qp,
             client,
-            send_cq,
-            recv_cq,
+            holds.send_cq,
+            holds.recv_cq,
             tcaps,
             sq.into_consumer(),
             rq.into_consumer(),
         );
+        entry.xrc = holds.xrc;
         entry.ticket = Ticket::new(self.next_serial);
         entry.doorbell = doorbell;
         entry.page = self
@@ -1140,12 +1203,7 @@ impl Nic {
             c.doorbells.release(e.doorbell);
             c.events.forget(EventSource::Qp(qpn));
         }
-        self.pd_use(e.qp.pd(), false);
-        self.cq_use(e.send_cq, false);
-        self.cq_use(e.recv_cq, false);
-        if let Some(h) = e.qp.srq() {
-            self.srq_use(h, false);
-        }
+        self.hold(&Holds::of(&e), false);
         let bytes = self.owned(client).and_then(|o| o.qps.remove(&qpn));
         let uid = self.uid_of(client);
         self.quotas.give_back(uid, Kind::Qp, bytes.unwrap_or(0));
@@ -1271,6 +1329,15 @@ impl Nic {
         for &h in &srqs {
             self.remove_srq(h);
         }
+        // After its XRC SRQs and QPs, which hold them.
+        let xrcds: Vec<u32> = self
+            .clients
+            .get(&client)
+            .map(|c| c.owned.xrcds.keys().copied().collect())
+            .unwrap_or_default();
+        for &h in &xrcds {
+            self.drop_xrcd(client, h);
+        }
         for &h in &cqs {
             self.destroy_cq(client, h);
         }
@@ -1288,15 +1355,43 @@ impl Nic {
 
 /// What a CreateQp asks for, once checked.
 #[derive(Debug, Clone, Copy)]
-struct QpSpec {
-    client: u32,
+pub(super) struct QpSpec {
+    pub(super) client: u32,
+    pub(super) pd: Handle,
+    pub(super) qp_type: QpType,
+    pub(super) send_cq: Handle,
+    pub(super) recv_cq: Handle,
+    pub(super) caps: QpCaps,
+    /// The SRQ it receives from.
+    pub(super) srq: Option<Handle>,
+    /// The XRC domain (open) of an XRC receive QP.
+    pub(super) xrcd: Option<Handle>,
+}
+
+/// What a QP holds a use of, so that none of it goes while the QP lives (0: none; no
+/// PD or CQ has handle 0, so taking or giving back its use does nothing).
+#[derive(Debug, Clone, Copy, Default)]
+struct Holds {
     pd: Handle,
-    qp_type: QpType,
     send_cq: Handle,
     recv_cq: Handle,
-    caps: QpCaps,
-    /// The SRQ it receives from.
     srq: Option<Handle>,
+    xrc: Option<XrcTarget>,
+}
+
+impl Holds {
+    /// What live QP `e` holds. Not read from its transport state for an XRC receive
+    /// QP: its PD and SRQ there are those of the last XRC SRQ a request used.
+    fn of(e: &QpEntry) -> Holds {
+        let plain = e.xrc.is_none();
+        Holds {
+            pd: if plain { e.qp.pd() } else { 0 },
+            send_cq: e.send_cq,
+            recv_cq: e.recv_cq,
+            srq: e.qp.srq().filter(|_| plain),
+            xrc: e.xrc,
+        }
+    }
 }
 
 pub(super) fn map_checked(fd: &OwnedFd, len: usize) -> Result<Arc<memmap2::MmapRaw>, Box<Answer>> {

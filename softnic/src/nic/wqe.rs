@@ -37,6 +37,9 @@ pub enum WqeError {
     BadUdDest,
     /// An atomic without exactly one 8-byte SGE.
     BadAtomicSge,
+    /// No XRC SRQ number on an XRC send QP (no `send_flags::XRC_SRQN`), one above 24
+    /// bits, or one on a QP of another type.
+    BadXrcSrqn,
 }
 
 impl WqeError {
@@ -52,6 +55,7 @@ impl WqeError {
                 WqeError::InlineNotAllowed => 5,
                 WqeError::BadUdDest => 6,
                 WqeError::BadAtomicSge => 7,
+                WqeError::BadXrcSrqn => 8,
             }
     }
 }
@@ -71,6 +75,10 @@ impl fmt::Display for WqeError {
                 )
             }
             WqeError::BadAtomicSge => write!(f, "atomic needs exactly one 8-byte SGE"),
+            WqeError::BadXrcSrqn => write!(
+                f,
+                "XRC SRQ number missing or above 24 bits on an XRC send QP, or on another QP"
+            ),
         }
     }
 }
@@ -127,6 +135,7 @@ pub fn send_wr(
     if qp_type != QpType::Ud && w.flags & send_flags::UD_DEST != 0 {
         return Err(WqeError::BadUdDest);
     }
+    let xrc_srqn = xrc_srqn(w, qp_type)?;
     let is_atomic = matches!(op, SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. });
     let inline = if w.flags & send_flags::INLINE != 0 {
         if is_atomic || op == SendOp::Read {
@@ -182,8 +191,23 @@ pub fn send_wr(
         signaled: w.flags & send_flags::SIGNALED != 0,
         solicited: w.flags & send_flags::SOLICITED != 0,
         ud,
-        xrc_srqn: 0,
+        xrc_srqn,
     })
+}
+
+/// The remote XRC SRQ number of a WQE for a QP of `qp_type` (0 when not XRC): an XRC
+/// send QP's every WQE names the SRQ it is for (`ibv_post_send(3)`:
+/// `qp_type.xrc.remote_srqn`), in the destination area's `qpn` with
+/// `send_flags::XRC_SRQN`; without the flag the ring copied no destination area
+/// (`SendWqe::used_len`). Any other QP's WQE with the flag is refused, as a connected
+/// QP's with a UD destination: it would move an inline payload past the QP's stride.
+fn xrc_srqn(w: &SendWqe, qp_type: QpType) -> Result<u32, WqeError> {
+    let flagged = w.flags & send_flags::XRC_SRQN != 0;
+    match (qp_type, flagged) {
+        (QpType::XrcSend, true) if w.ud.qpn <= wire::types::MASK_24 => Ok(w.ud.qpn),
+        (QpType::XrcSend, _) | (_, true) => Err(WqeError::BadXrcSrqn),
+        (_, false) => Ok(0),
+    }
 }
 
 /// Converts a receive WQE.
@@ -384,6 +408,52 @@ mod tests {
         assert_eq!(
             send_wr(&wqe(wr_opcode::RDMA_WRITE), QpType::Ud, &CAPS, local()),
             Err(WqeError::OpcodeNotForQpType(wr_opcode::RDMA_WRITE))
+        );
+    }
+
+    #[test]
+    fn an_xrc_send_wqe_names_its_srq_and_only_it_may() {
+        let mut w = wqe(wr_opcode::SEND);
+        assert_eq!(
+            send_wr(&w, QpType::XrcSend, &CAPS, local()),
+            Err(WqeError::BadXrcSrqn),
+            "no XRC_SRQN on an XRC send QP"
+        );
+        w.flags |= send_flags::XRC_SRQN;
+        w.ud.qpn = 0xAB_CDEF;
+        let wr = send_wr(&w, QpType::XrcSend, &CAPS, local()).unwrap();
+        assert_eq!((wr.xrc_srqn, wr.ud), (0xAB_CDEF, None));
+        // Inline bytes follow the destination area, as on UD.
+        w.flags |= send_flags::INLINE;
+        w.inline_len = 3;
+        w.inline_area_mut()[..3].copy_from_slice(b"xrc");
+        let wr = send_wr(&w, QpType::XrcSend, &CAPS, local()).unwrap();
+        assert_eq!(wr.inline.as_ref().map(|i| i.as_bytes()), Some(&b"xrc"[..]));
+        w.ud.qpn = 1 << 24;
+        assert_eq!(
+            send_wr(&w, QpType::XrcSend, &CAPS, local()),
+            Err(WqeError::BadXrcSrqn),
+            "above 24 bits"
+        );
+        w.ud.qpn = 5;
+        for t in [QpType::Rc, QpType::Uc, QpType::Ud] {
+            assert_eq!(
+                send_wr(&w, t, &CAPS, local()),
+                Err(WqeError::BadXrcSrqn),
+                "XRC_SRQN on {t:?}"
+            );
+        }
+        let mut ud = wqe(wr_opcode::SEND);
+        ud.flags |= send_flags::UD_DEST | send_flags::XRC_SRQN;
+        assert_eq!(
+            send_wr(&ud, QpType::XrcSend, &CAPS, local()),
+            Err(WqeError::BadUdDest),
+            "a UD destination on an XRC send QP"
+        );
+        assert_eq!(
+            send_wr(&wqe(wr_opcode::SEND), QpType::XrcRecv, &CAPS, local()),
+            Err(WqeError::OpcodeNotForQpType(wr_opcode::SEND)),
+            "an XRC receive QP sends nothing"
         );
     }
 }

@@ -85,7 +85,9 @@ int main(int argc, char **argv)
 	       dax->completion_timestamp_mask == UINT64_MAX && dax->hca_core_clock == 1000000,
 	       dax->comp_mask == 0 && dax->device_cap_flags_ex == 0 &&
 		       dax->tso_caps.max_tso == 0 && dax->pci_atomic_caps.fetch_add == 0 &&
-		       dax->xrc_odp_caps == 0 && dax->phys_port_cnt_ex == 1,
+		       dax->xrc_odp_caps == (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE |
+					      IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_SRQ_RECV) &&
+		       dax->phys_port_cnt_ex == 1,
 	       dax->orig_attr.vendor_id == da.vendor_id);
 	struct ibv_query_device_ex_input in = { .comp_mask = 1 };
 	printf("query_device_ex_bad_input %d\n", ibv_query_device_ex(ctx, &in, dax));

@@ -395,3 +395,41 @@ fn xrc_survives_loss_reordering_and_duplication() {
         assert!(read(&p.b, &b, (i as usize) * 16384, data.len()) == data);
     }
 }
+
+#[test]
+fn a_later_packet_naming_another_srq_is_refused() {
+    // A three-packet SEND; its first packet reaches B with SRQ PAIR_SRQN, its second as
+    // if it named another SRQ of B's domain: NAK Remote Access Error, B in Err, the
+    // message's WQE flushed to the first SRQ's CQ, the other SRQ untouched.
+    let (mut p, a, b, _) = xrc_pair(256);
+    srq(&mut p).post_recv(recv(1, &[b.sge(0, 1000)])).unwrap();
+    let mut other = Srq::new(0x9, 1, caps());
+    other.post_recv(recv(2, &[b.sge(0, 1000)])).unwrap();
+    p.a.qp
+        .post_send(xrc(wr(1, SendOp::Send, &[a.sge(0, 700)])))
+        .unwrap();
+    let mut buf = vec![0u8; 4096 + 128];
+    let mut pkts = Vec::new();
+    for _ in 0..2 {
+        let t =
+            p.a.qp
+                .poll_transmit(p.now, &mut buf, &p.a.mem)
+                .expect("packet");
+        pkts.push(buf[..t.len].to_vec());
+    }
+    let ip = softnic_transport::qp::ReceivedIp::default();
+    let first = wire::PacketRepr::parse(&pkts[0]).expect("parses");
+    let s = p.b.srq.as_mut().expect("srq");
+    p.b.qp
+        .handle_packet_xrc(p.now, p.a.addr, &ip, &first, &mut p.b.mem, s);
+    assert_eq!(p.b.qp.state(), QpState::Rts);
+    let second = wire::PacketRepr::parse(&pkts[1]).expect("parses");
+    p.b.qp
+        .handle_packet_xrc(p.now, p.a.addr, &ip, &second, &mut p.b.mem, &mut other);
+    assert_eq!(p.b.qp.state(), QpState::Err);
+    assert_eq!(p.b.qp.counters().nak_remote_access_sent, 1);
+    assert_eq!(other.len(), 1, "the other SRQ lent nothing");
+    let c = drain(&mut p.b);
+    assert_eq!(ids(&c), [(1, WcStatus::WrFlushErr)]);
+    assert_eq!(c[0].srqn, PAIR_SRQN);
+}

@@ -163,6 +163,36 @@ pub struct ibv_parent_domain_init_attr {
     pub pd_context: *mut c_void,
 }
 
+/// `struct ibv_xrcd` (8 bytes): an XRC domain as the program sees it.
+#[repr(C)]
+pub struct ibv_xrcd {
+    /// The context it was opened on.
+    pub context: *mut ibv_context,
+}
+
+/// `struct ibv_xrcd_init_attr` (12 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_xrcd_init_attr {
+    /// `IBV_XRCD_INIT_ATTR_FD`, `IBV_XRCD_INIT_ATTR_OFLAGS` (both required).
+    pub comp_mask: u32,
+    /// The file naming a shared domain, or −1 for a domain of its own.
+    pub fd: c_int,
+    /// `O_CREAT`, `O_EXCL`.
+    pub oflags: c_int,
+}
+
+/// `open_xrcd` op.
+pub type OpenXrcdFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_xrcd_init_attr) -> *mut ibv_xrcd;
+/// `close_xrcd` op.
+pub type CloseXrcdFn = unsafe extern "C" fn(*mut ibv_xrcd) -> c_int;
+/// `create_srq_ex` op.
+pub type CreateSrqExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_srq_init_attr_ex) -> *mut ibv_srq;
+/// `get_srq_num` op.
+pub type GetSrqNumFn = unsafe extern "C" fn(*mut ibv_srq, *mut u32) -> c_int;
+
 /// `alloc_td` op.
 pub type AllocTdFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_td_init_attr) -> *mut ibv_td;
 /// `dealloc_td` op.
@@ -277,14 +307,15 @@ pub struct verbs_context {
     /// `create_qp_ex` (the inline `ibv_create_qp_ex` calls it unless only
     /// `IBV_QP_INIT_ATTR_PD` is set).
     pub create_qp_ex: Option<unsafe extern "C" fn(*mut ibv_context, *mut c_void) -> *mut c_void>,
-    /// `get_srq_num`.
-    pub get_srq_num: OpaqueOp,
-    /// `create_srq_ex`.
-    pub create_srq_ex: OpaqueOp,
-    /// `open_xrcd`.
-    pub open_xrcd: OpaqueOp,
-    /// `close_xrcd`.
-    pub close_xrcd: OpaqueOp,
+    /// `get_srq_num` (`crate::xrc::get_srq_num_op`).
+    pub get_srq_num: Option<GetSrqNumFn>,
+    /// `create_srq_ex` (`crate::xrc::create_srq_ex_op`; the inline wrapper calls
+    /// `ibv_create_srq` itself for a basic SRQ with only `PD` and `TYPE` in the mask).
+    pub create_srq_ex: Option<CreateSrqExFn>,
+    /// `open_xrcd` (`crate::xrc::open_xrcd_op`).
+    pub open_xrcd: Option<OpenXrcdFn>,
+    /// `close_xrcd` (`crate::xrc::close_xrcd_op`).
+    pub close_xrcd: Option<CloseXrcdFn>,
     /// `_ABI_placeholder3`.
     pub abi_placeholder3: u64,
     /// Bytes from the first op slot to the end of `context`: `verbs_get_ctx_op`
@@ -417,7 +448,7 @@ pub struct ibv_device_attr_ex {
     pub max_dm_size: u64,
     /// `pci_atomic_caps`: zero.
     pub pci_atomic_caps: [u8; 8],
-    /// XRC ODP capabilities (none).
+    /// XRC ODP capabilities (`crate::odp::XRC_CAPS`).
     pub xrc_odp_caps: u32,
     /// Physical ports, not capped at 255 as `orig_attr.phys_port_cnt` is.
     pub phys_port_cnt_ex: u32,
@@ -793,7 +824,7 @@ pub struct ibv_qp_ex {
 }
 
 /// `struct ibv_qp_init_attr_ex` (136 bytes); beyond the classic fields this library
-/// reads `comp_mask`, `pd`, `create_flags` and `send_ops_flags`.
+/// reads `comp_mask`, `pd`, `xrcd`, `create_flags` and `send_ops_flags`.
 #[repr(C)]
 pub struct ibv_qp_init_attr_ex {
     /// Cookie for `qp->qp_context`.
@@ -814,8 +845,8 @@ pub struct ibv_qp_init_attr_ex {
     pub comp_mask: u32,
     /// PD (IBV_QP_INIT_ATTR_PD).
     pub pd: *mut ibv_pd,
-    /// XRC domain.
-    pub xrcd: *mut c_void,
+    /// XRC domain of an `IBV_QPT_XRC_RECV` QP (IBV_QP_INIT_ATTR_XRCD).
+    pub xrcd: *mut ibv_xrcd,
     /// `enum ibv_qp_create_flags`.
     pub create_flags: u32,
     /// TSO header size.
@@ -887,7 +918,7 @@ pub struct ibv_srq_init_attr_ex {
     /// The PD (`IBV_SRQ_INIT_ATTR_PD`).
     pub pd: *mut ibv_pd,
     /// The XRC domain (`IBV_SRQ_INIT_ATTR_XRCD`).
-    pub xrcd: *mut c_void,
+    pub xrcd: *mut ibv_xrcd,
     /// The CQ of an XRC SRQ (`IBV_SRQ_INIT_ATTR_CQ`).
     pub cq: *mut ibv_cq,
     /// `struct ibv_tm_cap` (tag matching): `max_num_tags`, `max_ops`.
@@ -1112,7 +1143,8 @@ pub struct ibv_send_wr {
     pub imm_data: u32,
     /// Operation arguments.
     pub wr: wr_union,
-    /// `qp_type.xrc.remote_srqn`.
+    /// `qp_type.xrc.remote_srqn`: the remote XRC SRQ of a WR on an `IBV_QPT_XRC_SEND`
+    /// QP.
     pub qp_type: u32,
     /// `bind_mw` (`IBV_WR_BIND_MW`; the union's `tso` member is unused here).
     pub bind_mw: send_wr_bind_mw,
@@ -1182,6 +1214,8 @@ pub const IBV_DEVICE_RC_RNR_NAK_GEN: c_uint = 1 << 12;
 pub const IBV_DEVICE_MEM_WINDOW: c_uint = 1 << 17;
 /// `IBV_DEVICE_MEM_WINDOW_TYPE_2B`.
 pub const IBV_DEVICE_MEM_WINDOW_TYPE_2B: c_uint = 1 << 24;
+/// `IBV_DEVICE_XRC`.
+pub const IBV_DEVICE_XRC: c_uint = 1 << 20;
 
 /// `IBV_ATOMIC_HCA`.
 pub const IBV_ATOMIC_HCA: c_int = 1;
@@ -1612,6 +1646,16 @@ pub fn layout_table() -> Vec<FieldLayout> {
         }
     );
     fields!(v, Offset, ibv_srq_init_attr { srq_context, attr });
+    fields!(v, Offset, ibv_xrcd { context });
+    fields!(
+        v,
+        Offset,
+        ibv_xrcd_init_attr {
+            comp_mask,
+            fd,
+            oflags
+        }
+    );
     fields!(
         v,
         Offset,
@@ -1872,6 +1916,12 @@ pub fn layout_table() -> Vec<FieldLayout> {
             std::mem::offset_of!(ud_wr, remote_qkey),
             4,
         ),
+        // Not a member of `wr`: `qp_type` follows it; the loop adds the union's offset.
+        (
+            "qp_type.xrc.remote_srqn",
+            std::mem::offset_of!(ibv_send_wr, qp_type) - wr,
+            4,
+        ),
     ] {
         v.push(FieldLayout {
             strukt: "ibv_send_wr",
@@ -1961,6 +2011,16 @@ pub fn size_table() -> Vec<StructSize> {
         StructSize {
             strukt: "ibv_srq_init_attr_ex",
             size: size_of::<ibv_srq_init_attr_ex>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_xrcd",
+            size: size_of::<ibv_xrcd>(),
+            rule: SizeRule::Exact,
+        },
+        StructSize {
+            strukt: "ibv_xrcd_init_attr",
+            size: size_of::<ibv_xrcd_init_attr>(),
             rule: SizeRule::Exact,
         },
         StructSize {

@@ -300,6 +300,10 @@ unsafe fn context_around(device: *mut ibv_device, api: Context) -> *mut ibv_cont
     vctx.dealloc_td = Some(crate::parent_domain::dealloc_td_op);
     vctx.alloc_parent_domain = Some(crate::parent_domain::alloc_parent_domain_op);
     vctx.create_qp_ex = Some(crate::qp::create_qp_ex_op);
+    vctx.open_xrcd = Some(crate::xrc::open_xrcd_op);
+    vctx.close_xrcd = Some(crate::xrc::close_xrcd_op);
+    vctx.create_srq_ex = Some(crate::xrc::create_srq_ex_op);
+    vctx.get_srq_num = Some(crate::xrc::get_srq_num_op);
     vctx.create_cq_ex = Some(crate::cq_ex::create_cq_ex_op);
     vctx.sz = VERBS_CONTEXT_SZ;
     vctx.context.device = device;

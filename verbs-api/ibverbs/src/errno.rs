@@ -22,6 +22,7 @@ pub fn of(e: &verbs_api::Error) -> c_int {
     use verbs_api::abi::control::ErrorCode;
     match e {
         verbs_api::Error::NoDevice { .. } => libc::ENODEV,
+        verbs_api::Error::Busy(_) => libc::EBUSY,
         verbs_api::Error::InvalidArgument(_) | verbs_api::Error::InvalidState { .. } => {
             libc::EINVAL
         }

@@ -25,6 +25,7 @@
 //! * [`async_event`]: `ibv_get_async_event` and the watcher that feeds `async_fd`.
 //! * [`ah`]: address handles for UD.
 //! * [`wr`]: the `ibv_wr_*` post API of `ibv_qp_ex`.
+//! * [`xrc`]: XRC domains and XRC SRQs (`ibv_open_xrcd`, `ibv_create_srq_ex`, …).
 //! * [`strings`]: `ibv_*_str` helpers and the fork API.
 //! * [`unsupported`]: every other verb the stock tools import, answering the errno
 //!   rdma-core gives for a verb the provider does not implement.
@@ -59,3 +60,4 @@ pub mod strings;
 pub mod unsupported;
 pub mod wr;
 mod write_fence;
+pub mod xrc;

@@ -49,6 +49,9 @@ pub const RC_CAPS: u32 = SEND | RECV | WRITE | READ | SRQ_RECV;
 pub const UC_CAPS: u32 = SEND | RECV | WRITE | SRQ_RECV;
 /// UD: SEND only.
 pub const UD_CAPS: u32 = SEND | RECV | SRQ_RECV;
+/// XRC: what RC does, an XRC target receiving through its XRC SRQs only (an XRC QP has
+/// no receive queue of its own, so no `IBV_ODP_SUPPORT_RECV`).
+pub const XRC_CAPS: u32 = SEND | WRITE | READ | SRQ_RECV;
 
 /// `IBV_ADVISE_MR_ADVICE_PREFETCH`, `…_PREFETCH_WRITE`, `…_PREFETCH_NO_FAULT`.
 const ADVICE_PREFETCH: c_int = 0;

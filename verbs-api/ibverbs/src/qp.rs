@@ -4,8 +4,9 @@
 //! sleeps).
 //!
 //! RC, UC and UD QPs are supported (a UD receive buffer starts with the 40-byte GRH, as
-//! on rxe; the NIC writes it). Every QP is allocated as a `struct ibv_qp_ex`; QPs made
-//! by `ibv_create_qp_ex` with send-ops flags also get the `ibv_wr_*` API
+//! on rxe; the NIC writes it), and through `ibv_create_qp_ex` the XRC initiator and
+//! target types ([`crate::xrc`]). Every QP is allocated as a `struct ibv_qp_ex`; QPs
+//! made by `ibv_create_qp_ex` with send-ops flags also get the `ibv_wr_*` API
 //! ([`crate::wr`]).
 
 use std::ffi::{c_int, c_void};
@@ -14,7 +15,7 @@ use std::sync::Mutex;
 
 use verbs_api::{
     AccessFlags, AhAttr, Gid, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, QueuePair, RecvWr,
-    SendFlags, SendWr, Sge, WrOpcode,
+    SendFlags, SendWr, Sge, WrOpcode, XrcSendQpInitAttr,
 };
 
 use crate::abi::*;
@@ -33,12 +34,76 @@ pub struct SoftnicQp {
     pub(crate) batch: Mutex<crate::wr::Batch>,
     /// Created with send-ops flags: `ibv_qp_to_qp_ex` returns it.
     pub(crate) extended: bool,
+    /// What it counts as a user of.
+    held: Held,
+}
+
+/// The objects a QP counts as a user of while it lives (their destroy is EBUSY
+/// meanwhile), released by `ibv_destroy_qp`. For RC, UC and UD these are the public
+/// `ibv_qp`'s; the public fields of an XRC QP mirror its `ibv_qp_init_attr_ex` as
+/// rdma-core's do, including a receive CQ or SRQ the QP does not use, so they are kept
+/// apart: an XRC initiator holds its PD and send CQ, a target only its XRC domain.
+struct Held {
+    pd: *mut ibv_pd,
+    send_cq: *mut ibv_cq,
+    recv_cq: *mut ibv_cq,
+    srq: *mut ibv_srq,
+    xrcd: *mut ibv_xrcd,
+}
+
+impl Held {
+    /// Counts the QP as a user of each object.
+    ///
+    /// # Safety
+    /// Every non-NULL pointer is a live object of this library.
+    unsafe fn take(&self) {
+        // SAFETY: caller contract.
+        unsafe { self.count(1) }
+    }
+
+    /// Stops counting the QP as their user.
+    ///
+    /// # Safety
+    /// As [`Held::take`], after it.
+    unsafe fn release(&self) {
+        // SAFETY: caller contract.
+        unsafe { self.count(u32::MAX) }
+    }
+
+    /// Adds `delta` (wrapping: `u32::MAX` subtracts one) to each object's user count.
+    ///
+    /// # Safety
+    /// As [`Held::take`].
+    unsafe fn count(&self, delta: u32) {
+        let add = |users: &std::sync::atomic::AtomicU32| {
+            users.fetch_add(delta, Ordering::AcqRel);
+        };
+        // SAFETY: live objects of this library (caller contract).
+        unsafe {
+            if !self.pd.is_null() {
+                add(&softnic_pd(self.pd).users);
+            }
+            for cq in [self.send_cq, self.recv_cq] {
+                if !cq.is_null() {
+                    add(&softnic_cq(cq).users);
+                }
+            }
+            if !self.srq.is_null() {
+                add(&crate::srq::softnic_srq(self.srq).users);
+            }
+            if !self.xrcd.is_null() {
+                add(&crate::xrc::softnic_xrcd(self.xrcd).users);
+            }
+        }
+    }
 }
 
 // enum ibv_qp_type
 const IBV_QPT_RC: c_int = 2;
 const IBV_QPT_UC: c_int = 3;
 const IBV_QPT_UD: c_int = 4;
+const IBV_QPT_XRC_SEND: c_int = 9;
+const IBV_QPT_XRC_RECV: c_int = 10;
 
 /// `IBV_SEND_INLINE` (enum ibv_send_flags).
 pub(crate) const IBV_SEND_INLINE: u32 = 8;
@@ -145,8 +210,24 @@ fn cap_out(c: QpCap) -> ibv_qp_cap {
     }
 }
 
-/// `ibv_create_qp`: RC or UC on `pd`, with the CQs given; writes the granted sizes
-/// back into `init_attr->cap`.
+/// [`cap_out`] for `q`: an XRC initiator has no receive queue and an XRC target no
+/// queue at all, so those report 0 (their rings exist only for the segment's layout).
+fn cap_of(q: &QueuePair) -> ibv_qp_cap {
+    let c = cap_out(q.cap());
+    match q.qp_type() {
+        QpType::XrcSend => ibv_qp_cap {
+            max_recv_wr: 0,
+            max_recv_sge: 0,
+            ..c
+        },
+        QpType::XrcRecv => ibv_qp_cap::default(),
+        _ => c,
+    }
+}
+
+/// `ibv_create_qp`: RC, UC, UD or XRC_SEND on `pd`, with the CQs given; writes the
+/// granted sizes back into `init_attr->cap`. XRC_RECV needs `ibv_create_qp_ex` (its
+/// XRC domain): EINVAL here; other types are EOPNOTSUPP.
 ///
 /// # Safety
 /// `pd` came from `ibv_alloc_pd`; `init_attr` is a valid `ibv_qp_init_attr` whose CQs
@@ -162,19 +243,23 @@ pub unsafe extern "C" fn ibv_create_qp(
 
 // enum ibv_qp_init_attr_mask
 const QP_INIT_ATTR_PD: u32 = 1 << 0;
+const QP_INIT_ATTR_XRCD: u32 = 1 << 1;
 const QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 const QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
 
 /// The `create_qp_ex` op behind the inline `ibv_create_qp_ex` (used when the caller
 /// sets more than `IBV_QP_INIT_ATTR_PD`): with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`, the
 /// QP gets the `ibv_wr_*` API; `IBV_QP_INIT_ATTR_CREATE_FLAGS` with no flag set is
-/// accepted. Other extensions (XRC, RSS, any create flag, TSO, source QPN) are
-/// EOPNOTSUPP.
+/// accepted. `IBV_QPT_XRC_SEND` needs `IBV_QP_INIT_ATTR_PD` and a send CQ (its receive
+/// CQ, SRQ and receive sizes are ignored, as the kernel ignores them), and
+/// `IBV_QPT_XRC_RECV` needs `IBV_QP_INIT_ATTR_XRCD` (it uses no PD, CQ or SRQ, and
+/// takes no send-ops flags): EINVAL without them. Other extensions (RSS, any create
+/// flag, TSO, source QPN) are EOPNOTSUPP.
 ///
 /// # Safety
 /// `attr` is a valid `ibv_qp_init_attr_ex`.
 pub unsafe extern "C" fn create_qp_ex_op(
-    _context: *mut ibv_context,
+    context: *mut ibv_context,
     attr: *mut c_void,
 ) -> *mut c_void {
     if attr.is_null() {
@@ -184,18 +269,36 @@ pub unsafe extern "C" fn create_qp_ex_op(
     let ax = unsafe { &mut *(attr as *mut ibv_qp_init_attr_ex) };
     // `create_flags` counts only under its mask bit; with it, no flag is supported (as
     // rxe: the mask with flags 0 is accepted, which pyverbs' random QP tests rely on).
-    let known = QP_INIT_ATTR_PD | QP_INIT_ATTR_CREATE_FLAGS | QP_INIT_ATTR_SEND_OPS_FLAGS;
+    let known = QP_INIT_ATTR_PD
+        | QP_INIT_ATTR_XRCD
+        | QP_INIT_ATTR_CREATE_FLAGS
+        | QP_INIT_ATTR_SEND_OPS_FLAGS;
     if ax.comp_mask & !known != 0
         || (ax.comp_mask & QP_INIT_ATTR_CREATE_FLAGS != 0 && ax.create_flags != 0)
     {
         return errno::null(libc::EOPNOTSUPP);
     }
-    if ax.comp_mask & QP_INIT_ATTR_PD == 0 || ax.pd.is_null() {
-        return errno::null(libc::EINVAL);
-    }
     let send_ops = (ax.comp_mask & QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(ax.send_ops_flags);
     if send_ops.is_some_and(|o| o & !crate::wr::SUPPORTED_SEND_OPS != 0) {
         return errno::null(libc::EOPNOTSUPP);
+    }
+    if ax.qp_type == IBV_QPT_XRC_RECV {
+        if ax.comp_mask & QP_INIT_ATTR_XRCD == 0 || ax.xrcd.is_null() {
+            return errno::null(libc::EINVAL);
+        }
+        if send_ops.is_some() {
+            // A target has no send queue to post to.
+            return errno::null(libc::EOPNOTSUPP);
+        }
+        // SAFETY: forwarded caller contract.
+        return unsafe { create_xrc_recv(context, ax) } as *mut c_void;
+    }
+    if ax.comp_mask & QP_INIT_ATTR_PD == 0 || ax.pd.is_null() {
+        return errno::null(libc::EINVAL);
+    }
+    if ax.qp_type == IBV_QPT_XRC_SEND {
+        // SAFETY: forwarded caller contract.
+        return unsafe { create_xrc_send(ax, send_ops) } as *mut c_void;
     }
     let mut ia = ibv_qp_init_attr {
         qp_context: ax.qp_context,
@@ -232,6 +335,27 @@ unsafe fn create(
         IBV_QPT_RC => QpType::Rc,
         IBV_QPT_UC => QpType::Uc,
         IBV_QPT_UD => QpType::Ud,
+        IBV_QPT_XRC_SEND => {
+            // `ibv_create_qp` makes XRC initiators too (and the inline
+            // `ibv_create_qp_ex` calls it when only IBV_QP_INIT_ATTR_PD is set).
+            // SAFETY: ibv_qp_init_attr_ex is plain data: all-zero is valid.
+            let mut ax: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+            ax.qp_context = ia.qp_context;
+            ax.send_cq = ia.send_cq;
+            ax.recv_cq = ia.recv_cq;
+            ax.srq = ia.srq;
+            ax.cap = ia.cap;
+            ax.qp_type = ia.qp_type;
+            ax.sq_sig_all = ia.sq_sig_all;
+            ax.comp_mask = QP_INIT_ATTR_PD;
+            ax.pd = pd;
+            // SAFETY: forwarded caller contract.
+            let qp = unsafe { create_xrc_send(&mut ax, send_ops) };
+            ia.cap = ax.cap;
+            return qp;
+        }
+        // A target needs its XRC domain, which only `ibv_create_qp_ex` can give.
+        IBV_QPT_XRC_RECV => return errno::null(libc::EINVAL),
         _ => return errno::null(libc::EOPNOTSUPP),
     };
     if ia.send_cq.is_null() || ia.recv_cq.is_null() {
@@ -278,9 +402,9 @@ unsafe fn create(
         Ok(q) => q,
         Err(e) => return errno::null(errno::of(&e)),
     };
-    ia.cap = cap_out(api.cap());
+    ia.cap = cap_of(&api);
     // SAFETY: ibv_qp is pointers, integers, a mutex and a condvar: all-zero is valid
-    // before pthread_*_init below.
+    // before `finish` initialises them.
     let mut pub_qp: ibv_qp = unsafe { std::mem::zeroed() };
     // SAFETY: pd is live.
     pub_qp.context = unsafe { (*pd).context };
@@ -289,22 +413,140 @@ unsafe fn create(
     pub_qp.send_cq = ia.send_cq;
     pub_qp.recv_cq = ia.recv_cq;
     pub_qp.srq = ia.srq;
+    pub_qp.qp_type = ia.qp_type;
+    let held = Held {
+        pd,
+        send_cq: ia.send_cq,
+        recv_cq: ia.recv_cq,
+        srq: ia.srq as *mut ibv_srq,
+        xrcd: std::ptr::null_mut(),
+    };
+    // SAFETY: the held objects are live (caller contract).
+    unsafe { finish(pub_qp, api, held, ia.sq_sig_all != 0, send_ops) }
+}
+
+/// An `IBV_QPT_XRC_SEND` QP from `ibv_create_qp_ex` (`create_qp_ex_op` checked the
+/// mask and the PD).
+///
+/// # Safety
+/// `ax.pd` and `ax.send_cq` are NULL or live objects of this library.
+unsafe fn create_xrc_send(ax: &mut ibv_qp_init_attr_ex, send_ops: Option<u64>) -> *mut ibv_qp {
+    if ax.send_cq.is_null() {
+        return errno::null(libc::EINVAL);
+    }
+    // SAFETY: caller contract.
+    let (p, scq) = unsafe { (softnic_pd(ax.pd), softnic_cq(ax.send_cq)) };
+    let cap = QpCap {
+        max_send_wr: ax.cap.max_send_wr,
+        max_recv_wr: 0,
+        max_send_sge: ax.cap.max_send_sge,
+        max_recv_sge: 0,
+        max_inline_data: ax.cap.max_inline_data,
+    };
+    let created = {
+        let s = scq.api.lock().unwrap_or_else(|e| e.into_inner());
+        p.api.create_xrc_send_qp(&XrcSendQpInitAttr {
+            send_cq: &s,
+            cap,
+            sq_sig_all: ax.sq_sig_all != 0,
+        })
+    };
+    let api = match created {
+        Ok(q) => q,
+        Err(e) => return errno::null(errno::of(&e)),
+    };
+    ax.cap = cap_of(&api);
+    // SAFETY: see `create`.
+    let mut pub_qp: ibv_qp = unsafe { std::mem::zeroed() };
+    // SAFETY: the PD is live (caller contract).
+    pub_qp.context = unsafe { (*ax.pd).context };
+    pub_qp.qp_context = ax.qp_context;
+    pub_qp.pd = ax.pd;
+    pub_qp.send_cq = ax.send_cq;
+    pub_qp.recv_cq = ax.recv_cq;
+    pub_qp.srq = ax.srq;
+    pub_qp.qp_type = IBV_QPT_XRC_SEND;
+    let held = Held {
+        pd: ax.pd,
+        send_cq: ax.send_cq,
+        recv_cq: std::ptr::null_mut(),
+        srq: std::ptr::null_mut(),
+        xrcd: std::ptr::null_mut(),
+    };
+    // SAFETY: the held objects are live (caller contract).
+    unsafe { finish(pub_qp, api, held, ax.sq_sig_all != 0, send_ops) }
+}
+
+/// An `IBV_QPT_XRC_RECV` QP from `ibv_create_qp_ex` in `ax.xrcd` (checked non-NULL).
+///
+/// # Safety
+/// `ax.xrcd` is a live XRC domain open of this library.
+unsafe fn create_xrc_recv(context: *mut ibv_context, ax: &mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
+    // SAFETY: caller contract.
+    let x = unsafe { crate::xrc::softnic_xrcd(ax.xrcd) };
+    if x.xrcd.context != context {
+        return errno::null(libc::EINVAL);
+    }
+    let created = match x.api.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        Some(xrcd) => xrcd.create_recv_qp(),
+        None => return errno::null(libc::EINVAL),
+    };
+    let api = match created {
+        Ok(q) => q,
+        Err(e) => return errno::null(errno::of(&e)),
+    };
+    ax.cap = cap_of(&api);
+    // SAFETY: see `create`.
+    let mut pub_qp: ibv_qp = unsafe { std::mem::zeroed() };
+    pub_qp.context = context;
+    pub_qp.qp_context = ax.qp_context;
+    if ax.comp_mask & QP_INIT_ATTR_PD != 0 {
+        pub_qp.pd = ax.pd;
+    }
+    pub_qp.send_cq = ax.send_cq;
+    pub_qp.recv_cq = ax.recv_cq;
+    pub_qp.srq = ax.srq;
+    pub_qp.qp_type = IBV_QPT_XRC_RECV;
+    let held = Held {
+        pd: std::ptr::null_mut(),
+        send_cq: std::ptr::null_mut(),
+        recv_cq: std::ptr::null_mut(),
+        srq: std::ptr::null_mut(),
+        xrcd: ax.xrcd,
+    };
+    // SAFETY: the held XRC domain is live (caller contract).
+    unsafe { finish(pub_qp, api, held, false, None) }
+}
+
+/// Boxes `api` behind `pub_qp` (its context, cookie, objects and type already set),
+/// counts the QP as a user of `held`, and registers it for asynchronous events.
+///
+/// # Safety
+/// `pub_qp.context` is a live context of this library; `held`'s objects are live.
+unsafe fn finish(
+    mut pub_qp: ibv_qp,
+    api: QueuePair,
+    held: Held,
+    sq_sig_all: bool,
+    send_ops: Option<u64>,
+) -> *mut ibv_qp {
     pub_qp.handle = api.qp_num();
     pub_qp.qp_num = api.qp_num();
     pub_qp.state = state_num(api.state());
-    pub_qp.qp_type = ia.qp_type;
     // SAFETY: ibv_qp_ex is an ibv_qp, integers and Option<fn>s: all-zero is valid.
     let mut qpx: ibv_qp_ex = unsafe { std::mem::zeroed() };
     qpx.qp_base = pub_qp;
     if let Some(ops) = send_ops {
         crate::wr::install(&mut qpx, ops);
     }
+    let context = qpx.qp_base.context;
     let b = Box::into_raw(Box::new(SoftnicQp {
         qpx,
         api: Mutex::new(api),
-        sq_sig_all: ia.sq_sig_all != 0,
+        sq_sig_all,
         batch: Mutex::new(crate::wr::Batch::default()),
         extended: send_ops.is_some(),
+        held,
     }));
     // SAFETY: b is a fresh box; the mutex and condvar are at their final addresses.
     unsafe {
@@ -316,16 +558,11 @@ unsafe fn create(
             std::ptr::addr_of_mut!((*b).qpx.qp_base.cond),
             std::ptr::null(),
         );
-    }
-    p.users.fetch_add(1, Ordering::AcqRel);
-    scq.users.fetch_add(1, Ordering::AcqRel);
-    rcq.users.fetch_add(1, Ordering::AcqRel);
-    if let Some(q) = srq {
-        q.users.fetch_add(1, Ordering::AcqRel);
+        (*b).held.take();
     }
     // Every QP may raise affiliated events (`async_event`).
-    // SAFETY: the PD's context is live.
-    let ctx = unsafe { crate::device::softnic_context((*pd).context) };
+    // SAFETY: the context is live (caller contract).
+    let ctx = unsafe { crate::device::softnic_context(context) };
     // SAFETY: b is live.
     ctx.events
         .register_qp(unsafe { (*b).qpx.qp_base.qp_num }, b as usize);
@@ -397,22 +634,9 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     }
     // SAFETY: reverses ibv_create_qp's Box::into_raw (caller contract: once).
     let b = unsafe { Box::from_raw(qp as *mut SoftnicQp) };
-    // SAFETY: the PD and CQs outlive their QPs (their destroy is EBUSY meanwhile).
+    // SAFETY: the objects a QP holds outlive it (their destroy is EBUSY meanwhile).
     unsafe {
-        softnic_pd(b.qpx.qp_base.pd)
-            .users
-            .fetch_sub(1, Ordering::AcqRel);
-        softnic_cq(b.qpx.qp_base.send_cq)
-            .users
-            .fetch_sub(1, Ordering::AcqRel);
-        softnic_cq(b.qpx.qp_base.recv_cq)
-            .users
-            .fetch_sub(1, Ordering::AcqRel);
-        if !b.qpx.qp_base.srq.is_null() {
-            crate::srq::softnic_srq(b.qpx.qp_base.srq as *mut ibv_srq)
-                .users
-                .fetch_sub(1, Ordering::AcqRel);
-        }
+        b.held.release();
         crate::device::softnic_context(b.qpx.qp_base.context)
             .events
             .forget_qp(b.qpx.qp_base.qp_num);
@@ -610,9 +834,14 @@ pub unsafe extern "C" fn ibv_modify_qp(
 /// # Safety
 /// `qp` came from [`ibv_create_qp`] and its CQs are live.
 unsafe fn purge_cqs(qp: *mut ibv_qp, qpn: u32) {
-    // SAFETY: caller contract (both CQs are set: `ibv_create_qp` refuses a null one).
-    let (send, recv, srq) = unsafe { ((*qp).send_cq, (*qp).recv_cq, (*qp).srq) };
+    // SAFETY: caller contract. The CQs the QP holds: an XRC initiator's send CQ only,
+    // none for an XRC target (whose completions are its XRC SRQs', kept as an SRQ's).
+    let held = unsafe { &softnic_qp(qp).held };
+    let (send, recv, srq) = (held.send_cq, held.recv_cq, held.srq);
     let purge = |cq: *mut ibv_cq| {
+        if cq.is_null() {
+            return;
+        }
         // SAFETY: a live CQ of this library (caller contract).
         let c = unsafe { softnic_cq(cq) };
         let mut api = c.api.lock().unwrap_or_else(|e| e.into_inner());
@@ -646,7 +875,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         Ok(x) => x,
         Err(e) => return errno::of(&e),
     };
-    let cap = cap_out(api.cap());
+    let cap = cap_of(&api);
     let mut out = ibv_qp_attr {
         qp_state: state_num(state),
         cur_qp_state: state_num(state),
@@ -751,11 +980,11 @@ unsafe fn inline_pieces<'a>(
 /// payload pieces go to `store`.
 ///
 /// # Safety
-/// `w` is a valid `ibv_send_wr` (its SGE array readable; for `ud`, its AH from
-/// `ibv_create_ah`; with IBV_SEND_INLINE, its SGEs' bytes readable).
+/// `w` is a valid `ibv_send_wr` (its SGE array readable; on a UD QP (`qp_type`), its
+/// AH from `ibv_create_ah`; with IBV_SEND_INLINE, its SGEs' bytes readable).
 unsafe fn send_wr<'a>(
     w: &'a ibv_send_wr,
-    ud: bool,
+    qp_type: c_int,
     store: &'a mut InlinePieces<'a>,
 ) -> Result<SendWr<'a>, c_int> {
     // SAFETY: caller contract.
@@ -805,7 +1034,7 @@ unsafe fn send_wr<'a>(
         // IBV_SEND_IP_CSUM and beyond.
         return Err(libc::EOPNOTSUPP);
     }
-    let ud = if ud {
+    let ud = if qp_type == IBV_QPT_UD {
         // SAFETY: UD WRs carry `wr.ud` (the caller's QP is UD).
         let u = unsafe { w.wr.ud };
         if u.ah.is_null() {
@@ -829,6 +1058,9 @@ unsafe fn send_wr<'a>(
         sg_list: sg,
         send_flags: SendFlags(w.send_flags as u8),
         ud,
+        // An XRC initiator's WRs name the remote XRC SRQ; libibverbs reads
+        // `qp_type.xrc` on no other QP type.
+        xrc_srqn: (qp_type == IBV_QPT_XRC_SEND).then_some(w.qp_type),
         inline_data,
     })
 }
@@ -881,11 +1113,10 @@ pub unsafe extern "C" fn post_send(
         // without the chunk's arrays, which cost more to fill than the WR to convert.
         let mut store: InlinePieces<'_> = [&[]; MAX_SGE];
         // SAFETY: as above.
-        let posted = unsafe { send_wr(one, q.qpx.qp_base.qp_type == IBV_QPT_UD, &mut store) }
-            .and_then(|w| {
-                post_chunk(&mut *api, std::slice::from_ref(&w), QueuePair::post_send)
-                    .map_err(|(_, e)| e)
-            });
+        let posted = unsafe { send_wr(one, q.qpx.qp_base.qp_type, &mut store) }.and_then(|w| {
+            post_chunk(&mut *api, std::slice::from_ref(&w), QueuePair::post_send)
+                .map_err(|(_, e)| e)
+        });
         return match posted {
             Ok(()) => 0,
             Err(e) => {
@@ -915,7 +1146,7 @@ pub unsafe extern "C" fn post_send(
                 break;
             }
             // SAFETY: as above.
-            match unsafe { send_wr(&*cur, q.qpx.qp_base.qp_type == IBV_QPT_UD, store) } {
+            match unsafe { send_wr(&*cur, q.qpx.qp_base.qp_type, store) } {
                 Ok(w) => {
                     ptrs[n] = cur;
                     wrs[n] = w;

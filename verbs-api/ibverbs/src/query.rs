@@ -41,14 +41,17 @@ fn mtu_enum(bytes: u32) -> c_int {
 /// `device_cap_flags`: what softnic does of `enum ibv_device_cap_flags`, and nothing
 /// it does only in part (a program tests these before it uses a feature; pyverbs skips
 /// tests by them): the system image GUID it reports, the RNR NAKs it generates (IBTA
-/// 9.7.5.2.8), and memory windows (`ibv_alloc_mw`, IBTA 10.6.7) of type 1 and type 2B
+/// 9.7.5.2.8), memory windows (`ibv_alloc_mw`, IBTA 10.6.7) of type 1 and type 2B
 /// (a type 2 window answers only the QP it was bound on, as rxe's, which sets the same
-/// flag; `softnic/src/nic/mw.rs`). Not type 2A; nor the memory management extensions
-/// (no fast registration, no zero-based windows), resizing a QP's or SRQ's work queue,
-/// port events, checksum offloads, XRC, flow steering.
+/// flag; `softnic/src/nic/mw.rs`), and XRC (`crate::xrc`: every NIC that accepts this
+/// library's ABI version has it, so the flag needs no attribute of the NIC's). Not
+/// type 2A; nor the memory management extensions (no fast registration, no zero-based
+/// windows), resizing a QP's or SRQ's work queue, port events, checksum offloads, flow
+/// steering.
 const DEVICE_CAP_FLAGS: c_uint = IBV_DEVICE_SYS_IMAGE_GUID
     | IBV_DEVICE_RC_RNR_NAK_GEN
     | IBV_DEVICE_MEM_WINDOW
+    | IBV_DEVICE_XRC
     | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 
 /// The classic device attributes of an open context.
@@ -191,7 +194,7 @@ pub unsafe extern "C" fn query_device_ex_op(
         unsupported_caps: [0; 96],
         max_dm_size: crate::dm::MAX_DM_SIZE,
         pci_atomic_caps: [0; 8],
-        xrc_odp_caps: 0,
+        xrc_odp_caps: crate::odp::XRC_CAPS,
     };
     // SAFETY: attr writable for attr_size bytes (caller contract).
     unsafe { write_sized(attr, attr_size, &ex) };

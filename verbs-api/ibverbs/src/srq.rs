@@ -8,7 +8,8 @@
 //! raises IBV_EVENT_SRQ_LIMIT_REACHED once fewer WQEs remain and disarms it; the event
 //! reaches `ibv_get_async_event` through [`crate::async_event`]. Resizing
 //! (IBV_SRQ_MAX_WR) is EOPNOTSUPP: the ring is sized at creation. XRC SRQs
-//! (`ibv_create_srq_ex`) are not implemented.
+//! (`ibv_create_srq_ex` with `IBV_SRQT_XRC`, [`crate::xrc`]) are this same object,
+//! holding their XRC domain and CQ as well; every verb here serves both.
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -18,7 +19,7 @@ use verbs_api::{SharedReceiveQueue, SrqInitAttr};
 
 use crate::abi::*;
 use crate::errno;
-use crate::objects::softnic_pd;
+use crate::objects::{softnic_cq, softnic_pd};
 
 /// An SRQ: `ibv_srq`, then the verbs-api SRQ.
 #[repr(C)]
@@ -29,6 +30,10 @@ pub struct SoftnicSrq {
     pub(crate) api: Mutex<SharedReceiveQueue>,
     /// QPs using this SRQ (EBUSY on destroy while non-zero, as the kernel answers).
     pub(crate) users: AtomicU32,
+    /// An XRC SRQ's CQ and XRC domain, each counting it as a user while it lives
+    /// (their destroy and close are EBUSY meanwhile); NULL for a basic SRQ.
+    pub(crate) cq: *mut ibv_cq,
+    pub(crate) xrcd: *mut ibv_xrcd,
 }
 
 /// # Safety
@@ -57,14 +62,39 @@ pub unsafe extern "C" fn ibv_create_srq(
     }
     // SAFETY: caller contract.
     let (p, ia) = unsafe { (softnic_pd(pd), &mut *init_attr) };
-    let api = match p.api.create_srq(&SrqInitAttr {
-        max_wr: ia.attr.max_wr,
-        max_sge: ia.attr.max_sge,
-        srq_limit: ia.attr.srq_limit,
-    }) {
+    let api = match p.api.create_srq(&init_of(&ia.attr)) {
         Ok(s) => s,
         Err(e) => return errno::null(errno::of(&e)),
     };
+    // SAFETY: forwarded caller contract; a basic SRQ holds no CQ or domain.
+    unsafe { wrap(pd, ia, api, std::ptr::null_mut(), std::ptr::null_mut()) }
+}
+
+/// The verbs-api attributes of `a`.
+pub(crate) fn init_of(a: &ibv_srq_attr) -> SrqInitAttr {
+    SrqInitAttr {
+        max_wr: a.max_wr,
+        max_sge: a.max_sge,
+        srq_limit: a.srq_limit,
+    }
+}
+
+/// Writes the granted `max_wr` and `max_sge` back into `ia`, wraps `api` as the
+/// `ibv_srq` the program gets, counts it as a user of its PD (and of `cq` and `xrcd`,
+/// an XRC SRQ's, when not NULL) and registers it for asynchronous events.
+///
+/// # Safety
+/// `pd` came from `ibv_alloc_pd` (the PD `api` was created on); `cq` and `xrcd` are
+/// NULL or live objects of this library of the same context.
+pub(crate) unsafe fn wrap(
+    pd: *mut ibv_pd,
+    ia: &mut ibv_srq_init_attr,
+    api: SharedReceiveQueue,
+    cq: *mut ibv_cq,
+    xrcd: *mut ibv_xrcd,
+) -> *mut ibv_srq {
+    // SAFETY: caller contract.
+    let p = unsafe { softnic_pd(pd) };
     let granted = api.attr();
     ia.attr.max_wr = granted.max_wr;
     ia.attr.max_sge = granted.max_sge;
@@ -81,6 +111,8 @@ pub unsafe extern "C" fn ibv_create_srq(
         srq: pub_srq,
         api: Mutex::new(api),
         users: AtomicU32::new(0),
+        cq,
+        xrcd,
     }));
     // SAFETY: b is a fresh box; the mutex and condvar are at their final addresses.
     unsafe {
@@ -88,6 +120,18 @@ pub unsafe extern "C" fn ibv_create_srq(
         libc::pthread_cond_init(std::ptr::addr_of_mut!((*b).srq.cond), std::ptr::null());
     }
     p.users.fetch_add(1, Ordering::AcqRel);
+    if !cq.is_null() {
+        // SAFETY: a live CQ (caller contract).
+        unsafe { softnic_cq(cq) }
+            .users
+            .fetch_add(1, Ordering::AcqRel);
+    }
+    if !xrcd.is_null() {
+        // SAFETY: a live XRC domain (caller contract).
+        unsafe { crate::xrc::softnic_xrcd(xrcd) }
+            .users
+            .fetch_add(1, Ordering::AcqRel);
+    }
     // SAFETY: the context is live (the PD's).
     let ctx = unsafe { crate::device::softnic_context((*pd).context) };
     ctx.events.register_srq(handle, b as usize);
@@ -110,12 +154,21 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     }
     // SAFETY: reverses ibv_create_srq's Box::into_raw (caller contract: once).
     let b = unsafe { Box::from_raw(srq as *mut SoftnicSrq) };
-    // SAFETY: the context and PD outlive the SRQ (the PD's destroy is EBUSY meanwhile).
+    // SAFETY: the context, PD, CQ and XRC domain outlive the SRQ (their destroy and
+    // close are EBUSY meanwhile).
     unsafe {
         crate::device::softnic_context(b.srq.context)
             .events
             .forget(b.srq.handle);
         softnic_pd(b.srq.pd).users.fetch_sub(1, Ordering::AcqRel);
+        if !b.cq.is_null() {
+            softnic_cq(b.cq).users.fetch_sub(1, Ordering::AcqRel);
+        }
+        if !b.xrcd.is_null() {
+            crate::xrc::softnic_xrcd(b.xrcd)
+                .users
+                .fetch_sub(1, Ordering::AcqRel);
+        }
         libc::pthread_cond_destroy(std::ptr::addr_of!(b.srq.cond).cast_mut());
         libc::pthread_mutex_destroy(std::ptr::addr_of!(b.srq.mutex).cast_mut());
     }

@@ -6,8 +6,11 @@
 //!
 //! The batch lives in the QP (its vector keeps its capacity, so a steady stream of
 //! batches allocates nothing); each call takes the batch's lock briefly (uncontended:
-//! no syscall). An operation softnic lacks (TSO, XRC, ATOMIC WRITE, FLUSH), or a setter misuse, marks the batch failed and `ibv_wr_complete`
-//! returns the errno without posting anything of it. A memory-window bind or local
+//! no syscall). An operation softnic lacks (TSO, ATOMIC WRITE, FLUSH), or a setter
+//! misuse, marks the batch failed and `ibv_wr_complete` returns the errno without
+//! posting anything of it. `ibv_wr_set_xrc_srqn` names the remote XRC SRQ of the last
+//! WR of an XRC initiator QP, which every WR of such a QP needs (EINVAL at
+//! `ibv_wr_complete` without it). A memory-window bind or local
 //! invalidation (`ibv_wr_bind_mw`, `ibv_wr_local_inv`) is posted in its place in the
 //! batch, after the WRs before it ([`crate::mw`]).
 //!
@@ -39,6 +42,8 @@ struct Pending {
     sge: [Sge; MAX_SGE],
     nsge: usize,
     ud: Option<UdAddress>,
+    /// The remote XRC SRQ (`ibv_wr_set_xrc_srqn`).
+    xrc_srqn: Option<u32>,
     /// Inline payload copied by the inline setters (`inline_len` bytes).
     inline: [u8; MAX_INLINE],
     inline_len: usize,
@@ -68,7 +73,7 @@ pub(crate) fn install(q: &mut ibv_qp_ex, _ops: u64) {
     q.wr_send_inv = Some(wr_send_inv);
     q.wr_send_tso = Some(wr_send_tso);
     q.wr_set_ud_addr = Some(wr_set_ud_addr);
-    q.wr_set_xrc_srqn = Some(wr_u32_unsupported);
+    q.wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
     q.wr_set_inline_data = Some(wr_set_inline_data);
     q.wr_set_inline_data_list = Some(wr_set_inline_data_list);
     q.wr_set_sge = Some(wr_set_sge);
@@ -106,6 +111,7 @@ unsafe fn begin(qpx: *mut ibv_qp_ex, opcode: WrOpcode) {
                 sge: [Sge::default(); MAX_SGE],
                 nsge: 0,
                 ud: None,
+                xrc_srqn: None,
                 inline: [0; MAX_INLINE],
                 inline_len: 0,
                 local: None,
@@ -196,6 +202,7 @@ unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
                         sg_list: &p.sge[..p.nsge],
                         send_flags: SendFlags(p.flags as u8),
                         ud: p.ud,
+                        xrc_srqn: p.xrc_srqn,
                         inline_data: match p.inline_len {
                             0 => &[],
                             _ => std::slice::from_ref(piece),
@@ -302,8 +309,6 @@ unsafe extern "C" fn wr_local_inv(qpx: *mut ibv_qp_ex, rkey: u32) {
 }
 
 unsupported! {
-    /// `wr_set_xrc_srqn`.
-    wr_u32_unsupported(u32);
     wr_send_tso(*mut c_void, u16, u16);
     wr_atomic_write(u32, u64, *const c_void);
     wr_flush(u32, u64, usize, u8, u8);
@@ -333,6 +338,18 @@ unsafe extern "C" fn wr_set_sge_list(qpx: *mut ibv_qp_ex, num_sge: usize, sg_lis
             }
             w.nsge = num_sge;
             w.inline_len = 0;
+            Ok(())
+        })
+    }
+}
+
+/// `ibv_wr_set_xrc_srqn`: the remote XRC SRQ of the last WR (an XRC initiator QP's;
+/// ignored on other types, as their WRs carry no XRCETH).
+unsafe extern "C" fn wr_set_xrc_srqn(qpx: *mut ibv_qp_ex, remote_srqn: u32) {
+    // SAFETY: as wr_start.
+    unsafe {
+        last(qpx, |w| {
+            w.xrc_srqn = Some(remote_srqn);
             Ok(())
         })
     }

@@ -227,8 +227,9 @@ const SRQT_BASIC: u32 = 0;
 /// `rdma_create_qp` then gives a QP created without one, as librdmacm does. The PD is
 /// the attribute's or, without one, `id->pd`. `IBV_SRQ_INIT_ATTR_TYPE` is required
 /// (EINVAL without, as rdma-core); a basic SRQ only: XRC and tag-matching SRQs, and
-/// the attribute bits that go with them, are EOPNOTSUPP, as `ibv_create_srq_ex` of
-/// softnic's libibverbs answers. An unbound id (no device yet) is EINVAL.
+/// the attribute bits that go with them, are EOPNOTSUPP (librdmacm's XRC ids, with the
+/// XRC domain it opens for them, are not implemented, though softnic's libibverbs
+/// makes XRC SRQs). An unbound id (no device yet) is EINVAL.
 ///
 /// # Safety
 /// `id` is live; `attr` is a valid `ibv_srq_init_attr_ex`.

@@ -85,7 +85,7 @@ pub enum QpType {
     /// Unreliable datagram (IBV_QPT_UD).
     Ud,
     /// XRC initiator (IBV_QPT_XRC_SEND): RC requests to a target's XRC SRQs, named
-    /// per work request ([`super::send_flags::XRC_SRQN`]). No receive queue.
+    /// per work request ([`super::slots::send_flags::XRC_SRQN`]). No receive queue.
     XrcSend,
     /// XRC target (IBV_QPT_XRC_RECV), created in an XRC domain
     /// (`CreateQp::xrcd`): no send queue, no receive queue, no CQs; each request
@@ -381,15 +381,20 @@ pub enum Request {
         xrc: Option<XrcSrqInit>,
     },
     /// `ibv_open_xrcd`. `inode`: the `(st_dev, st_ino)` of the file the client gave
-    /// (`ibv_xrcd_init_attr.fd`), under which the NIC shares one domain between all
-    /// the opens of one client naming the same file; `None` (fd −1): a new domain
-    /// nobody else can open. `create`: O_CREAT was given (without it, a file with no
-    /// domain yet is `NotFound`, ENOENT). Reply: [`Reply::Xrcd`].
+    /// (`ibv_xrcd_init_attr.fd`), under which the NIC shares one domain between the
+    /// opens of all clients of one user naming the same file; `None` (fd −1): a new
+    /// domain nobody else can open. `create`: O_CREAT was given (without it, a file
+    /// with no domain yet is `NotFound`; libibverbs answers EAGAIN, as the kernel).
+    /// `exclusive`: O_EXCL too (a file with a domain already is `InvalidArgument`,
+    /// checked and created in one step). Reply: [`Reply::Xrcd`].
     OpenXrcd {
         /// The file's identity, if a file was given.
         inode: Option<(u64, u64)>,
         /// `oflags` had O_CREAT.
         create: bool,
+        /// `oflags` had O_CREAT and O_EXCL.
+        #[serde(default)]
+        exclusive: bool,
     },
     /// `ibv_close_xrcd`: drops this open (the domain lives while opens, XRC SRQs or
     /// XRC receive QPs hold it: `Busy` while an SRQ or QP of it remains and this is

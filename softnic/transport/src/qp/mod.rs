@@ -437,8 +437,8 @@ pub struct Qp {
     port_mtu: u32,
     local: Option<SocketAddr>,
     /// The SRQ this QP takes receive WQEs from (its number), if any. An XRC receive QP
-    /// has none of its own: here it is the XRC SRQ of the last WQE it took, which is
-    /// the WQE of the message in progress, if one is ([`Qp::handle_packet_xrc`]).
+    /// has none of its own: here it is the XRC SRQ the message in progress (or else
+    /// the last one) is bound to ([`Qp::handle_packet_xrc`]).
     srq: Option<u32>,
     req: Requester,
     resp: Responder,
@@ -541,7 +541,7 @@ impl Qp {
     }
 
     /// The SRQ this QP receives from, if it was created with one (an XRC receive QP:
-    /// the XRC SRQ of the last receive WQE it took).
+    /// the XRC SRQ its current or last message is bound to).
     pub fn srq(&self) -> Option<u32> {
         self.srq
     }
@@ -819,7 +819,7 @@ impl Qp {
     fn push_completion(&mut self, mut c: Completion) {
         if self.qp_type == QpType::XrcRecv && c.queue == Queue::Recv {
             // The one place an XRC receive completion learns its SRQ (and so its CQ):
-            // the WQE of the message in progress came from `srq` (`handle_packet_xrc`).
+            // the message it completes is bound to `srq` (`handle_packet_xrc`).
             c.srqn = self.srq.unwrap_or(0);
         }
         if c.status == WcStatus::Success {
@@ -1033,10 +1033,11 @@ impl Qp {
     /// XRC SRQ the packet's XRCETH names, which the caller found and checked to be of
     /// this QP's XRC domain (IBTA 9.3: the XRCETH). The request's memory accesses
     /// are made under `srq`'s protection domain, and a receive WQE it needs comes from
-    /// `srq` as [`Qp::handle_packet_srq`] lends it. A message in progress keeps the
-    /// WQE it took from its first packet's SRQ, and its completion goes to that SRQ's
-    /// CQ ([`Completion::srqn`]), whatever later packets name. Any other QP drops the
-    /// packet (`drop_bad_state`).
+    /// `srq` as [`Qp::handle_packet_srq`] lends it. A message is bound to the SRQ its
+    /// first packet names (its PD, its WQE, and the CQ its completion goes to,
+    /// [`Completion::srqn`]); a later packet of it naming another SRQ is refused as
+    /// [`Qp::handle_packet_xrc_no_srq`] refuses one. Any other QP drops the packet
+    /// (`drop_bad_state`).
     pub fn handle_packet_xrc(
         &mut self,
         now: Instant,
@@ -1049,8 +1050,17 @@ impl Qp {
         if self.qp_type != QpType::XrcRecv {
             return self.drop_misrouted();
         }
-        self.pd = srq.pd();
-        if !self.resp.holds_recv() {
+        if self.resp.cur.is_some() {
+            // A message names one SRQ from its first packet to its last: its WQE (a
+            // SEND's, taken at the first; a WRITE with immediate's, at the last), its
+            // PD and its completion's CQ are that SRQ's. A packet naming another is
+            // an invalid XRCETH (a duplicate of an older message is still answered
+            // as a duplicate: PSN checks come first).
+            if self.srq != Some(srq.srqn()) {
+                return self.handle_packet_xrc_no_srq(now, src, ip, pkt, mem);
+            }
+        } else {
+            self.pd = srq.pd();
             self.srq = Some(srq.srqn());
         }
         self.handle_with_srq(now, src, ip, pkt, mem, srq);

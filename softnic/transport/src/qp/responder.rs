@@ -165,9 +165,7 @@ pub const fn disposition(e: RespError) -> Disposition {
 /// nothing to Err and raises nothing (it maps to REQ_ERR only for totality).
 pub const fn error_event(e: RespError) -> QpEvent {
     match e {
-        RespError::RemoteAccess | RespError::LocalWrite | RespError::XrcSrq => {
-            QpEvent::AccessErr
-        }
+        RespError::RemoteAccess | RespError::LocalWrite | RespError::XrcSrq => QpEvent::AccessErr,
         RespError::RnrNoRecv
         | RespError::OpcodeSequence
         | RespError::Unsupported
@@ -304,11 +302,6 @@ impl Responder {
     /// Entering RTR: the first expected PSN.
     pub fn start(&mut self, rq_psn: Psn) {
         self.epsn = rq_psn;
-    }
-
-    /// Whether a message in progress holds a receive WQE.
-    pub fn holds_recv(&self) -> bool {
-        self.cur.as_ref().is_some_and(|c| c.recv.is_some())
     }
 
     /// The receive WQE of the message in progress, if any.
