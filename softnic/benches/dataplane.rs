@@ -152,7 +152,9 @@ impl Rings {
     fn complete(&mut self, s: &mut Side) {
         let mut any = false;
         while let Some(c) = s.qp.poll_completion() {
-            self.cq_nic.push(&cqe_of(&c, 0)).expect("CQ room");
+            self.cq_nic
+                .push(&cqe_of(&c, s.qp.qpn(), 0))
+                .expect("CQ room");
             any = true;
         }
         if any {

@@ -75,8 +75,8 @@ pub fn grh_flag(qp_type: QpType, c: &Completion) -> u32 {
     }
 }
 
-/// The CQE for a transport completion.
-pub fn cqe_of(c: &Completion, vendor_err: u32) -> Cqe {
+/// The CQE for a completion of QP `qp_num`.
+pub fn cqe_of(c: &Completion, qp_num: u32, vendor_err: u32) -> Cqe {
     Cqe {
         wr_id: c.wr_id,
         status: c.status as u32,
@@ -91,7 +91,7 @@ pub fn cqe_of(c: &Completion, vendor_err: u32) -> Cqe {
         },
         byte_len: c.byte_len,
         imm: c.imm.unwrap_or(0),
-        qp_num: c.qp_num,
+        qp_num,
         src_qp: c.src_qp,
         vendor_err,
         timestamp: 0,
@@ -268,16 +268,19 @@ mod tests {
             opcode: WcOpcode::RecvRdmaWithImm,
             byte_len: 10,
             imm: Some(0xABCD),
-            qp_num: 0x11,
             src_qp: 0,
             srqn: 0,
         }
     }
 
+    fn cqe_of_11(c: &Completion, vendor_err: u32) -> Cqe {
+        cqe_of(c, 0x11, vendor_err)
+    }
+
     #[test]
     fn cqes_become_visible_on_flush_and_wake_only_when_armed() {
         let (mut q, mut client, ev) = cq(2);
-        q.push(&cqe_of(&completion(1), 0)).unwrap();
+        q.push(&cqe_of_11(&completion(1), 0)).unwrap();
         assert_eq!(client.pop().unwrap(), None, "not published yet");
         assert!(!q.flush(), "not armed: no wake-up");
         let c = client.pop().unwrap().unwrap();
@@ -287,10 +290,10 @@ mod tests {
         );
         client.release();
         assert!(client.arm(CQ_ARMED).unwrap(), "empty: may sleep");
-        q.push(&cqe_of(&completion(2), 0)).unwrap();
+        q.push(&cqe_of_11(&completion(2), 0)).unwrap();
         assert!(q.flush(), "armed: wake-up");
         assert_eq!(verbs_api::os::pipe_take(ev.as_fd()).unwrap(), Some(1));
-        q.push(&cqe_of(&completion(3), 0)).unwrap();
+        q.push(&cqe_of_11(&completion(3), 0)).unwrap();
         assert!(!q.flush(), "one wake-up per arm");
     }
 
@@ -304,15 +307,15 @@ mod tests {
         let (mut b, _cb, _eb) = cq_on(4, nic);
         let seq = || client.poll_seq().load(std::sync::atomic::Ordering::Acquire);
         let e = seq();
-        a.push(&cqe_of(&completion(1), 0)).unwrap();
+        a.push(&cqe_of_11(&completion(1), 0)).unwrap();
         a.flush();
         assert_eq!(seq(), e.wrapping_add(1), "a flush moves the sequence");
         assert_eq!(a.take_poller_wakes(), 0, "nobody sleeps");
         assert!(client.set_sleeper(seq()));
-        b.push(&cqe_of(&completion(2), 0)).unwrap();
+        b.push(&cqe_of_11(&completion(2), 0)).unwrap();
         b.flush();
         assert_eq!(b.take_poller_wakes(), 1, "the other CQ wakes the sleeper");
-        a.push(&cqe_of(&completion(3), 0)).unwrap();
+        a.push(&cqe_of_11(&completion(3), 0)).unwrap();
         a.flush();
         assert_eq!(a.take_poller_wakes(), 0, "one wake per sleep");
         assert!(!b.flush(), "not dirty: nothing");
@@ -326,7 +329,7 @@ mod tests {
         let (mut q, mut c, _ev) = cq_on(2, nic);
         for i in 0..1000 {
             client.set_sleeper(0);
-            q.push(&cqe_of(&completion(i), 0)).unwrap();
+            q.push(&cqe_of_11(&completion(i), 0)).unwrap();
             q.flush();
             assert_eq!(q.take_poller_wakes(), 1);
             assert!(!q.flush(), "nothing written: no flush, no wake");
@@ -345,7 +348,7 @@ mod tests {
         verbs_api::os::set_nonblocking(ev.as_fd(), false).unwrap();
         for i in 0..200_000 {
             assert!(client.arm(CQ_ARMED).unwrap());
-            q.push(&cqe_of(&completion(i), 0)).unwrap();
+            q.push(&cqe_of_11(&completion(i), 0)).unwrap();
             assert!(q.flush(), "armed: wake-up");
             assert_eq!(client.pop().unwrap().unwrap().wr_id, i);
             client.release();
@@ -361,12 +364,12 @@ mod tests {
     #[test]
     fn full_ring_reports_full_and_recovers_after_poll() {
         let (mut q, mut client, _ev) = cq(2);
-        q.push(&cqe_of(&completion(1), 0)).unwrap();
-        q.push(&cqe_of(&completion(2), 0)).unwrap();
-        assert_eq!(q.push(&cqe_of(&completion(3), 0)), Err(PushError::Full));
+        q.push(&cqe_of_11(&completion(1), 0)).unwrap();
+        q.push(&cqe_of_11(&completion(2), 0)).unwrap();
+        assert_eq!(q.push(&cqe_of_11(&completion(3), 0)), Err(PushError::Full));
         assert_eq!(client.pop().unwrap().unwrap().wr_id, 1);
         client.release();
-        q.push(&cqe_of(&completion(3), 0)).unwrap();
+        q.push(&cqe_of_11(&completion(3), 0)).unwrap();
     }
 
     #[test]

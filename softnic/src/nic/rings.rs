@@ -163,7 +163,6 @@ impl QpEntry {
             opcode,
             byte_len: 0,
             imm: None,
-            qp_num: self.qp.qpn(),
             src_qp: 0,
             srqn: 0,
         };
@@ -407,7 +406,7 @@ impl QpEntry {
                 self.pending.pop_front();
                 continue;
             };
-            let mut cqe = cqe_of(&c, vendor_err);
+            let mut cqe = cqe_of(&c, self.qp.qpn(), vendor_err);
             cqe.flags |= grh_flag(self.qp.qp_type(), &c);
             cqe.timestamp = stamp;
             match cq.push(&cqe) {

@@ -217,7 +217,9 @@ pub enum Queue {
     Recv,
 }
 
-/// A work completion (`struct ibv_wc`).
+/// A work completion (`struct ibv_wc`), less `qp_num`: the QP that gives it is the QP
+/// it belongs to, whose number the NIC writes into the CQE (kept out, the completion
+/// is 32 bytes, copied a few times per message; docs/perf.md "Session 33").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Completion {
     /// Which queue.
@@ -232,8 +234,6 @@ pub struct Completion {
     pub byte_len: u32,
     /// Immediate data (IBV_WC_WITH_IMM).
     pub imm: Option<u32>,
-    /// This QP's number.
-    pub qp_num: u32,
     /// UD: the sender's QP number.
     pub src_qp: u32,
     /// A receive completion of an XRC receive QP: the XRC SRQ its WQE came from, whose

@@ -49,7 +49,6 @@ impl QpEntry {
                 opcode,
                 byte_len: 0,
                 imm: None,
-                qp_num: self.qp.qpn(),
                 src_qp: 0,
                 srqn: 0,
             };

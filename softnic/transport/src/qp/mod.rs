@@ -795,7 +795,6 @@ impl Qp {
             opcode: WcOpcode::Recv,
             byte_len: 0,
             imm: None,
-            qp_num: self.qpn,
             src_qp: 0,
             srqn: 0,
         }
@@ -810,7 +809,6 @@ impl Qp {
             opcode: wc_opcode(wr.op),
             byte_len,
             imm: None,
-            qp_num: self.qpn,
             src_qp: 0,
             srqn: 0,
         }

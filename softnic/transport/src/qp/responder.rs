@@ -584,7 +584,6 @@ impl Qp {
                 },
                 byte_len: written as u32,
                 imm: pkt.repr.immdt.map(|i| i.imm).or(inv),
-                qp_num: self.qpn,
                 src_qp: self.attrs.dest_qpn,
                 srqn: 0,
             };
@@ -621,7 +620,6 @@ impl Qp {
                         opcode: WcOpcode::RecvRdmaWithImm,
                         byte_len: dma_len as u32,
                         imm: Some(imm),
-                        qp_num: self.qpn,
                         src_qp: self.attrs.dest_qpn,
                         srqn: 0,
                     };

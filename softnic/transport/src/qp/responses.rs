@@ -104,7 +104,6 @@ impl Qp {
                     opcode: WcOpcode::Recv,
                     byte_len: 0,
                     imm: None,
-                    qp_num: self.qpn,
                     src_qp: self.attrs.dest_qpn,
                     srqn: 0,
                 };

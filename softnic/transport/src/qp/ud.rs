@@ -126,7 +126,6 @@ impl Qp {
             opcode: WcOpcode::Recv,
             byte_len: total as u32,
             imm: pkt.repr.immdt.map(|i| i.imm),
-            qp_num: self.qpn,
             src_qp: deth.src_qpn.value(),
             srqn: 0,
         };
