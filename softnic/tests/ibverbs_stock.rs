@@ -562,6 +562,34 @@ fn cq_events_arm_for_the_next_completion_as_rxe() {
     c_program_passes(&a, "cq_events", &[], "ok");
 }
 
+/// Stock perftest over XRC (`-c XRC`): perftest makes an XRC domain, XRC SRQs and one
+/// XRC send and one XRC receive QP per connection, passes RC's attribute masks to both
+/// halves (which `ibv_modify_qp` must ignore where a half lacks them, as the kernel's
+/// `modify_qp_mask` does), and names the peer's SRQ in every work request. SEND,
+/// WRITE, READ and atomics, bandwidth and latency, one and four QPs, both directions.
+#[test]
+fn stock_perftest_over_xrc() {
+    let (a, b) = nic_pair("ibvstock-xrc", 52);
+    let cases: [(&str, &[&str]); 6] = [
+        ("ib_send_bw", &["-n", "200"]),
+        ("ib_send_bw", &["-q", "4", "-n", "100"]),
+        ("ib_write_bw", &["-n", "200"]),
+        ("ib_read_bw", &["-n", "200"]),
+        ("ib_atomic_bw", &["-n", "200"]),
+        ("ib_send_lat", &["-s", "8", "-n", "200"]),
+    ];
+    for (i, (prog, args)) in cases.into_iter().enumerate() {
+        let mut all = vec!["-c", "XRC", "-x", "1", "-F"];
+        all.extend_from_slice(args);
+        let (srv, cli) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let (s, c) = pair_run(prog, srv, cli, tcp_port(70 + i as u16), &all);
+        assert!(
+            c.contains("#bytes") && c.contains("Connection type : XRC") && !c.contains("Couldn't"),
+            "{prog} {args:?} -c XRC: client\n{c}\nserver:\n{s}"
+        );
+    }
+}
+
 /// Stock perftest latency tests with completion events (`-e`), both directions.
 /// perftest 4.5 acks each event, re-arms that CQ and polls it once, with one channel
 /// for its send and receive CQs; while `ibv_req_notify_cq` raised an event at once for

@@ -432,3 +432,52 @@ fn a_later_packet_naming_another_srq_is_refused() {
     assert_eq!(ids(&c), [(1, WcStatus::WrFlushErr)]);
     assert_eq!(c[0].srqn, PAIR_SRQN);
 }
+
+#[test]
+fn attributes_a_half_does_not_have_are_ignored_not_refused() {
+    // `ibv_modify_qp` with RC's masks on both halves (perftest `-c XRC`): the kernel
+    // strips what each half lacks (uverbs `modify_qp_mask`) and so does the QP.
+    use softnic_transport::qp::{Qp, QpAttr, QpCaps};
+    use softnic_transport::time::Instant;
+    let caps = QpCaps {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        max_sge: 1,
+        max_inline: 0,
+    };
+    for mut qp in [
+        Qp::new(0x11, QpType::XrcSend, 1, caps),
+        Qp::new_xrc_recv(0x22, caps),
+    ] {
+        let init = QpAttr {
+            state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            access: Some(Access::ALL),
+            ..Default::default()
+        };
+        qp.modify(Instant::ZERO, &init).unwrap();
+        let rtr = QpAttr {
+            state: Some(QpState::Rtr),
+            path_mtu: Some(1024),
+            dest_qpn: Some(0x33),
+            rq_psn: Some(1),
+            remote: Some("127.0.0.2:4791".parse().unwrap()),
+            max_dest_rd_atomic: Some(4),
+            min_rnr_timer: Some(12),
+            ..Default::default()
+        };
+        qp.modify(Instant::ZERO, &rtr).unwrap();
+        let rts = QpAttr {
+            state: Some(QpState::Rts),
+            sq_psn: Some(2),
+            timeout: Some(14),
+            retry_cnt: Some(7),
+            rnr_retry: Some(7),
+            max_rd_atomic: Some(4),
+            ..Default::default()
+        };
+        qp.modify(Instant::ZERO, &rts).unwrap();
+        assert_eq!(qp.state(), QpState::Rts, "{:?}", qp.qp_type());
+    }
+}

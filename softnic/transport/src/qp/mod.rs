@@ -154,6 +154,29 @@ pub struct QpAttr {
 }
 
 impl QpAttr {
+    /// These attributes less those a QP of `qp_type` does not have, which
+    /// `ibv_modify_qp` ignores rather than refuses: an XRC send QP has no responder
+    /// (`max_dest_rd_atomic`, `min_rnr_timer`), an XRC receive QP no requester
+    /// (`max_rd_atomic`, `retry_cnt`, `rnr_retry`). The kernel strips them before its
+    /// transition check (`modify_qp_mask` in uverbs_cmd.c), and perftest's `-c XRC`
+    /// passes RC's full masks to both halves.
+    pub fn for_type(&self, qp_type: QpType) -> QpAttr {
+        match qp_type {
+            QpType::XrcSend => QpAttr {
+                max_dest_rd_atomic: None,
+                min_rnr_timer: None,
+                ..*self
+            },
+            QpType::XrcRecv => QpAttr {
+                max_rd_atomic: None,
+                retry_cnt: None,
+                rnr_retry: None,
+                ..*self
+            },
+            _ => *self,
+        }
+    }
+
     /// The attribute mask these fields make (`ibv_qp_attr_mask` bits).
     pub fn mask(&self) -> AttrMask {
         let bits = [
@@ -636,6 +659,7 @@ impl Qp {
     /// [`state::TRANSITIONS`], checks every value, then applies them. On error nothing
     /// changes.
     pub fn modify(&mut self, now: Instant, attr: &QpAttr) -> Result<(), ModifyError> {
+        let attr = &attr.for_type(self.qp_type);
         let to = attr.state.unwrap_or(self.state);
         state::check_transition(self.qp_type, self.state, to, attr.mask())
             .map_err(ModifyError::Transition)?;
