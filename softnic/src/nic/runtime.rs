@@ -1424,22 +1424,7 @@ pub(super) fn deliver(
     match source::check(e.qp.qp_type(), e.qp.attrs().remote, peer) {
         Ok(()) => {
             let srq = match e.xrc {
-                Some(x) => match xrc_srq_of(&nic.xrc, &nic.srqs, x.domain, pkt) {
-                    Some(h) => Some(h),
-                    None => {
-                        // No XRC SRQ of the QP's domain by that number: the QP refuses
-                        // the request (NAK Remote Access Error, Err) once it has passed
-                        // the state and PSN checks; a packet without an XRCETH (another
-                        // service's, or a response) is dropped there as such.
-                        c.rx_xrc_srq_refused += u64::from(pkt.repr.xrceth.is_some());
-                        rx_place::handle(placed, mrs, payload, c, |m| {
-                            e.qp.handle_packet_xrc_no_srq(now, peer, ip, pkt, m)
-                        });
-                        nic.active.mark(qpn, &mut e.ticket);
-                        e.tx_more = true;
-                        return;
-                    }
-                },
+                Some(x) => xrc_srq_of(&nic.xrc, &nic.srqs, x.domain, pkt),
                 None => e.qp.srq(),
             };
             match srq.and_then(|h| Some((h, nic.srqs.get_mut(&h)?))) {
@@ -1466,6 +1451,16 @@ pub(super) fn deliver(
                     // The WQE taken may have crossed the limit, the refill or top-up
                     // may have found a bad entry: list the SRQ while it is in hand.
                     async_events::note_srq(h, s, &mut nic.clients);
+                }
+                None if e.xrc.is_some() => {
+                    // No XRC SRQ of the QP's domain by that number: the QP refuses the
+                    // request (NAK Remote Access Error, Err) once it has passed the
+                    // state and PSN checks; a packet without an XRCETH (another
+                    // service's, or a response) is dropped there as such.
+                    c.rx_xrc_srq_refused += u64::from(pkt.repr.xrceth.is_some());
+                    rx_place::handle(placed, mrs, payload, c, |m| {
+                        e.qp.handle_packet_xrc_no_srq(now, peer, ip, pkt, m)
+                    });
                 }
                 None => {
                     // Only a packet that needs a receive WQE reads the RQ ring: with

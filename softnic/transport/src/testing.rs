@@ -885,30 +885,16 @@ impl Pair {
             stats.wrong_qpn += 1;
             return;
         }
-        if node.qp.qp_type() == QpType::XrcRecv {
-            let named = parsed.repr.xrceth.map(|x| x.srqn);
-            stats.delivered += 1;
-            let ip = crate::qp::ReceivedIp::default();
-            let Some(srq) = node.srq.as_mut().filter(|s| Some(s.srqn()) == named) else {
-                node.qp
-                    .handle_packet_xrc_no_srq(now, src, &ip, parsed, &mut node.mem);
-                return;
-            };
-            match placed {
-                Some(at) => {
-                    let mut wrapped = Placed::new(&mut node.mem, at, parsed.payload);
-                    node.qp
-                        .handle_packet_xrc(now, src, &ip, parsed, &mut wrapped, srq);
-                    stats.place_mismatch += u64::from(!wrapped.skipped());
-                }
-                None => node
-                    .qp
-                    .handle_packet_xrc(now, src, &ip, parsed, &mut node.mem, srq),
-            }
-            return;
-        }
         stats.delivered += 1;
+        // An XRC receive QP takes the SRQ its XRCETH names, looked up as the NIC does.
+        let xrc = node.qp.qp_type() == QpType::XrcRecv;
+        let named = parsed.repr.xrceth.map(|x| x.srqn);
+        let ip = crate::qp::ReceivedIp::default();
         let mut handle = |mem: &mut dyn Memory| match node.srq.as_mut() {
+            Some(srq) if xrc && Some(srq.srqn()) == named => {
+                node.qp.handle_packet_xrc(now, src, &ip, parsed, mem, srq)
+            }
+            _ if xrc => node.qp.handle_packet_xrc_no_srq(now, src, &ip, parsed, mem),
             Some(srq) => node.qp.handle_packet_srq(now, src, parsed, mem, srq),
             None => node.qp.handle_packet(now, src, parsed, mem),
         };
