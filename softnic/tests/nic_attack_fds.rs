@@ -279,6 +279,7 @@ fn a_client_that_blocks_its_cm_event_channel_cannot_hang_the_nic() {
         port_space: RDMA_PS_TCP,
         port: 0,
         backlog: 4,
+        qp_type: verbs_api::QpType::Rc,
     };
     let port = match cm(&attacker, listen, &[]) {
         (Response::Ok(Reply::Cm(CmReply::Port { port })), _) => port,

@@ -575,9 +575,15 @@ fn rdma_server_and_client() {
 /// client printed "rdma_post_send" and "end -1". Both directions.
 #[test]
 fn rdma_xserver_and_xclient_send_inline_on_a_qp_that_asked_for_none() {
-    let (a, b) = nic_pair("cmstock-xep", 16);
+    xserver_and_xclient(("cmstock-xep", 16), "7475", "r");
+}
+
+/// Stock `rdma_xserver -p PORT -c TYPE` on one NIC of a fresh pair and `rdma_xclient`
+/// on the other, then the other way round: both must end 0.
+fn xserver_and_xclient((tag, host): (&str, u8), port: &str, conn_type: &str) {
+    let (a, b) = nic_pair(tag, host);
     for (srv, cli) in [(&a, &b), (&b, &a)] {
-        let common = args(&["-p", "7475", "-c", "r"]);
+        let common = args(&["-p", port, "-c", conn_type]);
         let mut cli_args = args(&["-s", &srv.addr.to_string()]);
         cli_args.extend(common.clone());
         let (s, c) = cm_pair(
@@ -587,6 +593,18 @@ fn rdma_xserver_and_xclient_send_inline_on_a_qp_that_asked_for_none() {
         assert!(s.contains("rdma_xserver: end 0"), "{s}");
         assert!(c.contains("rdma_xclient: end 0"), "{c}");
     }
+}
+
+/// Stock `rdma_xserver` / `rdma_xclient` over XRC (`-c x`, `RDMA_PS_IB`): the client's
+/// XRC_SEND QP connects to the server's XRC_RECV QP (an XRC REQ and a REP with the
+/// target's QP number in its EE context field), the server makes an XRC SRQ in the
+/// device's XRC domain that librdmacm opens and hands its number over in the REP's
+/// private data, and the client's SEND names that SRQ; both must end 0 (the server
+/// after its receive completion on the SRQ's CQ). Both directions. Before softnic
+/// served `RDMA_PS_IB`, `rdma_create_ep` failed with EOPNOTSUPP.
+#[test]
+fn rdma_xserver_and_xclient_over_xrc() {
+    xserver_and_xclient(("cmstock-xrc", 38), "7476", "x");
 }
 
 /// rsockets' stream semantics (`softnic/tests/rdmacm/rsocket.c`, compiled against the

@@ -14,7 +14,9 @@
 //! * the passive side [`CmId::listen`]s; each REQ for its service ID surfaces as
 //!   [`CmEventKind::ConnectRequest`] carrying a new [`CmId`] for the connection, which
 //!   [`CmId::accept`]s or [`CmId::reject`]s;
-//! * the active side [`CmId::connect`]s with an RC QP of the same NIC.
+//! * the active side [`CmId::connect`]s with an RC QP of the same NIC (in
+//!   [`PortSpace::Ib`], also an XRC initiator, to a listener whose id has QP type
+//!   [`QpType::XrcRecv`], which accepts with an XRC target: [`CmId::with_qp_type`]).
 //!
 //! The service ID on the wire is the RDMA IP CM service's (IBTA Annex A11, as Linux
 //! `cma.c` builds it): `0x0000_0000_0100_0000 | port_space << 16 | port`, see
@@ -36,10 +38,13 @@ use crate::device::{Context, ContextInner, Device};
 use crate::error::{io, Error, Result};
 use crate::mr::AccessFlags;
 use crate::os;
-use crate::qp::{AhAttr, QpAttr, QpState, QueuePair};
+use crate::qp::{AhAttr, QpAttr, QpState, QpType, QueuePair};
 
 /// `RDMA_PS_TCP`: reliable connected QPs (RC), connected with REQ/REP/RTU.
 pub const RDMA_PS_TCP: u16 = 0x0106;
+/// `RDMA_PS_IB`: connections of the id's QP type ([`CmId::with_qp_type`]; RC and XRC
+/// here), connected with REQ/REP/RTU.
+pub const RDMA_PS_IB: u16 = 0x013F;
 /// `RDMA_PS_UDP`: unreliable datagram QPs (UD), resolved with SIDR REQ/REP.
 pub const RDMA_PS_UDP: u16 = 0x0111;
 
@@ -70,16 +75,28 @@ pub enum PortSpace {
     Tcp = RDMA_PS_TCP,
     /// `RDMA_PS_UDP` (0x0111): UD, SIDR.
     Udp = RDMA_PS_UDP,
+    /// `RDMA_PS_IB` (0x013F): the id's QP type, RC or XRC.
+    Ib = RDMA_PS_IB,
 }
 
 impl PortSpace {
     /// From the `rdma_port_space` value; `None` for spaces softnic does not serve
-    /// (`RDMA_PS_IB`, `RDMA_PS_IPOIB`).
+    /// (`RDMA_PS_IPOIB`).
     pub fn from_raw(ps: u32) -> Option<PortSpace> {
         match ps {
             0x0106 => Some(PortSpace::Tcp),
             0x0111 => Some(PortSpace::Udp),
+            0x013F => Some(PortSpace::Ib),
             _ => None,
+        }
+    }
+
+    /// The QP type of an id created with no other (`rdma_create_id`): UD in
+    /// `RDMA_PS_UDP`, RC elsewhere (rdma-core's `ucma_get_qp_type`).
+    pub fn default_qp_type(self) -> QpType {
+        match self {
+            PortSpace::Udp => QpType::Ud,
+            PortSpace::Tcp | PortSpace::Ib => QpType::Rc,
         }
     }
 }
@@ -511,11 +528,15 @@ impl EventChannel {
     /// A NIC event as the API's; a CONNECT_REQUEST makes the new [`CmId`].
     fn convert(&self, st: &mut ChannelState, ctx: &Context, m: CmEventMsg) -> Option<CmEvent> {
         let kind = event_kind(m.kind)?;
-        let ps = if m.ud.is_some() {
-            PortSpace::Udp
+        // A connection's id takes its listener's port space and QP type.
+        let listener = m
+            .space
+            .and_then(|(ps, t)| Some((PortSpace::from_raw(ps.into())?, t)));
+        let (ps, qp_type) = listener.unwrap_or(if m.ud.is_some() {
+            (PortSpace::Udp, QpType::Ud)
         } else {
-            PortSpace::Tcp
-        };
+            (PortSpace::Tcp, QpType::Rc)
+        });
         let param = match (m.conn, m.ud) {
             (c, Some(u)) => CmEventParam::Ud(UdEventParam {
                 private_data: c.map(|c| c.private_data).unwrap_or_default(),
@@ -538,6 +559,7 @@ impl EventChannel {
             let new = CmId {
                 key,
                 ps,
+                qp_type,
                 channel: self.clone(),
                 bound: Some((ctx.clone(), m.id)),
                 local: m.local,
@@ -660,6 +682,8 @@ impl AsRawFd for EventChannel {
 pub struct CmId {
     key: CmIdKey,
     ps: PortSpace,
+    /// The QP type it connects (`rdma_create_id`'s): what a listener takes.
+    qp_type: QpType,
     channel: EventChannel,
     /// The NIC and its handle of this id, once bound.
     bound: Option<(Context, Handle)>,
@@ -678,6 +702,7 @@ impl std::fmt::Debug for CmId {
         f.debug_struct("CmId")
             .field("key", &self.key)
             .field("ps", &self.ps)
+            .field("qp_type", &self.qp_type)
             .field("nic_id", &self.bound.as_ref().map(|b| b.1))
             .field("local", &self.local)
             .field("peer", &self.peer)
@@ -695,11 +720,32 @@ pub const CM_QP_ACCESS: AccessFlags = AccessFlags(
 );
 
 impl CmId {
-    /// `rdma_create_id(channel, &id, context, ps)`: a new id, not bound to a NIC.
+    /// `rdma_create_id(channel, &id, context, ps)`: a new id, not bound to a NIC, of
+    /// the port space's QP type ([`PortSpace::default_qp_type`]).
     pub fn new(channel: &EventChannel, ps: PortSpace) -> Result<CmId> {
+        CmId::with_qp_type(channel, ps, ps.default_qp_type())
+    }
+
+    /// A new id of QP type `qp_type` (what `rdma_create_ep` makes from an address
+    /// info's `ai_qp_type`): RC in [`PortSpace::Tcp`], UD in [`PortSpace::Udp`], and in
+    /// [`PortSpace::Ib`] RC, [`QpType::XrcSend`] (it connects an XRC initiator) or
+    /// [`QpType::XrcRecv`] (it listens for XRC initiators, and its connections accept
+    /// with XRC targets). Other combinations: [`Error::InvalidArgument`].
+    pub fn with_qp_type(channel: &EventChannel, ps: PortSpace, qp_type: QpType) -> Result<CmId> {
+        let served = match ps {
+            PortSpace::Tcp => qp_type == QpType::Rc,
+            PortSpace::Udp => qp_type == QpType::Ud,
+            PortSpace::Ib => matches!(qp_type, QpType::Rc | QpType::XrcSend | QpType::XrcRecv),
+        };
+        if !served {
+            return Err(Error::InvalidArgument(format!(
+                "rdma_cm: a {qp_type:?} id in {ps:?} is not served"
+            )));
+        }
         Ok(CmId {
             key: next_key(),
             ps,
+            qp_type,
             channel: channel.clone(),
             bound: None,
             local: None,
@@ -715,7 +761,7 @@ impl CmId {
     /// peer's REQ or REP offers, and `rdma_init_qp_attr` answers it, as with Linux's CM.
     /// Set before the connection reaches RTS; InvalidArgument past 31 or on a UD id.
     pub fn set_ack_timeout(&mut self, timeout: u8) -> Result<()> {
-        if self.ps != PortSpace::Tcp || timeout > 31 {
+        if self.ps == PortSpace::Udp || timeout > 31 {
             return Err(Error::InvalidArgument(format!(
                 "ACK timeout {timeout} on a {:?} id",
                 self.ps
@@ -767,6 +813,11 @@ impl CmId {
     /// The port space.
     pub fn port_space(&self) -> PortSpace {
         self.ps
+    }
+
+    /// Its QP type (`rdma_cm_id.qp_type`).
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
     }
 
     /// The NIC this id is bound to (`id->verbs`), once bound or resolved.
@@ -995,6 +1046,7 @@ impl CmId {
             port_space: self.ps as u16,
             port: local.port(),
             backlog,
+            qp_type: self.qp_type,
         };
         match self.call("rdma_listen", req)? {
             Reply::Cm(CmReply::Port { port }) => {
@@ -1053,12 +1105,12 @@ impl CmId {
                     ..QpAttr::default()
                 };
                 match ps {
-                    PortSpace::Tcp => a.qp_access_flags = Some(CM_QP_ACCESS),
+                    PortSpace::Tcp | PortSpace::Ib => a.qp_access_flags = Some(CM_QP_ACCESS),
                     PortSpace::Udp => a.qkey = Some(RDMA_UDP_QKEY),
                 }
                 Ok(a)
             }
-            (QpState::Rtr | QpState::Rts, PortSpace::Tcp) => {
+            (QpState::Rtr | QpState::Rts, PortSpace::Tcp | PortSpace::Ib) => {
                 let (_, id) = self.nic()?;
                 let (rtr, rts) = match self.call("rdma_init_qp_attr", CmRequest::QpAttrs { id })? {
                     Reply::Cm(CmReply::QpAttrs { rtr, rts }) => (rtr, rts),
@@ -1080,7 +1132,10 @@ impl CmId {
     /// `rdma_connect`. RC (`PortSpace::Tcp`): sends a REQ for the peer's service ID
     /// carrying `qp`'s number and a random starting PSN, the IP CM header and `param`'s
     /// private data (≤ [`MAX_REQ_PRIVATE_DATA`]); `qp` must be an RC QP of this NIC in
-    /// RESET or INIT. Outcome: ESTABLISHED, REJECTED, UNREACHABLE or CONNECT_ERROR.
+    /// RESET or INIT, or an XRC initiator (an RC REQ all the same, as Linux's CM
+    /// sends the id's type: libfabric connects XRC so). [`PortSpace::Ib`]: the REQ is
+    /// the id's QP type's, RC or, for a [`QpType::XrcSend`] id, XRC (then `qp` must be
+    /// an XRC initiator; a listener of QP type [`QpType::XrcRecv`] takes it). Outcome: ESTABLISHED, REJECTED, UNREACHABLE or CONNECT_ERROR.
     /// UD (`PortSpace::Udp`): sends a SIDR REQ (private data ≤
     /// [`MAX_SIDR_REQ_PRIVATE_DATA`]); `qp` is a UD QP, left alone. Outcome:
     /// ESTABLISHED with [`CmEventParam::Ud`] (the service's QPN, Q_Key and address),
@@ -1118,7 +1173,7 @@ impl CmId {
 
     fn connect_qpn(&mut self, qpn: u32, param: &ConnParam) -> Result<()> {
         let room = match self.ps {
-            PortSpace::Tcp => MAX_REQ_PRIVATE_DATA,
+            PortSpace::Tcp | PortSpace::Ib => MAX_REQ_PRIVATE_DATA,
             PortSpace::Udp => MAX_SIDR_REQ_PRIVATE_DATA,
         };
         if param.private_data.len() > room {
@@ -1149,6 +1204,7 @@ impl CmId {
             dst_port: peer.port(),
             src_port,
             param: param.clone(),
+            qp_type: self.qp_type,
         };
         self.call("rdma_connect", req).map(|_| ())
     }

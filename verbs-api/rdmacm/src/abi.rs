@@ -19,15 +19,46 @@ pub type rdma_cm_event_type = c_int;
 pub const RDMA_PS_TCP: c_int = 0x0106;
 /// `RDMA_PS_UDP` (UD).
 pub const RDMA_PS_UDP: c_int = 0x0111;
-/// `RDMA_PS_IB` (any QP type; not served by softnic).
+/// `RDMA_PS_IB` (the id's QP type: softnic serves RC and XRC there).
 pub const RDMA_PS_IB: c_int = 0x013F;
 /// `RDMA_PS_IPOIB` (not served).
 pub const RDMA_PS_IPOIB: c_int = 0x0002;
 
 /// `enum ibv_qp_type`: RC.
 pub const IBV_QPT_RC: c_int = 2;
+/// UC.
+pub const IBV_QPT_UC: c_int = 3;
 /// UD.
 pub const IBV_QPT_UD: c_int = 4;
+/// XRC initiator.
+pub const IBV_QPT_XRC_SEND: c_int = 9;
+/// XRC target.
+pub const IBV_QPT_XRC_RECV: c_int = 10;
+
+/// The verbs-api QP type of an `enum ibv_qp_type` value.
+pub fn qp_type_of(t: c_int) -> Option<verbs_api::QpType> {
+    use verbs_api::QpType as T;
+    Some(match t {
+        IBV_QPT_RC => T::Rc,
+        IBV_QPT_UC => T::Uc,
+        IBV_QPT_UD => T::Ud,
+        IBV_QPT_XRC_SEND => T::XrcSend,
+        IBV_QPT_XRC_RECV => T::XrcRecv,
+        _ => return None,
+    })
+}
+
+/// The `enum ibv_qp_type` value of a verbs-api QP type.
+pub fn ibv_qp_type(t: verbs_api::QpType) -> c_int {
+    use verbs_api::QpType as T;
+    match t {
+        T::Rc => IBV_QPT_RC,
+        T::Uc => IBV_QPT_UC,
+        T::Ud => IBV_QPT_UD,
+        T::XrcSend => IBV_QPT_XRC_SEND,
+        T::XrcRecv => IBV_QPT_XRC_RECV,
+    }
+}
 
 /// `struct rdma_ib_addr` (40 bytes).
 #[repr(C)]

@@ -148,7 +148,8 @@ unsafe fn resolve(
 /// `rdma_getaddrinfo`: resolves `node`/`service` (names through the C library) into
 /// RDMA addresses: with `RAI_PASSIVE` a source address to bind and listen on, otherwise
 /// a destination (and the hints' source address, if any). Port space: the hints'
-/// (`RDMA_PS_TCP` by default; `RDMA_PS_UDP` gives UD), as librdmacm does.
+/// (`RDMA_PS_TCP` by default; `RDMA_PS_UDP` gives UD; `RDMA_PS_IB` the hints' QP
+/// type, RC by default), as librdmacm does.
 /// Returns 0, or an `EAI_*` code / -1 with `errno`, as rdma-core.
 ///
 /// # Safety
@@ -181,7 +182,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         } else {
             IBV_QPT_RC
         });
-    if ps != RDMA_PS_TCP && ps != RDMA_PS_UDP {
+    if ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IB {
         errno::set(libc::ENOSYS);
         return -1;
     }

@@ -203,14 +203,19 @@ pub unsafe extern "C" fn rdma_get_cm_event(
     }
     match next_event(ch) {
         Ok(e) => {
-            let e = Box::into_raw(e) as *mut rdma_cm_event;
-            EVENTS.insert(e);
             // SAFETY: writable (caller contract).
-            unsafe { *event = e };
+            unsafe { *event = hand_out(e) };
             0
         }
         Err(e) => fail(e),
     }
+}
+
+/// `e` as an event handed to the program, live until [`rdma_ack_cm_event`].
+pub(crate) fn hand_out(e: Box<Event>) -> *mut rdma_cm_event {
+    let e = Box::into_raw(e) as *mut rdma_cm_event;
+    EVENTS.insert(e);
+    e
 }
 
 /// `rdma_ack_cm_event`.

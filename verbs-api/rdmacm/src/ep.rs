@@ -37,11 +37,12 @@ pub unsafe extern "C" fn rdma_create_ep(
     let mut cm: *mut rdma_cm_id = std::ptr::null_mut();
     // SAFETY: NULL channel = a synchronous id with its own channel.
     if unsafe {
-        id::rdma_create_id(
+        id::create_id(
             std::ptr::null_mut(),
             &mut cm,
             std::ptr::null_mut(),
             r.ai_port_space,
+            Some(r.ai_qp_type).filter(|&t| t != 0),
         )
     } != 0
     {
@@ -109,7 +110,7 @@ pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
 
 /// `rdma_get_request`: waits on a listening endpoint for the next connection request
 /// and returns its id (with a QP made from the endpoint's QP attributes, if it has
-/// some). The id is synchronous like its listener; its events come on the listener's
+/// some, and the request as its `id->event`). The id is synchronous like its listener; its events come on the listener's
 /// channel, so the listener must outlive it.
 ///
 /// # Safety
@@ -130,6 +131,7 @@ pub unsafe extern "C" fn rdma_get_request(
     let Some(ch) = (unsafe { channel::channel(l.id.channel) }) else {
         return fail(libc::EINVAL);
     };
+    l.ack_event();
     let mut others = Vec::new();
     let got = loop {
         match channel::next_event(ch) {
@@ -137,17 +139,23 @@ pub unsafe extern "C" fn rdma_get_request(
                 if e.ev.listen_id == listen
                     && e.ev.event == CmEventKind::ConnectRequest as c_int =>
             {
-                break Ok(e.ev.id)
+                break Ok(e)
             }
             Ok(e) => others.push(e),
             Err(e) => break Err(e),
         }
     };
     channel::restash(ch, others);
-    let new = match got {
-        Ok(n) => n,
+    let (new, event) = match got {
+        Ok(e) => (e.ev.id, e),
         Err(e) => return fail(e),
     };
+    // The request stays as the new id's `id->event` (rdma-core's rule), with its
+    // private data.
+    // SAFETY: the new connection's id, live.
+    if let Some(n) = unsafe { id_of(new) } {
+        n.keep_event(event);
+    }
     if let Some((attr, pd)) = &l.ep_qp {
         // SAFETY: plain data (pointers and integers), copied for the call to fill.
         let mut attr = unsafe { std::ptr::read(attr) };

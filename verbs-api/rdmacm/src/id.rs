@@ -45,6 +45,9 @@ pub struct Id {
     pub(crate) sync: bool,
     /// CQs and completion channels `rdma_create_qp` made because the program gave none.
     pub(crate) own_cqs: bool,
+    /// `id->recv_cq` (and its channel) was made by `rdma_create_srq` for the id's XRC
+    /// SRQ: destroyed after the SRQ, not with the QP.
+    pub(crate) srq_cq: bool,
     /// A listener from `rdma_create_ep` with QP attributes: `rdma_get_request` creates
     /// each new connection's QP with them.
     pub(crate) ep_qp: Option<(softnic_ibverbs::abi::ibv_qp_init_attr, *mut ibv_pd)>,
@@ -133,6 +136,7 @@ impl Id {
     fn boxed(api: CmId, channel: *mut rdma_event_channel, context: *mut c_void) -> *mut Id {
         let key = api.key();
         let ps = api.port_space() as u16 as c_int;
+        let qp_type = ibv_qp_type(api.qp_type());
         // SAFETY: rdma_route is addresses, a pointer and an int: all-zero is valid.
         let route: rdma_route = unsafe { std::mem::zeroed() };
         let b = Box::into_raw(Box::new(Id {
@@ -151,16 +155,13 @@ impl Id {
                 recv_cq: std::ptr::null_mut(),
                 srq: std::ptr::null_mut(),
                 pd: std::ptr::null_mut(),
-                qp_type: if ps == RDMA_PS_UDP {
-                    IBV_QPT_UD
-                } else {
-                    IBV_QPT_RC
-                },
+                qp_type,
             },
             api: Mutex::new(api),
             own_channel: false,
             sync: false,
             own_cqs: false,
+            srq_cq: false,
             ep_qp: None,
             own_qp_active: false,
             joined: Mutex::new(Vec::new()),
@@ -195,6 +196,21 @@ impl Id {
             self.id.port_num = 1;
             a.ibaddr.sgid.raw = Gid::from_ip(ctx.attributes().addr).0;
             a.ibaddr.pkey = 0xffff_u16.to_be();
+        }
+    }
+
+    /// Makes `e` the id's `id->event`, acknowledging the one it held.
+    pub(crate) fn keep_event(&mut self, e: Box<channel::Event>) {
+        self.ack_event();
+        self.id.event = channel::hand_out(e);
+    }
+
+    /// Acknowledges the id's `id->event`, if it holds one.
+    pub(crate) fn ack_event(&mut self) {
+        let old = std::mem::replace(&mut self.id.event, std::ptr::null_mut());
+        if !old.is_null() {
+            // SAFETY: an event handed out for this id and not acknowledged since.
+            unsafe { channel::rdma_ack_cm_event(old) };
         }
     }
 
@@ -241,10 +257,10 @@ fn channel_or_own(channel: *mut rdma_event_channel) -> Option<(*mut rdma_event_c
     (!c.is_null()).then_some((c, true))
 }
 
-/// `rdma_create_id`: `RDMA_PS_TCP` (RC) or `RDMA_PS_UDP` (UD); `RDMA_PS_IB` and
-/// `RDMA_PS_IPOIB` are EOPNOTSUPP (softnic serves only the IP port spaces), any other
-/// value EINVAL. With no channel the id is synchronous (its calls wait for their
-/// outcome), as in librdmacm.
+/// `rdma_create_id`: `RDMA_PS_TCP` (RC), `RDMA_PS_UDP` (UD) or `RDMA_PS_IB` (RC);
+/// `RDMA_PS_IPOIB` is EOPNOTSUPP (softnic serves only IP addressing), any other value
+/// EINVAL. With no channel the id is synchronous (its calls wait for their outcome),
+/// as in librdmacm.
 ///
 /// # Safety
 /// `channel` is NULL or live; `id` is writable.
@@ -255,15 +271,38 @@ pub unsafe extern "C" fn rdma_create_id(
     context: *mut c_void,
     ps: c_int,
 ) -> c_int {
+    // SAFETY: forwarded caller contract.
+    unsafe { create_id(channel, id, context, ps, None) }
+}
+
+/// [`rdma_create_id`] with QP type `qp_type` (`None`: the port space's), as
+/// rdma-core's internal `rdma_create_id2` that `rdma_create_ep` calls with an address
+/// info's `ai_qp_type`: in `RDMA_PS_IB` RC, XRC_SEND or XRC_RECV
+/// ([`CmId::with_qp_type`]; EINVAL otherwise).
+///
+/// # Safety
+/// As [`rdma_create_id`].
+pub(crate) unsafe fn create_id(
+    channel: *mut rdma_event_channel,
+    id: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: c_int,
+    qp_type: Option<c_int>,
+) -> c_int {
     if id.is_null() {
         return fail(libc::EINVAL);
     }
     let Some(space) = PortSpace::from_raw(ps as u32) else {
-        return fail(if ps == RDMA_PS_IB || ps == RDMA_PS_IPOIB {
+        return fail(if ps == RDMA_PS_IPOIB {
             libc::EOPNOTSUPP
         } else {
             libc::EINVAL
         });
+    };
+    let qp_type = match qp_type.map(qp_type_of) {
+        None => space.default_qp_type(),
+        Some(Some(t)) => t,
+        Some(None) => return fail(libc::EINVAL),
     };
     let Some((channel, own)) = channel_or_own(channel) else {
         return -1;
@@ -272,7 +311,7 @@ pub unsafe extern "C" fn rdma_create_id(
     let Some(ch) = (unsafe { channel::channel(channel) }) else {
         return fail(libc::EINVAL);
     };
-    match CmId::new(&ch.api, space) {
+    match CmId::with_qp_type(&ch.api, space, qp_type) {
         Ok(api) => {
             let b = Id::boxed(api, channel, context);
             // SAFETY: fresh box; id writable (caller contract).
@@ -305,7 +344,8 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     }
     // SAFETY: a live id (just removed from the live set, so freed once): reverses
     // Id::boxed's Box::into_raw.
-    let b = unsafe { Box::from_raw(id as *mut Id) };
+    let mut b = unsafe { Box::from_raw(id as *mut Id) };
+    b.ack_event();
     unregister(b.api.lock().unwrap_or_else(|e| e.into_inner()).key());
     let (channel, own) = (b.id.channel, b.own_channel);
     drop(b);
@@ -370,7 +410,7 @@ pub(crate) fn peer_udp_port() -> Option<u16> {
 }
 
 /// `r` if a call failed, else (for a synchronous id) the outcome of [`complete_sync`].
-pub(crate) fn finish(i: &Id, r: c_int, want: CmEventKind) -> c_int {
+pub(crate) fn finish(i: &mut Id, r: c_int, want: CmEventKind) -> c_int {
     if r != 0 {
         r
     } else {
@@ -381,8 +421,12 @@ pub(crate) fn finish(i: &Id, r: c_int, want: CmEventKind) -> c_int {
 /// Waits, for a synchronous id, for the outcome of the call just made: 0 when the
 /// next event for it is `want`, else -1 with the errno rdma-core gives (ECONNREFUSED
 /// for a reject, ETIMEDOUT for unreachable, EHOSTUNREACH for address/route errors).
-/// Events for other ids meanwhile stay queued for `rdma_get_cm_event`.
-fn complete_sync(i: &Id, want: CmEventKind) -> c_int {
+/// Events for other ids meanwhile stay queued for `rdma_get_cm_event`. The outcome's
+/// event stays as `id->event` until the id's next synchronous call or its
+/// destruction acknowledges it, as rdma-core's `ucma_complete` keeps it: programs
+/// read it (`rdma_xclient` takes the server's SRQ number from the REP's private data
+/// there).
+fn complete_sync(i: &mut Id, want: CmEventKind) -> c_int {
     if !i.sync {
         return 0;
     }
@@ -402,6 +446,7 @@ fn complete_sync(i: &Id, want: CmEventKind) -> c_int {
             continue;
         }
         let k = e.ev.event;
+        i.keep_event(e);
         break if k == want as c_int {
             0
         } else if k == CmEventKind::Rejected as c_int {

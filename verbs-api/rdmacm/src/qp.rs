@@ -1,10 +1,18 @@
-//! QPs on ids: `rdma_create_qp`, `rdma_create_qp_ex`, `rdma_destroy_qp`,
-//! `rdma_init_qp_attr`.
+//! QPs and SRQs on ids: `rdma_create_qp`, `rdma_create_qp_ex`, `rdma_destroy_qp`,
+//! `rdma_create_srq(_ex)`, `rdma_destroy_srq`, `rdma_init_qp_attr`.
 //!
 //! The QP is made by softnic's libibverbs on `id->verbs` and moved to INIT by the CM
-//! (`CmId::init_qp`: RC with local write and remote read/write access; UD with the CM's
-//! Q_Key 0x01234567), so receives can be posted before connecting; the NIC moves it to
-//! RTR/RTS during connect/accept and to ERR on disconnect.
+//! (`CmId::init_qp`: RC and XRC with local write and remote read/write access; UD with
+//! the CM's Q_Key 0x01234567), so receives can be posted before connecting; the NIC
+//! moves it to RTR/RTS during connect/accept and to ERR on disconnect.
+//!
+//! XRC (`RDMA_PS_IB` ids of QP type XRC_SEND / XRC_RECV, as stock `rdma_xclient` /
+//! `rdma_xserver -c x` make them): an XRC_SEND QP gets a send CQ only; an XRC_RECV QP
+//! is made in the device's XRC domain, one per device that librdmacm opens on first
+//! use (`ibv_open_xrcd` with no file), and gets no CQ; the id's XRC SRQ
+//! (`rdma_create_srq` on an XRC_RECV id) is made in that domain with a receive CQ of
+//! its own, which becomes `id->recv_cq` — where `rdma_get_recv_comp` looks — as
+//! rdma-core's librdmacm does.
 
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -14,7 +22,8 @@ use softnic_ibverbs::abi::{
     ibv_comp_channel, ibv_context, ibv_cq, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_init_attr,
     ibv_qp_init_attr_ex, ibv_srq_attr, ibv_srq_init_attr, ibv_srq_init_attr_ex,
 };
-use softnic_ibverbs::{internal, objects, qp as ibv_qp_mod, srq};
+use softnic_ibverbs::abi::{ibv_xrcd, ibv_xrcd_init_attr};
+use softnic_ibverbs::{internal, objects, qp as ibv_qp_mod, srq, xrc};
 use verbs_api::QpState;
 
 use crate::abi::*;
@@ -28,6 +37,35 @@ const QP_INIT_ATTR_PD: u32 = 1;
 /// given none: one per context, kept (rdma-core's librdmacm likewise keeps one per
 /// device).
 static DEFAULT_PDS: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+
+/// The XRC domain of each device context (`ucma_get_xrcd` in rdma-core): opened with
+/// no file (a domain of this process's own) the first time an XRC_RECV QP or an XRC
+/// SRQ is made through an id there, and kept.
+static XRCDS: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+
+fn device_xrcd(ctx: *mut ibv_context) -> *mut ibv_xrcd {
+    let mut m = XRCDS.lock().unwrap_or_else(|e| e.into_inner());
+    let m = m.get_or_insert_with(HashMap::new);
+    if let Some(&x) = m.get(&(ctx as usize)) {
+        return x as *mut ibv_xrcd;
+    }
+    let mut attr = ibv_xrcd_init_attr {
+        comp_mask: XRCD_INIT_ATTR_FD | XRCD_INIT_ATTR_OFLAGS,
+        fd: -1,
+        oflags: libc::O_CREAT,
+    };
+    // SAFETY: ctx is a live context of ours; attr is valid.
+    let x = unsafe { xrc::open_xrcd_op(ctx, &mut attr) };
+    if !x.is_null() {
+        m.insert(ctx as usize, x as usize);
+    }
+    x
+}
+
+/// `IBV_XRCD_INIT_ATTR_FD`.
+const XRCD_INIT_ATTR_FD: u32 = 1 << 0;
+/// `IBV_XRCD_INIT_ATTR_OFLAGS`.
+const XRCD_INIT_ATTR_OFLAGS: u32 = 1 << 1;
 
 pub(crate) fn default_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     let mut m = DEFAULT_PDS.lock().unwrap_or_else(|e| e.into_inner());
@@ -68,7 +106,8 @@ unsafe fn cq_with_channel(
     Some((ch, cq))
 }
 
-/// Destroys the CQs and channels `rdma_create_qp` made for `i`.
+/// Destroys the CQs and channels `rdma_create_qp` made for `i` (not the receive CQ
+/// of an XRC SRQ, which [`rdma_destroy_srq`] destroys after the SRQ).
 ///
 /// # Safety
 /// Their QP is gone.
@@ -76,11 +115,13 @@ unsafe fn destroy_own_cqs(i: &mut Id) {
     if !i.own_cqs {
         return;
     }
+    let srq_cq = i.srq_cq;
     let r = &mut i.id;
-    for (cq, ch) in [
-        (&mut r.send_cq, &mut r.send_cq_channel),
-        (&mut r.recv_cq, &mut r.recv_cq_channel),
-    ] {
+    let recv = (!srq_cq).then_some((&mut r.recv_cq, &mut r.recv_cq_channel));
+    for (cq, ch) in [Some((&mut r.send_cq, &mut r.send_cq_channel)), recv]
+        .into_iter()
+        .flatten()
+    {
         // SAFETY: made by create_qp_ex below, no QP uses them any more.
         unsafe {
             if !cq.is_null() {
@@ -163,9 +204,29 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
     if ax.srq.is_null() {
         ax.srq = i.id.srq.cast();
     }
-    if ax.send_cq.is_null() || ax.recv_cq.is_null() {
+    // An XRC target lives in an XRC domain (the device's unless the program names
+    // one) and uses no CQ; an XRC initiator has no receive queue, so no receive CQ.
+    let (want_send_cq, want_recv_cq) = match ax.qp_type {
+        IBV_QPT_XRC_RECV => {
+            if ax.comp_mask & QP_INIT_ATTR_XRCD == 0 || ax.xrcd.is_null() {
+                ax.xrcd = device_xrcd(ctx);
+                ax.comp_mask |= QP_INIT_ATTR_XRCD;
+                if ax.xrcd.is_null() {
+                    return -1;
+                }
+            }
+            (false, false)
+        }
+        IBV_QPT_XRC_SEND => (true, false),
+        _ => (true, true),
+    };
+    let (send_cq, recv_cq) = (
+        want_send_cq && ax.send_cq.is_null(),
+        want_recv_cq && ax.recv_cq.is_null(),
+    );
+    if send_cq || recv_cq {
         i.own_cqs = true;
-        if ax.send_cq.is_null() {
+        if send_cq {
             // SAFETY: live context.
             let Some((ch, cq)) = (unsafe { cq_with_channel(ctx, ax.cap.max_send_wr, id) }) else {
                 // SAFETY: nothing uses what was made.
@@ -174,7 +235,7 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
             };
             (i.id.send_cq_channel, i.id.send_cq, ax.send_cq) = (ch, cq, cq);
         }
-        if ax.recv_cq.is_null() {
+        if recv_cq {
             // SAFETY: live context.
             let Some((ch, cq)) = (unsafe { cq_with_channel(ctx, ax.cap.max_recv_wr, id) }) else {
                 // SAFETY: nothing uses what was made.
@@ -220,16 +281,24 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
 const SRQ_INIT_ATTR_TYPE: u32 = 1 << 0;
 /// `IBV_SRQ_INIT_ATTR_PD`.
 const SRQ_INIT_ATTR_PD: u32 = 1 << 1;
+/// `IBV_SRQ_INIT_ATTR_XRCD`.
+const SRQ_INIT_ATTR_XRCD: u32 = 1 << 2;
+/// `IBV_SRQ_INIT_ATTR_CQ`.
+const SRQ_INIT_ATTR_CQ: u32 = 1 << 3;
 /// `IBV_SRQT_BASIC`.
 const SRQT_BASIC: u32 = 0;
+/// `IBV_SRQT_XRC`.
+const SRQT_XRC: u32 = 1;
+/// `IBV_QP_INIT_ATTR_XRCD`.
+const QP_INIT_ATTR_XRCD: u32 = 1 << 1;
 
 /// `rdma_create_srq_ex`: an SRQ on the id's device, kept as `id->srq`, which
 /// `rdma_create_qp` then gives a QP created without one, as librdmacm does. The PD is
 /// the attribute's or, without one, `id->pd`. `IBV_SRQ_INIT_ATTR_TYPE` is required
-/// (EINVAL without, as rdma-core); a basic SRQ only: XRC and tag-matching SRQs, and
-/// the attribute bits that go with them, are EOPNOTSUPP (librdmacm's XRC ids, with the
-/// XRC domain it opens for them, are not implemented, though softnic's libibverbs
-/// makes XRC SRQs). An unbound id (no device yet) is EINVAL.
+/// (EINVAL without, as rdma-core). A basic SRQ, or an XRC SRQ: in the attribute's XRC
+/// domain or the device's, with the attribute's CQ or else a receive CQ (on its own
+/// completion channel) made for it and kept as `id->recv_cq`, as rdma-core does.
+/// Tag-matching SRQs are EOPNOTSUPP. An unbound id (no device yet) is EINVAL.
 ///
 /// # Safety
 /// `id` is live; `attr` is a valid `ibv_srq_init_attr_ex`.
@@ -245,25 +314,76 @@ pub unsafe extern "C" fn rdma_create_srq_ex(
     if a.comp_mask & SRQ_INIT_ATTR_TYPE == 0 || i.id.verbs.is_null() {
         return fail(libc::EINVAL);
     }
-    if a.srq_type != SRQT_BASIC || a.comp_mask & !(SRQ_INIT_ATTR_TYPE | SRQ_INIT_ATTR_PD) != 0 {
+    let known = SRQ_INIT_ATTR_TYPE | SRQ_INIT_ATTR_PD | SRQ_INIT_ATTR_XRCD | SRQ_INIT_ATTR_CQ;
+    if !matches!(a.srq_type, SRQT_BASIC | SRQT_XRC) || a.comp_mask & !known != 0 {
         return fail(libc::EOPNOTSUPP);
     }
+    if !i.id.srq.is_null() {
+        return fail(libc::EINVAL);
+    }
+    let ctx = i.id.verbs;
     if a.comp_mask & SRQ_INIT_ATTR_PD == 0 || a.pd.is_null() {
         a.pd = i.id.pd;
         a.comp_mask |= SRQ_INIT_ATTR_PD;
     }
-    // SAFETY: the PD is the program's or the id's, live; an ibv_srq_init_attr_ex
-    // begins with an ibv_srq_init_attr (how the inline ibv_create_srq_ex passes it).
-    let srq = unsafe { srq::ibv_create_srq(a.pd, (a as *mut ibv_srq_init_attr_ex).cast()) };
+    let mut made_cq = false;
+    if a.srq_type == SRQT_XRC {
+        if a.comp_mask & SRQ_INIT_ATTR_XRCD == 0 || a.xrcd.is_null() {
+            a.xrcd = device_xrcd(ctx);
+            if a.xrcd.is_null() {
+                return -1;
+            }
+        }
+        if a.comp_mask & SRQ_INIT_ATTR_CQ == 0 || a.cq.is_null() {
+            if i.id.recv_cq.is_null() {
+                // SAFETY: live context.
+                let Some((ch, cq)) = (unsafe { cq_with_channel(ctx, a.attr.max_wr, id) }) else {
+                    return -1;
+                };
+                (i.id.recv_cq_channel, i.id.recv_cq) = (ch, cq);
+                made_cq = true;
+            }
+            a.cq = i.id.recv_cq;
+        }
+        a.comp_mask |= SRQ_INIT_ATTR_XRCD | SRQ_INIT_ATTR_CQ;
+    }
+    // SAFETY: the PD, XRC domain and CQ are the program's or the id's, live objects of
+    // the id's context.
+    let srq = unsafe { xrc::create_srq_ex_op(ctx, a) };
     if srq.is_null() {
+        if made_cq {
+            // SAFETY: made above, used by nothing.
+            unsafe { destroy_srq_cq(i) };
+        }
         return -1;
     }
     i.id.srq = srq.cast();
+    i.srq_cq = made_cq;
     0
 }
 
-/// `rdma_create_srq`: [`rdma_create_srq_ex`] with a basic SRQ on `pd` (NULL: `id->pd`),
-/// the granted sizes written back into `attr`.
+/// Destroys the receive CQ and channel [`rdma_create_srq_ex`] made for an XRC SRQ.
+///
+/// # Safety
+/// No SRQ or QP uses them any more.
+unsafe fn destroy_srq_cq(i: &mut Id) {
+    let r = &mut i.id;
+    // SAFETY: made by rdma_create_srq_ex, unused (caller contract).
+    unsafe {
+        if !r.recv_cq.is_null() {
+            objects::ibv_destroy_cq(r.recv_cq);
+        }
+        if !r.recv_cq_channel.is_null() {
+            objects::ibv_destroy_comp_channel(r.recv_cq_channel);
+        }
+    }
+    r.recv_cq = std::ptr::null_mut();
+    r.recv_cq_channel = std::ptr::null_mut();
+    i.srq_cq = false;
+}
+
+/// `rdma_create_srq`: [`rdma_create_srq_ex`] on `pd` (NULL: `id->pd`) — an XRC SRQ for
+/// an XRC_RECV id, else a basic one — the granted sizes written back into `attr`.
 ///
 /// # Safety
 /// `id` is live; `pd` NULL or live; `attr` is a valid `ibv_srq_init_attr`.
@@ -277,11 +397,14 @@ pub unsafe extern "C" fn rdma_create_srq(
     let Some(a) = (unsafe { attr.as_mut() }) else {
         return fail(libc::EINVAL);
     };
+    // SAFETY: forwarded caller contract.
+    let xrc_target = unsafe { id_of(id) }.is_some_and(|i| i.id.qp_type == IBV_QPT_XRC_RECV);
     let mut ex = ibv_srq_init_attr_ex {
         srq_context: a.srq_context,
         attr: ibv_srq_attr { ..a.attr },
         comp_mask: SRQ_INIT_ATTR_TYPE | SRQ_INIT_ATTR_PD,
-        srq_type: SRQT_BASIC,
+        // An XRC target's id gets an XRC SRQ (rdma-core's rule).
+        srq_type: if xrc_target { SRQT_XRC } else { SRQT_BASIC },
         pd,
         xrcd: std::ptr::null_mut(),
         cq: std::ptr::null_mut(),
@@ -294,7 +417,7 @@ pub unsafe extern "C" fn rdma_create_srq(
 }
 
 /// `rdma_destroy_srq`: destroys `id->srq` (the program has destroyed the QPs using
-/// it) and clears it.
+/// it) and clears it, then the receive CQ made for it, if any (an XRC SRQ's).
 ///
 /// # Safety
 /// `id` is live.
@@ -306,6 +429,10 @@ pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
             // SAFETY: the SRQ rdma_create_srq made, live until now.
             unsafe { srq::ibv_destroy_srq(i.id.srq.cast()) };
             i.id.srq = std::ptr::null_mut();
+        }
+        if i.srq_cq {
+            // SAFETY: its SRQ is gone.
+            unsafe { destroy_srq_cq(i) };
         }
     }
 }

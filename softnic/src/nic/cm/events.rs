@@ -89,6 +89,7 @@ fn msg(id: IdHandle, kind: u32, status: i32) -> CmEventMsg {
         conn: None,
         peer: None,
         local: None,
+        space: None,
         ud: None,
     }
 }
@@ -111,6 +112,7 @@ impl NicCm {
                     IdOwner {
                         quota_uid: None,
                         listening: None,
+                        listen_qp_type: None,
                         bound: None,
                         own_qp: false,
                         accept_psn: None,
@@ -125,6 +127,10 @@ impl NicCm {
                 let user = peer.private_data.get(CMA_HEADER_LEN..).unwrap_or(&[]);
                 let mut m = msg(id, kind::CONNECT_REQUEST, 0);
                 m.listen_id = Some(listener);
+                m.space = owner
+                    .listening
+                    .zip(owner.listen_qp_type)
+                    .map(|((ps, _), t)| (ps, t));
                 m.conn = Some(conn(&peer, user));
                 m.peer = cma.map(|h| std::net::SocketAddr::new(h.src, h.src_port));
                 m.local = cma
@@ -272,6 +278,7 @@ mod tests {
             channel: 7,
             quota_uid: None,
             listening: None,
+            listen_qp_type: None,
             bound: None,
             own_qp: false,
             accept_psn: None,

@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 
 use softnic_transport::cm::{Cm, CmConfig, IdHandle};
 use softnic_transport::time::Duration;
-use verbs_api::abi::control::Handle;
+use verbs_api::abi::control::{Handle, QpType};
 
 use events::Channel;
 
@@ -43,6 +43,8 @@ pub struct IdOwner {
     pub quota_uid: Option<u32>,
     /// `(port space, port)` it listens on.
     pub listening: Option<(u16, u16)>,
+    /// A listener's QP type (`CmRequest::Listen`), which its connections' ids take.
+    pub listen_qp_type: Option<QpType>,
     /// `(port space, port)` it reserved at bind (`CmRequest::Bind`), listening or not.
     pub bound: Option<(u16, u16)>,
     /// The program moves the connection's QP itself (`CmRequest::OwnQp`): the CM's
@@ -174,6 +176,7 @@ impl NicCm {
             ("cm_rx_drop_bad_req", c.rx_drop_bad_req),
             ("cm_rx_drop_backlog", c.rx_drop_backlog),
             ("cm_rej_no_listener", c.rej_no_listener),
+            ("cm_rej_wrong_transport", c.rej_wrong_transport),
             ("cm_rx_duplicates", c.rx_duplicates),
             ("cm_timeouts", c.timeouts),
             ("cm_rx_drop_not_gsi", n.rx_drop_not_gsi),

@@ -3,11 +3,11 @@
 
 use std::os::fd::OwnedFd;
 
-use softnic_transport::cm::{CmState, ConnParams, Route};
+use softnic_transport::cm::{CmState, CmTransport, ConnParams, Route};
 use softnic_transport::qp as tqp;
 use softnic_transport::time::Instant;
 use verbs_api::abi::control::cm::{CmConnParam, CmReply, CmRequest};
-use verbs_api::abi::control::{ErrorCode, Handle, QpAttr, QpState, Reply, Response};
+use verbs_api::abi::control::{ErrorCode, Handle, QpAttr, QpState, QpType, Reply, Response};
 use verbs_api::os::SignalPipe;
 use wire::cm::{
     ip_service_id, CmaHeader, CMA_HEADER_LEN, REQ_PRIVATE_DATA_LEN, SIDR_REQ_PRIVATE_DATA_LEN,
@@ -19,8 +19,11 @@ use crate::nic::counters::NicCounters;
 use crate::nic::quota::Kind;
 use crate::nic::state::{err, ok, refuse, Answer, Nic, MAX_QP_RD_ATOM};
 
-/// `RDMA_PS_TCP`.
+/// `RDMA_PS_TCP`: RC connections.
 pub const RDMA_PS_TCP: u16 = 0x0106;
+/// `RDMA_PS_IB`: connections of the id's QP type (`rdma_create_id`'s, RC by default;
+/// softnic serves RC and XRC there), found by the same IP addresses and ports.
+pub const RDMA_PS_IB: u16 = 0x013F;
 pub use super::events::RDMA_PS_UDP;
 /// The Q_Key of UD QPs set up through the CM (`RDMA_UDP_QKEY`, Linux `cma.c`).
 pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
@@ -46,9 +49,39 @@ fn cm_err(e: softnic_transport::cm::CmError) -> Box<Answer> {
         E::NoSuchId => ErrorCode::NotFound,
         E::InvalidState(_) => ErrorCode::InvalidState,
         E::AddressInUse | E::QpInUse => ErrorCode::Busy,
-        E::PrivateDataTooLong => ErrorCode::InvalidArgument,
+        E::PrivateDataTooLong | E::WrongTransport => ErrorCode::InvalidArgument,
     };
     fail(code, format!("rdma_cm: {e:?}"))
+}
+
+/// The transport a listener of port space `ps` whose id has QP type `qp_type` takes
+/// REQs for: RC, or in `RDMA_PS_IB` XRC for an XRC target's id (Linux's rdma_cm takes
+/// a REQ for the listening id's QP type only). `None` for `RDMA_PS_UDP`, whose
+/// listener answers SIDR REQs.
+fn listen_transport(ps: u16, qp_type: QpType) -> Result<Option<CmTransport>, Box<Answer>> {
+    match (ps, qp_type) {
+        (RDMA_PS_UDP, QpType::Ud) => Ok(None),
+        (RDMA_PS_TCP | RDMA_PS_IB, QpType::Rc) => Ok(Some(CmTransport::Rc)),
+        (RDMA_PS_IB, QpType::XrcRecv) => Ok(Some(CmTransport::Xrc)),
+        _ => Err(fail(
+            ErrorCode::InvalidArgument,
+            format!("rdma_listen: a {qp_type:?} id in port space {ps:#06x} is not served"),
+        )),
+    }
+}
+
+/// The transport of a connection an id of port space `ps` and QP type `qp_type`
+/// makes (`rdma_connect`): RC, or in `RDMA_PS_IB` XRC for an XRC initiator's id, as
+/// Linux's CM puts the id's QP type in its REQ (`cma_connect_ib`).
+fn id_transport(ps: u16, qp_type: QpType) -> Result<CmTransport, Box<Answer>> {
+    match (ps, qp_type) {
+        (RDMA_PS_TCP | RDMA_PS_IB, QpType::Rc) => Ok(CmTransport::Rc),
+        (RDMA_PS_IB, QpType::XrcSend) => Ok(CmTransport::Xrc),
+        _ => Err(fail(
+            ErrorCode::InvalidArgument,
+            format!("rdma_connect: a {qp_type:?} id in port space {ps:#06x} is not served"),
+        )),
+    }
 }
 
 fn done() -> Answer {
@@ -60,9 +93,16 @@ pub(super) fn draw_psn() -> u32 {
     crate::nic::secret::u32().unwrap_or(0) & wire::types::MASK_24
 }
 
-fn params(qpn: u32, psn: u32, p: CmConnParam, private_data: Vec<u8>) -> ConnParams {
+fn params(
+    transport: CmTransport,
+    qpn: u32,
+    psn: u32,
+    p: CmConnParam,
+    private_data: Vec<u8>,
+) -> ConnParams {
     let clamp = |v: u8| v.min(MAX_QP_RD_ATOM as u8);
     ConnParams {
+        transport,
         qpn,
         psn,
         responder_resources: clamp(p.responder_resources),
@@ -80,10 +120,10 @@ impl super::NicCm {
     /// `rdma_listen`): 0 draws a free ephemeral one, except that an id which reserved a
     /// port at bind keeps it; a port another id holds is `Busy` (EADDRINUSE).
     fn take_port(&mut self, id: Handle, ps: u16, port: u16) -> Result<u16, Box<Answer>> {
-        if ps != RDMA_PS_TCP && ps != RDMA_PS_UDP {
+        if ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IB {
             return Err(fail(
                 ErrorCode::InvalidArgument,
-                format!("rdma_cm port space {ps:#06x} is not served (TCP and UDP only)"),
+                format!("rdma_cm port space {ps:#06x} is not served (TCP, UDP and IB only)"),
             ));
         }
         let own = self.ids.get(&id).and_then(|o| o.bound);
@@ -145,8 +185,46 @@ impl Nic {
         self.cm_qp_of_type(client, qpn, tqp::QpType::Ud, "RDMA_PS_UDP needs a UD QP")
     }
 
-    /// Checks `qpn` is an RC QP of `client` (or its user) in RESET or INIT, and moves
-    /// it to INIT.
+    /// Checks `qpn` is a QP of `client` (or its user) that can carry a connection of
+    /// `transport` on the side that connects (`active`) or accepts: an RC QP or this
+    /// side's XRC half for RC — Linux's CM sends the REQ of the id's port space and
+    /// QP type whatever the QP (libfabric's verbs provider connects XRC QPs through
+    /// `RDMA_PS_TCP` ids so), and the transitions are RC's, which an XRC half takes
+    /// less what it lacks — and only that XRC half for XRC.
+    fn cm_qp_fits(
+        &self,
+        client: u32,
+        qpn: u32,
+        transport: CmTransport,
+        active: bool,
+    ) -> Result<(), Box<Answer>> {
+        let Some(e) = self
+            .cm_qp_client(client, qpn)
+            .and_then(|_| self.qps.get(&qpn))
+        else {
+            return Err(fail(ErrorCode::NotFound, format!("no QP {qpn:#x}")));
+        };
+        let half = if active {
+            tqp::QpType::XrcSend
+        } else {
+            tqp::QpType::XrcRecv
+        };
+        let t = e.qp.qp_type();
+        if t == half || (t == tqp::QpType::Rc && transport == CmTransport::Rc) {
+            return Ok(());
+        }
+        let fits = match transport {
+            CmTransport::Rc => format!("an RC or an {half:?} QP"),
+            CmTransport::Xrc => format!("an {half:?} QP"),
+        };
+        Err(fail(
+            ErrorCode::InvalidArgument,
+            format!("this side of a {transport:?} connection takes {fits}, not a {t:?} QP"),
+        ))
+    }
+
+    /// Moves `qpn` (checked by [`Nic::cm_qp_fits`]) to INIT if it is in RESET; a QP
+    /// in INIT is left alone, any other state refused.
     fn cm_prepare_qp(&mut self, now: Instant, client: u32, qpn: u32) -> Result<(), Box<Answer>> {
         let owner = self.cm_qp_client(client, qpn);
         let Some((e, client)) = owner.and_then(|c| Some((self.qps.get(&qpn)?, c))) else {
@@ -155,12 +233,6 @@ impl Nic {
                 format!("no QP {qpn:#x}"),
             )));
         };
-        if e.qp.qp_type() != tqp::QpType::Rc {
-            return Err(Box::new(err(
-                ErrorCode::InvalidArgument,
-                "RDMA_PS_TCP connects RC QPs",
-            )));
-        }
         match e.qp.state() {
             tqp::QpState::Init => Ok(()),
             tqp::QpState::Reset => {
@@ -183,20 +255,22 @@ impl Nic {
         }
     }
 
-    /// Checks `qpn` may serve an RC connection: a QP the CM moves itself is prepared by
-    /// [`Nic::cm_prepare_qp`]; the program's own QP (`own_qp`: the id's `OwnQp`) must
-    /// only be an RC QP of `client` (or its user), in whatever state the program put it.
+    /// Checks `qpn` may carry a connection of `transport` ([`Nic::cm_qp_fits`]); a
+    /// QP the CM moves itself is prepared by [`Nic::cm_prepare_qp`], the program's own
+    /// QP (`own_qp`: the id's `OwnQp`) is left in whatever state the program put it.
     fn cm_bind_qp(
         &mut self,
         now: Instant,
         client: u32,
-        own_qp: bool,
+        (own_qp, active): (bool, bool),
         qpn: u32,
+        transport: CmTransport,
     ) -> Result<(), Box<Answer>> {
+        self.cm_qp_fits(client, qpn, transport, active)?;
         if !own_qp {
-            return self.cm_prepare_qp(now, client, qpn);
+            self.cm_prepare_qp(now, client, qpn)?;
         }
-        self.cm_qp_of_type(client, qpn, tqp::QpType::Rc, "RDMA_PS_TCP connects RC QPs")
+        Ok(())
     }
 
     /// Handles one CM request of `client`.
@@ -284,6 +358,7 @@ impl Nic {
                         channel,
                         quota_uid: Some(uid),
                         listening: None,
+                        listen_qp_type: None,
                         bound: None,
                         own_qp: false,
                         accept_psn: None,
@@ -303,20 +378,24 @@ impl Nic {
                 port_space,
                 port,
                 backlog,
+                qp_type,
             } => {
                 self.cm_owned(client, id)?;
+                let transport = listen_transport(port_space, qp_type)?;
                 let port = self.cm.take_port(id, port_space, port)?;
                 self.cm
                     .cm
                     .listen(
                         id,
                         ip_service_id(port_space, port),
+                        transport,
                         backlog.min(MAX_CM_BACKLOG),
                     )
                     .map_err(cm_err)?;
                 self.cm.ports.insert((port_space, port), id);
                 if let Some(o) = self.cm.ids.get_mut(&id) {
                     o.listening = Some((port_space, port));
+                    o.listen_qp_type = Some(qp_type);
                 }
                 ok(Reply::Cm(CmReply::Port { port }))
             }
@@ -328,6 +407,7 @@ impl Nic {
                 dst_port,
                 src_port,
                 param,
+                qp_type,
             } => {
                 let (own_qp, tos) = {
                     let o = self.cm_owned(client, id)?;
@@ -377,11 +457,10 @@ impl Nic {
                         .map_err(cm_err)?;
                     return Ok(done());
                 }
-                self.cm_bind_qp(now, client, own_qp, qpn)?;
-                self.cm
-                    .cm
-                    .connect(now, id, route, sid, params(qpn, draw_psn(), param, pd))
-                    .map_err(cm_err)?;
+                let transport = id_transport(port_space, qp_type)?;
+                self.cm_bind_qp(now, client, (own_qp, true), qpn, transport)?;
+                let p = params(transport, qpn, draw_psn(), param, pd);
+                self.cm.cm.connect(now, id, route, sid, p).map_err(cm_err)?;
                 done()
             }
             CmRequest::Accept { id, qpn, param } => {
@@ -397,11 +476,17 @@ impl Nic {
                     return Ok(done());
                 }
                 let (own_qp, psn) = (owner.own_qp, owner.accept_psn());
-                self.cm_bind_qp(now, client, own_qp, qpn)?;
+                let Some(transport) = self.cm.cm.requested_transport(id) else {
+                    return Err(fail(
+                        ErrorCode::InvalidState,
+                        "no connection request to accept",
+                    ));
+                };
+                self.cm_bind_qp(now, client, (own_qp, false), qpn, transport)?;
                 let pd = param.private_data.clone();
                 self.cm
                     .cm
-                    .accept(now, id, params(qpn, psn, param, pd))
+                    .accept(now, id, params(transport, qpn, psn, param, pd))
                     .map_err(cm_err)?;
                 done()
             }

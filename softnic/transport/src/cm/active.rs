@@ -7,7 +7,7 @@ use wire::cm::{
     CmMadRepr, CmMessage, MessageKind, MraRepr, PathRepr, RejRepr, RepRepr, ReqRepr, RtuRepr,
 };
 
-use super::id::{padded, CmState, ConnParams, PeerParams};
+use super::id::{padded, CmState, CmTransport, ConnParams, PeerParams};
 use super::timer::{timeout, Retry};
 use super::{Cm, CmError, Event, IdHandle, QpAction, QpStep};
 use crate::time::Instant;
@@ -57,6 +57,12 @@ impl Cm {
         }
         let comm = self.new_comm_id();
         let tid = u64::from(self.random()) << 32 | u64::from(comm);
+        let (transport_type, extended_transport_type) = params.transport.req_fields();
+        // An XRC initiator's REQ leaves the fields that describe the target's receive
+        // side zero (Linux `cm_format_req`): the target has no receive queue of its
+        // own, and it answers READs and atomics for every initiator of its domain.
+        let rc = params.transport == CmTransport::Rc;
+        let rc_only = |v: u8| if rc { v } else { 0 };
         let path = PathRepr {
             local_lid: 0xFFFF,
             remote_lid: 0xFFFF,
@@ -74,23 +80,23 @@ impl Cm {
             local_ca_guid: self.cfg.ca_guid,
             local_qkey: 0,
             local_qpn: params.qpn & 0xFF_FFFF,
-            responder_resources: params.responder_resources,
+            responder_resources: rc_only(params.responder_resources),
             local_eecn: 0,
             initiator_depth: params.initiator_depth,
             remote_eecn: 0,
             remote_cm_response_timeout: self.cfg.cm_response_timeout,
-            transport_type: 0,
+            transport_type,
             end_to_end_flow_control: params.flow_control,
             starting_psn: params.psn & 0xFF_FFFF,
             local_cm_response_timeout: self.cfg.cm_response_timeout,
-            retry_count: params.retry_count & 7,
+            retry_count: rc_only(params.retry_count & 7),
             pkey: 0xFFFF,
             path_mtu: self.cfg.path_mtu,
             rdc_exists: false,
-            rnr_retry_count: params.rnr_retry_count & 7,
+            rnr_retry_count: rc_only(params.rnr_retry_count & 7),
             max_cm_retries: self.cfg.max_cm_retries & 0xF,
-            srq: params.srq,
-            extended_transport_type: 0,
+            srq: rc && params.srq,
+            extended_transport_type,
             primary: path,
             alternate: PathRepr::default(),
             sap_supported: false,
@@ -139,8 +145,15 @@ impl Cm {
             }
         }
         c.remote_comm_id = Some(rep.local_comm_id);
+        let transport = c.ours.transport;
         c.theirs = PeerParams {
-            qpn: rep.local_qpn,
+            transport,
+            // An XRC target's REP names its QP in the Local EE Context Number field
+            // (Linux `cm_rep_get_qpn`); its Local QPN is 0.
+            qpn: match transport {
+                CmTransport::Rc => rep.local_qpn,
+                CmTransport::Xrc => rep.local_eecn,
+            },
             psn: rep.starting_psn,
             responder_resources: rep.responder_resources,
             initiator_depth: rep.initiator_depth,

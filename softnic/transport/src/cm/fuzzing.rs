@@ -59,7 +59,9 @@ use wire::cm::{
 };
 
 use super::timer::timeout;
-use super::{Cm, CmConfig, CmState, ConnParams, Event, IdHandle, QpStep, Route, Transmit};
+use super::{
+    Cm, CmConfig, CmState, CmTransport, ConnParams, Event, IdHandle, QpStep, Route, Transmit,
+};
 use crate::time::{Duration, Instant};
 
 /// Most operations one input drives.
@@ -357,7 +359,7 @@ impl Driver {
         let mut h = Cm::new(hcfg, !seed);
         for sid in &SERVICE_IDS[..2] {
             let l = h.create_id();
-            h.listen(l, *sid, 4).expect("the honest peer listens");
+            h.listen(l, *sid, None, 4).expect("the honest peer listens");
         }
         Driver {
             now: Instant::from_nanos(1_000_000),
@@ -427,10 +429,19 @@ impl Driver {
     }
 
     fn params(&self, inp: &mut Input<'_>, max_private: usize) -> ConnParams {
+        let qpn = 0x100 + inp.below(4) as u32;
+        let psn = inp.u32();
+        let responder = inp.u8();
         ConnParams {
-            qpn: 0x100 + inp.below(4) as u32,
-            psn: inp.u32(),
-            responder_resources: inp.u8() % 17,
+            // The responder-resources byte's top values ask for XRC.
+            transport: if responder >= 0xF0 {
+                CmTransport::Xrc
+            } else {
+                CmTransport::Rc
+            },
+            qpn,
+            psn,
+            responder_resources: responder % 17,
             initiator_depth: inp.u8() % 17,
             retry_count: inp.u8(),
             rnr_retry_count: inp.u8(),
@@ -476,8 +487,15 @@ impl Driver {
             op::LISTEN => {
                 let h = self.pick(inp);
                 let sid = SERVICE_IDS[inp.below(SERVICE_IDS.len())];
-                let backlog = u32::from(inp.u8() % 4);
-                if self.v.listen(h, sid, backlog).is_ok() {
+                let b = inp.u8();
+                let backlog = u32::from(b % 4);
+                // The byte's upper bits pick the transport the listener takes.
+                let transport = match (b >> 2) % 3 {
+                    0 => None,
+                    1 => Some(CmTransport::Rc),
+                    _ => Some(CmTransport::Xrc),
+                };
+                if self.v.listen(h, sid, transport, backlog).is_ok() {
                     self.backlogs.insert(h, backlog.max(1));
                     self.listening.insert(sid, h);
                     self.backlog_ever += u64::from(backlog.max(1));
@@ -641,7 +659,7 @@ impl Driver {
             i => SERVICE_IDS[i],
         };
         let msg = match kind {
-            0 => CmMessage::Req(ReqRepr {
+            0 => CmMessage::Req(xrc_when_extended(ReqRepr {
                 local_comm_id: theirs,
                 vendor_id: 0,
                 service_id: sid,
@@ -653,7 +671,7 @@ impl Driver {
                 initiator_depth: inp.u8(),
                 remote_eecn: 0,
                 remote_cm_response_timeout: inp.u8(),
-                // Mostly RC; now and then UC/RD/reserved.
+                // Mostly RC; now and then UC/RD/XRC.
                 transport_type: inp.u8().saturating_sub(0xFC),
                 end_to_end_flow_control: inp.bool(),
                 starting_psn: inp.u32(),
@@ -673,7 +691,7 @@ impl Driver {
                 alternate: PathRepr::default(),
                 sap_supported: false,
                 private_data: inp.array(),
-            }),
+            })),
             1 => CmMessage::Rep(RepRepr {
                 local_comm_id: theirs,
                 remote_comm_id: ours,
@@ -1246,6 +1264,13 @@ fn sidr_rep(request_id: u32, status: SidrStatus, qpn: u32, service_id: u64) -> S
         additional_info: [0; 72],
         private_data: [0; wire::cm::SIDR_REP_PRIVATE_DATA_LEN],
     }
+}
+
+/// `r` with the Extended Transport Type of XRC when its Transport Service Type is the
+/// extended one (3), so that hostile REQs name XRC, not only unknown types.
+fn xrc_when_extended(mut r: ReqRepr) -> ReqRepr {
+    r.extended_transport_type = u8::from(r.transport_type == 3);
+    r
 }
 
 #[cfg(test)]

@@ -32,10 +32,46 @@ pub enum CmState {
     Closed,
 }
 
+/// The transport service a connection runs: what its REQ's Transport Service Type
+/// (IBTA 12.6.5, table 104: 0 RC, 1 UC, 3 "extended") and, for 3, Extended Transport
+/// Type (IBTA Annex A14, XRC: 1) name. Linux's CM reads them so (`cm_req_get_qp_type`)
+/// and answers an XRC REQ with an XRC target's REP, whose QP number travels in the
+/// Local EE Context Number field (`cm_format_rep`, `cm_rep_get_qpn`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum CmTransport {
+    /// Reliable connection.
+    #[default]
+    Rc,
+    /// XRC: an XRC initiator (active side) to an XRC target (passive side).
+    Xrc,
+}
+
+impl CmTransport {
+    /// The transport a REQ's two fields name; `None` for what softnic does not
+    /// connect (UC, RD, an unknown extended type).
+    pub fn of_req(transport_type: u8, extended_transport_type: u8) -> Option<CmTransport> {
+        match (transport_type, extended_transport_type) {
+            (0, _) => Some(CmTransport::Rc),
+            (3, 1) => Some(CmTransport::Xrc),
+            _ => None,
+        }
+    }
+
+    /// A REQ's (Transport Service Type, Extended Transport Type) for this transport.
+    pub fn req_fields(self) -> (u8, u8) {
+        match self {
+            CmTransport::Rc => (0, 0),
+            CmTransport::Xrc => (3, 1),
+        }
+    }
+}
+
 /// What the consumer asks for in a connect or accept (`rdma_conn_param` + the QP).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnParams {
-    /// The RC QP to bind.
+    /// The transport: an RC QP, or an XRC initiator (connect) / target (accept).
+    pub transport: CmTransport,
+    /// The QP to bind.
     pub qpn: u32,
     /// The starting PSN this side puts in its REQ or REP (24 bits): the first PSN its QP
     /// *expects to receive*, which the peer's QP starts sending with. That is how the
@@ -63,7 +99,9 @@ pub struct ConnParams {
 /// What the peer sent (REQ or REP fields), for events and the QP transitions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PeerParams {
-    /// The peer's QPN.
+    /// The transport the REQ named (a REP's is the connection's own).
+    pub transport: CmTransport,
+    /// The peer's QPN (an XRC target's from the REP's Local EE Context Number field).
     pub qpn: u32,
     /// The starting PSN of the peer's REQ or REP: the first PSN our QP sends with.
     pub psn: u32,
@@ -112,6 +150,9 @@ pub struct CmId {
     pub theirs: PeerParams,
     /// The service this id listens on.
     pub listen_service_id: Option<u64>,
+    /// The transport a listener takes REQs for (`None`: any), as Linux's CM takes a
+    /// REQ only for the listening id's QP type (`cma_check_req_qp_type`).
+    pub listen_transport: Option<CmTransport>,
     /// Connections of this listener not yet accepted or rejected.
     pub pending: u32,
     /// Most pending connections.
@@ -140,6 +181,7 @@ impl CmId {
             ours: ConnParams::default(),
             theirs: PeerParams::default(),
             listen_service_id: None,
+            listen_transport: None,
             pending: 0,
             backlog: 0,
             listener: None,

@@ -41,7 +41,7 @@ use wire::cm::{CmMadRepr, CmMessage};
 
 use crate::time::Instant;
 pub use active::Route;
-pub use id::{CmState, ConnParams, PeerParams};
+pub use id::{CmState, CmTransport, ConnParams, PeerParams};
 
 /// A connection identifier's handle, chosen by the NIC (unique per [`Cm`]).
 pub type IdHandle = u32;
@@ -65,8 +65,8 @@ pub enum Event {
     Established {
         /// The id.
         id: IdHandle,
-        /// The peer's parameters (from the REP on the active side, the REQ on the
-        /// passive side).
+        /// The peer's parameters from the REP on the active side; on the passive side
+        /// none (all zero, no private data), as Linux's CM reports an RTU.
         peer: PeerParams,
     },
     /// The peer answered with a REJ.
@@ -192,8 +192,12 @@ pub struct CmCounters {
     pub rx_drop_wrong_remote_comm_id: u64,
     /// Drop: a message the connection's state does not expect (IBTA 12.9: ignored).
     pub rx_drop_unexpected: u64,
-    /// Drop: a REQ for a transport other than RC, or with a field out of range.
+    /// Drop: a REQ for a transport other than RC and XRC, or with a field out of range.
     pub rx_drop_bad_req: u64,
+    /// REQs answered with REJ "consumer reject" because the listener takes another
+    /// transport (an XRC REQ to an RC listener, or the reverse), as Linux's CM refuses
+    /// them before its consumer sees them.
+    pub rej_wrong_transport: u64,
     /// Drop: a REQ while the listener's backlog was full (no answer: the peer retries).
     pub rx_drop_backlog: u64,
     /// REQs answered with REJ "invalid service ID" (nobody listens).
@@ -270,6 +274,8 @@ pub enum CmError {
     QpInUse,
     /// Private data longer than the message carries.
     PrivateDataTooLong,
+    /// An accept whose QP runs another transport than the REQ asked for.
+    WrongTransport,
 }
 
 impl Cm {
@@ -317,6 +323,12 @@ impl Cm {
     /// An id's state.
     pub fn state(&self, id: IdHandle) -> Option<CmState> {
         self.ids.get(&id).map(|c| c.state)
+    }
+
+    /// The transport a connection request asked for (a passive id's REQ), once known.
+    pub fn requested_transport(&self, id: IdHandle) -> Option<CmTransport> {
+        let c = self.ids.get(&id)?;
+        c.listener.is_some().then_some(c.theirs.transport)
     }
 
     /// Where an id's peer NIC receives RoCE packets, once known.
@@ -401,9 +413,15 @@ impl Cm {
         }
     }
 
-    /// Listens on `service_id` with at most `backlog` connections waiting for
-    /// accept/reject (`rdma_listen`).
-    pub fn listen(&mut self, h: IdHandle, service_id: u64, backlog: u32) -> Result<(), CmError> {
+    /// Listens on `service_id` for REQs of `transport` (`None`: any) with at most
+    /// `backlog` connections waiting for accept/reject (`rdma_listen`).
+    pub fn listen(
+        &mut self,
+        h: IdHandle,
+        service_id: u64,
+        transport: Option<CmTransport>,
+        backlog: u32,
+    ) -> Result<(), CmError> {
         if self.listeners.contains_key(&service_id) {
             return Err(CmError::AddressInUse);
         }
@@ -413,6 +431,7 @@ impl Cm {
         }
         c.state = CmState::Listen;
         c.listen_service_id = Some(service_id);
+        c.listen_transport = transport;
         c.backlog = backlog.max(1);
         self.listeners.insert(service_id, h);
         Ok(())

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use wire::cm::{CmMadRepr, CmMessage, MessageKind, RejReason, RejRepr, RepRepr, ReqRepr, RtuRepr};
 
-use super::id::{padded, CmId, CmState, ConnParams, PeerParams};
+use super::id::{padded, CmId, CmState, CmTransport, ConnParams, PeerParams};
 use super::timer::Retry;
 use super::{roce_dest, Cm, CmError, Event, IdHandle, QpAction};
 use crate::time::Instant;
@@ -14,10 +14,11 @@ use crate::time::Instant;
 impl Cm {
     pub(super) fn on_req(&mut self, now: Instant, src: SocketAddr, tid: u64, req: &ReqRepr) {
         let _ = now;
-        if req.transport_type != 0 || req.local_qpn == 0 {
+        let transport = CmTransport::of_req(req.transport_type, req.extended_transport_type);
+        let Some(transport) = transport.filter(|_| req.local_qpn != 0) else {
             self.counters.rx_drop_bad_req += 1;
             return;
-        }
+        };
         let dest = roce_dest(src, self.cfg.local);
         // A REQ we already took (the peer resent it): answer as the state says.
         let dup = self.ids.values().find(|c| {
@@ -36,18 +37,17 @@ impl Cm {
         }
         let Some(&listener) = self.listeners.get(&req.service_id) else {
             self.counters.rej_no_listener += 1;
-            let rej = RejRepr {
-                local_comm_id: 0,
-                remote_comm_id: req.local_comm_id,
-                message_rejected: MessageKind::Req,
-                reject_info_length: 0,
-                reason: RejReason::INVALID_SERVICE_ID,
-                ari: [0; 72],
-                private_data: [0; 148],
-            };
-            self.send(dest, CmMadRepr::new(tid, CmMessage::Rej(rej)));
+            self.refuse_req(dest, tid, req, RejReason::INVALID_SERVICE_ID);
             return;
         };
+        let takes = self.ids.get(&listener).and_then(|l| l.listen_transport);
+        if takes.is_some_and(|t| t != transport) {
+            // Linux's CM makes the connection, its rdma_cm consumer refuses it
+            // (`cma_check_req_qp_type`), and destroying it sends this REJ.
+            self.counters.rej_wrong_transport += 1;
+            self.refuse_req(dest, tid, req, RejReason::CONSUMER_DEFINED);
+            return;
+        }
         let Some(mut c) = self.new_request(listener, CmState::ReqRcvd, tid, dest) else {
             return;
         };
@@ -56,6 +56,7 @@ impl Cm {
         c.remote_comm_id = Some(req.local_comm_id);
         c.traffic_class = req.primary.traffic_class;
         c.theirs = PeerParams {
+            transport,
             qpn: req.local_qpn,
             psn: req.starting_psn,
             responder_resources: req.responder_resources,
@@ -77,6 +78,21 @@ impl Cm {
             id: h,
             peer,
         });
+    }
+
+    /// Answers `req` with a REJ for `reason` and makes no connection (local
+    /// communication ID 0: there is none).
+    fn refuse_req(&mut self, dest: SocketAddr, tid: u64, req: &ReqRepr, reason: RejReason) {
+        let rej = RejRepr {
+            local_comm_id: 0,
+            remote_comm_id: req.local_comm_id,
+            message_rejected: MessageKind::Req,
+            reject_info_length: 0,
+            reason,
+            ari: [0; 72],
+            private_data: [0; 148],
+        };
+        self.send(dest, CmMadRepr::new(tid, CmMessage::Rej(rej)));
     }
 
     /// A new id for a request that reached `listener`, in `state`, if the listener's
@@ -116,25 +132,33 @@ impl Cm {
         if self.by_qpn.contains_key(&params.qpn) {
             return Err(CmError::QpInUse);
         }
+        if params.transport != c.theirs.transport {
+            return Err(CmError::WrongTransport);
+        }
         let Some(dest) = c.peer else {
             return Err(CmError::InvalidState(c.state));
         };
         let steps = self.passive_steps(&c.theirs, &params, dest, c.traffic_class);
+        let qpn = params.qpn & 0xFF_FFFF;
+        // An XRC target's REP (Linux `cm_format_rep`): its QP number in the Local EE
+        // Context Number field, the SRQ bit set (it receives only through XRC SRQs),
+        // no initiator depth or flow control (it sends no requests).
+        let rc = params.transport == CmTransport::Rc;
         let rep = RepRepr {
             local_comm_id: c.local_comm_id,
             remote_comm_id: c.remote_comm_id.unwrap_or(0),
             local_qkey: 0,
-            local_qpn: params.qpn & 0xFF_FFFF,
-            local_eecn: 0,
+            local_qpn: if rc { qpn } else { 0 },
+            local_eecn: if rc { 0 } else { qpn },
             starting_psn: params.psn & 0xFF_FFFF,
             vendor_id: 0,
             responder_resources: params.responder_resources,
-            initiator_depth: params.initiator_depth,
+            initiator_depth: if rc { params.initiator_depth } else { 0 },
             target_ack_delay: 0,
             failover_accepted: 0,
-            end_to_end_flow_control: params.flow_control,
+            end_to_end_flow_control: rc && params.flow_control,
             rnr_retry_count: params.rnr_retry_count & 7,
-            srq: params.srq,
+            srq: params.srq || !rc,
             local_ca_guid: self.cfg.ca_guid,
             private_data: padded(&params.private_data),
         };
@@ -206,7 +230,11 @@ impl Cm {
             CmState::RepSent => {
                 c.state = CmState::Established;
                 c.retry = None;
-                let peer = c.theirs.clone();
+                // The passive side's ESTABLISHED carries no parameters and no private
+                // data: Linux's CM reports the RTU so (`cma_ib_handler`), the REQ's came
+                // with CONNECT_REQUEST, and programs tell the two sides' ESTABLISHED
+                // apart by it (libfabric's XRC endpoints do).
+                let peer = PeerParams::default();
                 self.events.push_back(Event::Established { id: h, peer });
             }
             CmState::Established => self.counters.rx_duplicates += 1,

@@ -122,7 +122,7 @@ fn actions(cm: &mut Cm) -> Vec<QpAction> {
 /// Listens on b, connects from a; returns (a's id, b's listener, b's new id).
 fn request(p: &mut Pair) -> (IdHandle, IdHandle, IdHandle) {
     let l = p.b.create_id();
-    p.b.listen(l, SID, 4).unwrap();
+    p.b.listen(l, SID, None, 4).unwrap();
     let a = p.a.create_id();
     p.a.connect(p.now, a, route(p), SID, params(0x11, 0x1000))
         .unwrap();
@@ -200,7 +200,9 @@ fn connect_accept_rtu_then_disconnect_drep_timewait() {
     ));
     let ev = events(&mut p.a);
     assert!(matches!(&ev[..], [Event::Established { id, peer }] if *id == a && peer.qpn == 0x22));
-    assert!(matches!(&events(&mut p.b)[..], [Event::Established { id, .. }] if *id == b));
+    // The passive side's ESTABLISHED carries nothing, as Linux's CM reports the RTU.
+    assert!(matches!(&events(&mut p.b)[..],
+        [Event::Established { id, peer }] if *id == b && *peer == PeerParams::default()));
     assert_eq!(
         p.names(),
         [
@@ -300,7 +302,7 @@ fn consumer_reject_carries_private_data() {
 fn lost_req_is_retried_and_a_dead_peer_is_unreachable() {
     let mut p = Pair::new();
     let l = p.b.create_id();
-    p.b.listen(l, SID, 4).unwrap();
+    p.b.listen(l, SID, None, 4).unwrap();
     let a = p.a.create_id();
     p.a.connect(p.now, a, route(&p), SID, params(0x11, 1))
         .unwrap();
@@ -452,7 +454,7 @@ fn a_qp_binds_to_one_connection_and_private_data_is_bounded() {
     );
     assert_eq!(p.b.reject(b, &[0; 149]), Err(CmError::PrivateDataTooLong));
     let l2 = p.b.create_id();
-    assert_eq!(p.b.listen(l2, SID, 1), Err(CmError::AddressInUse));
+    assert_eq!(p.b.listen(l2, SID, None, 1), Err(CmError::AddressInUse));
     assert_eq!(
         p.b.disconnect(p.now, b, &[]),
         Err(CmError::InvalidState(CmState::ReqRcvd))
@@ -463,7 +465,7 @@ fn a_qp_binds_to_one_connection_and_private_data_is_bounded() {
 fn a_full_backlog_leaves_reqs_unanswered() {
     let mut p = Pair::new();
     let l = p.b.create_id();
-    p.b.listen(l, SID, 1).unwrap();
+    p.b.listen(l, SID, None, 1).unwrap();
     for qpn in [0x11, 0x12] {
         let a = p.a.create_id();
         p.a.connect(p.now, a, route(&p), SID, params(qpn, 1))
@@ -515,7 +517,7 @@ const UD_SID: u64 = 0x0000_0000_0111_1c06;
 fn sidr_resolves_a_ud_service_or_says_why_not() {
     let mut p = Pair::new();
     let l = p.b.create_id();
-    p.b.listen(l, UD_SID, 4).unwrap();
+    p.b.listen(l, UD_SID, None, 4).unwrap();
     let a = p.a.create_id();
     p.a.sidr_request(p.now, a, route(&p), UD_SID, b"ud please")
         .unwrap();
@@ -630,7 +632,7 @@ fn qp_steps_are_the_transitions_the_cm_applies() {
 fn destroying_an_unanswered_sidr_request_frees_its_backlog_slot() {
     let mut p = Pair::new();
     let l = p.b.create_id();
-    p.b.listen(l, UD_SID, 1).unwrap();
+    p.b.listen(l, UD_SID, None, 1).unwrap();
     let a = p.a.create_id();
     p.a.sidr_request(p.now, a, route(&p), UD_SID, &[]).unwrap();
     p.pump();
@@ -661,7 +663,7 @@ fn destroying_an_unanswered_sidr_request_frees_its_backlog_slot() {
 fn a_failed_request_frees_its_backlog_slot() {
     let mut p = Pair::new();
     let l = p.b.create_id();
-    p.b.listen(l, SID, 1).unwrap();
+    p.b.listen(l, SID, None, 1).unwrap();
     let a = p.a.create_id();
     p.a.connect(p.now, a, route(&p), SID, params(0x11, 1))
         .unwrap();
@@ -684,4 +686,159 @@ fn a_failed_request_frees_its_backlog_slot() {
         &events(&mut p.b)[..],
         [Event::ConnectRequest { listener, .. }] if *listener == l
     ));
+}
+
+fn xrc(p: ConnParams) -> ConnParams {
+    ConnParams {
+        transport: CmTransport::Xrc,
+        ..p
+    }
+}
+
+/// The REQ and REP of the connection in `p`'s log.
+fn req_rep(p: &Pair) -> (wire::cm::ReqRepr, wire::cm::RepRepr) {
+    let req = p.log.iter().find_map(|(_, m)| match m.msg {
+        CmMessage::Req(r) => Some(r),
+        _ => None,
+    });
+    let rep = p.log.iter().find_map(|(_, m)| match m.msg {
+        CmMessage::Rep(r) => Some(r),
+        _ => None,
+    });
+    (req.expect("a REQ"), rep.expect("a REP"))
+}
+
+/// An XRC initiator connects to an XRC target as Linux's CM does it: the REQ names
+/// transport 3, extended transport 1 and leaves the target's receive-side fields
+/// zero; the REP carries the target's QP number in the Local EE Context Number field
+/// (its Local QPN zero) with the SRQ bit set, and the initiator's RTR takes that number.
+#[test]
+fn xrc_connects_with_the_target_qp_in_the_eecn_field() {
+    let mut p = Pair::new();
+    let l = p.b.create_id();
+    p.b.listen(l, SID, Some(CmTransport::Xrc), 4).unwrap();
+    let a = p.a.create_id();
+    p.a.connect(p.now, a, route(&p), SID, xrc(params(0x11, 0x1000)))
+        .unwrap();
+    p.pump();
+    let ev = events(&mut p.b);
+    let [Event::ConnectRequest { id: b, peer, .. }] = &ev[..] else {
+        panic!("{ev:?}");
+    };
+    assert_eq!((peer.transport, peer.qpn), (CmTransport::Xrc, 0x11));
+    let b = *b;
+    // An RC QP cannot take the XRC connection.
+    assert_eq!(
+        p.b.accept(p.now, b, params(0x22, 0x2000)),
+        Err(CmError::WrongTransport)
+    );
+    p.b.accept(p.now, b, xrc(params(0x22, 0x2000))).unwrap();
+    p.pump();
+    assert_eq!(p.a.state(a), Some(CmState::Established));
+    assert_eq!(p.b.state(b), Some(CmState::Established));
+    let (req, rep) = req_rep(&p);
+    assert_eq!((req.transport_type, req.extended_transport_type), (3, 1));
+    assert_eq!(
+        (req.local_qpn, req.responder_resources, req.retry_count),
+        (0x11, 0, 0)
+    );
+    assert_eq!(
+        (req.rnr_retry_count, req.srq, req.initiator_depth),
+        (0, false, 2)
+    );
+    assert_eq!((rep.local_qpn, rep.local_eecn, rep.srq), (0, 0x22, true));
+    assert_eq!((rep.initiator_depth, rep.responder_resources), (0, 4));
+    let acts = actions(&mut p.a);
+    assert!(
+        matches!(
+            acts[..],
+            [
+                QpAction {
+                    qpn: 0x11,
+                    step: QpStep::Rtr {
+                        dest_qpn: 0x22,
+                        rq_psn: 0x1000,
+                        ..
+                    },
+                    ..
+                },
+                QpAction {
+                    step: QpStep::Rts { sq_psn: 0x2000, .. },
+                    ..
+                }
+            ]
+        ),
+        "{acts:?}"
+    );
+    let acts = actions(&mut p.b);
+    assert!(
+        matches!(
+            acts[..],
+            [
+                QpAction {
+                    qpn: 0x22,
+                    step: QpStep::Rtr { dest_qpn: 0x11, .. },
+                    ..
+                },
+                _
+            ]
+        ),
+        "{acts:?}"
+    );
+}
+
+/// A listener takes REQs of its own transport only: an RC REQ to an XRC listener and
+/// an XRC REQ to an RC listener are refused with REJ "consumer defined" (what
+/// Linux's rdma_cm answers, `cma_check_req_qp_type`) and counted, with no event
+/// for the listener; a listener that names none takes both. A REQ naming an unknown
+/// extended transport is dropped.
+#[test]
+fn a_listener_takes_reqs_of_its_own_transport_only() {
+    for (takes, asks, ok) in [
+        (Some(CmTransport::Xrc), CmTransport::Rc, false),
+        (Some(CmTransport::Rc), CmTransport::Xrc, false),
+        (Some(CmTransport::Rc), CmTransport::Rc, true),
+        (None, CmTransport::Xrc, true),
+    ] {
+        let mut p = Pair::new();
+        let l = p.b.create_id();
+        p.b.listen(l, SID, takes, 4).unwrap();
+        let a = p.a.create_id();
+        let ask = ConnParams {
+            transport: asks,
+            ..params(0x11, 1)
+        };
+        p.a.connect(p.now, a, route(&p), SID, ask).unwrap();
+        p.pump();
+        let (ev_a, ev_b) = (events(&mut p.a), events(&mut p.b));
+        if ok {
+            assert!(
+                matches!(&ev_b[..], [Event::ConnectRequest { .. }]),
+                "{ev_b:?}"
+            );
+            continue;
+        }
+        assert!(ev_b.is_empty(), "{takes:?} {asks:?}: {ev_b:?}");
+        assert!(
+            matches!(&ev_a[..], [Event::Rejected { id, reason: 28, .. }] if *id == a),
+            "{ev_a:?}"
+        );
+        assert_eq!(p.b.counters().rej_wrong_transport, 1);
+        assert_eq!(p.a.state(a), Some(CmState::Closed));
+    }
+
+    let mut p = Pair::new();
+    let l = p.b.create_id();
+    p.b.listen(l, SID, None, 4).unwrap();
+    let a = p.a.create_id();
+    p.a.connect(p.now, a, route(&p), SID, xrc(params(0x11, 1)))
+        .unwrap();
+    let mut mad = p.a.poll_transmit().unwrap().mad;
+    let CmMessage::Req(ref mut req) = mad.msg else {
+        panic!("{mad:?}");
+    };
+    req.extended_transport_type = 2;
+    p.b.handle_mad(p.now, p.a.cfg.local, &mad);
+    assert_eq!(p.b.counters().rx_drop_bad_req, 1);
+    assert!(events(&mut p.b).is_empty() && p.b.poll_transmit().is_none());
 }

@@ -38,9 +38,13 @@ static int nic(const char *name)
 	struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
 	CHECK(poll(&pfd, 1, 0) == 0);
 	CHECK(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK) == 0);
-	/* Port spaces softnic does not serve. */
+	/* RDMA_PS_IB ids are RC ids (rdma_create_ep makes XRC ones); IPoIB is not
+	 * served. */
 	struct rdma_cm_id *id = NULL;
-	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_IB) == -1 && errno == EOPNOTSUPP);
+	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_IB) == 0 && id->ps == RDMA_PS_IB &&
+	      id->qp_type == IBV_QPT_RC);
+	CHECK(rdma_destroy_id(id) == 0);
+	id = NULL;
 	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_IPOIB) == -1 && errno == EOPNOTSUPP);
 	CHECK(rdma_create_id(ch, &id, NULL, 0x1234) == -1 && errno == EINVAL && id == NULL);
 	CHECK(rdma_create_id(ch, NULL, NULL, RDMA_PS_TCP) == -1 && errno == EINVAL);
@@ -71,8 +75,10 @@ static int nic(const char *name)
 	CHECK(rdma_destroy_id(b) == 0);
 	/* SRQs on ids: rdma_create_srq needs a bound id (EINVAL before), keeps the SRQ as
 	 * id->srq, and rdma_create_qp gives it to a QP created without one;
-	 * rdma_create_srq_ex needs IBV_SRQ_INIT_ATTR_TYPE (EINVAL) and makes basic SRQs
-	 * only (XRC: EOPNOTSUPP). */
+	 * rdma_create_srq_ex needs IBV_SRQ_INIT_ATTR_TYPE (EINVAL) and makes basic and
+	 * XRC SRQs (tag matching: EOPNOTSUPP). An XRC SRQ given no domain and no CQ is
+	 * made in the device's XRC domain with a receive CQ made for it, id->recv_cq,
+	 * which rdma_destroy_srq destroys with it. */
 	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 10, .max_sge = 1 } };
 	CHECK(rdma_create_id(ch, &a, NULL, RDMA_PS_TCP) == 0);
 	CHECK(rdma_create_srq(a, NULL, &sa) == -1 && errno == EINVAL);
@@ -80,8 +86,14 @@ static int nic(const char *name)
 	struct ibv_srq_init_attr_ex sx = { .attr = { .max_wr = 4, .max_sge = 1 } };
 	CHECK(rdma_create_srq_ex(a, &sx) == -1 && errno == EINVAL);
 	sx.comp_mask = IBV_SRQ_INIT_ATTR_TYPE;
-	sx.srq_type = IBV_SRQT_XRC;
+	sx.srq_type = IBV_SRQT_TM;
 	CHECK(rdma_create_srq_ex(a, &sx) == -1 && errno == EOPNOTSUPP && a->srq == NULL);
+	sx.srq_type = IBV_SRQT_XRC;
+	uint32_t srqn = 0;
+	CHECK(rdma_create_srq_ex(a, &sx) == 0 && a->srq && a->recv_cq && a->recv_cq_channel);
+	CHECK(a->srq->pd == a->pd && ibv_get_srq_num(a->srq, &srqn) == 0 && srqn != 0);
+	rdma_destroy_srq(a);
+	CHECK(a->srq == NULL && a->recv_cq == NULL && a->recv_cq_channel == NULL);
 	CHECK(rdma_create_srq(a, NULL, &sa) == 0 && a->srq && sa.attr.max_wr >= 10);
 	CHECK(a->srq->pd == a->pd);
 	struct ibv_qp_init_attr qa = { .qp_type = IBV_QPT_RC,
@@ -190,6 +202,14 @@ int main(int argc, char **argv)
 	CHECK(res->ai_qp_type == IBV_QPT_UD && res->ai_port_space == RDMA_PS_UDP);
 	rdma_freeaddrinfo(res);
 	hints.ai_port_space = RDMA_PS_IB;
+	CHECK(rdma_getaddrinfo("127.0.0.3", "1", &hints, &res) == 0);
+	CHECK(res->ai_qp_type == IBV_QPT_RC && res->ai_port_space == RDMA_PS_IB);
+	rdma_freeaddrinfo(res);
+	hints.ai_qp_type = IBV_QPT_XRC_SEND;
+	CHECK(rdma_getaddrinfo("127.0.0.3", "1", &hints, &res) == 0);
+	CHECK(res->ai_qp_type == IBV_QPT_XRC_SEND && res->ai_port_space == RDMA_PS_IB);
+	rdma_freeaddrinfo(res);
+	hints.ai_port_space = RDMA_PS_IPOIB;
 	CHECK(rdma_getaddrinfo("127.0.0.3", "1", &hints, &res) == -1 && errno == ENOSYS);
 	CHECK(rdma_getaddrinfo(NULL, NULL, NULL, &res) == -1 && errno == EINVAL);
 	/* Neither node nor service: one entry made of the hints, as rdma-core answers

@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Handle, QpAttr};
+use super::{Handle, QpAttr, QpType};
 
 /// The most events one [`CmRequest::GetEvents`] answer carries. Bounded so that the
 /// answer fits a control frame ([`super::MAX_FRAME`]) whatever the events hold: a
@@ -62,9 +62,12 @@ pub enum CmRequest {
         /// The id.
         id: Handle,
     },
-    /// Listens on `port` of port space `port_space` (`RDMA_PS_TCP` or `RDMA_PS_UDP`;
-    /// 0 = a free ephemeral port; a port the id reserved with [`CmRequest::Bind`] is
-    /// its own). Reply: [`CmReply::Port`].
+    /// Listens on `port` of port space `port_space` (`RDMA_PS_TCP`, `RDMA_PS_UDP` or
+    /// `RDMA_PS_IB`; 0 = a free ephemeral port; a port the id reserved with
+    /// [`CmRequest::Bind`] is its own) for connections of `qp_type`, the id's QP type
+    /// (`rdma_create_id`'s): RC in `RDMA_PS_TCP`, UD in `RDMA_PS_UDP`, RC or
+    /// `XrcRecv` in `RDMA_PS_IB`. A REQ for another transport is rejected. Reply:
+    /// [`CmReply::Port`].
     Listen {
         /// The id.
         id: Handle,
@@ -74,10 +77,15 @@ pub enum CmRequest {
         port: u16,
         /// Most connection requests waiting for accept/reject.
         backlog: u32,
+        /// The id's QP type.
+        qp_type: QpType,
     },
-    /// Sends a REQ to the listener on `dst_port` of the NIC at `dest`, binding RC QP
+    /// Sends a REQ to the listener on `dst_port` of the NIC at `dest`, binding QP
     /// `qpn` (RESET or INIT: the NIC moves it to INIT) — or, in `RDMA_PS_UDP`, a SIDR
-    /// REQ (UD QP `qpn`, left alone). Reply: `Done`; the outcome is an event.
+    /// REQ (UD QP `qpn`, left alone). The REQ's transport is the id's (`qp_type`):
+    /// RC, or in `RDMA_PS_IB` XRC for an `XrcSend` id; an RC connection binds an RC
+    /// QP or an XRC initiator, an XRC one an XRC initiator. Reply: `Done`; the
+    /// outcome is an event.
     Connect {
         /// The id.
         id: Handle,
@@ -93,9 +101,12 @@ pub enum CmRequest {
         src_port: u16,
         /// What we offer.
         param: CmConnParam,
+        /// The id's QP type.
+        qp_type: QpType,
     },
-    /// Accepts a connection request, binding RC QP `qpn` (or answering a SIDR REQ with
-    /// UD QP `qpn` and Q_Key 0x01234567). Reply: `Done`.
+    /// Accepts a connection request, binding QP `qpn` for the REQ's transport (for RC
+    /// an RC QP or an XRC target, for XRC an XRC target), or answering a SIDR REQ with
+    /// UD QP `qpn` and Q_Key 0x01234567. Reply: `Done`.
     Accept {
         /// The id (from the CONNECT_REQUEST event).
         id: Handle,
@@ -234,6 +245,10 @@ pub struct CmEventMsg {
     pub peer: Option<SocketAddr>,
     /// For a connection request: our address it was sent to.
     pub local: Option<SocketAddr>,
+    /// For a connection request: its listener's port space and QP type, which the new
+    /// id takes (as Linux's `ucma_process_conn_req` gives it the listener's).
+    #[serde(default)]
+    pub space: Option<(u16, QpType)>,
     /// UD (`RDMA_PS_UDP`): the service's QP (ESTABLISHED) or the requester's NIC
     /// (CONNECT_REQUEST, QPN 0).
     #[serde(default)]
@@ -316,6 +331,7 @@ mod tests {
             }),
             peer: Some(v6),
             local: Some(v6),
+            space: Some((u16::MAX, QpType::XrcRecv)),
             ud: Some(CmEventUd {
                 qp_num: u32::MAX,
                 qkey: u32::MAX,
