@@ -14,16 +14,11 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use nic_support::{example, softnic_dir, NicProc};
+use stock_support::tcp_port;
 
 /// Two NICs at the RoCEv2 port, on a 127.x range of this test binary's own.
 fn nic_pair(tag: &str, host: u8) -> (NicProc, NicProc) {
     stock_support::nic_pair(200, tag, host)
-}
-
-/// A TCP port for the exchange (20000..59999), distinct per test process and per call
-/// site (`offset` < 40).
-fn tcp_port(offset: u16) -> u16 {
-    20000 + (std::process::id() % 1000) as u16 * 40 + offset
 }
 
 /// A stock binary, which must be installed.
@@ -130,7 +125,7 @@ fn stock_perftest_against_softnic_perf() {
                 }
                 c
             };
-            let (s, o) = mixed_run(prog, &all, &own, stock_nic, own_nic, role, tcp_port(k));
+            let (s, o) = mixed_run(prog, &all, &own, stock_nic, own_nic, role, tcp_port());
             k += 1;
             let context = format!(
                 "{prog} vs softnic perf {test}, stock {role:?}\n=== stock\n{s}\n=== softnic perf\n{o}"
@@ -185,7 +180,7 @@ fn stock_rc_pingpong_against_the_example() {
             stock_nic,
             own_nic,
             role,
-            tcp_port(20 + i as u16),
+            tcp_port(),
         );
         let n = args[args.iter().position(|x| *x == "-n").unwrap() + 1];
         for out in [&s, &o] {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use nic_support::{softnic_dir, NicProc};
-use stock_support::text;
+use stock_support::{tcp_port, text};
 
 /// `softnic exec [ARGS…]` with this test's `$SOFTNIC_DIR`.
 fn exec(args: &[&str]) -> Output {
@@ -67,6 +67,25 @@ fn ibv_devices_lists_running_nics_only() {
     let out = text(&o);
     assert!(o.status.success() && out.contains("ibvstock-b"), "{out}");
     assert!(!out.contains("ibvstock-a"), "{out}");
+}
+
+/// A second NIC started under the name of one that runs is refused at its start: the
+/// stock programs find a device by name (its socket in `$SOFTNIC_DIR`), so two tests
+/// of this binary whose NICs shared a name would use one test's NICs for both, until
+/// the first test to end stopped them under the other (`stock_perftest_over_xrc` and
+/// `xrc_through_the_c_abi` both had `ibvstock-xrc`: "Did not detect devices",
+/// "Couldn't allocate MR", "Couldn't destroy XRC domain").
+#[test]
+fn a_nic_name_in_use_cannot_be_started_again() {
+    let first = NicProc::start("ibvstock-dup", "127.0.0.1", 0, &[]);
+    let second = std::panic::catch_unwind(|| NicProc::start("ibvstock-dup", "127.0.0.1", 0, &[]));
+    let msg = match second {
+        Ok(nic) => panic!("a second NIC named ibvstock-dup started: port {}", nic.port),
+        Err(e) => e.downcast_ref::<String>().cloned().unwrap_or_default(),
+    };
+    assert!(msg.contains("NIC name ibvstock-dup is taken"), "{msg}");
+    let server = first.pid().map(|p| p.to_string()).unwrap_or_default();
+    assert!(msg.contains(&server), "{msg}");
 }
 
 #[test]
@@ -132,12 +151,6 @@ fn pair_run(
     )
 }
 
-/// A TCP port for the exchange (20000..59999), distinct per test process and per call
-/// site (`offset` < 40).
-fn tcp_port(offset: u16) -> u16 {
-    20000 + (std::process::id() % 1000) as u16 * 40 + offset
-}
-
 /// Stock `ibv_rc_pingpong` between two softnic NICs, both ways, with rdma-core's own
 /// data check (`-c`), in event mode (`-e`: completion channels) and busy-polling, at
 /// sizes 1, 4096 and 65536 and path MTUs 1024 and 4096, with the `ibv_wr_*` post
@@ -146,7 +159,7 @@ fn tcp_port(offset: u16) -> u16 {
 #[test]
 fn stock_rc_pingpong_between_two_nics() {
     let (a, b) = nic_pair("ibvstock-rc", 2);
-    for (i, (srv, cli, args)) in [
+    for (srv, cli, args) in [
         (&a, &b, vec!["-e", "-c", "-n", "100"]),
         (&b, &a, vec!["-e", "-c", "-n", "100"]),
         (&a, &b, vec!["-e", "-c", "-n", "20", "-s", "65536"]),
@@ -186,13 +199,10 @@ fn stock_rc_pingpong_between_two_nics() {
         // IBV_WC_EX_WITH_COMPLETION_TIMESTAMP; it prints the receive completions'
         // spacing in clock cycles of `hca_core_clock`).
         (&b, &a, vec!["-t", "-c", "-n", "100"]),
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    ] {
         let mut all = vec!["-g", "1"];
         all.extend_from_slice(&args);
-        let (s, c) = pair_run("ibv_rc_pingpong", srv, cli, tcp_port(i as u16), &all);
+        let (s, c) = pair_run("ibv_rc_pingpong", srv, cli, tcp_port(), &all);
         let n = args[args.iter().position(|x| *x == "-n").unwrap() + 1];
         for out in [&s, &c] {
             assert!(out.contains(&format!("{n} iters in")), "{out}");
@@ -255,7 +265,7 @@ fn stock_uc_pingpong_between_two_nics() {
         "ibv_uc_pingpong",
         &a,
         &b,
-        tcp_port(30),
+        tcp_port(),
         &["-g", "1", "-e", "-c", "-n", "50"],
     );
     assert!(
@@ -269,12 +279,12 @@ fn stock_uc_pingpong_between_two_nics() {
 #[test]
 fn stock_ud_pingpong_between_two_nics() {
     let (a, b) = nic_pair("ibvstock-ud", 10);
-    for (i, (srv, cli)) in [(&a, &b), (&b, &a)].into_iter().enumerate() {
+    for (srv, cli) in [(&a, &b), (&b, &a)] {
         let (s, c) = pair_run(
             "ibv_ud_pingpong",
             srv,
             cli,
-            tcp_port(31 + i as u16),
+            tcp_port(),
             &["-g", "1", "-e", "-c", "-n", "50", "-s", "1024"],
         );
         assert!(
@@ -293,7 +303,7 @@ fn stock_srq_programs_between_two_nics() {
         "ibv_srq_pingpong",
         &a,
         &b,
-        tcp_port(40),
+        tcp_port(),
         &["-g", "1", "-q", "4", "-c", "-n", "50"],
     );
     assert!(
@@ -304,7 +314,7 @@ fn stock_srq_programs_between_two_nics() {
         "ib_send_bw",
         &b,
         &a,
-        tcp_port(41),
+        tcp_port(),
         &["-x", "1", "-F", "--use-srq", "-s", "4096", "-n", "50"],
     );
     assert!(c.contains("#bytes"), "no result table\n{c}");
@@ -327,7 +337,7 @@ fn stock_ib_send_bw_to_a_multicast_group() {
     let args = [
         "-x", "1", "-c", "UD", "-g", "-M", &mgid, "-s", "1024", "-n", "200",
     ];
-    let (s, c) = pair_run("ib_send_bw", &a, &b, tcp_port(35), &args);
+    let (s, c) = pair_run("ib_send_bw", &a, &b, tcp_port(), &args);
     let shown = format!("MGID: 00:00:00:00:00:00:00:00:00:00:255:255:239:{x:02}:{y:02}:38");
     for out in [&s, &c] {
         assert!(out.contains(&shown) && out.contains("#bytes"), "{out}");
@@ -486,9 +496,7 @@ fn stock_perftest_between_two_nics() {
         let mut all = vec!["-x", "1", "-F"];
         all.extend_from_slice(args);
         let (srv, cli) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
-        // Offsets 10..=23, then 27 and 28 (24..=26 are the `-a` test's).
-        let offset = if i < 14 { 10 + i } else { 13 + i } as u16;
-        let (s, c) = pair_run(prog, srv, cli, tcp_port(offset), &all);
+        let (s, c) = pair_run(prog, srv, cli, tcp_port(), &all);
         // The client always prints the result table (a READ latency server is passive).
         assert!(
             c.contains("#bytes"),
@@ -516,7 +524,7 @@ fn stock_perftest_all_sizes_between_two_nics() {
     {
         let args = ["-x", "1", "-F", "-a", "-n", "5"];
         let (srv, cli) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
-        let (s, c) = pair_run(prog, srv, cli, tcp_port(24 + i as u16), &args);
+        let (s, c) = pair_run(prog, srv, cli, tcp_port(), &args);
         // #bytes #iterations BW-peak BW-average MsgRate
         let rows: Vec<u64> = c
             .lines()
@@ -540,7 +548,7 @@ fn stock_perftest_all_sizes_between_two_nics() {
 fn stock_perftest_with_a_thousand_qps() {
     let (a, b) = nic_pair("ibvstock-kqp", 30);
     let args = ["-x", "1", "-F", "-q", "1000", "-s", "8", "-n", "100", "-N"];
-    let (s, c) = pair_run("ib_write_bw", &a, &b, tcp_port(60), &args);
+    let (s, c) = pair_run("ib_write_bw", &a, &b, tcp_port(), &args);
     // #bytes #iterations BW-peak BW-average MsgRate: one row, all QPs' messages.
     let row = c
         .lines()
@@ -569,7 +577,7 @@ fn cq_events_arm_for_the_next_completion_as_rxe() {
 /// WRITE, READ and atomics, bandwidth and latency, one and four QPs, both directions.
 #[test]
 fn stock_perftest_over_xrc() {
-    let (a, b) = nic_pair("ibvstock-xrc", 52);
+    let (a, b) = nic_pair("ibvstock-xrcperf", 52);
     let cases: [(&str, &[&str]); 6] = [
         ("ib_send_bw", &["-n", "200"]),
         ("ib_send_bw", &["-q", "4", "-n", "100"]),
@@ -582,7 +590,7 @@ fn stock_perftest_over_xrc() {
         let mut all = vec!["-c", "XRC", "-x", "1", "-F"];
         all.extend_from_slice(args);
         let (srv, cli) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
-        let (s, c) = pair_run(prog, srv, cli, tcp_port(70 + i as u16), &all);
+        let (s, c) = pair_run(prog, srv, cli, tcp_port(), &all);
         assert!(
             c.contains("#bytes") && c.contains("Connection type : XRC") && !c.contains("Couldn't"),
             "{prog} {args:?} -c XRC: client\n{c}\nserver:\n{s}"
@@ -609,7 +617,7 @@ fn stock_perftest_latency_with_completion_events() {
         let mut all = vec!["-x", "1", "-F", "-e"];
         all.extend_from_slice(args);
         let (srv, cli) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
-        let (s, c) = pair_run(prog, srv, cli, tcp_port(31 + i as u16), &all);
+        let (s, c) = pair_run(prog, srv, cli, tcp_port(), &all);
         assert!(
             c.contains("#bytes") && !c.contains("Couldn't"),
             "{prog} {args:?} -e: client\n{c}\nserver:\n{s}"
@@ -975,15 +983,14 @@ fn stock_perftest_with_hugepages() {
         return;
     }
     let (a, b) = nic_pair("ibvstock-huge", 20);
-    for (i, (srv, cli)) in [(&a, &b), (&b, &a)].into_iter().enumerate() {
+    for (srv, cli) in [(&a, &b), (&b, &a)] {
         let mut bw = [0.0; 2];
         for (j, huge) in [true, false].into_iter().enumerate() {
             let mut args = vec!["-x", "1", "-F", "-s", "65536", "-n", "200"];
             if huge {
                 args.push("--use_hugepages");
             }
-            let port = tcp_port(50 + 2 * i as u16 + j as u16);
-            let (s, c) = pair_run("ib_write_bw", srv, cli, port, &args);
+            let (s, c) = pair_run("ib_write_bw", srv, cli, tcp_port(), &args);
             bw[j] = bw_average(&c, "65536")
                 .unwrap_or_else(|| panic!("no result line\n{c}\nserver:\n{s}"));
         }
@@ -1025,7 +1032,7 @@ fn stock_perftest_traffic_class_reaches_the_wire() {
         let mut all = vec!["-x", "1", "-F"];
         all.extend_from_slice(args);
         let cap = stock_support::LoCapture::start(a.addr, b.addr, &format!("tclass{i}"));
-        let (_, c) = pair_run(prog, &a, &b, tcp_port(36 + i as u16), &all);
+        let (_, c) = pair_run(prog, &a, &b, tcp_port(), &all);
         assert!(c.contains("#bytes"), "{prog} {args:?}: {c}");
         let seen = cap.stop();
         let data: Vec<_> = seen.iter().filter(|p| p.dest_qpn != 1).collect();

@@ -162,6 +162,20 @@ impl NicProc {
         let deadline = Instant::now() + WAIT;
         loop {
             if let Ok(s) = UnixStream::connect(&sock) {
+                // The socket must be this child's: a NIC of the same name that another
+                // test of this process started first keeps the socket (ours exits,
+                // "served by a running NIC"), and without this check both tests would
+                // share it, each stopping it for the other as it ends.
+                let server = peer_pid(&s);
+                let own = nic.pid();
+                if server != own {
+                    panic!(
+                        "NIC name {name} is taken: its socket {} is served by process \
+                         {server:?}, not by this NIC ({own:?}); give each test's NICs \
+                         names of their own",
+                        sock.display()
+                    );
+                }
                 // Learn the port (port 0 = the kernel chose one) without opening the
                 // device, so no client is counted.
                 let req = verbs_api::abi::control::Request::QueryDevice;
@@ -465,6 +479,29 @@ pub fn fill_icrc_v4(buf: &mut [u8], src: std::net::SocketAddr, dst: std::net::So
         dst_port: dst.port(),
     };
     params.fill(buf).expect("icrc");
+}
+
+/// The process id of the server of the Unix socket `s` is connected to (SO_PEERCRED:
+/// the credentials the server had when it called listen(2)).
+fn peer_pid(s: &UnixStream) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt(2) writes at most `len` bytes into `cred`, which is that big.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(cred.pid as u32)
 }
 
 /// The IP address of a `--addr` argument (`fe80::2%sn0` names its interface after `%`).

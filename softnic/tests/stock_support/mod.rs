@@ -85,6 +85,27 @@ pub fn nic_pair(base: u32, tag: &str, host: u8) -> (NicProc, NicProc) {
     (a, b)
 }
 
+/// How many TCP ports for the stock programs' exchange each test process owns
+/// ([`tcp_port`] hands them out).
+pub const PORTS_PER_PROCESS: u16 = 100;
+
+/// A TCP port for one exchange, never handed out before in this process: the tests of
+/// this binary run in parallel, and a client started while another test's server holds
+/// its port connects to that server (`pair_run_with` spawns the client without waiting
+/// for its own server to listen). The process owns `PORTS_PER_PROCESS` ports from
+/// `20000 + (pid % 400) * PORTS_PER_PROCESS` (within 20000..59999), so processes whose
+/// ids differ modulo 400 never share one either.
+pub fn tcp_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    assert!(
+        n < PORTS_PER_PROCESS,
+        "more than {PORTS_PER_PROCESS} TCP exchanges in one test process: raise PORTS_PER_PROCESS"
+    );
+    20000 + (std::process::id() % 400) as u16 * PORTS_PER_PROCESS + n
+}
+
 /// `softnic exec -d NIC -- BIN` with this test's `$SOFTNIC_DIR`: a stock binary on one
 /// NIC, ready for its arguments.
 pub fn exec_on(nic: &NicProc, bin: &Path) -> Command {
