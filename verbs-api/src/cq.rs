@@ -147,6 +147,8 @@ pub enum WcOpcode {
     BindMw,
     /// IBV_WC_LOCAL_INV.
     LocalInv,
+    /// IBV_WC_ATOMIC_WRITE.
+    AtomicWrite,
     /// IBV_WC_RECV.
     Recv,
     /// IBV_WC_RECV_RDMA_WITH_IMM.
@@ -166,6 +168,7 @@ impl WcOpcode {
             wc_opcode::FETCH_ADD => WcOpcode::FetchAdd,
             wc_opcode::BIND_MW => WcOpcode::BindMw,
             wc_opcode::LOCAL_INV => WcOpcode::LocalInv,
+            wc_opcode::ATOMIC_WRITE => WcOpcode::AtomicWrite,
             wc_opcode::RECV => WcOpcode::Recv,
             wc_opcode::RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
             other => WcOpcode::Other(other),

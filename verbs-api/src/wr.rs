@@ -72,6 +72,17 @@ pub enum WrOpcode {
         /// Value to add.
         add: u64,
     },
+    /// IBV_WR_ATOMIC_WRITE (RC only; IBTA 1.5 Annex A19, `ibv_wr_atomic_write`): the
+    /// peer stores these 8 bytes at `remote_addr` in one store, under REMOTE_WRITE.
+    /// No local buffer (an empty `sg_list`).
+    AtomicWrite {
+        /// Remote virtual address (8-byte aligned).
+        remote_addr: u64,
+        /// Remote key (of a region open to REMOTE_WRITE).
+        rkey: u32,
+        /// The bytes, in the order they land in the peer's memory.
+        value: [u8; 8],
+    },
 }
 
 impl WrOpcode {
@@ -93,6 +104,7 @@ impl WrOpcode {
             WrOpcode::RdmaRead { .. } => "RDMA_READ",
             WrOpcode::AtomicCmpAndSwp { .. } => "ATOMIC_CMP_AND_SWP",
             WrOpcode::AtomicFetchAndAdd { .. } => "ATOMIC_FETCH_AND_ADD",
+            WrOpcode::AtomicWrite { .. } => "ATOMIC_WRITE",
         }
     }
 }
@@ -378,6 +390,11 @@ pub(crate) unsafe fn build_send_wqe(
                 "an XRC receive QP has no send queue".into(),
             ));
         }
+        (QpType::Uc | QpType::XrcSend, WrOpcode::AtomicWrite { .. }) => {
+            return Err(PostError::Unsupported(
+                "ATOMIC_WRITE is an RC operation (IBTA A19 defines no UC or XRC opcode)".into(),
+            ));
+        }
         (QpType::Uc, WrOpcode::RdmaRead { .. })
         | (QpType::Uc, WrOpcode::AtomicCmpAndSwp { .. })
         | (QpType::Uc, WrOpcode::AtomicFetchAndAdd { .. })
@@ -391,6 +408,16 @@ pub(crate) unsafe fn build_send_wqe(
     }
     // The NIC writes into the local SGEs of READ responses and atomic results.
     let need_write = matches!(op, WrOpcode::RdmaRead { .. }) || op.is_atomic();
+    if let WrOpcode::AtomicWrite { remote_addr, .. } = op {
+        //= IBTA A19 (oA19-28): 8 bytes at an 8-byte-aligned address, carried in the
+        //= request: nothing to gather or inline.
+        if remote_addr % 8 != 0 || n != 0 || inline || !wr.inline_data.is_empty() {
+            return Err(PostError::BadAtomic(format!(
+                "ATOMIC_WRITE to {remote_addr:#x}: needs an 8-byte-aligned address and \
+                 no sg_list or inline data"
+            )));
+        }
+    }
     if inline && need_write {
         return Err(PostError::Unsupported(format!(
             "IBV_SEND_INLINE is meaningless for {} (the NIC writes the local buffer)",
@@ -455,6 +482,18 @@ pub(crate) unsafe fn build_send_wqe(
             remote_addr,
             rkey,
             add,
+            0,
+            0,
+        ),
+        WrOpcode::AtomicWrite {
+            remote_addr,
+            rkey,
+            value,
+        } => (
+            wr_opcode::ATOMIC_WRITE,
+            remote_addr,
+            rkey,
+            u64::from_ne_bytes(value),
             0,
             0,
         ),

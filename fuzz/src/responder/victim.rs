@@ -14,7 +14,8 @@
 //! Oracles (a panic is a finding):
 //! * memory: canaries intact; regions without write rights and the other PD's region
 //!   unchanged; every access the transport was granted lies inside what asked for it
-//!   (the RETH range of a WRITE or READ, or an atomic's target, each taken as a new
+//!   (the RETH range of a WRITE or READ, the 8 bytes of an ATOMIC WRITE, or an
+//!   atomic's target, each taken as a new
 //!   request — a duplicate grants nothing of its own; the SGEs of a posted WQE still
 //!   outstanding); on RC no request PSN modifies memory twice (duplicates are never
 //!   executed again); a packet written before its ICRC check that then fails it made
@@ -383,6 +384,11 @@ impl Victim {
                 (Operation::CompareSwap | Operation::FetchAdd, _, Some(a)) => {
                     w.atomic.push((a.rkey, a.va));
                 }
+                // An ATOMIC WRITE stores its 8 bytes at the RETH's address (the
+                // transport refuses any other DMA length).
+                (Operation::AtomicWrite, Some(r), _) => {
+                    w.write.push((r.rkey, r.va, 8));
+                }
                 _ => {}
             }
         }
@@ -682,6 +688,7 @@ impl Victim {
                         SendOp::Read => WcOpcode::RdmaRead,
                         SendOp::CompareSwap { .. } => WcOpcode::CompSwap,
                         SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+                        SendOp::AtomicWrite { .. } => WcOpcode::AtomicWrite,
                     };
                     assert_eq!(c.opcode, want, "QP {qp}: {c:?} for {wr:?}");
                 }

@@ -38,7 +38,8 @@
 //! hints, which access nothing). Atomics use
 //! `AtomicU64::from_ptr` on the 8-byte target, which on x86-64 and aarch64 compiles to
 //! the same locked instructions the client's CPU atomics use, so a FETCH_ADD from the
-//! network and a `fetch_add` by the client serialize.
+//! network and a `fetch_add` by the client serialize; an ATOMIC WRITE is one release
+//! store through the same `AtomicU64`.
 //! Files are checked, mapped and sealed by `verbs_api::os::map_peer_shm` (plain tmpfs
 //! memfds only, every page allocated, no shrinking, no hole punching), so no access can
 //! fault with SIGBUS. SysV segments are attached only when they are plain tmpfs pages
@@ -47,8 +48,9 @@
 //! # Copy-backed regions
 //! Memory with no backing the NIC can map safely (the stack, hugetlb, shared files) is
 //! a [`Backing::Copy`] region: the same checks, then `pread`/`pwrite` on the client's
-//! `/proc/<pid>/mem` ([`super::copy_mr`]); atomics on it are [`MemError::AccessDenied`]
-//! (a copy cannot be atomic against the client's CPU).
+//! `/proc/<pid>/mem` ([`super::copy_mr`]); atomics and ATOMIC WRITEs on it are
+//! [`MemError::AccessDenied`] (a copy cannot be atomic against the client's CPU, nor
+//! one 8-byte store).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -817,23 +819,7 @@ impl Memory for MrTable {
     }
 
     fn atomic(&mut self, by: Accessor, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
-        let r = self.remote(by, rkey, (va, 8), Access::REMOTE_ATOMIC)?;
-        if !va.is_multiple_of(8) {
-            return Err(MemError::Misaligned);
-        }
-        let off = r.offset(va, 8)?;
-        // A copy through the mem file cannot be atomic against the client's CPU.
-        let p = r.ptr(off).ok_or(MemError::AccessDenied)?;
-        if !(p as usize).is_multiple_of(8) {
-            // The iova and the mapping disagree on alignment (an iova that is not
-            // page-aligned); the hardware atomic would not be atomic.
-            return Err(MemError::Misaligned);
-        }
-        // SAFETY: `p` is 8-byte aligned and the 8 bytes lie inside the live mapping
-        // (checked above). The memory is shared with the client process, which may
-        // access it with its own atomics; all accesses made through this AtomicU64 are
-        // atomic, and no non-atomic Rust reference to these bytes exists in this process.
-        let a = unsafe { AtomicU64::from_ptr(p.cast::<u64>()) };
+        let a = self.atomic_word(by, rkey, va, Access::REMOTE_ATOMIC)?;
         Ok(match op {
             AtomicOp::FetchAdd { add } => a.fetch_add(add, Ordering::SeqCst),
             AtomicOp::CompareSwap { compare, swap } => {
@@ -842,6 +828,54 @@ impl Memory for MrTable {
                 }
             }
         })
+    }
+
+    fn atomic_write(
+        &mut self,
+        by: Accessor,
+        rkey: u32,
+        va: u64,
+        value: [u8; 8],
+    ) -> Result<(), MemError> {
+        // A release store: the bytes become visible whole, after every earlier write
+        // this NIC made (IBTA A19: an ATOMIC WRITE is placed after prior requests).
+        let a = self.atomic_word(by, rkey, va, Access::REMOTE_WRITE)?;
+        a.store(u64::from_ne_bytes(value), Ordering::Release);
+        Ok(())
+    }
+}
+
+impl MrTable {
+    /// The 8-byte word at `va` of region `rkey`, checked for `access` by `by`, in the
+    /// mapping shared with the client: the target of an atomic (REMOTE_ATOMIC) or of
+    /// an ATOMIC WRITE (REMOTE_WRITE). `Misaligned` unless 8-byte aligned both as an
+    /// iova and in the mapping (an iova that is not page-aligned can disagree: the
+    /// CPU's atomic would not be atomic); `AccessDenied` for a copy-backed region,
+    /// where a copy through the mem file is neither atomic against the client's CPU
+    /// nor one store.
+    fn atomic_word(
+        &mut self,
+        by: Accessor,
+        rkey: u32,
+        va: u64,
+        access: Access,
+    ) -> Result<&AtomicU64, MemError> {
+        let r = self.remote(by, rkey, (va, 8), access)?;
+        if !va.is_multiple_of(8) {
+            return Err(MemError::Misaligned);
+        }
+        let off = r.offset(va, 8)?;
+        let p = r.ptr(off).ok_or(MemError::AccessDenied)?;
+        if !(p as usize).is_multiple_of(8) {
+            return Err(MemError::Misaligned);
+        }
+        // SAFETY: `p` is 8-byte aligned and the 8 bytes lie inside the region's live
+        // mapping, which stays mapped while `self` is borrowed (regions are unmapped
+        // only through `&mut self`). The memory is shared with the client process,
+        // which may access it with its own atomics; every access this process makes to
+        // these bytes goes through this AtomicU64, and no non-atomic Rust reference to
+        // them exists in this process.
+        Ok(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
     }
 }
 
@@ -1204,7 +1238,7 @@ mod tests {
 
     /// A copy-backed region (the client's `/proc/self/mem`; here the test's own):
     /// the same key, bounds and access checks, bytes copied at the client's
-    /// addresses, atomics refused.
+    /// addresses, atomics and ATOMIC WRITEs refused.
     #[test]
     fn copied_regions_reach_unmapped_kinds_of_memory_with_the_same_checks() {
         let mem: std::os::fd::OwnedFd = std::fs::OpenOptions::new()
@@ -1243,6 +1277,10 @@ mod tests {
         );
         assert_eq!(
             t.atomic(QP10, rkey, iova + 8, AtomicOp::FetchAdd { add: 1 }),
+            Err(MemError::AccessDenied)
+        );
+        assert_eq!(
+            t.atomic_write(QP10, rkey, iova + 8, [7; 8]),
             Err(MemError::AccessDenied)
         );
         assert!(
@@ -1307,6 +1345,32 @@ mod tests {
         assert_eq!(
             t.atomic(QP10, rkey, IOVA + 4096, AtomicOp::FetchAdd { add: 1 }),
             Err(MemError::OutOfRange)
+        );
+    }
+
+    /// An ATOMIC WRITE stores 8 aligned bytes the client's mapping sees whole, under
+    /// REMOTE_WRITE: a region open to atomics only refuses it.
+    #[test]
+    fn atomic_writes_are_aligned_stores_under_remote_write() {
+        let (mut t, _, _, rkey, view) = table_with(0xF, 4096);
+        t.atomic_write(QP10, rkey, IOVA + 16, *b"ATOMICWR").unwrap();
+        let mut got = [0u8; 8];
+        // SAFETY: test reads 8 bytes inside its own 8192-byte mapping.
+        unsafe { std::ptr::copy_nonoverlapping(view.as_ptr().add(16), got.as_mut_ptr(), 8) };
+        assert_eq!(&got, b"ATOMICWR");
+        assert_eq!(
+            t.atomic_write(QP10, rkey, IOVA + 12, [0; 8]),
+            Err(MemError::Misaligned)
+        );
+        assert_eq!(
+            t.atomic_write(QP10, rkey, IOVA + 4096, [0; 8]),
+            Err(MemError::OutOfRange)
+        );
+        // LOCAL_WRITE | REMOTE_ATOMIC, no REMOTE_WRITE.
+        let (mut t, _, _, rkey, _v) = table_with(0x1 | 0x8, 4096);
+        assert_eq!(
+            t.atomic_write(QP10, rkey, IOVA + 16, [1; 8]),
+            Err(MemError::AccessDenied)
         );
     }
 

@@ -115,10 +115,15 @@ pub fn send_wr(
             swap: w.swap,
         },
         wr_opcode::ATOMIC_FETCH_AND_ADD => SendOp::FetchAdd { add: w.compare_add },
+        wr_opcode::ATOMIC_WRITE => SendOp::AtomicWrite {
+            value: w.compare_add.to_ne_bytes(),
+        },
         o => return Err(WqeError::UnknownOpcode(o)),
     };
+    let atomic_write = matches!(op, SendOp::AtomicWrite { .. });
     let allowed = match qp_type {
-        QpType::Rc | QpType::XrcSend => true,
+        QpType::Rc => true,
+        QpType::XrcSend => !atomic_write,
         QpType::XrcRecv => false,
         QpType::Uc => matches!(
             op,
@@ -138,7 +143,7 @@ pub fn send_wr(
     let xrc_srqn = xrc_srqn(w, qp_type)?;
     let is_atomic = matches!(op, SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. });
     let inline = if w.flags & send_flags::INLINE != 0 {
-        if is_atomic || op == SendOp::Read {
+        if is_atomic || atomic_write || op == SendOp::Read {
             return Err(WqeError::InlineNotAllowed);
         }
         let n = w.inline_len;
@@ -159,6 +164,9 @@ pub fn send_wr(
         num_sge as usize
     };
     if is_atomic && (num_sge != 1 || w.sges[0].length != 8) {
+        return Err(WqeError::BadAtomicSge);
+    }
+    if atomic_write && num_sge != 0 {
         return Err(WqeError::BadAtomicSge);
     }
     let ud = if qp_type == QpType::Ud {
@@ -231,6 +239,7 @@ pub fn wc_opcode_of(opcode: u8) -> Option<wr::WcOpcode> {
         wr_opcode::RDMA_READ => wr::WcOpcode::RdmaRead,
         wr_opcode::ATOMIC_CMP_AND_SWP => wr::WcOpcode::CompSwap,
         wr_opcode::ATOMIC_FETCH_AND_ADD => wr::WcOpcode::FetchAdd,
+        wr_opcode::ATOMIC_WRITE => wr::WcOpcode::AtomicWrite,
         _ => return None,
     })
 }

@@ -207,6 +207,24 @@ pub trait Memory {
     /// other access to that memory, including the client's own CPU atomics.
     fn atomic(&mut self, by: Accessor, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError>;
 
+    /// Stores the 8 bytes `value` at `va` for an RDMA ATOMIC WRITE (IBTA Annex A19);
+    /// requires REMOTE_WRITE and 8-byte alignment, and the store must be one: no
+    /// access sees part of it. The default writes through [`Memory::write_remote`],
+    /// one store for memory no one else touches meanwhile (the transport's tests);
+    /// the NIC's mappings store through an `AtomicU64`.
+    fn atomic_write(
+        &mut self,
+        by: Accessor,
+        rkey: u32,
+        va: u64,
+        value: [u8; 8],
+    ) -> Result<(), MemError> {
+        if !va.is_multiple_of(8) {
+            return Err(MemError::Misaligned);
+        }
+        self.write_remote(by, rkey, va, &value)
+    }
+
     /// Invalidates R_Key `rkey` for a SEND with Invalidate received by QP `by` (IBTA
     /// 10.6.7.2.4: a bound type 2 memory window of its PD, bound on that QP). Memory
     /// without windows has nothing to invalidate.

@@ -47,6 +47,13 @@ pub enum SendOp {
         /// Value to add.
         add: u64,
     },
+    /// IBV_WR_ATOMIC_WRITE (RC; IBTA 1.5 memory placement extensions, Annex A19):
+    /// these 8 bytes, as the application gave them, stored at `remote_addr` in one
+    /// 8-byte store under REMOTE_WRITE, answered like a READ of nothing.
+    AtomicWrite {
+        /// The bytes to store.
+        value: [u8; 8],
+    },
 }
 
 /// A send-queue work request.
@@ -198,6 +205,8 @@ pub enum WcOpcode {
     BindMw = 5,
     /// IBV_WC_LOCAL_INV (a memory-window invalidation, likewise).
     LocalInv = 6,
+    /// IBV_WC_ATOMIC_WRITE.
+    AtomicWrite = 9,
     /// IBV_WC_RECV.
     Recv = 128,
     /// IBV_WC_RECV_RDMA_WITH_IMM.

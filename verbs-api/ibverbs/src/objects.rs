@@ -348,6 +348,7 @@ pub(crate) fn wc_opcode(o: WcOpcode) -> c_int {
         WcOpcode::FetchAdd => 4,
         WcOpcode::BindMw => 5,
         WcOpcode::LocalInv => 6,
+        WcOpcode::AtomicWrite => 9,
         WcOpcode::Recv => 128,
         WcOpcode::RecvRdmaWithImm => 129,
         WcOpcode::Other(v) => v as c_int,

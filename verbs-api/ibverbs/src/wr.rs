@@ -27,8 +27,12 @@ use crate::qp::SoftnicQp;
 
 /// `IBV_QP_EX_WITH_*` operations implemented: RDMA_WRITE, RDMA_WRITE_WITH_IMM, SEND,
 /// SEND_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD, LOCAL_INV,
-/// BIND_MW, SEND_WITH_INV.
-pub const SUPPORTED_SEND_OPS: u64 = 0x3ff;
+/// BIND_MW, SEND_WITH_INV (bits 0–9) and ATOMIC_WRITE (bit 12); not TSO (10) nor
+/// FLUSH (11).
+pub const SUPPORTED_SEND_OPS: u64 = 0x3ff | IBV_QP_EX_WITH_ATOMIC_WRITE;
+
+/// `IBV_QP_EX_WITH_ATOMIC_WRITE`.
+pub const IBV_QP_EX_WITH_ATOMIC_WRITE: u64 = 1 << 12;
 
 const MAX_SGE: usize = verbs_api::abi::MAX_SGE;
 const MAX_INLINE: usize = verbs_api::abi::MAX_INLINE;
@@ -310,8 +314,36 @@ unsafe extern "C" fn wr_local_inv(qpx: *mut ibv_qp_ex, rkey: u32) {
 
 unsupported! {
     wr_send_tso(*mut c_void, u16, u16);
-    wr_atomic_write(u32, u64, *const c_void);
     wr_flush(u32, u64, usize, u8, u8);
+}
+
+/// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` (read now, as rdma-core's
+/// providers copy them into the WQE at this call) are stored at `remote_addr` of the
+/// peer's region `rkey`.
+///
+/// # Safety
+/// `qpx` is a QP of this library; `atomic_wr` points at 8 readable bytes (the verbs
+/// contract).
+unsafe extern "C" fn wr_atomic_write(
+    qpx: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    atomic_wr: *const c_void,
+) {
+    if atomic_wr.is_null() {
+        // SAFETY: a QP from this library.
+        return unsafe { fail(qpx, libc::EINVAL) };
+    }
+    let mut value = [0u8; 8];
+    // SAFETY: 8 readable bytes (caller contract); `value` is 8 writable bytes.
+    unsafe { std::ptr::copy_nonoverlapping(atomic_wr.cast::<u8>(), value.as_mut_ptr(), 8) };
+    let op = WrOpcode::AtomicWrite {
+        remote_addr,
+        rkey,
+        value,
+    };
+    // SAFETY: a QP from this library.
+    unsafe { begin(qpx, op) }
 }
 
 unsafe extern "C" fn wr_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {

@@ -119,8 +119,11 @@ pub const CQ_ARMED: u32 = 1 << 1;
 /// 14: `ReregMr`.
 /// 15: XRC: `QpType::XrcSend`/`XrcRecv`, `OpenXrcd`/`CloseXrcd`, `CreateSrq::xrc`,
 /// `CreateQp::xrcd`, `Reply::Srq::srq_num`, `send_flags::XRC_SRQN`.
-/// 16: `CmRequest::Listen::qp_type`; `RDMA_PS_IB` (RC and XRC connections).
-pub const ABI_VERSION: u32 = 16;
+/// 16: `CmRequest::Listen::qp_type`, `CmRequest::Connect::qp_type`,
+/// `CmEventMsg::space`; `RDMA_PS_IB` (RC and XRC connections).
+/// 17: `wr_opcode::ATOMIC_WRITE` (its 8 bytes in `SendWqe::compare_add`),
+/// `wc_opcode::ATOMIC_WRITE`.
+pub const ABI_VERSION: u32 = 17;
 
 /// The BTH destination QPN of every multicast datagram (IBTA 9.6.1.1): what a sender
 /// addresses a group's QPs with, never a QP's own number.

@@ -63,6 +63,10 @@ pub mod wr_opcode {
     /// IBV_WR_SEND_WITH_INV: a SEND whose IETH (`imm`) names an R_Key for the
     /// responder to invalidate (IBTA 9.4.1.1).
     pub const SEND_WITH_INV: u8 = 9;
+    /// IBV_WR_ATOMIC_WRITE (RC): the 8 bytes to store at `remote_addr` are
+    /// `compare_add`, in memory order (`u64::from_ne_bytes` of the application's
+    /// bytes); no gather list.
+    pub const ATOMIC_WRITE: u8 = 15;
 }
 
 /// `enum ibv_send_flags` bits (in [`SendWqe::flags`]).
@@ -108,6 +112,8 @@ pub mod wc_opcode {
     pub const BIND_MW: u32 = 5;
     /// IBV_WC_LOCAL_INV.
     pub const LOCAL_INV: u32 = 6;
+    /// IBV_WC_ATOMIC_WRITE.
+    pub const ATOMIC_WRITE: u32 = 9;
     /// IBV_WC_RECV.
     pub const RECV: u32 = 128;
     /// IBV_WC_RECV_RDMA_WITH_IMM.

@@ -17,7 +17,7 @@
 //! progress resets both counters, as in Linux rxe.
 
 use wire::aeth::rnr_timer_us;
-use wire::{NakCode, OpcodeInfo, Operation, ParsedPacket, Psn, Syndrome};
+use wire::{NakCode, OpcodeInfo, Operation, ParsedPacket, Position, Psn, Syndrome};
 
 use super::requester::{position, Kind, Probe, Recovery, TailProbe};
 use super::timers::ack_timeout;
@@ -52,7 +52,7 @@ impl Qp {
         }
         if e.wr.signaled || status != WcStatus::Success {
             let byte_len = match (status, e.kind) {
-                (WcStatus::Success, Kind::Atomic) => 8,
+                (WcStatus::Success, Kind::Atomic | Kind::AtomicWrite) => 8,
                 (WcStatus::Success, _) => e.len,
                 _ => 0,
             };
@@ -462,6 +462,17 @@ impl Qp {
     ) -> Result<u64, ReadMiss> {
         let mtu = self.mtu();
         let head = self.req.sq.front().ok_or(ReadMiss::Drop)?;
+        if head.kind == Kind::AtomicWrite && head.started && head.first_psn == p {
+            // IBTA A19 (and rxe): an ATOMIC WRITE is answered by an RDMA READ Response
+            // Only of zero length at its PSN; it scatters nothing.
+            if p != self.req.win.oldest_unacked() {
+                return Err(ReadMiss::ImpliedNak);
+            }
+            if info.position != Position::Only || plen != 0 {
+                return Err(ReadMiss::Drop);
+            }
+            return Ok(0);
+        }
         if head.kind != Kind::Read || !head.started || !head.contains(p) {
             // A response for a later PSN while an earlier READ/atomic is unanswered:
             // implied NAK.

@@ -321,7 +321,8 @@ pub enum PostError {
     UnsupportedOp,
     /// UD send without a destination, or a connected-QP send with one.
     BadUdDest,
-    /// An atomic whose local buffer is not exactly one 8-byte SGE.
+    /// An atomic whose local buffer is not exactly one 8-byte SGE, or an ATOMIC WRITE
+    /// with any local buffer (its 8 bytes are in the request).
     BadAtomicSge,
     /// Message longer than the QP can carry ([`max_msg_len`] at its path MTU): more
     /// than 2^31 bytes (IBTA 9.4.1: DMA length limit), or on RC/UC more than
@@ -884,7 +885,9 @@ impl Qp {
             }
         }
         let supported = match self.qp_type {
-            QpType::Rc | QpType::XrcSend => true,
+            QpType::Rc => true,
+            // IBTA A19 defines ATOMIC WRITE for RC only (no XRC opcode).
+            QpType::XrcSend => !matches!(wr.op, SendOp::AtomicWrite { .. }),
             // No send queue: the XRC target only responds.
             QpType::XrcRecv => false,
             QpType::Uc => matches!(
@@ -902,6 +905,10 @@ impl Qp {
         if matches!(wr.op, SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. })
             && (wr.num_sge != 1 || wr.sges[0].length != 8 || wr.inline.is_some())
         {
+            return Err(PostError::BadAtomicSge);
+        }
+        // An ATOMIC WRITE's 8 bytes are in the request itself: no buffer to gather.
+        if matches!(wr.op, SendOp::AtomicWrite { .. }) && (wr.num_sge != 0 || wr.inline.is_some()) {
             return Err(PostError::BadAtomicSge);
         }
         // The one length check of a send WQE: 2^31 bytes, and for connected QPs
@@ -1237,6 +1244,7 @@ pub(crate) fn wc_opcode(op: SendOp) -> WcOpcode {
         SendOp::Read => WcOpcode::RdmaRead,
         SendOp::CompareSwap { .. } => WcOpcode::CompSwap,
         SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+        SendOp::AtomicWrite { .. } => WcOpcode::AtomicWrite,
     }
 }
 

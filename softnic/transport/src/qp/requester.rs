@@ -68,6 +68,9 @@ pub(super) enum Kind {
     Read,
     /// Compare & Swap or Fetch & Add.
     Atomic,
+    /// ATOMIC WRITE (IBTA Annex A19): one request packet with its 8 bytes, answered by
+    /// a zero-length READ response.
+    AtomicWrite,
 }
 
 impl Kind {
@@ -77,10 +80,13 @@ impl Kind {
             SendOp::Write | SendOp::WriteWithImm(_) => Kind::Write,
             SendOp::Read => Kind::Read,
             SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => Kind::Atomic,
+            SendOp::AtomicWrite { .. } => Kind::AtomicWrite,
         }
     }
 
-    /// READ and atomics use responder resources (IBTA 9.4.4, `max_rd_atomic`).
+    /// READ and atomics use responder resources (IBTA 9.4.4, `max_rd_atomic`), and so
+    /// does an ATOMIC WRITE, which the responder remembers to answer a duplicate
+    /// without storing again (as rxe's responder resources hold it).
     pub fn is_rd_atomic(self) -> bool {
         !self.is_plain()
     }
@@ -584,7 +590,7 @@ impl Qp {
     /// (IBTA 9.7.1). IBTA 9.8.2: a UD message is one packet (longer ones fail in emit).
     fn psns_of(&self, e: &SqEntry) -> u32 {
         match (e.kind, self.qp_type) {
-            (Kind::Atomic, _) | (_, QpType::Ud) => 1,
+            (Kind::Atomic | Kind::AtomicWrite, _) | (_, QpType::Ud) => 1,
             _ => packets_for(e.len, self.mtu()),
         }
     }
@@ -694,6 +700,7 @@ impl Qp {
                 };
                 (op, 0, Position::Only, psn.next(), true)
             }
+            Kind::AtomicWrite => (Operation::AtomicWrite, 8, Position::Only, psn.next(), true),
         };
         if self.qp_type == QpType::Ud && e.len > mtu {
             // IBTA 9.8.2: a UD message is one packet; longer is a local length error.
@@ -754,6 +761,14 @@ impl Qp {
                     dma_len: e.len.saturating_sub(offset as u32),
                 });
             }
+            // IBTA A19: the RETH names the target and a DMA length of 8.
+            Kind::AtomicWrite => {
+                repr.reth = Some(RethRepr {
+                    va: e.wr.remote_addr,
+                    rkey: e.wr.rkey,
+                    dma_len: 8,
+                });
+            }
             Kind::Atomic => {
                 let (swap_add, compare) = match e.wr.op {
                     SendOp::CompareSwap { compare, swap } => (swap, compare),
@@ -801,7 +816,11 @@ impl Qp {
         let Some(dst) = buf.get_mut(h..h + payload_len) else {
             return Ok(None);
         };
-        let digest = if payload_len >= sgl::DIGEST_MIN_PAYLOAD {
+        let digest = if let SendOp::AtomicWrite { value } = e.wr.op {
+            // The 8 bytes travel in the work request itself, not in a gather list.
+            dst.copy_from_slice(&value);
+            None
+        } else if payload_len >= sgl::DIGEST_MIN_PAYLOAD {
             let Ok(crc) = sgl::gather_crc(self.pd, &e.wr, offset, dst, mem) else {
                 return Err(WcStatus::LocProtErr);
             };

@@ -45,7 +45,9 @@ use std::collections::VecDeque;
 
 use core::net::SocketAddr;
 
-use wire::{Msn, NakCode, OpcodeInfo, Operation, ParsedPacket, Position, Psn, Syndrome};
+use wire::{
+    AtomicEthRepr, Msn, NakCode, OpcodeInfo, Operation, ParsedPacket, Position, Psn, Syndrome,
+};
 
 use super::requester::packets_for;
 use super::served::{AtomicCache, ServedReads};
@@ -83,8 +85,8 @@ pub enum RespError {
     /// Opcode out of sequence: a Middle/Last without a First, or a First/Only inside
     /// an unfinished message (IBTA 9.7.4.2.2).
     OpcodeSequence,
-    /// An operation softnic does not implement (FLUSH, ATOMIC WRITE, SEND with
-    /// invalidate).
+    /// An operation softnic does not implement (FLUSH), or one the QP's transport
+    /// does not carry.
     Unsupported,
     /// The QP's access flags do not allow the operation (IBTA 9.7.4.2.3: remote
     /// operation not enabled on the QP).
@@ -492,6 +494,7 @@ impl Qp {
             Operation::CompareSwap | Operation::FetchAdd => {
                 self.rx_atomic(pkt, info, mem).map(|()| 1)
             }
+            Operation::AtomicWrite => self.rx_atomic_write(pkt, mem).map(|()| 1),
             _ => Err(RespError::Unsupported),
         }
     }
@@ -514,7 +517,8 @@ impl Qp {
     /// IBTA 9.7.4.2.3 / 10.2.3: the QP's own access flags gate remote operations.
     pub(super) fn check_qp_access(&self, info: &OpcodeInfo) -> Result<(), RespError> {
         let need = match info.operation {
-            Operation::Write => Access::REMOTE_WRITE,
+            // An ATOMIC WRITE writes: REMOTE_WRITE, as rxe checks it.
+            Operation::Write | Operation::AtomicWrite => Access::REMOTE_WRITE,
             Operation::ReadRequest => Access::REMOTE_READ,
             Operation::CompareSwap | Operation::FetchAdd => Access::REMOTE_ATOMIC,
             Operation::Send => Access::NONE,
@@ -813,4 +817,75 @@ impl Qp {
         });
         Ok(())
     }
+
+    /// An RDMA ATOMIC WRITE (IBTA Annex A19, as rxe executes it): exactly 8 bytes of
+    /// payload for a RETH of DMA length 8 with no pad (oA19-28), at an 8-byte-aligned
+    /// address of a region open to REMOTE_WRITE, stored in one store
+    /// ([`Memory::atomic_write`]). It holds a responder resource like a READ or an
+    /// atomic, is remembered so that a duplicate is answered without storing again
+    /// (a later WRITE may have changed those bytes meanwhile), and is answered with
+    /// an RDMA READ Response Only of zero length carrying the AETH.
+    fn rx_atomic_write(
+        &mut self,
+        pkt: &ParsedPacket<'_>,
+        mem: &mut dyn Memory,
+    ) -> Result<(), RespError> {
+        if self.resp.rd_atomic_in_use() >= self.rd_atomic_limit() {
+            return Err(RespError::NoResources);
+        }
+        let Some(key) = atomic_write_key(pkt) else {
+            return Err(RespError::Length);
+        };
+        if key.va % 8 != 0 {
+            return Err(RespError::Misaligned);
+        }
+        mem.atomic_write(
+            self.accessor(),
+            key.rkey,
+            key.va,
+            key.swap_add.to_ne_bytes(),
+        )
+        .map_err(map_remote)?;
+        let p = pkt.repr.bth.psn;
+        let cap = ATOMIC_CACHE_MIN.max(self.rd_atomic_limit());
+        self.resp
+            .atomic_cache
+            .record(p, Operation::AtomicWrite, key, 0, cap);
+        self.resp.msn = self.resp.msn.next();
+        self.push_atomic_write_response(p, key, false);
+        Ok(())
+    }
+
+    /// Queues the zero-length READ response that answers an ATOMIC WRITE at `p`.
+    pub(super) fn push_atomic_write_response(&mut self, p: Psn, key: AtomicEthRepr, replay: bool) {
+        self.push_response(Response::Read {
+            psn: p,
+            va: key.va,
+            rkey: key.rkey,
+            remaining: 0,
+            k: 0,
+            npkts: 1,
+            msn: self.resp.msn,
+            replay,
+            pd: self.pd,
+        });
+    }
+}
+
+/// An ATOMIC WRITE request as the atomic cache remembers it: the AtomicETH it would
+/// carry — its RETH's address and R_Key, its 8 bytes as the swap value — or `None`
+/// when it is not well formed (no RETH, a DMA length or payload other than 8 bytes,
+/// or a pad: IBTA oA19-28).
+pub(super) fn atomic_write_key(pkt: &ParsedPacket<'_>) -> Option<AtomicEthRepr> {
+    let reth = pkt.repr.reth?;
+    let value = <[u8; 8]>::try_from(pkt.payload).ok()?;
+    if reth.dma_len != 8 || pkt.repr.bth.pad_count != 0 {
+        return None;
+    }
+    Some(AtomicEthRepr {
+        va: reth.va,
+        rkey: reth.rkey,
+        swap_add: u64::from_ne_bytes(value),
+        compare: 0,
+    })
 }

@@ -172,6 +172,22 @@ impl Qp {
                     DupAtomic::Mismatch => self.counters.drop_duplicate_mismatch += 1,
                 }
             }
+            // Likewise: answered again (zero-length READ response) if identical to an
+            // ATOMIC WRITE stored here, never stored twice.
+            Operation::AtomicWrite => {
+                let key = super::responder::atomic_write_key(pkt);
+                match self.resp.atomic_cache.check(p, info.operation, key) {
+                    DupAtomic::Replay(_) => match key {
+                        Some(k) => {
+                            self.counters.atomic_replays += 1;
+                            self.push_atomic_write_response(p, k, true);
+                        }
+                        None => self.counters.drop_duplicate += 1,
+                    },
+                    DupAtomic::NotServed => self.counters.drop_duplicate += 1,
+                    DupAtomic::Mismatch => self.counters.drop_duplicate_mismatch += 1,
+                }
+            }
             _ => self.counters.drop_duplicate += 1,
         }
     }
