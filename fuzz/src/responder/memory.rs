@@ -1,6 +1,7 @@
 //! The victim's registered memory: every region lives in one backing buffer between
 //! canary bytes, and every access the transport is granted is logged with the QP (and,
-//! during `handle_packet`, the request PSN) that made it.
+//! during `handle_packet`, the request PSN and the XRC SRQ the packet was handed with)
+//! that made it, and the protection domain it was made under.
 //!
 //! The checks mirror the NIC's `MrTable` (`softnic/src/nic/memory.rs`): L_Keys and
 //! R_Keys are separate name spaces, the key must belong to the accessing QP's protection
@@ -52,8 +53,11 @@ const LW: Access = Access::LOCAL_WRITE;
 
 /// The regions every run starts with. Lengths are odd or small on purpose, addresses
 /// sit at both ends of the 64-bit space, one region is empty and one belongs to another
-/// protection domain (no QP of the victim is in PD 2, so it must never change).
-pub const MRS: [MrSpec; 10] = [
+/// protection domain (no QP or XRC SRQ of the victim's XRC domain is in PD 2, so it must
+/// never change). The last two belong to the PDs of two XRC SRQs (PD 3, PD 4), the only
+/// memory a request naming one of those may reach; "xrc3" sits at the address of "rw"
+/// (PD 1), so a request handled under the wrong PD is told apart by its key alone.
+pub const MRS: [MrSpec; 12] = [
     mr(
         "rw",
         1,
@@ -112,7 +116,22 @@ pub const MRS: [MrSpec; 10] = [
     ),
     mr("empty", 1, 0xE0E0_E0E0, 0xE1E1_E1E1, 0x5000, 0, ALL),
     mr("odd", 1, 0x0DDB_A115, 0x0DDB_A11F, 0x6000_0003, 1023, ALL),
+    mr(
+        "xrc3",
+        3,
+        0x3333_0001,
+        0x3333_0002,
+        0x7F00_0000_0000,
+        4096,
+        ALL,
+    ),
+    mr("xrc4", 4, 0x4444_0001, 0x4444_0002, 0x8000_0005, 3075, ALL),
 ];
+
+/// The regions the RC, UC and UD QPs' crafted packets name: the table as it was before
+/// the XRC SRQs' regions were added, so that the committed seeds keep their meaning
+/// (the peer draws a region index modulo this count).
+pub const MRS_BASE: usize = 10;
 
 const fn mr(
     name: &'static str,
@@ -154,6 +173,20 @@ pub enum Kind {
     Atomic,
 }
 
+/// How the packet being handled was handed to its QP (the NIC's `deliver`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Via {
+    /// `Qp::handle_packet` (a QP with its own receive queue), or no packet at all
+    /// (`poll_transmit`, a timer).
+    #[default]
+    Qp,
+    /// `Qp::handle_packet_xrc` with the XRC SRQ of this index in the victim's table
+    /// (the SRQ of the QP's domain that the XRCETH names).
+    Srq(usize),
+    /// `Qp::handle_packet_xrc_no_srq`: no XRC SRQ of the QP's domain by that number.
+    NoSrq,
+}
+
 /// Who is calling into the transport while an access happens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Actor {
@@ -162,6 +195,8 @@ pub struct Actor {
     /// PSN of the request packet being handled (`None` outside `handle_packet`, or for
     /// a response packet).
     pub request_psn: Option<u32>,
+    /// How that packet was handed in.
+    pub via: Via,
 }
 
 /// One granted access.
@@ -173,6 +208,9 @@ pub struct Touch {
     pub kind: Kind,
     /// The key used.
     pub key: u32,
+    /// The protection domain it was made under (the region's: the table grants an
+    /// access only in the region's own PD).
+    pub pd: u32,
     /// Start address.
     pub va: u64,
     /// Bytes.
@@ -270,11 +308,12 @@ impl CanaryMem {
         }
     }
 
-    fn record(&self, kind: Kind, key: u32, va: u64, len: u64, data: &[u8]) {
+    fn record(&self, kind: Kind, (pd, key): (u32, u32), va: u64, len: u64, data: &[u8]) {
         self.log.borrow_mut().push(Touch {
             actor: self.actor,
             kind,
             key,
+            pd,
             va,
             len,
             data: data.to_vec(),
@@ -314,7 +353,7 @@ impl Memory for CanaryMem {
         let r = self.by_key(pd, lkey, false)?;
         let o = self.offset(r, va, dst.len() as u64)?;
         dst.copy_from_slice(&self.buf[o..o + dst.len()]);
-        self.record(Kind::ReadLocal, lkey, va, dst.len() as u64, &[]);
+        self.record(Kind::ReadLocal, (pd, lkey), va, dst.len() as u64, &[]);
         Ok(())
     }
 
@@ -325,7 +364,7 @@ impl Memory for CanaryMem {
         }
         let o = self.offset(r, va, src.len() as u64)?;
         self.buf[o..o + src.len()].copy_from_slice(src);
-        self.record(Kind::WriteLocal, lkey, va, src.len() as u64, src);
+        self.record(Kind::WriteLocal, (pd, lkey), va, src.len() as u64, src);
         Ok(())
     }
 
@@ -341,19 +380,31 @@ impl Memory for CanaryMem {
         self.offset(r, va, len).map(|_| ())
     }
 
-    fn read_remote(&self, by: Accessor, rkey: u32, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
+    fn read_remote(
+        &self,
+        by: Accessor,
+        rkey: u32,
+        va: u64,
+        dst: &mut [u8],
+    ) -> Result<(), MemError> {
         let r = self.remote(by.pd, rkey, Access::REMOTE_READ)?;
         let o = self.offset(r, va, dst.len() as u64)?;
         dst.copy_from_slice(&self.buf[o..o + dst.len()]);
-        self.record(Kind::ReadRemote, rkey, va, dst.len() as u64, &[]);
+        self.record(Kind::ReadRemote, (by.pd, rkey), va, dst.len() as u64, &[]);
         Ok(())
     }
 
-    fn write_remote(&mut self, by: Accessor, rkey: u32, va: u64, src: &[u8]) -> Result<(), MemError> {
+    fn write_remote(
+        &mut self,
+        by: Accessor,
+        rkey: u32,
+        va: u64,
+        src: &[u8],
+    ) -> Result<(), MemError> {
         let r = self.remote(by.pd, rkey, Access::REMOTE_WRITE)?;
         let o = self.offset(r, va, src.len() as u64)?;
         self.buf[o..o + src.len()].copy_from_slice(src);
-        self.record(Kind::WriteRemote, rkey, va, src.len() as u64, src);
+        self.record(Kind::WriteRemote, (by.pd, rkey), va, src.len() as u64, src);
         Ok(())
     }
 
@@ -372,7 +423,7 @@ impl Memory for CanaryMem {
             AtomicOp::FetchAdd { add } => orig.wrapping_add(add),
         };
         self.buf[o..o + 8].copy_from_slice(&new.to_ne_bytes());
-        self.record(Kind::Atomic, rkey, va, 8, &[]);
+        self.record(Kind::Atomic, (by.pd, rkey), va, 8, &[]);
         Ok(orig)
     }
 }

@@ -1,6 +1,7 @@
-//! The `responder` fuzz target: a live victim NIC (RC, UC and UD QPs in RTS, connected
-//! to a fixed peer, registered memory between canaries, posted receives) driven by a
-//! hostile peer's structured, ICRC-correct packets, with oracles after every step.
+//! The `responder` fuzz target: a live victim NIC (RC, UC and UD QPs and an XRC receive
+//! QP in RTS, connected to a fixed peer, registered memory between canaries, posted
+//! receives, XRC SRQs in three protection domains) driven by a hostile peer's
+//! structured, ICRC-correct packets, with oracles after every step.
 //!
 //! * [`memory`] — the canaried regions and the log of every access the transport makes.
 //! * [`peer`] — fuzz bytes → datagrams, biased toward PSN, length and address edges.
@@ -11,8 +12,11 @@
 //! receives), then up to [`MAX_STEPS`] steps, each a crafted packet, a well-formed
 //! multi-packet message, a response aimed at the victim's own requests or the full
 //! correct answer to one, a posted receive or send, a state change by the user (Err,
-//! SQD, back to RTS, Reset and reconnect), or a jump in virtual time. When the input
-//! ends the peer falls silent and the victim's timers must run down.
+//! SQD, back to RTS, Reset and reconnect), or a jump in virtual time; or (a step byte
+//! of 0xF0 or more) an XRC step: a crafted XRC request or message naming an XRC SRQ,
+//! another service's request to the XRC QP or an XRC request to the others, a receive
+//! posted on an XRC SRQ, or a state change of the XRC QP. When the input ends the peer
+//! falls silent and the victim's timers must run down.
 
 pub mod memory;
 pub mod peer;
@@ -38,6 +42,9 @@ pub fn run(data: &[u8]) {
     if std::env::var_os("RESPONDER_STATS").is_some() {
         eprintln!("{:?}", v.stats);
         for c in v.qp_counters() {
+            eprintln!("{c:?}");
+        }
+        for c in v.srq_counters() {
             eprintln!("{c:?}");
         }
     }

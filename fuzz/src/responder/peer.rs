@@ -13,6 +13,13 @@
 //! each QP) and remembers the victim's own recent requests, so that responses (ACKs,
 //! NAKs, READ responses, atomic ACKs) can aim at PSNs the victim's requester is waiting
 //! for.
+//!
+//! Toward the victim's XRC receive QP the peer is an XRC send QP (IBTA 9.2, 9.3 XRCETH): its
+//! requests carry an XRCETH naming, mostly, one of the XRC SRQs of the victim's domain
+//! (whose numbers it knows, as an `rdma_xclient` learns one), sometimes the SRQ of
+//! another domain, 0, a neighbour of a real number or any 24-bit value; a multi-packet
+//! message may name another SRQ in a later packet; and its keys lean toward the
+//! region of the named SRQ's protection domain.
 
 use core::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
@@ -25,6 +32,7 @@ use wire::{
 };
 
 use super::memory::MRS;
+use super::victim::{XRC_DOMAIN, XRC_SRQS};
 
 /// The peer's address: where the victim's connected QPs send, and the source of most
 /// packets.
@@ -57,6 +65,16 @@ pub struct QpView {
     pub qkey: u32,
     /// Next PSN a well-behaved peer requester would send.
     pub next_psn: u32,
+    /// How many of [`MRS`] (from the front) its crafted packets name keys of.
+    pub regions: usize,
+}
+
+/// Where a request's keys come from: the first `n` regions of [`MRS`], leaning toward
+/// those of protection domain `pd` when the request names an XRC SRQ of that PD.
+#[derive(Debug, Clone, Copy)]
+struct Keys {
+    n: usize,
+    pd: Option<u32>,
 }
 
 /// A request the victim sent (seen on its output), that responses can aim at.
@@ -102,8 +120,36 @@ impl Peer {
 
     /// One crafted packet to victim QP `qp` (or, rarely, to a QPN nobody has).
     pub fn packet(&mut self, u: &mut Unstructured<'_>, qp: usize) -> Result<Datagram> {
-        let v = self.qps[qp];
-        let info = self.request_opcode(u, v.qp_type)?;
+        self.craft(u, qp, None, self.qps[qp].regions)
+    }
+
+    /// [`Peer::packet`] with a request opcode of transport `t` (another service's, or
+    /// the QP's own) and keys of the first `regions` regions of [`MRS`].
+    pub fn packet_of(
+        &mut self,
+        u: &mut Unstructured<'_>,
+        qp: usize,
+        t: Transport,
+        regions: usize,
+    ) -> Result<Datagram> {
+        self.craft(u, qp, Some(t), regions)
+    }
+
+    fn craft(
+        &mut self,
+        u: &mut Unstructured<'_>,
+        qp: usize,
+        family: Option<Transport>,
+        regions: usize,
+    ) -> Result<Datagram> {
+        let v = QpView {
+            regions,
+            ..self.qps[qp]
+        };
+        let info = match family {
+            None => self.request_opcode(u, v.qp_type)?,
+            Some(t) => *u.choose(&requests(t))?,
+        };
         let dest = self.dest_qpn(u, v.qpn)?;
         let (psn, advance) = self.request_psn(u, qp)?;
         let mut repr = PacketRepr::new(bth(u, info.opcode, dest, psn)?);
@@ -124,12 +170,19 @@ impl Peer {
         finish(u, &repr)
     }
 
-    /// A well-formed multi-packet SEND or WRITE (RC/UC) from the modelled next PSN:
+    /// A well-formed multi-packet SEND or WRITE (RC/UC/XRC) from the modelled next PSN:
     /// First, Middle…, Last with exact path-MTU payloads, the RETH (biased) on the
-    /// First. The packets are returned in order; each may still have its ICRC broken.
+    /// First. An XRC message names one SRQ in every packet's XRCETH, except that a
+    /// later packet may name another (a switch the victim must refuse). The packets
+    /// are returned in order; each may still have its ICRC broken.
     pub fn message(&mut self, u: &mut Unstructured<'_>, qp: usize) -> Result<Vec<Datagram>> {
         let v = self.qps[qp];
         let t = v.qp_type.transport();
+        let xrc = (t == Transport::Xrc).then(|| xrc_srqn(u)).transpose()?;
+        let keys = Keys {
+            n: v.regions,
+            pd: xrc.and_then(|(_, pd)| pd),
+        };
         let op = if u.ratio(1, 2)? {
             Operation::Send
         } else {
@@ -149,7 +202,7 @@ impl Peer {
         let n = total.div_ceil(mtu).clamp(1, MAX_MESSAGE_PACKETS);
         let total = total.min(n * mtu);
         let reth = if op == Operation::Write {
-            let mut r = reth(u, v.mtu)?;
+            let mut r = reth(u, v.mtu, keys)?;
             if u.ratio(3, 4)? {
                 r.dma_len = total as u32;
             }
@@ -177,6 +230,14 @@ impl Peer {
             let mut repr = PacketRepr::new(b);
             if pos.starts() {
                 repr.reth = reth;
+            }
+            if let Some((srqn, _)) = xrc {
+                let srqn = if !pos.starts() && u.ratio(1, 8)? {
+                    xrc_srqn(u)?.0
+                } else {
+                    srqn
+                };
+                repr.xrceth = Some(XrcEthRepr { srqn });
             }
             if with.is_some() {
                 repr.immdt = Some(ImmDtRepr {
@@ -310,11 +371,7 @@ impl Peer {
     /// an unknown byte (which the NIC's parser must drop).
     fn request_opcode(&self, u: &mut Unstructured<'_>, t: QpType) -> Result<&'static OpcodeInfo> {
         let all: Vec<&'static OpcodeInfo> = Opcode::all().collect();
-        let own: Vec<&'static OpcodeInfo> = all
-            .iter()
-            .copied()
-            .filter(|i| i.transport == t.transport() && i.is_request())
-            .collect();
+        let own = requests(t.transport());
         let pick = u.int_in_range(0u8..=19)?;
         Ok(match pick {
             0..=16 if !own.is_empty() => *u.choose(&own)?,
@@ -346,6 +403,33 @@ impl Peer {
             _ => (next.value(), true),
         })
     }
+}
+
+/// The request opcodes of transport `t`.
+fn requests(t: Transport) -> Vec<&'static OpcodeInfo> {
+    Opcode::all()
+        .filter(|i| i.transport == t && i.is_request())
+        .collect()
+}
+
+/// An XRC SRQ number for a request to the victim's XRC receive QP, with the PD of the
+/// SRQ it names if that is one of the victim's domain: mostly such a number, else
+/// another domain's SRQ, 0 (which no SRQ has), a neighbour of a real number, a small
+/// number or any 24-bit one.
+fn xrc_srqn(u: &mut Unstructured<'_>) -> Result<(u32, Option<u32>)> {
+    let s = *u.choose(&XRC_SRQS)?;
+    let srqn = match u.int_in_range(0u8..=15)? {
+        0..=10 => s.num,
+        11 => 0,
+        12 => s.num ^ 1,
+        13 => u.int_in_range(0..=15)?,
+        _ => u.int_in_range(0..=0x00FF_FFFF)?,
+    };
+    let pd = XRC_SRQS
+        .iter()
+        .find(|s| s.num == srqn && s.domain == XRC_DOMAIN)
+        .map(|s| s.pd);
+    Ok((srqn, pd))
 }
 
 /// Response PSNs of a READ of `dma_len` bytes (at least one).
@@ -389,10 +473,19 @@ fn payload_len(u: &mut Unstructured<'_>, mtu: u32) -> Result<usize> {
     })
 }
 
-/// A region choice: one of [`MRS`] (index), or `None` for a key nobody has.
-fn region(u: &mut Unstructured<'_>) -> Result<Option<usize>> {
-    let i = u.int_in_range(0..=MRS.len())?;
-    Ok((i < MRS.len()).then_some(i))
+/// A region choice: one of the first `k.n` of [`MRS`] (index), or `None` for a key
+/// nobody has; two times in three one of PD `k.pd`'s, when given.
+fn region(u: &mut Unstructured<'_>, k: Keys) -> Result<Option<usize>> {
+    if let Some(pd) = k.pd {
+        if u.ratio(2, 3)? {
+            let of_pd: Vec<usize> = (0..k.n).filter(|&r| MRS[r].pd == pd).collect();
+            if !of_pd.is_empty() {
+                return Ok(Some(*u.choose(&of_pd)?));
+            }
+        }
+    }
+    let i = u.int_in_range(0..=k.n)?;
+    Ok((i < k.n).then_some(i))
 }
 
 fn rkey_for(u: &mut Unstructured<'_>, r: Option<usize>) -> Result<u32> {
@@ -424,8 +517,8 @@ fn va_for(u: &mut Unstructured<'_>, r: Option<usize>, len: u64) -> Result<u64> {
     })
 }
 
-fn reth(u: &mut Unstructured<'_>, mtu: u32) -> Result<RethRepr> {
-    let r = region(u)?;
+fn reth(u: &mut Unstructured<'_>, mtu: u32, k: Keys) -> Result<RethRepr> {
+    let r = region(u, k)?;
     let rlen = r.map_or(4096, |r| MRS[r].len as u32);
     let dma_len = match u.int_in_range(0u8..=13)? {
         0 => 0,
@@ -447,8 +540,8 @@ fn reth(u: &mut Unstructured<'_>, mtu: u32) -> Result<RethRepr> {
     })
 }
 
-fn atomic_eth(u: &mut Unstructured<'_>) -> Result<AtomicEthRepr> {
-    let r = region(u)?;
+fn atomic_eth(u: &mut Unstructured<'_>, k: Keys) -> Result<AtomicEthRepr> {
+    let r = region(u, k)?;
     let mut va = va_for(u, r, 8)?;
     if u.ratio(3, 4)? {
         va &= !7;
@@ -478,16 +571,22 @@ fn syndrome(u: &mut Unstructured<'_>) -> Result<Syndrome> {
     })
 }
 
-/// Fills every extension header the opcode carries.
+/// Fills every extension header the opcode carries. The XRCETH comes first in every
+/// XRC request (IBTA 9.2 table 38, 9.3 XRCETH), so the keys that follow may lean toward the named SRQ's
+/// protection domain.
 fn fill_headers(
     u: &mut Unstructured<'_>,
     repr: &mut PacketRepr,
     info: &OpcodeInfo,
     v: QpView,
 ) -> Result<()> {
+    let mut keys = Keys {
+        n: v.regions,
+        pd: None,
+    };
     for &h in info.headers {
         match h {
-            Header::Reth => repr.reth = Some(reth(u, v.mtu)?),
+            Header::Reth => repr.reth = Some(reth(u, v.mtu, keys)?),
             Header::Aeth => {
                 repr.aeth = Some(AethRepr {
                     syndrome: syndrome(u)?,
@@ -512,12 +611,12 @@ fn fill_headers(
                 })
             }
             Header::Ieth => {
-                let r = region(u)?;
+                let r = region(u, keys)?;
                 repr.ieth = Some(IethRepr {
                     rkey: rkey_for(u, r)?,
                 })
             }
-            Header::AtomicEth => repr.atomic_eth = Some(atomic_eth(u)?),
+            Header::AtomicEth => repr.atomic_eth = Some(atomic_eth(u, keys)?),
             Header::AtomicAckEth => {
                 repr.atomic_ack_eth = Some(AtomicAckEthRepr {
                     orig: u.arbitrary()?,
@@ -530,8 +629,13 @@ fn fill_headers(
                 })
             }
             Header::CnpPad => {}
+            Header::XrcEth if v.qp_type == QpType::XrcRecv => {
+                let (srqn, pd) = xrc_srqn(u)?;
+                keys.pd = pd;
+                repr.xrceth = Some(XrcEthRepr { srqn })
+            }
             Header::XrcEth => {
-                // Small SRQ numbers (the ones a NIC hands out first) or any 24-bit one.
+                // To a QP of another service: small SRQ numbers or any 24-bit one.
                 let srqn = if u.ratio(3, 4)? {
                     u.int_in_range(0..=15)?
                 } else {

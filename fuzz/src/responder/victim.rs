@@ -1,12 +1,15 @@
-//! The victim: one NIC's worth of QPs (RC, UC, UD) in RTS, connected to the peer, with
-//! canaried memory, driven through the NIC's receive path, and checked after every
-//! call into the transport.
+//! The victim: one NIC's worth of QPs (RC, UC, UD, and an XRC receive QP with the XRC
+//! SRQs of its domain) in RTS, connected to the peer, with canaried memory, driven
+//! through the NIC's receive path, and checked after every call into the transport.
 //!
 //! The receive path mirrors `softnic/src/nic/runtime.rs` (`rx_one`): length, `wire`
 //! parse, the single pass where `Qp::placement` allows it (the payload written before
 //! the check, `nic/rx_place.rs`), ICRC (`rx_icrc::verify`'s first path: IPv4 ID 0
 //! with DF; with a placed payload's CRC combined in), demultiplex by destination QPN,
-//! `Qp::handle_packet` (through `Placed` for a placed packet); then, like the runtime's loop, drain
+//! `Qp::handle_packet` (through `Placed` for a placed packet) — or, for the XRC receive
+//! QP, as the runtime's `deliver` does, `Qp::handle_packet_xrc` with the XRC SRQ of the
+//! QP's domain that the XRCETH names (`nic/xrc.rs` `srq_for_request`), else
+//! `Qp::handle_packet_xrc_no_srq`; then, like the runtime's loop, drain
 //! `poll_transmit` (filling each packet's ICRC as `runtime::tx_params` does) and
 //! `poll_completion`, and fire `handle_timeout` when `poll_timeout` has passed in
 //! virtual time.
@@ -21,40 +24,117 @@
 //!   executed again); a packet written before its ICRC check that then fails it made
 //!   exactly that one write, of its own bytes, where the message in progress writes
 //!   them (a WRITE at the write cursor), and its handling, when the check passes,
-//!   makes that same write (`Placed::skipped`);
+//!   makes that same write (`Placed::skipped`); every access is made under the QP's
+//!   PD — for the XRC receive QP, under the PD of the SRQ the packet names (a message
+//!   is bound to the SRQ of its first packet, and a packet naming another is refused),
+//!   a receive scatter only into a WQE posted on that SRQ, and a READ response or
+//!   RDMA WRITE only inside a range a request naming an SRQ of that same PD asked for;
+//!   a packet naming no SRQ of the domain touches nothing;
 //! * completions: only for WQEs posted on that QP and queue, each at most once, in
-//!   posting order, with plausible lengths and opcodes;
+//!   posting order, with plausible lengths and opcodes; the XRC receive QP's go to the
+//!   SRQ their WQE was posted on (`Completion::srqn`), in posting order per SRQ, and a
+//!   successful one only while handling a packet that names that SRQ;
+//! * XRC binding: a packet hands nothing to or takes nothing from an SRQ it does not
+//!   name; a new request naming no SRQ of the domain, or an SRQ other than the one the
+//!   message in progress is bound to, is refused — the QP goes to Err and sends NAK
+//!   Remote Access Error (`RespError::XrcSrq`) — and one naming no SRQ never changes
+//!   the state otherwise, never draws an RNR, Invalid Request or Remote Operational
+//!   NAK, and executes nothing; the QP holds at most one SRQ WQE, of the SRQ its
+//!   message in progress is bound to;
 //! * output: every packet parses, its ICRC fills and verifies, it goes to the peer's
 //!   address and QPN with the QP's transport, no payload exceeds the path MTU, a READ
 //!   response carries the bytes it was read from, and request PSNs stay within the
-//!   PSNs the posted WQEs occupy;
+//!   PSNs the posted WQEs occupy; the XRC receive QP sends only responses, without an
+//!   XRCETH;
 //! * bounded work: per input step, responses ≤ what the delivered requests ask for,
 //!   requests ≤ the posted work times the retry events; `poll_transmit` goes quiet and
 //!   timers stop within fixed bounds once the peer falls silent.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
 
-use softnic_transport::memory::Access;
-use softnic_transport::qp::{Placed, Placement, Qp, QpAttr, QpCaps, QpState, QpType, PATH_MTUS};
+use softnic_transport::memory::{Access, Memory};
+use softnic_transport::qp::{
+    Placed, Placement, Qp, QpAttr, QpCaps, QpCounters, QpState, QpType, ReceivedIp, PATH_MTUS,
+};
+use softnic_transport::srq::{Srq, SrqCaps, SrqCounters};
 use softnic_transport::testing::{connect_qp, PairConfig};
 use softnic_transport::time::{Duration, Instant};
 use softnic_transport::wr::{
     Completion, Queue, RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, MAX_SGE,
 };
-use wire::{Operation, PacketRepr, Transport};
+use wire::{NakCode, OpcodeInfo, Operation, PacketRepr, Position, Syndrome, Transport};
 
-use super::memory::{mr_index, Actor, CanaryMem, Kind, Touch, MRS};
+use super::memory::{mr_index, Actor, CanaryMem, Kind, Touch, Via, MRS, MRS_BASE};
 use super::peer::{icrc_params, npkts, Datagram, Outstanding, Peer, QpView, LOCAL, PEER};
 use arbitrary::{Result, Unstructured};
 
-/// The victim's QPNs: RC, UC, UD.
-pub const QPNS: [u32; 3] = [0x00_0123, 0x00_0456, 0x00_0789];
+/// The victim's QPNs: RC, UC, UD, XRC receive.
+pub const QPNS: [u32; 4] = [0x00_0123, 0x00_0456, 0x00_0789, 0x00_0ABC];
 
-/// The peer's QPNs, in the same order.
-pub const PEER_QPNS: [u32; 3] = [0x0A_0001, 0x0A_0002, 0x0A_0003];
+/// The peer's QPNs, in the same order (the last is the peer's XRC send QP).
+pub const PEER_QPNS: [u32; 4] = [0x0A_0001, 0x0A_0002, 0x0A_0003, 0x0A_0004];
 
-/// Protection domain of every victim QP.
+/// Index of the XRC receive QP among the victim's QPs.
+pub const XRC: usize = 3;
+
+/// Protection domain of the RC, UC and UD QPs (an XRC receive QP has none of its own).
 const PD: u32 = 1;
+
+/// The XRC domain of the victim's XRC receive QP.
+pub const XRC_DOMAIN: u32 = 1;
+
+/// One XRC SRQ the victim's NIC holds (`nic/xrc.rs`).
+#[derive(Debug, Clone, Copy)]
+pub struct SrqSpec {
+    /// Its number on the wire, the one an XRCETH names (`ibv_get_srq_num`).
+    pub num: u32,
+    /// The number the transport knows it by, which `Completion::srqn` carries (the
+    /// NIC's handle, not the wire number).
+    pub handle: u32,
+    /// Its XRC domain.
+    pub domain: u32,
+    /// Its protection domain: the memory a request through it may reach.
+    pub pd: u32,
+    /// The region (of that PD) its receive WQEs scatter into.
+    pub region: &'static str,
+}
+
+/// The victim's XRC SRQs: three of the XRC receive QP's domain, each in its own PD (the
+/// RC QPs' PD 1, and PDs 3 and 4, each with one region of the table), with numbers
+/// small, random-looking and at the top of the 24 bits; and one of another domain
+/// (PD 2, whose one region nothing may change), which a request to this QP must never
+/// reach (IBTA 9.3 XRCETH: only an XRC SRQ of the target QP's domain).
+pub const XRC_SRQS: [SrqSpec; 4] = [
+    srq_spec(0x00_0005, 0x41, XRC_DOMAIN, 1, "recv"),
+    srq_spec(0x8A_31C7, 0x42, XRC_DOMAIN, 3, "xrc3"),
+    srq_spec(0xFF_FFFF, 0x43, XRC_DOMAIN, 4, "xrc4"),
+    srq_spec(0x00_0009, 0x44, 2, 2, "otherpd"),
+];
+
+const fn srq_spec(num: u32, handle: u32, domain: u32, pd: u32, region: &'static str) -> SrqSpec {
+    SrqSpec {
+        num,
+        handle,
+        domain,
+        pd,
+        region,
+    }
+}
+
+/// Capacities of every XRC SRQ.
+const SRQ_CAPS: SrqCaps = SrqCaps {
+    max_wr: 16,
+    max_sge: MAX_SGE as u32,
+};
+
+/// Receive WQEs each XRC SRQ starts with (posted without reading the input, so that
+/// inputs written before the XRC QP existed keep their meaning).
+const SRQ_INITIAL_WQES: usize = 3;
+
+/// Step bytes from this value up select an XRC step (the low four bits say which);
+/// below it, a step byte `b` selects step `b % 16` as it did before the XRC QP existed.
+const XRC_STEPS: u8 = 0xF0;
 
 /// `poll_transmit` calls one drain may make before the QP counts as looping.
 const TX_GUARD: usize = 1 << 16;
@@ -71,15 +151,51 @@ const CAPS: QpCaps = QpCaps {
     max_inline: 64,
 };
 
-/// Ranges a QP was asked to touch.
+/// Ranges a QP was asked to touch, each with the protection domain the request was
+/// received under (the QP's, or the PD of the XRC SRQ it named).
 #[derive(Debug, Default)]
 struct Windows {
-    /// WRITE First/Only RETHs delivered: (rkey, va, dma_len).
-    write: Vec<(u32, u64, u64)>,
+    /// WRITE First/Only RETHs delivered: (rkey, va, dma_len, pd).
+    write: Vec<(u32, u64, u64, u32)>,
     /// READ request RETHs delivered.
-    read: Vec<(u32, u64, u64)>,
-    /// Atomic targets delivered: (rkey, va).
-    atomic: Vec<(u32, u64)>,
+    read: Vec<(u32, u64, u64, u32)>,
+    /// Atomic targets delivered: (rkey, va, pd).
+    atomic: Vec<(u32, u64, u32)>,
+}
+
+/// One XRC SRQ of the victim, with the WQEs posted on it.
+#[derive(Debug)]
+struct XrcSrq {
+    spec: SrqSpec,
+    srq: Srq,
+    /// Every wr_id ever posted on it (minus those discarded by a Reset of the QP that
+    /// held them).
+    posted: HashSet<u64>,
+    /// Posted, not yet completed, by wr_id: those still in the pool are the highest
+    /// (it lends from its front, in posting order), the rest are held by the QP.
+    live: BTreeMap<u64, RecvWr>,
+    /// Latest completed wr_id.
+    last_completed: u64,
+    /// Receive slots handed out so far.
+    next_slot: u64,
+}
+
+impl XrcSrq {
+    /// WQEs taken from the pool and not completed: held by the XRC receive QP.
+    fn held(&self) -> usize {
+        self.live
+            .len()
+            .checked_sub(self.srq.len())
+            .expect("the pool holds only WQEs posted on it and not completed")
+    }
+}
+
+/// What the XRC receive QP and the SRQs looked like before a packet was handled.
+struct XrcBefore {
+    counters: QpCounters,
+    state: QpState,
+    /// Per SRQ: WQEs in the pool, and WQEs taken.
+    srqs: Vec<(usize, u64)>,
 }
 
 /// What the run saw (for the summary a debug run prints).
@@ -109,6 +225,9 @@ pub struct Stats {
     pub touches: [u64; 5],
     /// Successful completions, receive and send.
     pub success: [u64; 2],
+    /// Packets handed to the XRC receive QP with an XRC SRQ of its domain, and without
+    /// one (`handle_packet_xrc_no_srq`).
+    pub xrc: [u64; 2],
 }
 
 /// The victim NIC.
@@ -150,6 +269,15 @@ pub struct Victim {
     events: u64,
     /// Request packets of the send WQEs posted in this step.
     posted_packets: u64,
+    /// The XRC SRQs (of the XRC receive QP's domain, and one of another domain).
+    srqs: Vec<XrcSrq>,
+    /// The model of the XRC receive QP's responder: the SRQ its message in progress
+    /// is bound to (a SEND or WRITE whose First was executed and whose Last was not),
+    /// by index in `srqs`.
+    xrc_msg: Option<usize>,
+    /// The XRC receive QP refused a request for its XRCETH: its next output must
+    /// carry NAK Remote Access Error.
+    expect_rae: bool,
 }
 
 fn psn_choice(u: &mut Unstructured<'_>) -> Result<u32> {
@@ -196,8 +324,12 @@ impl Victim {
         };
         let mut qps = Vec::new();
         let mut views = Vec::new();
-        for (i, t) in [QpType::Rc, QpType::Uc, QpType::Ud].into_iter().enumerate() {
-            let mut qp = Qp::new(QPNS[i], t, PD, CAPS);
+        let types = [QpType::Rc, QpType::Uc, QpType::Ud, QpType::XrcRecv];
+        for (i, t) in types.into_iter().enumerate() {
+            let mut qp = match t {
+                QpType::XrcRecv => Qp::new_xrc_recv(QPNS[i], CAPS),
+                _ => Qp::new(QPNS[i], t, PD, CAPS),
+            };
             connect_qp(&mut qp, &cfg, PEER_QPNS[i], PEER, rq_psn, sq_psn);
             qp.set_port_mtu(mtu);
             qp.set_local_addr(LOCAL);
@@ -209,8 +341,15 @@ impl Victim {
                 mtu,
                 qkey: cfg.qkey,
                 next_psn: rq_psn,
+                // The XRC QP's requests name the XRC SRQs' regions too.
+                regions: if t == QpType::XrcRecv {
+                    MRS.len()
+                } else {
+                    MRS_BASE
+                },
             });
         }
+        let n = qps.len();
         let mut v = Victim {
             qps,
             mem: CanaryMem::new(),
@@ -219,15 +358,15 @@ impl Victim {
                 qps: views,
                 recent: Vec::new(),
             },
-            send_live: (0..3).map(|_| HashMap::new()).collect(),
-            recv_live: (0..3).map(|_| HashMap::new()).collect(),
+            send_live: (0..n).map(|_| HashMap::new()).collect(),
+            recv_live: (0..n).map(|_| HashMap::new()).collect(),
             posted: HashSet::new(),
             completed: HashSet::new(),
-            windows: (0..3).map(|_| Windows::default()).collect(),
+            windows: (0..n).map(|_| Windows::default()).collect(),
             executed: HashSet::new(),
-            last_completed: vec![[0; 2]; 3],
-            write_cursor: vec![None; 3],
-            psn_span: vec![0; 3],
+            last_completed: vec![[0; 2]; n],
+            write_cursor: vec![None; n],
+            psn_span: vec![0; n],
             next_wr_id: 1,
             next_recv_slot: 0,
             tx_buf: vec![0; 4096 + 128],
@@ -238,10 +377,37 @@ impl Victim {
             budget_responses: 0,
             events: 0,
             posted_packets: 0,
+            srqs: XRC_SRQS
+                .iter()
+                .map(|&spec| XrcSrq {
+                    spec,
+                    srq: Srq::new(spec.handle, spec.pd, SRQ_CAPS),
+                    posted: HashSet::new(),
+                    live: BTreeMap::new(),
+                    last_completed: 0,
+                    next_slot: 0,
+                })
+                .collect(),
+            xrc_msg: None,
+            expect_rae: false,
         };
-        for qp in 0..3 {
+        for qp in 0..XRC {
             for _ in 0..u.int_in_range(0..=4)? {
                 v.post_recv(u, qp)?;
+            }
+        }
+        for s in 0..v.srqs.len() {
+            for _ in 0..SRQ_INITIAL_WQES {
+                let r = mr_index(v.srqs[s].spec.region);
+                let slot = v.next_slot(r, Some(s));
+                let mut sges = [Sge::default(); MAX_SGE];
+                sges[0] = whole_slot(r, slot, mtu);
+                let wr = RecvWr {
+                    wr_id: v.fresh_wr_id(),
+                    sges,
+                    num_sge: 1,
+                };
+                v.srq_post(s, wr);
             }
         }
         Ok(v)
@@ -253,8 +419,22 @@ impl Victim {
         self.events = 0;
         self.posted_packets = 0;
         let live_before = self.live_send_packets();
-        let mut sent = (0u64, 0u64);
-        match u.int_in_range(0u8..=15)? {
+        let pick: u8 = u.arbitrary()?;
+        let sent = if pick >= XRC_STEPS {
+            self.xrc_step(u, pick - XRC_STEPS)?
+        } else {
+            self.classic_step(u, pick % 16)?
+        };
+        let s = self.drain_all();
+        self.check_step(add(sent, s), live_before);
+        Ok(())
+    }
+
+    /// One step on the RC, UC and UD QPs (`k` < 16). Returns (responses, requests)
+    /// sent while delivering a message or an answer.
+    fn classic_step(&mut self, u: &mut Unstructured<'_>, k: u8) -> Result<(u64, u64)> {
+        let mut sent = (0, 0);
+        match k {
             0..=3 | 15 => {
                 let d = self.peer.packet(u, 0)?;
                 self.deliver(&d);
@@ -266,22 +446,16 @@ impl Victim {
             }
             6..=8 => {
                 let qp = u.int_in_range(0..=1)?;
-                for d in self.peer.message(u, qp)? {
-                    self.deliver(&d);
-                    let s = self.drain_all();
-                    sent = (sent.0 + s.0, sent.1 + s.1);
-                }
+                let ds = self.peer.message(u, qp)?;
+                sent = self.deliver_each(&ds);
             }
             9 => {
                 let d = self.peer.response(u, 0)?;
                 self.deliver(&d);
             }
             10 => {
-                for d in self.peer.answer(u, 0)? {
-                    self.deliver(&d);
-                    let s = self.drain_all();
-                    sent = (sent.0 + s.0, sent.1 + s.1);
-                }
+                let ds = self.peer.answer(u, 0)?;
+                sent = self.deliver_each(&ds);
             }
             11 => {
                 let qp = u.int_in_range(0..=2)?;
@@ -304,10 +478,62 @@ impl Victim {
             }
             _ => self.advance(u)?,
         }
-        let s = self.drain_all();
-        sent = (sent.0 + s.0, sent.1 + s.1);
-        self.check_step(sent, live_before);
-        Ok(())
+        Ok(sent)
+    }
+
+    /// One XRC step (`k` < 16): mostly a crafted request or a well-formed message to
+    /// the XRC receive QP; another service's request to it, or an XRC request to the
+    /// RC, UC or UD QP (each must drop it: IBTA 9.2, the opcode names the service); an
+    /// RC, UC or UD QP's own request with keys of the XRC SRQs' PDs too; a receive
+    /// posted on an XRC SRQ; or the user changing the XRC QP's state. Returns
+    /// (responses, requests) sent while delivering a message.
+    fn xrc_step(&mut self, u: &mut Unstructured<'_>, k: u8) -> Result<(u64, u64)> {
+        match k {
+            0..=5 | 15 => {
+                let d = self.peer.packet(u, XRC)?;
+                self.deliver(&d);
+            }
+            6..=8 => {
+                let ds = self.peer.message(u, XRC)?;
+                return Ok(self.deliver_each(&ds));
+            }
+            9 => {
+                let t = *u.choose(&[Transport::Rc, Transport::Uc, Transport::Ud])?;
+                let d = self.peer.packet_of(u, XRC, t, MRS.len())?;
+                self.deliver(&d);
+            }
+            10 | 11 => {
+                let qp = u.int_in_range(0..=XRC - 1)?;
+                let t = match k {
+                    10 => Transport::Xrc,
+                    _ => self.peer.qps[qp].qp_type.transport(),
+                };
+                let d = self.peer.packet_of(u, qp, t, MRS.len())?;
+                self.deliver(&d);
+            }
+            12 | 13 => {
+                let s = u.int_in_range(0..=self.srqs.len() - 1)?;
+                self.post_srq_recv(u, s)?;
+            }
+            _ => match u.int_in_range(0u8..=3)? {
+                0 => self.move_to_error(XRC),
+                1 => self.reconnect(XRC),
+                2 => self.set_state(XRC, QpState::Sqd),
+                _ => self.set_state(XRC, QpState::Rts),
+            },
+        }
+        Ok((0, 0))
+    }
+
+    /// Delivers `ds` in order, draining every QP after each (a message's packets, or
+    /// the answers to a request). Returns (responses, requests) sent.
+    fn deliver_each(&mut self, ds: &[Datagram]) -> (u64, u64) {
+        let mut sent = (0, 0);
+        for d in ds {
+            self.deliver(d);
+            sent = add(sent, self.drain_all());
+        }
+        sent
     }
 
     /// The victim's receive path for one datagram (`runtime::rx_one`).
@@ -350,50 +576,200 @@ impl Victim {
             }
             self.budget_responses += 1;
         }
-        self.mem.actor = Actor {
-            qp,
-            request_psn: request.then_some(pkt.repr.bth.psn.value()),
-        };
+        self.mem.actor = self.actor(qp, &pkt);
+        let via = self.mem.actor.via;
+        let before = (qp == XRC).then(|| self.xrc_before());
         let dups = self.qps[qp].counters().duplicate_requests;
+        let (now, src) = (self.now, d.src);
+        let (q, srqs) = (&mut self.qps[qp], &mut self.srqs);
         match placed {
             Some((_, at, _)) => {
                 self.stats.placed += 1;
                 let mut w = Placed::new(&mut self.mem, at, pkt.payload);
-                self.qps[qp].handle_packet(self.now, d.src, &pkt, &mut w);
+                handle(q, srqs, via, (now, src), &pkt, &mut w);
                 assert!(
                     w.skipped(),
                     "QP {qp}: {:?} handled without the write placed before its check ({at:?})",
                     pkt.repr.bth.opcode
                 );
             }
-            None => self.qps[qp].handle_packet(self.now, d.src, &pkt, &mut self.mem),
+            None => handle(q, srqs, via, (now, src), &pkt, &mut self.mem),
         }
         // Only a request taken as new may open a range: a duplicate is never executed
         // again, and a duplicate READ is answered only inside a READ served before
-        // (issue 9, item 3), so its own RETH grants nothing.
+        // (issue 9, item 3), so its own RETH grants nothing. A range is granted under
+        // the PD the request was received under; one naming no XRC SRQ of the domain
+        // is refused and grants nothing.
         let duplicate = self.qps[qp].counters().duplicate_requests != dups;
-        if request && !duplicate {
+        let pd = match via {
+            Via::Qp => Some(PD),
+            Via::Srq(s) => Some(self.srqs[s].spec.pd),
+            Via::NoSrq => None,
+        };
+        if let (true, false, Some(pd)) = (request, duplicate, pd) {
             let w = &mut self.windows[qp];
             match (info.operation, pkt.repr.reth, pkt.repr.atomic_eth) {
                 (Operation::Write, Some(r), _) if info.position.starts() => {
-                    w.write.push((r.rkey, r.va, u64::from(r.dma_len)));
+                    w.write.push((r.rkey, r.va, u64::from(r.dma_len), pd));
                 }
                 (Operation::ReadRequest, Some(r), _) => {
-                    w.read.push((r.rkey, r.va, u64::from(r.dma_len)));
+                    w.read.push((r.rkey, r.va, u64::from(r.dma_len), pd));
                 }
                 (Operation::CompareSwap | Operation::FetchAdd, _, Some(a)) => {
-                    w.atomic.push((a.rkey, a.va));
+                    w.atomic.push((a.rkey, a.va, pd));
                 }
                 // An ATOMIC WRITE stores its 8 bytes at the RETH's address (the
                 // transport refuses any other DMA length).
                 (Operation::AtomicWrite, Some(r), _) => {
-                    w.write.push((r.rkey, r.va, 8));
+                    w.write.push((r.rkey, r.va, 8, pd));
                 }
                 _ => {}
             }
         }
         let touched = self.check_touches();
         self.check_placement(qp, &pkt, info, &touched);
+        if let Some(before) = before {
+            self.check_xrc(via, info, &before);
+        }
+    }
+
+    /// Who handles `pkt` on victim QP `qp`, and how the NIC's `deliver` hands it in:
+    /// a QP with its own receive queue takes it as it is; the XRC receive QP through
+    /// the XRC SRQ its XRCETH names if that SRQ is of the QP's domain (`runtime.rs`
+    /// `xrc_srq_of`: the number, then the domain), else through
+    /// `handle_packet_xrc_no_srq` (no XRCETH, no SRQ by that number, or another
+    /// domain's).
+    fn actor(&self, qp: usize, pkt: &wire::ParsedPacket<'_>) -> Actor {
+        let via = if qp == XRC {
+            pkt.repr
+                .xrceth
+                .and_then(|x| self.srqs.iter().position(|s| s.spec.num == x.srqn))
+                .filter(|&s| self.srqs[s].spec.domain == XRC_DOMAIN)
+                .map_or(Via::NoSrq, Via::Srq)
+        } else {
+            Via::Qp
+        };
+        let request = pkt.repr.bth.opcode.info().is_some_and(|i| i.is_request());
+        Actor {
+            qp,
+            request_psn: request.then_some(pkt.repr.bth.psn.value()),
+            via,
+        }
+    }
+
+    fn xrc_before(&self) -> XrcBefore {
+        XrcBefore {
+            counters: *self.qps[XRC].counters(),
+            state: self.qps[XRC].state(),
+            srqs: self
+                .srqs
+                .iter()
+                .map(|s| (s.srq.len(), s.srq.counters().consumed))
+                .collect(),
+        }
+    }
+
+    /// The XRC oracles after the XRC receive QP handled a packet handed in `via`: its
+    /// completions (drained now, while the actor still names the packet's SRQ), the
+    /// SRQs it was not handed, the refusal of a request naming no SRQ of its domain
+    /// or switching SRQ mid-message, and the WQE it holds; then the model of the
+    /// message in progress moves on.
+    fn check_xrc(&mut self, via: Via, info: &OpcodeInfo, before: &XrcBefore) {
+        self.stats.xrc[usize::from(via == Via::NoSrq)] += 1;
+        self.drain_completions(XRC);
+        for (i, s) in self.srqs.iter().enumerate() {
+            if via != Via::Srq(i) {
+                assert_eq!(
+                    (s.srq.len(), s.srq.counters().consumed),
+                    before.srqs[i],
+                    "XRC SRQ {:#x} lent or took back WQEs for a packet handed in {via:?}",
+                    s.spec.num
+                );
+            }
+        }
+        let q = &self.qps[XRC];
+        let (b, c, state) = (&before.counters, q.counters(), q.state());
+        // Taken as a new request: handled, and neither dropped, a duplicate nor out
+        // of sequence (`handle_rc_request`: the PSN checks come first).
+        let unseen = |c: &QpCounters| {
+            (
+                c.duplicate_requests,
+                c.out_of_sequence,
+                c.drop_bad_opcode,
+                c.drop_bad_pkey,
+                c.drop_bad_state,
+            )
+        };
+        let taken = c.packets_received > b.packets_received && unseen(c) == unseen(b);
+        let refused = state == QpState::Err
+            && before.state != QpState::Err
+            && c.nak_remote_access_sent == b.nak_remote_access_sent + 1;
+        let foreign = match via {
+            Via::Qp => false,
+            Via::NoSrq => true,
+            Via::Srq(s) => self.xrc_msg.is_some_and(|m| m != s),
+        };
+        if taken && foreign {
+            assert!(
+                refused,
+                "XRC QP took a new {:?} {:?} handed in {via:?} (message bound to SRQ {:?}) \
+                 without NAK Remote Access Error and Err: now {state:?}, {c:?}",
+                info.operation, info.position, self.xrc_msg
+            );
+            self.expect_rae = true;
+        }
+        if via == Via::NoSrq {
+            // A request naming no SRQ of the domain is never executed, never looks
+            // for a receive WQE, and changes the state only by that refusal.
+            let naks = |c: &QpCounters| {
+                (
+                    c.nak_rnr_sent,
+                    c.nak_invalid_request_sent,
+                    c.nak_remote_op_sent,
+                    c.bytes_received,
+                )
+            };
+            assert_eq!(
+                naks(c),
+                naks(b),
+                "XRC QP: a packet naming no SRQ was executed"
+            );
+            assert!(
+                state == before.state || refused,
+                "XRC QP: a packet naming no SRQ moved it from {:?} to {state:?}",
+                before.state
+            );
+        }
+        let executed = taken && !refused && c.nak_rnr_sent == b.nak_rnr_sent;
+        if state == QpState::Err {
+            self.xrc_msg = None;
+        } else if let (true, Via::Srq(s)) = (executed, via) {
+            self.xrc_msg = match (info.operation, info.position) {
+                (Operation::Send | Operation::Write, Position::First) => Some(s),
+                (Operation::Send | Operation::Write, Position::Middle) => self.xrc_msg,
+                _ => None,
+            };
+        }
+        self.check_held();
+    }
+
+    /// The XRC receive QP holds at most one SRQ WQE, that of its message in progress,
+    /// from the SRQ that message is bound to (a SEND takes its WQE at the First; a
+    /// WRITE with immediate at the Last, and completes it there).
+    fn check_held(&self) {
+        let held: Vec<(usize, usize)> = (0..self.srqs.len())
+            .map(|s| (s, self.srqs[s].held()))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        match held[..] {
+            [] => {}
+            [(s, 1)] => assert_eq!(
+                self.xrc_msg,
+                Some(s),
+                "XRC QP holds a WQE of SRQ {s} outside a message bound to it"
+            ),
+            _ => panic!("XRC QP holds WQEs of SRQs {held:?} (index, count)"),
+        }
     }
 
     /// Writes `pkt`'s payload where its QP says it may before the ICRC check
@@ -403,11 +779,7 @@ impl Victim {
         let qpn = pkt.repr.bth.dest_qpn.value();
         let qp = self.qps.iter().position(|q| q.qpn() == qpn)?;
         let at = self.qps[qp].placement(pkt)?;
-        let request = pkt.repr.bth.opcode.info()?.is_request();
-        self.mem.actor = Actor {
-            qp,
-            request_psn: request.then_some(pkt.repr.bth.psn.value()),
-        };
+        self.mem.actor = self.actor(qp, pkt);
         // Refused: nothing written, and the packet takes the usual order (the
         // handling meets the same refusal after the check).
         let crc = at.write(&mut self.mem, pkt.payload).ok()?;
@@ -442,7 +814,7 @@ impl Victim {
         self.stats.placed_dropped += 1;
         self.mem.relabel(Actor {
             qp,
-            request_psn: None,
+            ..Actor::default()
         });
         let touched = self.check_touches();
         assert!(
@@ -542,10 +914,14 @@ impl Victim {
         for _ in 0..TX_GUARD {
             self.mem.actor = Actor {
                 qp,
-                request_psn: None,
+                ..Actor::default()
             };
             let Some(t) = self.qps[qp].poll_transmit(self.now, &mut self.tx_buf, &self.mem) else {
                 self.check_touches();
+                assert!(
+                    !(qp == XRC && self.expect_rae),
+                    "XRC QP refused a request for its XRCETH without sending NAK Remote Access Error"
+                );
                 return (responses, requests);
             };
             let touched = self.check_touches();
@@ -571,6 +947,20 @@ impl Victim {
                 p.repr.bth.opcode
             );
             assert_eq!(p.repr.bth.dest_qpn.value(), view.peer_qpn, "dest QPN");
+            if qp == XRC {
+                // The target half only responds (IBTA 9.2: XRC responses carry no
+                // XRCETH).
+                assert!(
+                    !info.is_request() && p.repr.xrceth.is_none(),
+                    "XRC receive QP sent {:?} {:?}",
+                    p.repr.bth.opcode,
+                    p.repr.xrceth
+                );
+                let rae = Syndrome::Nak(NakCode::RemoteAccessError);
+                if p.repr.aeth.is_some_and(|a| a.syndrome == rae) {
+                    self.expect_rae = false;
+                }
+            }
             assert!(
                 p.payload.len() <= self.mtu as usize,
                 "payload {} above the MTU {}",
@@ -635,6 +1025,9 @@ impl Victim {
     }
 
     fn check_completion(&mut self, qp: usize, c: &Completion) {
+        if qp == XRC {
+            return self.check_xrc_completion(c);
+        }
         let key = (qp, c.queue, c.wr_id);
         assert!(
             self.posted.contains(&key),
@@ -659,21 +1052,7 @@ impl Victim {
                 let wr = self.recv_live[qp]
                     .remove(&c.wr_id)
                     .expect("a posted receive WQE is live");
-                if c.status == WcStatus::Success {
-                    let room: u64 = wr.sges[..wr.num_sge]
-                        .iter()
-                        .map(|s| u64::from(s.length))
-                        .sum();
-                    assert!(
-                        u64::from(c.byte_len) <= room || c.opcode == WcOpcode::RecvRdmaWithImm,
-                        "QP {qp}: received {} bytes into {room}: {c:?}",
-                        c.byte_len
-                    );
-                    assert!(
-                        matches!(c.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm),
-                        "receive completion with {c:?}"
-                    );
-                }
+                check_recv_completion(qp, c, &wr);
             }
             Queue::Send => {
                 let wr = self.send_live[qp]
@@ -696,6 +1075,48 @@ impl Victim {
         }
     }
 
+    /// A completion of the XRC receive QP: a receive (it has no send queue) on an SRQ
+    /// of its domain (`Completion::srqn`, which picks the CQ in the NIC), for a WQE
+    /// posted on that very SRQ and still live, in posting order per SRQ; a successful
+    /// one only while the QP handles a packet naming that SRQ (the message's last
+    /// packet names the SRQ its first did, or is refused).
+    fn check_xrc_completion(&mut self, c: &Completion) {
+        assert_eq!(c.queue, Queue::Recv, "XRC receive QP: {c:?}");
+        let Some(s) = self
+            .srqs
+            .iter()
+            .position(|s| s.spec.handle == c.srqn && s.spec.domain == XRC_DOMAIN)
+        else {
+            panic!("XRC QP: completion for no SRQ of its domain: {c:?}");
+        };
+        if c.status == WcStatus::Success {
+            assert_eq!(
+                self.mem.actor.via,
+                Via::Srq(s),
+                "XRC QP: successful completion on SRQ {s} while handling {:?}: {c:?}",
+                self.mem.actor
+            );
+        }
+        let srq = &mut self.srqs[s];
+        assert!(
+            srq.posted.contains(&c.wr_id),
+            "XRC QP: completion on SRQ {s} for a WQE not posted there: {c:?}"
+        );
+        assert!(
+            self.completed.insert((XRC, c.queue, c.wr_id)),
+            "XRC QP: second completion for one WQE: {c:?}"
+        );
+        assert!(
+            c.wr_id > srq.last_completed,
+            "XRC QP: completion on SRQ {s} for wr_id {} after wr_id {}: {c:?}",
+            c.wr_id,
+            srq.last_completed
+        );
+        srq.last_completed = c.wr_id;
+        let wr = srq.live.remove(&c.wr_id).expect("a posted SRQ WQE is live");
+        check_recv_completion(XRC, c, &wr);
+    }
+
     /// Judges every access the transport was granted since the last call.
     fn check_touches(&mut self) -> Vec<Touch> {
         let log = self.mem.take_log();
@@ -703,24 +1124,47 @@ impl Victim {
         for t in &log {
             self.stats.touches[t.kind as usize] += 1;
             let qp = t.actor.qp;
+            // The PD an access is made under: the QP's own, or for the XRC receive QP
+            // the PD of the SRQ the packet names (its message is bound to that SRQ,
+            // or the packet is refused); one naming no SRQ of the domain touches
+            // nothing.
+            match t.actor.via {
+                Via::NoSrq => panic!("XRC QP: a packet naming no SRQ of its domain made {t:?}"),
+                Via::Srq(s) => assert_eq!(
+                    t.pd, self.srqs[s].spec.pd,
+                    "XRC QP: access under another PD than that of SRQ {s} the packet names: {t:?}"
+                ),
+                Via::Qp if qp != XRC => {
+                    assert_eq!(t.pd, PD, "QP {qp}: access under another PD: {t:?}")
+                }
+                Via::Qp => {}
+            }
             let ok = match t.kind {
                 Kind::ReadLocal => self.send_live[qp]
                     .values()
-                    .any(|w| sges_cover(&w.sges[..w.num_sge], t)),
+                    .any(|w| sges_cover(&w.sges[..w.num_sge], PD, t)),
+                Kind::WriteLocal if qp == XRC => match t.actor.via {
+                    // Only into a WQE of the SRQ the packet names.
+                    Via::Srq(s) => self.srqs[s]
+                        .live
+                        .values()
+                        .any(|w| sges_cover(&w.sges[..w.num_sge], self.srqs[s].spec.pd, t)),
+                    _ => false,
+                },
                 Kind::WriteLocal => {
                     self.recv_live[qp]
                         .values()
-                        .any(|w| sges_cover(&w.sges[..w.num_sge], t))
+                        .any(|w| sges_cover(&w.sges[..w.num_sge], PD, t))
                         || self.send_live[qp].values().any(|w| {
                             matches!(
                                 w.op,
                                 SendOp::Read | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. }
-                            ) && sges_cover(&w.sges[..w.num_sge], t)
+                            ) && sges_cover(&w.sges[..w.num_sge], PD, t)
                         })
                 }
                 Kind::ReadRemote => self.windows[qp].read.iter().any(|w| covers(*w, t)),
                 Kind::WriteRemote => self.windows[qp].write.iter().any(|w| covers(*w, t)),
-                Kind::Atomic => self.windows[qp].atomic.contains(&(t.key, t.va)),
+                Kind::Atomic => self.windows[qp].atomic.contains(&(t.key, t.va, t.pd)),
             };
             assert!(
                 ok,
@@ -729,7 +1173,8 @@ impl Victim {
             );
             let modifies = matches!(t.kind, Kind::WriteLocal | Kind::WriteRemote | Kind::Atomic);
             if let (true, Some(psn)) = (modifies, t.actor.request_psn) {
-                if self.qps[qp].qp_type() == QpType::Rc && !modified.contains(&(qp, psn)) {
+                let rc = matches!(self.qps[qp].qp_type(), QpType::Rc | QpType::XrcRecv);
+                if rc && !modified.contains(&(qp, psn)) {
                     modified.push((qp, psn));
                 }
             }
@@ -737,7 +1182,7 @@ impl Victim {
         for key in modified {
             assert!(
                 self.executed.insert(key),
-                "RC QP {}: request PSN {:#x} modified memory a second time (duplicate executed)",
+                "QP {}: request PSN {:#x} modified memory a second time (duplicate executed)",
                 key.0,
                 key.1
             );
@@ -757,7 +1202,13 @@ impl Victim {
             let writable = m.access.contains(Access::LOCAL_WRITE)
                 || m.access.contains(Access::REMOTE_WRITE)
                 || m.access.contains(Access::REMOTE_ATOMIC);
-            if (m.pd != PD || !writable) && !self.mem.pristine(r) {
+            // PDs a QP or an XRC SRQ of the victim's domain works in.
+            let used = m.pd == PD
+                || self
+                    .srqs
+                    .iter()
+                    .any(|s| s.spec.domain == XRC_DOMAIN && s.spec.pd == m.pd);
+            if (!used || !writable) && !self.mem.pristine(r) {
                 panic!("region {} changed (pd {}, {:?})", m.name, m.pd, m.access);
             }
         }
@@ -795,12 +1246,52 @@ impl Victim {
     }
 
     fn post_recv(&mut self, u: &mut Unstructured<'_>, qp: usize) -> Result<()> {
-        let recv = MRS[mr_index("recv")];
+        let r = mr_index("recv");
+        let slot = self.next_slot(r, None);
+        let wr = self.recv_wqe(u, r, slot)?;
+        if self.qps[qp].post_recv(wr).is_ok() {
+            self.posted.insert((qp, Queue::Recv, wr.wr_id));
+            self.recv_live[qp].insert(wr.wr_id, wr);
+        }
+        Ok(())
+    }
+
+    /// A receive posted on XRC SRQ `s`, into its region.
+    fn post_srq_recv(&mut self, u: &mut Unstructured<'_>, s: usize) -> Result<()> {
+        let r = mr_index(self.srqs[s].spec.region);
+        let slot = self.next_slot(r, Some(s));
+        let wr = self.recv_wqe(u, r, slot)?;
+        self.srq_post(s, wr);
+        Ok(())
+    }
+
+    fn srq_post(&mut self, s: usize, wr: RecvWr) {
+        let x = &mut self.srqs[s];
+        if x.srq.post_recv(wr).is_ok() {
+            x.posted.insert(wr.wr_id);
+            x.live.insert(wr.wr_id, wr);
+        }
+    }
+
+    /// The next 1 KiB slot of region `r` (cycling), for a receive of the RC, UC and UD
+    /// QPs (`srq` = `None`) or of XRC SRQ `srq`: each receive gets its own slot.
+    fn next_slot(&mut self, r: usize, srq: Option<usize>) -> u64 {
+        let n = match srq {
+            Some(s) => &mut self.srqs[s].next_slot,
+            None => &mut self.next_recv_slot,
+        };
+        let slots = (MRS[r].len as u64 / 1024).max(1);
+        let slot = MRS[r].iova + (*n % slots) * 1024;
+        *n += 1;
+        slot
+    }
+
+    /// A receive WQE in `slot` of region `r`, of the shape the input picks: the whole
+    /// slot (up to the path MTU), two pieces, a good piece then one without
+    /// LOCAL_WRITE or with a bad key, 40 bytes, 2 bytes across the slot's end, or none.
+    fn recv_wqe(&mut self, u: &mut Unstructured<'_>, r: usize, slot: u64) -> Result<RecvWr> {
+        let recv = MRS[r];
         let mut sges = [Sge::default(); MAX_SGE];
-        // Each receive gets its own 1 KiB slot of the receive region (cycling).
-        let slot = recv.iova + (self.next_recv_slot % 8) * 1024;
-        self.next_recv_slot += 1;
-        let mtu = self.mtu;
         let num_sge = match u.int_in_range(0u8..=7)? {
             7 => 0,
             6 => {
@@ -829,20 +1320,15 @@ impl Victim {
                 1
             }
             _ => {
-                sges[0] = sge(recv.lkey, slot, mtu.min(1024));
+                sges[0] = whole_slot(r, slot, self.mtu);
                 1
             }
         };
-        let wr = RecvWr {
+        Ok(RecvWr {
             wr_id: self.fresh_wr_id(),
             sges,
             num_sge,
-        };
-        if self.qps[qp].post_recv(wr).is_ok() {
-            self.posted.insert((qp, Queue::Recv, wr.wr_id));
-            self.recv_live[qp].insert(wr.wr_id, wr);
-        }
-        Ok(())
+        })
     }
 
     fn post_send(&mut self, u: &mut Unstructured<'_>, qp: usize) -> Result<()> {
@@ -976,6 +1462,19 @@ impl Victim {
         for id in self.recv_live[qp].drain().map(|(id, _)| id) {
             self.posted.remove(&(qp, Queue::Recv, id));
         }
+        if qp == XRC {
+            // The WQE the QP held (its message's, taken from an SRQ) is discarded
+            // with it: it never completes.
+            for s in &mut self.srqs {
+                let held: Vec<u64> = s.live.keys().take(s.held()).copied().collect();
+                for id in held {
+                    s.live.remove(&id);
+                    s.posted.remove(&id);
+                }
+            }
+            self.xrc_msg = None;
+            self.expect_rae = false;
+        }
         self.windows[qp] = Windows::default();
         self.executed.retain(|&(q, _)| q != qp);
         self.psn_span[qp] = 0;
@@ -1014,7 +1513,7 @@ impl Victim {
                 self.events += 1;
                 self.mem.actor = Actor {
                     qp,
-                    request_psn: None,
+                    ..Actor::default()
                 };
                 self.qps[qp].handle_timeout(self.now);
                 self.check_touches();
@@ -1023,8 +1522,13 @@ impl Victim {
     }
 
     /// Counters of every QP (for the summary a debug run prints).
-    pub fn qp_counters(&self) -> Vec<softnic_transport::qp::QpCounters> {
+    pub fn qp_counters(&self) -> Vec<QpCounters> {
         self.qps.iter().map(|q| *q.counters()).collect()
+    }
+
+    /// Counters of every XRC SRQ (for the summary a debug run prints).
+    pub fn srq_counters(&self) -> Vec<SrqCounters> {
+        self.srqs.iter().map(|s| *s.srq.counters()).collect()
     }
 
     /// The peer falls silent: timers must stop within [`MAX_FIRINGS`] firings, with
@@ -1061,6 +1565,57 @@ fn sge(lkey: u32, addr: u64, length: u32) -> Sge {
     Sge { addr, length, lkey }
 }
 
+/// The receive slot at `slot` of region `r`, up to one path MTU: 1 KiB, or what is
+/// left of the region.
+fn whole_slot(r: usize, slot: u64, mtu: u32) -> Sge {
+    let m = MRS[r];
+    let room = (m.iova + m.len as u64).saturating_sub(slot).min(1024) as u32;
+    sge(m.lkey, slot, room.min(mtu))
+}
+
+fn add(a: (u64, u64), b: (u64, u64)) -> (u64, u64) {
+    (a.0 + b.0, a.1 + b.1)
+}
+
+/// Hands `pkt` to `qp` as `via` says: `Qp::handle_packet`, or for the XRC receive QP
+/// `handle_packet_xrc` with XRC SRQ `srqs[s]`, or `handle_packet_xrc_no_srq`.
+fn handle(
+    qp: &mut Qp,
+    srqs: &mut [XrcSrq],
+    via: Via,
+    (now, src): (Instant, SocketAddr),
+    pkt: &wire::ParsedPacket<'_>,
+    mem: &mut dyn Memory,
+) {
+    let ip = ReceivedIp::default();
+    match via {
+        Via::Qp => qp.handle_packet(now, src, pkt, mem),
+        Via::Srq(s) => qp.handle_packet_xrc(now, src, &ip, pkt, mem, &mut srqs[s].srq),
+        Via::NoSrq => qp.handle_packet_xrc_no_srq(now, src, &ip, pkt, mem),
+    }
+}
+
+/// What a successful receive completion must say: no more bytes than the WQE had room
+/// for (a WRITE with immediate's length is the WRITE's), a receive opcode.
+fn check_recv_completion(qp: usize, c: &Completion, wr: &RecvWr) {
+    if c.status != WcStatus::Success {
+        return;
+    }
+    let room: u64 = wr.sges[..wr.num_sge]
+        .iter()
+        .map(|s| u64::from(s.length))
+        .sum();
+    assert!(
+        u64::from(c.byte_len) <= room || c.opcode == WcOpcode::RecvRdmaWithImm,
+        "QP {qp}: received {} bytes into {room}: {c:?}",
+        c.byte_len
+    );
+    assert!(
+        matches!(c.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm),
+        "receive completion with {c:?}"
+    );
+}
+
 /// Largest region a READ can be served from.
 fn max_remote_readable() -> u32 {
     MRS.iter()
@@ -1071,13 +1626,14 @@ fn max_remote_readable() -> u32 {
 }
 
 /// True when `[t.va, t.va + t.len)` lies inside the window `(key, va, len)` with the
-/// same key.
-fn covers((key, va, len): (u32, u64, u64), t: &Touch) -> bool {
+/// same key, and `t` was made under the window's protection domain `pd`.
+fn covers((key, va, len, pd): (u32, u64, u64, u32), t: &Touch) -> bool {
     let (s, e) = (u128::from(t.va), u128::from(t.va) + u128::from(t.len));
-    key == t.key && s >= u128::from(va) && e <= u128::from(va) + u128::from(len)
+    key == t.key && pd == t.pd && s >= u128::from(va) && e <= u128::from(va) + u128::from(len)
 }
 
-fn sges_cover(sges: &[Sge], t: &Touch) -> bool {
+/// True when one of `sges`, posted under PD `pd`, covers `t`.
+fn sges_cover(sges: &[Sge], pd: u32, t: &Touch) -> bool {
     sges.iter()
-        .any(|s| covers((s.lkey, s.addr, u64::from(s.length)), t))
+        .any(|s| covers((s.lkey, s.addr, u64::from(s.length), pd), t))
 }
