@@ -2,7 +2,8 @@
 """Picks a small seed corpus for the `responder` fuzz target out of a fuzzing corpus.
 
 The target prints, with RESPONDER_STATS set, what each input did: datagrams dropped
-and handled, memory accesses by kind, successful completions, and every QP counter.
+and handled, memory accesses by kind, successful completions, packets the XRC receive
+QP took with and without an XRC SRQ, every QP counter and every XRC SRQ counter.
 This script replays a corpus directory through the built target, and greedily picks
 inputs until every counter that any input made non-zero is non-zero in at least one
 pick (the input adding the most such counters first, the smaller on ties). The picks
@@ -36,13 +37,13 @@ def features(files):
         err = subprocess.run(
             [str(TARGET), "-runs=1"] + chunk, env=env, capture_output=True, text=True
         ).stderr
-        cur, qp = None, 0
+        cur, qp, srq = None, 0, 0
         for line in err.splitlines():
             if line.startswith("Running: "):
-                cur, qp = line[len("Running: ") :].strip(), 0
+                cur, qp, srq = line[len("Running: ") :].strip(), 0, 0
                 feats[cur] = set()
             elif cur and line.startswith("Stats"):
-                for name in ("touches", "success"):
+                for name in ("touches", "success", "xrc"):
                     m = re.search(name + r": \[([^\]]*)\]", line)
                     vals = m.group(1).split(",") if m else []
                     feats[cur] |= {f"{name}[{j}]" for j, v in enumerate(vals) if int(v)}
@@ -50,6 +51,10 @@ def features(files):
                 pairs = re.findall(r"(\w+): (\d+)", line)
                 feats[cur] |= {f"qp{qp}.{k}" for k, v in pairs if int(v)}
                 qp += 1
+            elif cur and line.startswith("SrqCounters"):
+                pairs = re.findall(r"(\w+): (\d+)", line)
+                feats[cur] |= {f"srq{srq}.{k}" for k, v in pairs if int(v)}
+                srq += 1
     return feats
 
 
