@@ -14,12 +14,12 @@
 //! NAKs, READ responses, atomic ACKs) can aim at PSNs the victim's requester is waiting
 //! for.
 //!
-//! Toward the victim's XRC receive QP the peer is an XRC send QP (IBTA 9.2, 9.3 XRCETH): its
-//! requests carry an XRCETH naming, mostly, one of the XRC SRQs of the victim's domain
-//! (whose numbers it knows, as an `rdma_xclient` learns one), sometimes the SRQ of
-//! another domain, 0, a neighbour of a real number or any 24-bit value; a multi-packet
-//! message may name another SRQ in a later packet; and its keys lean toward the
-//! region of the named SRQ's protection domain.
+//! Toward the victim's XRC receive QP the peer is an XRC send QP (IBTA 9.2 table 38,
+//! 9.3 XRCETH): its requests carry an XRCETH naming, mostly, one of the XRC SRQs of the
+//! victim's domain (whose numbers it knows, as an `rdma_xclient` learns one), sometimes
+//! the SRQ of another domain, 0, a neighbour of a real number or any 24-bit value; a
+//! multi-packet message may name another SRQ in a later packet; and its keys lean
+//! toward the region of the named SRQ's protection domain.
 
 use core::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
@@ -572,8 +572,8 @@ fn syndrome(u: &mut Unstructured<'_>) -> Result<Syndrome> {
 }
 
 /// Fills every extension header the opcode carries. The XRCETH comes first in every
-/// XRC request (IBTA 9.2 table 38, 9.3 XRCETH), so the keys that follow may lean toward the named SRQ's
-/// protection domain.
+/// XRC request (IBTA 9.2 table 38, 9.3 XRCETH), so the keys that follow may lean toward
+/// the named SRQ's protection domain.
 fn fill_headers(
     u: &mut Unstructured<'_>,
     repr: &mut PacketRepr,

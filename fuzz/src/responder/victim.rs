@@ -1337,7 +1337,7 @@ impl Victim {
             QpType::Rc | QpType::XrcSend => &[0, 1, 2, 3, 4, 5, 6],
             QpType::Uc => &[0, 1, 2, 3],
             QpType::Ud => &[0, 1],
-            // No send queue (the victim makes no XRC QPs).
+            // No send queue (the target half of XRC only responds); never chosen.
             QpType::XrcRecv => return Ok(()),
         };
         let src = MRS[mr_index("rw")];
