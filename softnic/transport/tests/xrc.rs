@@ -481,3 +481,59 @@ fn attributes_a_half_does_not_have_are_ignored_not_refused() {
         assert_eq!(qp.state(), QpState::Rts, "{:?}", qp.qp_type());
     }
 }
+
+/// A READ whose response is lost is replayed under the protection domain it was
+/// served under, even when a later message bound the XRC receive QP to an SRQ of
+/// another PD meanwhile: a replay checked under the QP's current PD would be refused
+/// and dropped, and the READ would fail after its retries.
+#[test]
+fn a_read_replay_reads_under_the_pd_it_was_served_under() {
+    let (mut p, a, b, _) = xrc_pair(1024);
+    fill(&mut p.b, &b, 0, &pattern(5, 64));
+    let mut dropped = false;
+    p.filter = Some(Box::new(move |s: &Seen| {
+        if s.from == Side::B
+            && !dropped
+            && s.repr
+                .bth
+                .opcode
+                .info()
+                .is_some_and(|i| i.operation == wire::Operation::ReadResponse)
+        {
+            dropped = true;
+            return Verdict::Drop;
+        }
+        Verdict::Pass
+    }));
+    p.a.qp
+        .post_send(xrc(rdma(1, SendOp::Read, &[a.sge(0, 64)], &b, 0)))
+        .unwrap();
+    for _ in 0..1000 {
+        if p.b.qp.counters().read_responses_sent > 0 {
+            break;
+        }
+        p.step();
+    }
+    assert_eq!(p.b.qp.counters().read_responses_sent, 1);
+    // B's SRQ is now one of PD 2 (its own region), and a SEND binds B's QP to it.
+    let other = 0x9;
+    let key = p.b.mem.register(2, 0x3000_0000, 4096, Access::ALL);
+    let c = Buf {
+        key,
+        addr: 0x3000_0000,
+        len: 4096,
+    };
+    let mut s2 = Srq::new(other, 2, caps());
+    s2.post_recv(recv(2, &[c.sge(0, 100)])).unwrap();
+    p.b.srq = Some(s2);
+    let mut w = xrc(wr(2, SendOp::Send, &[a.sge(1024, 10)]));
+    w.xrc_srqn = other;
+    p.a.qp.post_send(w).unwrap();
+    p.drive(STEPS);
+    assert_eq!(
+        ids(&drain(&mut p.a)),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(read(&p.a, &a, 0, 64), pattern(5, 64));
+    assert!(p.b.qp.counters().duplicate_requests >= 1);
+}

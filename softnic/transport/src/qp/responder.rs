@@ -726,25 +726,29 @@ impl Qp {
             return Err(RespError::Length);
         }
         // The R_Key check comes first: a refused READ does not count as a message.
-        self.check_read(reth, mem)?;
+        self.check_read(reth, mem, self.pd)?;
         self.resp.msn = self.resp.msn.next();
         let p = pkt.repr.bth.psn;
-        self.queue_read(p, reth, mem, false)?;
+        self.queue_read(p, reth, mem, None)?;
         let npkts = packets_for(reth.dma_len, self.mtu());
         let cap = SERVED_READS_MIN.max(self.rd_atomic_limit());
-        self.resp.served_reads.record(p, npkts, reth, cap);
+        self.resp.served_reads.record(p, npkts, reth, self.pd, cap);
         Ok(npkts)
     }
 
-    /// Checks the R_Key of a READ and queues its response packets from PSN `p`.
+    /// Checks the R_Key of a READ and queues its response packets from PSN `p`: a new
+    /// READ (`replay` `None`) under the QP's protection domain, a replay under the
+    /// domain its original was served under (`Some(pd)`; an XRC receive QP's changes
+    /// with each message's SRQ, [`Qp::handle_packet_xrc`]).
     pub(super) fn queue_read(
         &mut self,
         p: Psn,
         reth: wire::RethRepr,
         mem: &dyn Memory,
-        replay: bool,
+        replay: Option<u32>,
     ) -> Result<(), RespError> {
-        self.check_read(reth, mem)?;
+        let pd = replay.unwrap_or(self.pd);
+        self.check_read(reth, mem, pd)?;
         self.push_response(Response::Read {
             psn: p,
             va: reth.va,
@@ -753,18 +757,18 @@ impl Qp {
             k: 0,
             npkts: packets_for(reth.dma_len, self.mtu()),
             msn: self.resp.msn,
-            replay,
-            pd: self.pd,
+            replay: replay.is_some(),
+            pd,
         });
         Ok(())
     }
 
-    /// IBTA 9.7.4.2.6: the R_Key, range and REMOTE_READ right of a READ (none for a
-    /// zero-length READ).
-    fn check_read(&self, reth: wire::RethRepr, mem: &dyn Memory) -> Result<(), RespError> {
+    /// IBTA 9.7.4.2.6: the R_Key, range and REMOTE_READ right of a READ under
+    /// protection domain `pd` (none for a zero-length READ).
+    fn check_read(&self, reth: wire::RethRepr, mem: &dyn Memory, pd: u32) -> Result<(), RespError> {
         if reth.dma_len > 0 {
             mem.check_remote(
-                self.accessor(),
+                crate::memory::Accessor { pd, qpn: self.qpn },
                 reth.rkey,
                 reth.va,
                 u64::from(reth.dma_len),

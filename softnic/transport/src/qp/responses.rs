@@ -137,8 +137,8 @@ impl Qp {
                     self.counters.drop_duplicate += 1;
                     return;
                 };
-                match self.resp.served_reads.check(p, reth, self.mtu()) {
-                    DupRead::Replay => {}
+                let pd = match self.resp.served_reads.check(p, reth, self.mtu()) {
+                    DupRead::Replay(pd) => pd,
                     DupRead::NotServed => {
                         self.counters.drop_duplicate += 1;
                         return;
@@ -147,11 +147,11 @@ impl Qp {
                         self.counters.drop_duplicate_mismatch += 1;
                         return;
                     }
-                }
+                };
                 // Replays are bounded separately from the resources of new requests.
                 let busy = self.resp.replays_queued();
                 let limit = usize::from(self.attrs.max_dest_rd_atomic.max(1));
-                if busy >= limit || self.queue_read(p, reth, mem, true).is_err() {
+                if busy >= limit || self.queue_read(p, reth, mem, Some(pd)).is_err() {
                     self.counters.drop_duplicate += 1;
                 }
             }

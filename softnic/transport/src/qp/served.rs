@@ -35,13 +35,17 @@ struct ServedRead {
     first: Psn,
     npkts: u32,
     reth: RethRepr,
+    /// The protection domain it was checked and read under: an XRC receive QP's
+    /// changes with each message's SRQ, and a replay reads under the original's.
+    pd: u32,
 }
 
 /// What a duplicate READ is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum DupRead {
-    /// It repeats a served READ from one of its response PSNs: answer it.
-    Replay,
+    /// It repeats a served READ from one of its response PSNs: answer it, under the
+    /// protection domain the original was served under.
+    Replay(u32),
     /// Its PSN is in no READ remembered (never a READ, or too old).
     NotServed,
     /// Its PSN is in a served READ but its R_Key or range is not that READ's.
@@ -55,13 +59,18 @@ pub(super) struct ServedReads {
 }
 
 impl ServedReads {
-    /// Records a READ accepted at PSN `first` using `npkts` response PSNs, keeping at
-    /// most `cap` (at least one).
-    pub fn record(&mut self, first: Psn, npkts: u32, reth: RethRepr, cap: usize) {
+    /// Records a READ accepted at PSN `first` using `npkts` response PSNs under
+    /// protection domain `pd`, keeping at most `cap` (at least one).
+    pub fn record(&mut self, first: Psn, npkts: u32, reth: RethRepr, pd: u32, cap: usize) {
         while self.ring.len() >= cap.max(1) {
             self.ring.pop_front();
         }
-        self.ring.push_back(ServedRead { first, npkts, reth });
+        self.ring.push_back(ServedRead {
+            first,
+            npkts,
+            reth,
+            pd,
+        });
     }
 
     /// Classifies a duplicate READ at `psn` asking for `reth`, at path MTU `mtu`.
@@ -81,7 +90,7 @@ impl ServedReads {
             && reth.va == s.reth.va.wrapping_add(off)
             && u64::from(reth.dma_len) <= orig_len - off;
         if ok {
-            DupRead::Replay
+            DupRead::Replay(s.pd)
         } else {
             DupRead::Mismatch
         }
@@ -160,11 +169,17 @@ mod tests {
         let mut s = ServedReads::default();
         // 1000 bytes at MTU 256: PSNs 0xFFFFFE, 0xFFFFFF, 0, 1 (wrapping).
         let first = Psn::new(0xFF_FFFE);
-        s.record(first, 4, reth(0x1000, 7, 1000), 2);
+        s.record(first, 4, reth(0x1000, 7, 1000), 1, 2);
         let at = |k: u32| first.wrapping_add(k);
-        assert_eq!(s.check(at(0), reth(0x1000, 7, 1000), 256), DupRead::Replay);
-        assert_eq!(s.check(at(2), reth(0x1200, 7, 488), 256), DupRead::Replay);
-        assert_eq!(s.check(at(3), reth(0x1300, 7, 0), 256), DupRead::Replay);
+        assert_eq!(
+            s.check(at(0), reth(0x1000, 7, 1000), 256),
+            DupRead::Replay(1)
+        );
+        assert_eq!(
+            s.check(at(2), reth(0x1200, 7, 488), 256),
+            DupRead::Replay(1)
+        );
+        assert_eq!(s.check(at(3), reth(0x1300, 7, 0), 256), DupRead::Replay(1));
         // Other key, range past the original, start not at the PSN's offset.
         assert_eq!(
             s.check(at(0), reth(0x1000, 8, 1000), 256),
@@ -177,9 +192,15 @@ mod tests {
         assert_eq!(s.check(at(2), reth(0x1000, 7, 100), 256), DupRead::Mismatch);
         assert_eq!(s.check(at(1), reth(0x1200, 7, 100), 256), DupRead::Mismatch);
         assert_eq!(s.check(at(4), reth(0x1000, 7, 1), 256), DupRead::NotServed);
+        // A replay reads under the PD its original was served under.
+        s.record(Psn::new(100), 1, reth(0x2000, 9, 8), 3, 4);
+        assert_eq!(
+            s.check(Psn::new(100), reth(0x2000, 9, 8), 256),
+            DupRead::Replay(3)
+        );
         // Bounded: the oldest is forgotten.
-        s.record(Psn::new(10), 1, reth(0, 7, 1), 2);
-        s.record(Psn::new(20), 1, reth(0, 7, 1), 2);
+        s.record(Psn::new(10), 1, reth(0, 7, 1), 1, 2);
+        s.record(Psn::new(20), 1, reth(0, 7, 1), 1, 2);
         assert_eq!(s.len(), 2);
         assert_eq!(
             s.check(at(0), reth(0x1000, 7, 1000), 256),
