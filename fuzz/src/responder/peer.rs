@@ -252,8 +252,8 @@ impl Peer {
 
     /// The responses a correct peer would send to one of the RC victim's recent
     /// requests: every READ response packet (First, Middle…, Last with path-MTU
-    /// payloads, capped at [`MAX_MESSAGE_PACKETS`]), an atomic ACK, or an ACK. Each may
-    /// still have its ICRC broken.
+    /// payloads, capped at [`MAX_MESSAGE_PACKETS`]), an ATOMIC WRITE's zero-length READ
+    /// response, an atomic ACK, or an ACK. Each may still have its ICRC broken.
     pub fn answer(&mut self, u: &mut Unstructured<'_>, qp: usize) -> Result<Vec<Datagram>> {
         let v = self.qps[qp];
         if self.recent.is_empty() {
@@ -293,6 +293,18 @@ impl Peer {
                     repr.payload_len = if pos.ends() { last_len } else { mtu };
                     out.push(finish_with(u, &repr, fill)?);
                 }
+            }
+            // IBTA A19 (as rxe answers it): a READ Response Only of zero length.
+            Operation::AtomicWrite => {
+                let Some(opcode) =
+                    Opcode::find(Transport::Rc, Operation::ReadResponse, Position::Only, None)
+                else {
+                    return Ok(out);
+                };
+                let mut repr = PacketRepr::new(bth(u, opcode, Qpn::new(v.qpn), o.psn)?);
+                repr.bth.pkey = 0xFFFF;
+                repr.aeth = Some(aeth(msn));
+                out.push(finish(u, &repr)?);
             }
             op => {
                 let atomic = matches!(op, Operation::CompareSwap | Operation::FetchAdd);

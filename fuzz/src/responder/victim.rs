@@ -1401,13 +1401,25 @@ impl Victim {
             6 if len <= 64 && matches!(wr.op, SendOp::Send | SendOp::Write) => {
                 wr.inline = softnic_transport::wr::Inline::new(&[0x5A; 64][..len as usize]);
             }
+            // The same choice makes a FETCH_ADD an ATOMIC WRITE of its 8 bytes, which
+            // gathers nothing (RC only: the other QPs refuse the post).
+            6 => {
+                if let SendOp::FetchAdd { add } = wr.op {
+                    wr.op = SendOp::AtomicWrite {
+                        value: add.to_ne_bytes(),
+                    };
+                    wr.num_sge = 0;
+                }
+            }
             7 => wr.sges[0].lkey ^= 0x100, // a key that names nothing
             _ => {}
         }
         if self.qps[qp].post_send(wr.clone()).is_ok() {
             self.posted_packets += wr_packets(&wr);
             self.psn_span[qp] += match wr.op {
-                SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => 1,
+                SendOp::CompareSwap { .. }
+                | SendOp::FetchAdd { .. }
+                | SendOp::AtomicWrite { .. } => 1,
                 _ => u64::from(npkts(wr.total_len() as u32, self.mtu)),
             };
             self.posted.insert((qp, Queue::Send, wr.wr_id));
