@@ -163,6 +163,14 @@ impl Conns {
 /// `connect(2)` (`SO_PEERCRED`; BSD and macOS would use `getpeereid(3)`).
 #[cfg(target_os = "linux")]
 pub fn peer_uid(s: &UnixStream) -> io::Result<u32> {
+    peer_cred(s).map(|c| c.uid)
+}
+
+/// The credentials of the process at the other end of `s`, as the kernel recorded them
+/// at `connect(2)` or, for a client's socket, at the server's `listen(2)`
+/// (`SO_PEERCRED`).
+#[cfg(target_os = "linux")]
+pub fn peer_cred(s: &UnixStream) -> io::Result<libc::ucred> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -190,7 +198,7 @@ pub fn peer_uid(s: &UnixStream) -> io::Result<u32> {
             "SO_PEERCRED returned a short ucred",
         ));
     }
-    Ok(cred.uid)
+    Ok(cred)
 }
 
 /// Handle to the running server.

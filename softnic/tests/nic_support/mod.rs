@@ -484,24 +484,9 @@ pub fn fill_icrc_v4(buf: &mut [u8], src: std::net::SocketAddr, dst: std::net::So
 /// The process id of the server of the Unix socket `s` is connected to (SO_PEERCRED:
 /// the credentials the server had when it called listen(2)).
 fn peer_pid(s: &UnixStream) -> Option<u32> {
-    use std::os::fd::AsRawFd;
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: getsockopt(2) writes at most `len` bytes into `cred`, which is that big.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    (r == 0).then_some(cred.pid as u32)
+    softnic::nic::control::peer_cred(s)
+        .ok()
+        .map(|c| c.pid as u32)
 }
 
 /// The IP address of a `--addr` argument (`fe80::2%sn0` names its interface after `%`).

@@ -123,16 +123,7 @@ unsafe fn destroy_own_cqs(i: &mut Id) {
         .flatten()
     {
         // SAFETY: made by create_qp_ex below, no QP uses them any more.
-        unsafe {
-            if !cq.is_null() {
-                objects::ibv_destroy_cq(*cq);
-            }
-            if !ch.is_null() {
-                objects::ibv_destroy_comp_channel(*ch);
-            }
-        }
-        *cq = std::ptr::null_mut();
-        *ch = std::ptr::null_mut();
+        unsafe { destroy_cq_and_channel(cq, ch) };
     }
     i.own_cqs = false;
 }
@@ -369,17 +360,27 @@ pub unsafe extern "C" fn rdma_create_srq_ex(
 unsafe fn destroy_srq_cq(i: &mut Id) {
     let r = &mut i.id;
     // SAFETY: made by rdma_create_srq_ex, unused (caller contract).
+    unsafe { destroy_cq_and_channel(&mut r.recv_cq, &mut r.recv_cq_channel) };
+    i.srq_cq = false;
+}
+
+/// Destroys `cq` then `ch` (each if non-null) and nulls both, so the `rdma_cm_id`
+/// never points at a destroyed object.
+///
+/// # Safety
+/// Both are ours or null, and nothing uses them any more.
+unsafe fn destroy_cq_and_channel(cq: &mut *mut ibv_cq, ch: &mut *mut ibv_comp_channel) {
+    // SAFETY: caller contract.
     unsafe {
-        if !r.recv_cq.is_null() {
-            objects::ibv_destroy_cq(r.recv_cq);
+        if !cq.is_null() {
+            objects::ibv_destroy_cq(*cq);
         }
-        if !r.recv_cq_channel.is_null() {
-            objects::ibv_destroy_comp_channel(r.recv_cq_channel);
+        if !ch.is_null() {
+            objects::ibv_destroy_comp_channel(*ch);
         }
     }
-    r.recv_cq = std::ptr::null_mut();
-    r.recv_cq_channel = std::ptr::null_mut();
-    i.srq_cq = false;
+    *cq = std::ptr::null_mut();
+    *ch = std::ptr::null_mut();
 }
 
 /// `rdma_create_srq`: [`rdma_create_srq_ex`] on `pd` (NULL: `id->pd`) — an XRC SRQ for

@@ -17,6 +17,7 @@ use super::events::Channel;
 use super::IdOwner;
 use crate::nic::counters::NicCounters;
 use crate::nic::quota::Kind;
+use crate::nic::rings::QpEntry;
 use crate::nic::state::{err, ok, refuse, Answer, Nic, MAX_QP_RD_ATOM};
 
 /// `RDMA_PS_TCP`: RC connections.
@@ -162,6 +163,14 @@ impl Nic {
         (owner == client || self.uid_of(owner) == self.uid_of(client)).then_some(owner)
     }
 
+    /// QP `qpn` and its owning connection, if that is `client` or another connection
+    /// of its user ([`Nic::cm_qp_client`]); `NotFound` otherwise.
+    fn cm_qp(&self, client: u32, qpn: u32) -> Result<(&QpEntry, u32), Box<Answer>> {
+        self.cm_qp_client(client, qpn)
+            .and_then(|owner| Some((&**self.qps.get(&qpn)?, owner)))
+            .ok_or_else(|| fail(ErrorCode::NotFound, format!("no QP {qpn:#x}")))
+    }
+
     /// Checks `qpn` is a QP of type `ty` of `client` (or its user).
     fn cm_qp_of_type(
         &self,
@@ -170,13 +179,10 @@ impl Nic {
         ty: tqp::QpType,
         why: &str,
     ) -> Result<(), Box<Answer>> {
-        match self
-            .cm_qp_client(client, qpn)
-            .and_then(|_| self.qps.get(&qpn))
-        {
-            Some(e) if e.qp.qp_type() == ty => Ok(()),
-            Some(_) => Err(fail(ErrorCode::InvalidArgument, why)),
-            None => Err(fail(ErrorCode::NotFound, format!("no QP {qpn:#x}"))),
+        if self.cm_qp(client, qpn)?.0.qp.qp_type() == ty {
+            Ok(())
+        } else {
+            Err(fail(ErrorCode::InvalidArgument, why))
         }
     }
 
@@ -198,12 +204,7 @@ impl Nic {
         transport: CmTransport,
         active: bool,
     ) -> Result<(), Box<Answer>> {
-        let Some(e) = self
-            .cm_qp_client(client, qpn)
-            .and_then(|_| self.qps.get(&qpn))
-        else {
-            return Err(fail(ErrorCode::NotFound, format!("no QP {qpn:#x}")));
-        };
+        let (e, _) = self.cm_qp(client, qpn)?;
         let half = if active {
             tqp::QpType::XrcSend
         } else {
@@ -226,13 +227,7 @@ impl Nic {
     /// Moves `qpn` (checked by [`Nic::cm_qp_fits`]) to INIT if it is in RESET; a QP
     /// in INIT is left alone, any other state refused.
     fn cm_prepare_qp(&mut self, now: Instant, client: u32, qpn: u32) -> Result<(), Box<Answer>> {
-        let owner = self.cm_qp_client(client, qpn);
-        let Some((e, client)) = owner.and_then(|c| Some((self.qps.get(&qpn)?, c))) else {
-            return Err(Box::new(err(
-                ErrorCode::NotFound,
-                format!("no QP {qpn:#x}"),
-            )));
-        };
+        let (e, client) = self.cm_qp(client, qpn)?;
         match e.qp.state() {
             tqp::QpState::Init => Ok(()),
             tqp::QpState::Reset => {
