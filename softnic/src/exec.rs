@@ -5,8 +5,9 @@
 //! builder next to this executable's build) first in `LD_LIBRARY_PATH` and `exec`s the
 //! command, which then sees the NICs
 //! running under `$SOFTNIC_DIR` as RDMA devices. `-d NAME` (repeatable) limits the
-//! device list to those NICs, through `SOFTNIC_IBV_DEVICES`, so a program that takes
-//! "the first device" uses NAME. `SOFTNIC_IBVERBS_DIR` names a prebuilt library
+//! device list to those NICs, through `SOFTNIC_IBV_DEVICES` (`verbs_api::Device::list`
+//! applies it), so a program that takes "the first device" uses NAME, and the RDMA CM
+//! finds addresses on those NICs only. `SOFTNIC_IBVERBS_DIR` names a prebuilt library
 //! directory instead (no C compiler needed then).
 
 use std::ffi::OsString;

@@ -56,15 +56,38 @@ fn every_stock_rdmacm_binary_links_against_the_drop_in() {
 /// `verbs-api/rdmacm/tests/c/probe.c nic NAME` through `softnic exec -d NAME`:
 /// `rdma_get_devices` gives that NIC's context (usable for verbs, the same each call),
 /// an event channel's fd polls empty, and the port spaces softnic does not serve are
-/// refused with rdma-core's errno.
+/// refused with rdma-core's errno. Another NIC on the same address, whose name sorts
+/// first, runs beside it: the CM's wildcard bind must still take the `-d` NIC (it
+/// took the first NIC holding the address, whatever `-d` said).
 #[test]
 fn c_probe_with_a_nic() {
+    let _decoy = NicProc::start("cmstock-decoy", "127.0.0.1", 0, &[]);
     let nic = NicProc::start("cmstock-probe", "127.0.0.1", 0, &[]);
-    let (dir, exe) = compile_c("probe", "../verbs-api/rdmacm/tests/c/probe.c");
+    let src = "../verbs-api/rdmacm/tests/c/probe.c";
+    run_c_on(&nic, ("probe", src), &["nic", &nic.name]);
+}
+
+/// `softnic/tests/rdmacm/destroy_waits.c ADDR` through `softnic exec -d NAME`:
+/// `rdma_destroy_id` returns only after the program acknowledged the id's events, as
+/// rdma-core's does — an event another thread still reads keeps its id — and no event
+/// handed out names an id whose destroy has returned, while ids are destroyed as
+/// their events are being made (libfabric's verbs provider reads events in one thread
+/// while it closes endpoints in another).
+#[test]
+fn rdma_destroy_id_waits_for_its_events() {
+    let nic = NicProc::start("cmstock-destroy", "127.0.0.1", 0, &[]);
+    let src = "tests/rdmacm/destroy_waits.c";
+    run_c_on(&nic, ("destroy_waits", src), &[&nic.addr.to_string()]);
+}
+
+/// Compiles the C program `src` ([`compile_c`]) and runs it with `args` through
+/// `softnic exec -d NIC`: it must print exactly "ok".
+fn run_c_on(nic: &NicProc, (name, src): (&str, &str), args: &[&str]) {
+    let (dir, exe) = compile_c(name, src);
     let o = Command::new(env!("CARGO_BIN_EXE_softnic"))
         .args(["exec", "-d", &nic.name, "--"])
         .arg(&exe)
-        .args(["nic", &nic.name])
+        .args(args)
         .env("SOFTNIC_DIR", softnic_dir())
         .env_remove(softnic::exec::LIB_DIR_ENV)
         .output()
@@ -85,7 +108,7 @@ fn compile_c(name: &str, src: &str) -> (PathBuf, PathBuf) {
         .args(["-Wall", "-Werror", "-o"])
         .arg(&exe)
         .arg(&src)
-        .args(["-lrdmacm", "-libverbs"])
+        .args(["-lrdmacm", "-libverbs", "-lpthread"])
         .output()
         .expect("run the C compiler (one is required)");
     assert!(

@@ -20,6 +20,12 @@ use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
 use crate::poll_idle::ContextPoll;
 
+/// Environment variable limiting the devices this process sees to these NIC names
+/// (comma-separated; `softnic exec -d NAME` sets it), so a program that opens "the
+/// first device", and the RDMA CM's look-up of the NIC holding an address, get the one
+/// the user chose. Unset or empty: every running NIC.
+pub const DEVICES_ENV: &str = "SOFTNIC_IBV_DEVICES";
+
 /// A device that can be opened: a NIC control socket found in `$SOFTNIC_DIR`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Device {
@@ -28,8 +34,9 @@ pub struct Device {
 }
 
 impl Device {
-    /// Every `*.sock` in `$SOFTNIC_DIR` (`ibv_get_device_list`), sorted by name. A stale
-    /// socket of a dead NIC is listed too; opening it fails.
+    /// Every `*.sock` in `$SOFTNIC_DIR` (`ibv_get_device_list`), sorted by name; only
+    /// those named in [`DEVICES_ENV`] if it is set. A stale socket of a dead NIC is
+    /// listed too; opening it fails.
     pub fn list() -> Result<Vec<Device>> {
         let dir = control::softnic_dir();
         let entries = match std::fs::read_dir(&dir) {
@@ -37,11 +44,17 @@ impl Device {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(io("listing $SOFTNIC_DIR")(e)),
         };
+        let only = std::env::var(DEVICES_ENV).unwrap_or_default();
+        let chosen = |name: &str| only.is_empty() || only.split(',').any(|n| n == name);
         let mut out = Vec::new();
         for entry in entries.flatten() {
             let path = entry.path();
             if path.extension().is_some_and(|e| e == "sock") {
-                if let Some(stem) = path.file_stem().and_then(|s| s.to_str()) {
+                if let Some(stem) = path
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .filter(|s| chosen(s))
+                {
                     out.push(Device {
                         name: stem.to_string(),
                         path,

@@ -17,10 +17,9 @@ use verbs_api::{Context, Device, DeviceAttributes};
 use crate::abi::*;
 use crate::errno;
 
-/// Environment variable limiting the device list to these NIC names (comma-separated;
-/// `softnic exec -d NAME` sets it), so a program that opens "the first device" gets the
-/// one the user chose. Unset or empty: every running NIC.
-pub const DEVICES_ENV: &str = "SOFTNIC_IBV_DEVICES";
+/// Environment variable limiting the device list to these NIC names
+/// ([`verbs_api::device::DEVICES_ENV`]: [`Device::list`] applies it).
+pub use verbs_api::device::DEVICES_ENV;
 
 /// A device as rdma-core allocates it: `struct ibv_device` first, then (at offset 664,
 /// where rdma-core's `struct verbs_device` has its `ops`) a non-NULL pointer that is not
@@ -91,7 +90,7 @@ unsafe fn softnic_device<'a>(dev: *mut ibv_device) -> &'a SoftnicDevice {
 }
 
 /// `ibv_get_device_list`: every running NIC under `$SOFTNIC_DIR` (only those named in
-/// [`DEVICES_ENV`] if set), sorted by name, in a NULL-terminated array freed by
+/// [`DEVICES_ENV`] if set: [`Device::list`]), sorted by name, in a NULL-terminated array freed by
 /// [`ibv_free_device_list`].
 ///
 /// # Safety
@@ -102,18 +101,8 @@ pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *m
         Ok(d) => d,
         Err(e) => return errno::null(errno::of(&e)),
     };
-    let only: Option<Vec<String>> = std::env::var(DEVICES_ENV)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .map(|v| v.split(',').map(str::to_string).collect());
     let mut running = Vec::new();
     for d in devices {
-        if only
-            .as_ref()
-            .is_some_and(|o| !o.iter().any(|n| n == d.name()))
-        {
-            continue;
-        }
         if let Ok(attr) = d.query() {
             let guid = guid_of(&attr);
             running.push(device_for(d.path().to_path_buf(), d.name(), guid));

@@ -46,6 +46,8 @@ pub struct Event {
     private_data: Vec<u8>,
     /// Dropped on `rdma_ack_cm_event`.
     _api: CmEvent,
+    /// The event's claim on the id it counts against, released when it is dropped.
+    _held: id::Hold,
 }
 
 /// The errno of a verbs-api CM error, as the kernel would answer.
@@ -236,17 +238,19 @@ pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
 /// The C event for `api`, or `None` when its id is gone (then it is dropped, which
 /// for a CONNECT_REQUEST rejects the new connection).
 fn translate(mut api: CmEvent) -> Option<Box<Event>> {
-    let (id_ptr, listen_ptr) = if api.kind == CmEventKind::ConnectRequest {
-        let listen = id::lookup(api.listen_id?)?;
-        let child = id::new_child(listen, api.new_id.take()?)?;
-        (child, listen)
+    // The hold keeps the id (or the listener) from being freed from here until the
+    // event is acknowledged or dropped (`id::Hold`).
+    let (id_ptr, listen_ptr, held) = if api.kind == CmEventKind::ConnectRequest {
+        let held = id::hold(api.listen_id?)?;
+        let child = id::new_child(held.id(), api.new_id.take()?)?;
+        (child, held.id(), held)
     } else {
-        let id = id::lookup(api.id)?;
+        let held = id::hold(api.id)?;
         // Resolution may bind the id (its NIC, addresses) only now: the program reads
         // `id->verbs` on ADDR_RESOLVED.
-        // SAFETY: a live id of the registry.
-        unsafe { (*id).sync_binding() };
-        (id, std::ptr::null_mut())
+        // SAFETY: a live id of the registry, held.
+        unsafe { (*held.id()).sync_binding() };
+        (held.id(), std::ptr::null_mut(), held)
     };
     // SAFETY: rdma_event_param is two plain structs: all-zero is valid.
     let mut param: rdma_event_param = unsafe { std::mem::zeroed() };
@@ -318,6 +322,7 @@ fn translate(mut api: CmEvent) -> Option<Box<Event>> {
         },
         private_data,
         _api: api,
+        _held: held,
     });
     if !e.private_data.is_empty() {
         // Both union members start with the private-data pointer.

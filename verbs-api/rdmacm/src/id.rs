@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use softnic_ibverbs::abi::{ibv_context, ibv_pd};
@@ -61,33 +61,105 @@ pub struct Id {
 }
 
 /// Live ids by key (addresses as usize: the registry only hands them back to the
-/// thread that asks, under the program's own rules for id lifetimes).
-static IDS: Mutex<Option<HashMap<CmIdKey, usize>>> = Mutex::new(None);
+/// thread that asks, under the program's own rules for id lifetimes), and how many
+/// events each id has out ([`Hold`]).
+static IDS: Mutex<Registry> = Mutex::new(Registry {
+    by_key: None,
+    held: None,
+});
+
+/// Signalled when an id's last [`Hold`] is released.
+static RELEASED: Condvar = Condvar::new();
+
+/// How long [`rdma_destroy_id`] waits for the program to acknowledge the id's events
+/// before it gives up and leaves the id allocated (rdma-core waits without bound).
+const ACK_WAIT: Duration = Duration::from_secs(10);
+
+struct Registry {
+    /// Registered ids by key.
+    by_key: Option<HashMap<CmIdKey, usize>>,
+    /// Ids (by address) with events out, and how many.
+    held: Option<HashMap<usize, u32>>,
+}
 
 /// Ids handed out and not destroyed.
 static LIVE: LiveSet = LiveSet::new();
 
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    IDS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn register(key: CmIdKey, id: *mut Id) {
     LIVE.insert(id);
-    IDS.lock()
-        .unwrap_or_else(|e| e.into_inner())
+    registry()
+        .by_key
         .get_or_insert_with(HashMap::new)
         .insert(key, id as usize);
 }
 
+/// Takes `key` out of the registry: no event is made for its id from now on.
 fn unregister(key: CmIdKey) {
-    if let Some(m) = IDS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+    if let Some(m) = registry().by_key.as_mut() {
         m.remove(&key);
     }
 }
 
-/// The live id of `key`.
-pub(crate) fn lookup(key: CmIdKey) -> Option<*mut Id> {
-    IDS.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()?
-        .get(&key)
-        .map(|&p| p as *mut Id)
+/// One event's claim on the id it counts against — the id it names, or for a
+/// CONNECT_REQUEST the listener, as rdma-core counts `events_reported` against
+/// `evt->id_priv` — from the moment the event is made until it is dropped
+/// (acknowledged, or discarded unseen). [`rdma_destroy_id`] frees an id only when no
+/// hold on it is left, as rdma-core's waits for `events_completed` to reach
+/// `events_reported`: a program whose other thread still reads an event
+/// (`event->id->context`, as libfabric's verbs provider does) must not find the id
+/// freed under it, and an event being translated in one thread (which writes the id's
+/// binding) must not race the id's free in another.
+pub(crate) struct Hold(usize);
+
+impl Hold {
+    /// The id held.
+    pub(crate) fn id(&self) -> *mut Id {
+        self.0 as *mut Id
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let mut r = registry();
+        let held = r.held.get_or_insert_with(HashMap::new);
+        if let Some(n) = held.get_mut(&self.0) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.0);
+                RELEASED.notify_all();
+            }
+        }
+    }
+}
+
+/// A hold on the live id of `key` (`None`: no such id, or it is being destroyed).
+/// Taken under the registry's lock, which [`unregister`] takes too: an id found here
+/// is not freed before the hold is released.
+pub(crate) fn hold(key: CmIdKey) -> Option<Hold> {
+    let mut r = registry();
+    let p = *r.by_key.as_ref()?.get(&key)?;
+    *r.held
+        .get_or_insert_with(HashMap::new)
+        .entry(p)
+        .or_insert(0) += 1;
+    Some(Hold(p))
+}
+
+/// Waits until no hold on `id` is left, at most [`ACK_WAIT`]: true if none is.
+fn wait_unheld(id: *mut Id) -> bool {
+    let held = |r: &mut Registry| {
+        r.held
+            .as_ref()
+            .is_some_and(|h| h.contains_key(&(id as usize)))
+    };
+    let (mut r, _) = RELEASED
+        .wait_timeout_while(registry(), ACK_WAIT, held)
+        .unwrap_or_else(|e| e.into_inner());
+    !held(&mut r)
 }
 
 /// One `ibv_context` per NIC (by name) for the whole process, as rdma-core's
@@ -335,6 +407,14 @@ pub(crate) unsafe fn create_id(
 /// `rdma_destroy_id`: stops listening / disconnects (in the NIC) and frees the id.
 /// The program destroys the id's QP first (librdmacm's rule); the `ibv_context` stays.
 ///
+/// As in rdma-core, it returns once every event of the id the program was given is
+/// acknowledged ([`Hold`]): another thread may still be reading one. Events of the id
+/// not given out yet are dropped (a listener's connection requests with their new
+/// ids, which rejects them), as the kernel drops a destroyed id's events. Where
+/// rdma-core would wait forever — the calling thread itself holds an unacknowledged
+/// event of the id — this waits [`ACK_WAIT`] and then returns with the id left
+/// allocated, so that the late acknowledgement finds it.
+///
 /// # Safety
 /// `id` came from [`rdma_create_id`] or an event and is not used again.
 #[export_name = "softnic_rdma_destroy_id"]
@@ -342,11 +422,28 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     if !LIVE.remove(id) {
         return fail(libc::EINVAL);
     }
-    // SAFETY: a live id (just removed from the live set, so freed once): reverses
-    // Id::boxed's Box::into_raw.
-    let mut b = unsafe { Box::from_raw(id as *mut Id) };
-    b.ack_event();
-    unregister(b.api.lock().unwrap_or_else(|e| e.into_inner()).key());
+    // SAFETY: a live id (just removed from the live set, so destroyed once).
+    let i = unsafe { &mut *(id as *mut Id) };
+    unregister(i.api.lock().unwrap_or_else(|e| e.into_inner()).key());
+    i.ack_event();
+    // SAFETY: the id's channel is live while the id is.
+    if let Some(ch) = unsafe { channel::channel(i.id.channel) } {
+        for e in channel::unstash_for(ch, id) {
+            let child = (e.ev.listen_id == id).then_some(e.ev.id);
+            drop(e);
+            if let Some(c) = child {
+                // SAFETY: the request's new id, made by this library and never given
+                // to the program.
+                unsafe { rdma_destroy_id(c) };
+            }
+        }
+    }
+    if !wait_unheld(id as *mut Id) {
+        return 0;
+    }
+    // SAFETY: no hold on the id is left and no new one can be taken (unregistered):
+    // reverses Id::boxed's Box::into_raw.
+    let b = unsafe { Box::from_raw(id as *mut Id) };
     let (channel, own) = (b.id.channel, b.own_channel);
     drop(b);
     if own {
@@ -782,8 +879,8 @@ pub unsafe extern "C" fn rdma_migrate_id(
 
 /// Some live id's events go to `ch`.
 fn channel_used(ch: *mut rdma_event_channel) -> bool {
-    let ids = IDS.lock().unwrap_or_else(|e| e.into_inner());
-    ids.as_ref().is_some_and(|m| {
+    let r = registry();
+    r.by_key.as_ref().is_some_and(|m| {
         m.values()
             // SAFETY: live ids of the registry (removed before they are freed).
             .any(|&p| unsafe { (*(p as *const Id)).id.channel } == ch)
