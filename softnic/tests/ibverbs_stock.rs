@@ -570,6 +570,26 @@ fn cq_events_arm_for_the_next_completion_as_rxe() {
     c_program_passes(&a, "cq_events", &[], "ok");
 }
 
+/// Destroying an object with events out, as rdma-core does it
+/// (`tests/ibverbs/destroy_waits.c`): `ibv_destroy_cq` waits for the acknowledgement of
+/// a completion event another thread still holds, `ibv_destroy_qp` for that of an
+/// asynchronous event, and a QP's event not taken yet is dropped at its destroy
+/// instead of naming the freed QP later.
+#[test]
+fn destroy_waits_for_the_events_taken_and_drops_the_rest() {
+    let (a, _b) = nic_pair("ibvstock-destroy", 50);
+    let exe = compile_c("destroy_waits", &["-lpthread"]);
+    let o = stock_support::exec_on(&a, &exe)
+        .arg(&a.name)
+        .output()
+        .expect("run softnic exec");
+    assert!(
+        o.status.success() && text(&o).contains("ok"),
+        "{}",
+        text(&o)
+    );
+}
+
 /// Stock perftest over XRC (`-c XRC`): perftest makes an XRC domain, XRC SRQs and one
 /// XRC send and one XRC receive QP per connection, passes RC's attribute masks to both
 /// halves (which `ibv_modify_qp` must ignore where a half lacks them, as the kernel's

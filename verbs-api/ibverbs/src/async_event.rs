@@ -25,13 +25,21 @@
 //! not offer the pipe (older than this library) is asked every [`POLL_INTERVAL`]
 //! instead. The watcher ends when the NIC goes away (the pipe reads end of file, or the
 //! request fails) or at `ibv_close_device`. A context with neither QP nor SRQ starts no
-//! thread and its `async_fd` never becomes readable. Events about an object the program
-//! already destroyed are dropped.
+//! thread and its `async_fd` never becomes readable.
+//!
+//! Destroying a QP or an SRQ ([`Events::retire`]) drops its events not taken yet, and
+//! waits until the program acknowledged those it took, as rdma-core's
+//! `ibv_destroy_qp` / `ibv_destroy_srq` wait for `events_completed` to reach what the
+//! kernel reported (the kernel drops the rest): no event names a freed object, and
+//! `ibv_ack_async_event` in another thread never writes into one. The drop leaves
+//! `async_fd`'s count as it was (a count cannot be taken back without racing a reader
+//! that already took it): `poll(2)` may then report `async_fd` readable with no event
+//! queued, and `ibv_get_async_event` waits on for the next one (non-blocking: EAGAIN).
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use verbs_api::{os, AsyncEvent, Context};
@@ -72,24 +80,61 @@ struct Shared {
     /// QP number → the program's `ibv_qp`.
     qps: Mutex<HashMap<u32, usize>>,
     /// Events not yet taken by `ibv_get_async_event`: (element address, event type).
+    /// Taken before `qps` / `srqs` where both are held.
     queue: Mutex<VecDeque<(usize, c_int)>>,
+    /// Events taken and not acknowledged, by element (rdma-core's events reported
+    /// minus `events_completed`); counted under `queue`'s lock as they are taken.
+    taken: Mutex<HashMap<usize, u32>>,
+    /// Signalled when an element's last taken event is acknowledged.
+    acked: Condvar,
 }
+
+/// How long [`Events::retire`] waits for the program to acknowledge an object's events
+/// before it gives up (rdma-core waits without bound); the caller then leaves the
+/// object allocated, so the late acknowledgement finds it.
+pub(crate) const ACK_WAIT: Duration = Duration::from_secs(10);
 
 impl Events {
     pub(crate) fn register_srq(&self, handle: u32, srq: usize) {
         lock(&self.inner.srqs).insert(handle, srq);
     }
 
-    pub(crate) fn forget(&self, srq_handle: u32) {
-        lock(&self.inner.srqs).remove(&srq_handle);
+    /// The SRQ of NIC handle `srq_handle` (at `srq`) is being destroyed: [`Self::retire`].
+    pub(crate) fn forget(&self, srq_handle: u32, srq: usize) -> bool {
+        self.retire(srq, || {
+            lock(&self.inner.srqs).remove(&srq_handle);
+        })
     }
 
     pub(crate) fn register_qp(&self, qpn: u32, qp: usize) {
         lock(&self.inner.qps).insert(qpn, qp);
     }
 
-    pub(crate) fn forget_qp(&self, qpn: u32) {
-        lock(&self.inner.qps).remove(&qpn);
+    /// The QP numbered `qpn` (at `qp`) is being destroyed: [`Self::retire`].
+    pub(crate) fn forget_qp(&self, qpn: u32, qp: usize) -> bool {
+        self.retire(qp, || {
+            lock(&self.inner.qps).remove(&qpn);
+        })
+    }
+
+    /// An object (at `element`) is being destroyed: `unmap` takes it out of the map
+    /// events are resolved through, its events not taken yet are dropped (both under
+    /// the queue's lock, which `deliver` holds from resolving an event to queueing
+    /// it), then this waits, at most [`ACK_WAIT`], until the events of it the program
+    /// took are acknowledged. False if they were not: the caller must not free it.
+    fn retire(&self, element: usize, unmap: impl FnOnce()) -> bool {
+        let s = &self.inner;
+        {
+            let mut q = lock(&s.queue);
+            unmap();
+            q.retain(|&(e, _)| e != element);
+        }
+        let taken = lock(&s.taken);
+        let (taken, _) = s
+            .acked
+            .wait_timeout_while(taken, ACK_WAIT, |t| t.contains_key(&element))
+            .unwrap_or_else(|e| e.into_inner());
+        !taken.contains_key(&element)
     }
 
     /// Starts the watcher thread if it is not running. On failure (no thread, no fd)
@@ -185,6 +230,9 @@ fn run_watch(api: &Context, fd: &OwnedFd, s: &Shared, stop: &OwnedFd) -> Ended {
 /// Queues `events` for `ibv_get_async_event`, one count on `async_fd` each.
 fn deliver(events: Vec<AsyncEvent>, fd: &OwnedFd, s: &Shared) {
     let qp = |qpn: u32| lock(&s.qps).get(&qpn).copied();
+    // Held from resolving each event's object to queueing it: `Events::retire` cannot
+    // slip between (its object would be named by an event queued after its drop).
+    let mut queue = lock(&s.queue);
     for e in events {
         let (element, kind) = match e {
             AsyncEvent::SrqLimitReached { srq } => {
@@ -198,7 +246,7 @@ fn deliver(events: Vec<AsyncEvent>, fd: &OwnedFd, s: &Shared) {
             AsyncEvent::QpFatal { qpn } => (qp(qpn), EVENT_QP_FATAL),
         };
         let Some(element) = element else { continue };
-        lock(&s.queue).push_back((element, kind));
+        queue.push_back((element, kind));
         let _ = os::eventfd_signal(fd.as_fd());
     }
 }
@@ -219,18 +267,26 @@ pub unsafe extern "C" fn ibv_get_async_event(
     }
     // SAFETY: caller contract.
     let ctx = unsafe { softnic_context(context) };
-    let mut buf = [0u8; 8];
-    // A plain read, as rdma-core's: the kernel restarts it after a signal whose handler
-    // has SA_RESTART, and EINTR (like EAGAIN on a non-blocking fd) goes to the program.
-    // SAFETY: reads at most 8 bytes into buf.
-    let r = unsafe { libc::read(ctx.async_fd().as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
-    if r < 0 {
-        return -1; // errno from read
-    }
-    // One count per queued event, so the queue cannot be empty here.
-    let Some((element, kind)) = lock(&ctx.events.inner.queue).pop_front() else {
-        errno::set(libc::EIO);
-        return -1;
+    let s = &ctx.events.inner;
+    let (element, kind) = loop {
+        let mut buf = [0u8; 8];
+        // A plain read, as rdma-core's: the kernel restarts it after a signal whose
+        // handler has SA_RESTART, and EINTR (like EAGAIN on a non-blocking fd) goes to
+        // the program.
+        // SAFETY: reads at most 8 bytes into buf.
+        let r = unsafe { libc::read(ctx.async_fd().as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
+        if r < 0 {
+            return -1; // errno from read
+        }
+        // One count per queued event, and more while a destroyed object's dropped
+        // events leave theirs (`Events::retire`): then wait for the next.
+        let mut q = lock(&s.queue);
+        if let Some((element, kind)) = q.pop_front() {
+            if element != 0 {
+                *lock(&s.taken).entry(element).or_insert(0) += 1;
+            }
+            break (element, kind);
+        }
     };
     // SAFETY: writable (caller contract).
     unsafe {
@@ -243,7 +299,8 @@ pub unsafe extern "C" fn ibv_get_async_event(
 }
 
 /// `ibv_ack_async_event`: counts the event on its object (`events_completed`, under the
-/// object's mutex, signalling its condvar), as rdma-core does.
+/// object's mutex, signalling its condvar), as rdma-core does, and releases the wait of
+/// the object's destroy ([`Events::retire`]).
 ///
 /// # Safety
 /// `event` came from [`ibv_get_async_event`] and its object is live.
@@ -254,7 +311,7 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
     }
     // SAFETY: caller contract.
     let e = unsafe { *event };
-    let (mutex, cond, count) = match e.event_type {
+    let (mutex, cond, count, context) = match e.event_type {
         EVENT_SRQ_ERR | EVENT_SRQ_LIMIT_REACHED => {
             let s = e.element as *mut ibv_srq;
             // SAFETY: a live SRQ (caller contract).
@@ -263,6 +320,7 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
                     std::ptr::addr_of_mut!((*s).mutex),
                     std::ptr::addr_of_mut!((*s).cond),
                     std::ptr::addr_of_mut!((*s).events_completed),
+                    (*s).context,
                 )
             }
         }
@@ -281,6 +339,7 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
                     std::ptr::addr_of_mut!((*q).mutex),
                     std::ptr::addr_of_mut!((*q).cond),
                     std::ptr::addr_of_mut!((*q).events_completed),
+                    (*q).context,
                 )
             }
         }
@@ -292,5 +351,19 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
         *count += 1;
         libc::pthread_cond_signal(cond);
         libc::pthread_mutex_unlock(mutex);
+    }
+    // The object is freed only once this count is down (`Events::retire`), so its
+    // fields above were written first.
+    // SAFETY: the object's context outlives it.
+    let ctx = unsafe { softnic_context(context) };
+    let s = &ctx.events.inner;
+    let mut taken = lock(&s.taken);
+    let element = e.element as usize;
+    if let Some(n) = taken.get_mut(&element) {
+        *n -= 1;
+        if *n == 0 {
+            taken.remove(&element);
+            s.acked.notify_all();
+        }
     }
 }

@@ -41,6 +41,7 @@ pub mod abi;
 pub mod ah;
 pub mod async_event;
 pub mod builder;
+mod comp_events;
 pub mod cq_ex;
 pub mod cq_resize;
 pub mod device;

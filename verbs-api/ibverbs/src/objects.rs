@@ -294,11 +294,14 @@ pub(crate) unsafe fn create_cq(
         // SAFETY: caller contract; refcnt is only changed under the program's own
         // create/destroy calls, which rdma-core also leaves unsynchronised.
         unsafe { (*channel).refcnt += 1 };
+        crate::comp_events::open(b as usize);
     }
     b as *mut ibv_cq
 }
 
-/// `ibv_destroy_cq`: EBUSY while QPs use it.
+/// `ibv_destroy_cq`: EBUSY while QPs use it. On a completion channel it returns once
+/// the CQ's events taken with `ibv_get_cq_event` are acknowledged, as rdma-core's does
+/// (`comp_events.rs`).
 ///
 /// # Safety
 /// `cq` came from [`ibv_create_cq`].
@@ -325,6 +328,16 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         unsafe {
             libc::epoll_ctl((*channel).fd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
             (*channel).refcnt -= 1;
+        }
+        if !crate::comp_events::retire(cq as usize) {
+            // An event of it is still out after the wait: the CQ goes in the NIC but
+            // its memory stays for the late acknowledgement. `api` is initialised and
+            // dropped only here; the rest is leaked, never read as a CQ again (no
+            // event can be taken for it any more).
+            let b = cq as *mut SoftnicCq;
+            // SAFETY: as said; the box is never reconstructed.
+            unsafe { std::ptr::drop_in_place(std::ptr::addr_of_mut!((*b).api)) };
+            return 0;
         }
     }
     // SAFETY: reverses ibv_create_cq's Box::into_raw.
@@ -503,12 +516,24 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             return -1;
         }
         let found = ev.u64 as *mut SoftnicCq;
-        // SAFETY: the epoll data is the SoftnicCq registered by ibv_create_cq; a CQ is
-        // removed from the channel before it is freed.
+        // Counted before the CQ is touched: one being destroyed by another thread
+        // (its epoll registration not yet gone when epoll_wait answered) refuses.
+        if !crate::comp_events::take(found as usize) {
+            if nonblocking {
+                errno::set(libc::EAGAIN);
+                return -1;
+            }
+            continue;
+        }
+        // SAFETY: the epoll data is the SoftnicCq registered by ibv_create_cq, and
+        // the event just counted keeps it from being freed.
         let c = unsafe { &*found };
         // Readable per epoll; empty if another thread took the event first (then
         // wait again).
         let took = c.api.lock().unwrap_or_else(|e| e.into_inner()).take_event();
+        if !matches!(took, Ok(true)) {
+            crate::comp_events::ack(found as usize, 1);
+        }
         match took {
             Ok(true) => {}
             Ok(false) if nonblocking => {
@@ -530,8 +555,8 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     }
 }
 
-/// `ibv_ack_cq_events`: counts acknowledged events (rdma-core's `ibv_destroy_cq` waits
-/// for them; here destroy does not block, the count is informational).
+/// `ibv_ack_cq_events`: counts acknowledged events, which `ibv_destroy_cq` waits for
+/// (`comp_events.rs`), as in rdma-core.
 ///
 /// # Safety
 /// `cq` came from [`ibv_create_cq`].
@@ -548,4 +573,6 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: u32) {
         libc::pthread_cond_signal(std::ptr::addr_of_mut!((*cq).cond));
         libc::pthread_mutex_unlock(m);
     }
+    // Last: the CQ may be freed once this count is down.
+    crate::comp_events::ack(cq as usize, nevents);
 }

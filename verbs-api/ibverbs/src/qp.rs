@@ -632,14 +632,26 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     if qp.is_null() {
         return libc::EINVAL;
     }
+    // SAFETY: the context outlives its QPs (caller contract).
+    let retired = unsafe {
+        crate::device::softnic_context((*qp).context)
+            .events
+            .forget_qp((*qp).qp_num, qp as usize)
+    };
     // SAFETY: reverses ibv_create_qp's Box::into_raw (caller contract: once).
     let b = unsafe { Box::from_raw(qp as *mut SoftnicQp) };
     // SAFETY: the objects a QP holds outlive it (their destroy is EBUSY meanwhile).
     unsafe {
         b.held.release();
-        crate::device::softnic_context(b.qpx.qp_base.context)
-            .events
-            .forget_qp(b.qpx.qp_base.qp_num);
+        if !retired {
+            // An event of it is still out after the wait: the QP goes in the NIC (its
+            // handle dropped) but its memory stays for the late acknowledgement
+            // (`Events::retire`). `api` is initialised and dropped only here; the rest
+            // is leaked, never read as a QP again (it left the live maps above).
+            let b = Box::into_raw(b);
+            std::ptr::drop_in_place(std::ptr::addr_of_mut!((*b).api));
+            return 0;
+        }
         libc::pthread_cond_destroy(std::ptr::addr_of!(b.qpx.qp_base.cond).cast_mut());
         libc::pthread_mutex_destroy(std::ptr::addr_of!(b.qpx.qp_base.mutex).cast_mut());
     }

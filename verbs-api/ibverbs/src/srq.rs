@@ -152,14 +152,17 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     if unsafe { softnic_srq(srq) }.users.load(Ordering::Acquire) != 0 {
         return libc::EBUSY;
     }
+    // SAFETY: the context outlives its SRQs (caller contract).
+    let retired = unsafe {
+        crate::device::softnic_context((*srq).context)
+            .events
+            .forget((*srq).handle, srq as usize)
+    };
     // SAFETY: reverses ibv_create_srq's Box::into_raw (caller contract: once).
     let b = unsafe { Box::from_raw(srq as *mut SoftnicSrq) };
     // SAFETY: the context, PD, CQ and XRC domain outlive the SRQ (their destroy and
     // close are EBUSY meanwhile).
     unsafe {
-        crate::device::softnic_context(b.srq.context)
-            .events
-            .forget(b.srq.handle);
         softnic_pd(b.srq.pd).users.fetch_sub(1, Ordering::AcqRel);
         if !b.cq.is_null() {
             softnic_cq(b.cq).users.fetch_sub(1, Ordering::AcqRel);
@@ -168,6 +171,14 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
             crate::xrc::softnic_xrcd(b.xrcd)
                 .users
                 .fetch_sub(1, Ordering::AcqRel);
+        }
+        if !retired {
+            // As `ibv_destroy_qp`: an event of it is still out after the wait, so the
+            // SRQ goes in the NIC but its memory stays for the late acknowledgement.
+            // `api` is initialised and dropped only here; the rest is leaked.
+            let b = Box::into_raw(b);
+            std::ptr::drop_in_place(std::ptr::addr_of_mut!((*b).api));
+            return 0;
         }
         libc::pthread_cond_destroy(std::ptr::addr_of!(b.srq.cond).cast_mut());
         libc::pthread_mutex_destroy(std::ptr::addr_of!(b.srq.mutex).cast_mut());
