@@ -133,7 +133,9 @@ static void part2(void)
 		struct rdma_cm_id *id;
 		CHECK(rdma_create_id(ch2, &id, c, RDMA_PS_TCP) == 0);
 		CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == 0);
-		usleep((i % 10) * 100);
+		/* Destroyed 0-0.9 ms after the resolution began, the last 20 after 5 ms (so
+		 * that some events are surely handed out first, even on a loaded machine). */
+		usleep(i < IDS - 20 ? (i % 10) * 100 : 5000);
 		CHECK(rdma_destroy_id(id) == 0);
 		atomic_store(&c->alive, 0);
 	}
