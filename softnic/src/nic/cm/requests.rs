@@ -150,7 +150,7 @@ impl Nic {
     fn cm_owned(&mut self, client: u32, id: Handle) -> Result<&mut IdOwner, Box<Answer>> {
         match self.cm.ids.get_mut(&id) {
             Some(o) if o.client == client => Ok(o),
-            _ => Err(Box::new(err(ErrorCode::NotFound, format!("no CM id {id}")))),
+            _ => Err(fail(ErrorCode::NotFound, format!("no CM id {id}"))),
         }
     }
 
@@ -243,10 +243,10 @@ impl Nic {
                     other => Err(Box::new(other)),
                 }
             }
-            s => Err(Box::new(err(
+            s => Err(fail(
                 ErrorCode::InvalidState,
                 format!("QP {qpn:#x} is in {s:?}; rdma_cm needs it in RESET or INIT"),
-            ))),
+            )),
         }
     }
 
