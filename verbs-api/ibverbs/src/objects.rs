@@ -528,6 +528,12 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         // SAFETY: the epoll data is the SoftnicCq registered by ibv_create_cq, and
         // the event just counted keeps it from being freed.
         let c = unsafe { &*found };
+        if c.cqx.cq_base.channel != channel {
+            // A CQ made at the address of the one epoll named, freed meanwhile: not
+            // this channel's.
+            crate::comp_events::ack(found as usize, 1);
+            continue;
+        }
         // Readable per epoll; empty if another thread took the event first (then
         // wait again).
         let took = c.api.lock().unwrap_or_else(|e| e.into_inner()).take_event();
