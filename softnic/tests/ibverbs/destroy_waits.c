@@ -16,8 +16,8 @@
  * 2. The same with a QP on an SRQ moved to ERR: its IBV_EVENT_QP_LAST_WQE_REACHED taken
  *    with ibv_get_async_event, acknowledged 300 ms later; ibv_destroy_qp must wait.
  * 3. Another such QP's event waiting on async_fd (poll(2) says readable) when the QP is
- *    destroyed: ibv_get_async_event on the non-blocking async_fd then answers EAGAIN,
- *    never an event naming the destroyed QP.
+ *    destroyed: async_fd no longer polls readable, and ibv_get_async_event on the
+ *    non-blocking async_fd answers EAGAIN, never an event naming the destroyed QP.
  * Prints "ok" at the end. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -171,6 +171,8 @@ int main(int argc, char **argv)
 		die("part 3: no LAST_WQE_REACHED waiting");
 	if (ibv_destroy_qp(q3))
 		die("destroy q3");
+	if (readable(s.ctx->async_fd, 0))
+		die("part 3: async_fd polls readable with the destroyed QP's event dropped");
 	int fl = fcntl(s.ctx->async_fd, F_GETFL);
 	if (fl < 0 || fcntl(s.ctx->async_fd, F_SETFL, fl | O_NONBLOCK))
 		die("O_NONBLOCK");

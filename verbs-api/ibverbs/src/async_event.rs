@@ -31,10 +31,11 @@
 //! waits until the program acknowledged those it took, as rdma-core's
 //! `ibv_destroy_qp` / `ibv_destroy_srq` wait for `events_completed` to reach what the
 //! kernel reported (the kernel drops the rest): no event names a freed object, and
-//! `ibv_ack_async_event` in another thread never writes into one. The drop leaves
-//! `async_fd`'s count as it was (a count cannot be taken back without racing a reader
-//! that already took it): `poll(2)` may then report `async_fd` readable with no event
-//! queued, and `ibv_get_async_event` waits on for the next one (non-blocking: EAGAIN).
+//! `ibv_ack_async_event` in another thread never writes into one. The drop takes the
+//! dropped events' counts off `async_fd` too, without blocking, so it polls readable
+//! exactly while an event is queued; a count another thread's `ibv_get_async_event`
+//! had already taken stays with it, and that call finds the queue shorter and waits on
+//! for the next event (non-blocking: EAGAIN).
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
@@ -100,8 +101,8 @@ impl Events {
     }
 
     /// The SRQ of NIC handle `srq_handle` (at `srq`) is being destroyed: [`Self::retire`].
-    pub(crate) fn forget(&self, srq_handle: u32, srq: usize) -> bool {
-        self.retire(srq, || {
+    pub(crate) fn forget(&self, srq_handle: u32, srq: usize, async_fd: &OwnedFd) -> bool {
+        self.retire(srq, async_fd, || {
             lock(&self.inner.srqs).remove(&srq_handle);
         })
     }
@@ -111,8 +112,8 @@ impl Events {
     }
 
     /// The QP numbered `qpn` (at `qp`) is being destroyed: [`Self::retire`].
-    pub(crate) fn forget_qp(&self, qpn: u32, qp: usize) -> bool {
-        self.retire(qp, || {
+    pub(crate) fn forget_qp(&self, qpn: u32, qp: usize, async_fd: &OwnedFd) -> bool {
+        self.retire(qp, async_fd, || {
             lock(&self.inner.qps).remove(&qpn);
         })
     }
@@ -122,12 +123,22 @@ impl Events {
     /// the queue's lock, which `deliver` holds from resolving an event to queueing
     /// it), then this waits, at most [`ACK_WAIT`], until the events of it the program
     /// took are acknowledged. False if they were not: the caller must not free it.
-    fn retire(&self, element: usize, unmap: impl FnOnce()) -> bool {
+    fn retire(&self, element: usize, async_fd: &OwnedFd, unmap: impl FnOnce()) -> bool {
         let s = &self.inner;
         {
             let mut q = lock(&s.queue);
             unmap();
+            let before = q.len();
             q.retain(|&(e, _)| e != element);
+            // Their counts too, so that `async_fd` polls readable exactly while an
+            // event is queued. Never blocking (the watcher needs this lock): a count a
+            // reader already took is left to it, and it finds the queue shorter and
+            // waits for the next event.
+            for _ in q.len()..before {
+                if !matches!(os::eventfd_take_nowait(async_fd.as_fd()), Ok(true)) {
+                    break;
+                }
+            }
         }
         let taken = lock(&s.taken);
         let (taken, _) = s

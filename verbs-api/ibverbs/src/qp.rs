@@ -634,9 +634,9 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     }
     // SAFETY: the context outlives its QPs (caller contract).
     let retired = unsafe {
-        crate::device::softnic_context((*qp).context)
-            .events
-            .forget_qp((*qp).qp_num, qp as usize)
+        let ctx = crate::device::softnic_context((*qp).context);
+        ctx.events
+            .forget_qp((*qp).qp_num, qp as usize, ctx.async_fd())
     };
     // SAFETY: reverses ibv_create_qp's Box::into_raw (caller contract: once).
     let b = unsafe { Box::from_raw(qp as *mut SoftnicQp) };

@@ -154,9 +154,9 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     }
     // SAFETY: the context outlives its SRQs (caller contract).
     let retired = unsafe {
-        crate::device::softnic_context((*srq).context)
-            .events
-            .forget((*srq).handle, srq as usize)
+        let ctx = crate::device::softnic_context((*srq).context);
+        ctx.events
+            .forget((*srq).handle, srq as usize, ctx.async_fd())
     };
     // SAFETY: reverses ibv_create_srq's Box::into_raw (caller contract: once).
     let b = unsafe { Box::from_raw(srq as *mut SoftnicSrq) };

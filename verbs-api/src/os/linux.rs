@@ -258,6 +258,26 @@ pub fn eventfd_signal(fd: BorrowedFd<'_>) -> io::Result<()> {
     }
 }
 
+/// Takes one count from a semaphore eventfd (`EFD_SEMAPHORE`) without ever blocking,
+/// whatever its `O_NONBLOCK`: true if one was taken, false if the counter was 0 or the
+/// kernel refuses `RWF_NOWAIT` on eventfds (then nothing is read, unlike
+/// [`eventfd_drain`], so a caller holding a lock another waker needs cannot block).
+pub fn eventfd_take_nowait(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let mut v: u64 = 0;
+    let iov = libc::iovec {
+        iov_base: (&mut v as *mut u64).cast(),
+        iov_len: 8,
+    };
+    // SAFETY: one iovec of 8 bytes over a valid u64; offset -1 = the current position.
+    let r = unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, -1, libc::RWF_NOWAIT) };
+    match cvt_size(r) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Reads and resets an eventfd's counter; 0 when it was already 0 (EAGAIN).
 ///
 /// The read is a `preadv2` with `RWF_NOWAIT`, which eventfd honours on current
@@ -1060,6 +1080,22 @@ mod tests {
         assert!(wait_readable(e.as_fd(), Some(Duration::ZERO)).unwrap());
         assert_eq!(eventfd_drain(e.as_fd()).unwrap(), 2);
         assert_eq!(eventfd_drain(e.as_fd()).unwrap(), 0);
+    }
+
+    #[test]
+    fn eventfd_take_nowait_takes_one_count_of_a_blocking_semaphore() {
+        // SAFETY: plain syscall; the descriptor is owned below.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+        assert!(fd >= 0);
+        // SAFETY: fresh descriptor, owned here only.
+        let e = unsafe { OwnedFd::from_raw_fd(fd) };
+        // Blocking (no O_NONBLOCK) and empty: answers at once.
+        assert!(!eventfd_take_nowait(e.as_fd()).unwrap());
+        eventfd_signal(e.as_fd()).unwrap();
+        eventfd_signal(e.as_fd()).unwrap();
+        assert!(eventfd_take_nowait(e.as_fd()).unwrap());
+        assert!(eventfd_take_nowait(e.as_fd()).unwrap());
+        assert!(!eventfd_take_nowait(e.as_fd()).unwrap());
     }
 
     #[test]

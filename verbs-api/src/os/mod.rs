@@ -3,7 +3,7 @@
 //! * shared memory: `memfd_create` + `ftruncate` + `fallocate` + seals ([`memfd`],
 //!   [`check_shm`], [`map_shared`], and the NIC's [`map_peer_shm`]);
 //! * wake-ups: `eventfd` ([`eventfd`], [`eventfd_signal`], [`eventfd_drain`],
-//!   [`wait_readable`], [`wait_any_readable`]) and a pipe where the reader must not
+//!   [`eventfd_take_nowait`], [`wait_readable`], [`wait_any_readable`]) and a pipe where the reader must not
 //!   share the writer's open file ([`pipe`], [`pipe_signal`], [`pipe_drain`],
 //!   [`pipe_take`], [`SignalPipe`]) or the writer the reader's
 //!   ([`WakePipe`], a socket pair that acts as one, and [`wake_signal`]: a client's
