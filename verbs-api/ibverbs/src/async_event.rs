@@ -40,7 +40,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use verbs_api::{os, AsyncEvent, Context};
@@ -48,6 +48,7 @@ use verbs_api::{os, AsyncEvent, Context};
 use crate::abi::*;
 use crate::device::softnic_context;
 use crate::errno;
+use crate::unacked::Unacked;
 
 /// How often the watcher asks a NIC that offers no readiness pipe (one control round
 /// trip each time).
@@ -85,18 +86,12 @@ struct Shared {
     queue: Mutex<VecDeque<(usize, c_int)>>,
     /// Events taken and not acknowledged, by element (rdma-core's events reported
     /// minus `events_completed`); counted under `queue`'s lock as they are taken.
-    taken: Mutex<HashMap<usize, u32>>,
-    /// Signalled when an element's last taken event is acknowledged.
-    acked: Condvar,
+    unacked: Unacked,
 }
-
-/// How long [`Events::retire`] waits for the program to acknowledge an object's events
-/// before it gives up (rdma-core waits without bound); the caller then leaves the
-/// object allocated, so the late acknowledgement finds it.
-pub(crate) const ACK_WAIT: Duration = Duration::from_secs(10);
 
 impl Events {
     pub(crate) fn register_srq(&self, handle: u32, srq: usize) {
+        self.inner.unacked.open(srq);
         lock(&self.inner.srqs).insert(handle, srq);
     }
 
@@ -108,6 +103,7 @@ impl Events {
     }
 
     pub(crate) fn register_qp(&self, qpn: u32, qp: usize) {
+        self.inner.unacked.open(qp);
         lock(&self.inner.qps).insert(qpn, qp);
     }
 
@@ -121,7 +117,7 @@ impl Events {
     /// An object (at `element`) is being destroyed: `unmap` takes it out of the map
     /// events are resolved through, its events not taken yet are dropped (both under
     /// the queue's lock, which `deliver` holds from resolving an event to queueing
-    /// it), then this waits, at most [`ACK_WAIT`], until the events of it the program
+    /// it), then this waits ([`Unacked::retire`]) until the events of it the program
     /// took are acknowledged. False if they were not: the caller must not free it.
     fn retire(&self, element: usize, async_fd: &OwnedFd, unmap: impl FnOnce()) -> bool {
         let s = &self.inner;
@@ -140,12 +136,7 @@ impl Events {
                 }
             }
         }
-        let taken = lock(&s.taken);
-        let (taken, _) = s
-            .acked
-            .wait_timeout_while(taken, ACK_WAIT, |t| t.contains_key(&element))
-            .unwrap_or_else(|e| e.into_inner());
-        !taken.contains_key(&element)
+        s.unacked.retire(element)
     }
 
     /// Starts the watcher thread if it is not running. On failure (no thread, no fd)
@@ -293,9 +284,9 @@ pub unsafe extern "C" fn ibv_get_async_event(
         // events leave theirs (`Events::retire`): then wait for the next.
         let mut q = lock(&s.queue);
         if let Some((element, kind)) = q.pop_front() {
-            if element != 0 {
-                *lock(&s.taken).entry(element).or_insert(0) += 1;
-            }
+            // Live: `retire` drops an element's queued events (under this lock)
+            // before it marks the element.
+            s.unacked.take(element);
             break (element, kind);
         }
     };
@@ -368,13 +359,5 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
     // SAFETY: the object's context outlives it.
     let ctx = unsafe { softnic_context(context) };
     let s = &ctx.events.inner;
-    let mut taken = lock(&s.taken);
-    let element = e.element as usize;
-    if let Some(n) = taken.get_mut(&element) {
-        *n -= 1;
-        if *n == 0 {
-            taken.remove(&element);
-            s.acked.notify_all();
-        }
-    }
+    s.unacked.ack(e.element as usize, 1);
 }

@@ -21,6 +21,11 @@ use verbs_api::{CompletionQueue, PollIdle, ProtectionDomain, WcOpcode, WorkCompl
 use crate::abi::*;
 use crate::device::softnic_context;
 use crate::errno;
+use crate::unacked::Unacked;
+
+/// Completion events taken with `ibv_get_cq_event` and not yet acknowledged, by CQ
+/// address: `ibv_destroy_cq` waits for them.
+static COMP_EVENTS: Unacked = Unacked::new();
 
 /// A PD: `ibv_pd`, then the verbs-api PD and a count of its MRs and QPs (a PD in use
 /// cannot be deallocated: EBUSY, as the kernel answers). A parent domain
@@ -294,14 +299,14 @@ pub(crate) unsafe fn create_cq(
         // SAFETY: caller contract; refcnt is only changed under the program's own
         // create/destroy calls, which rdma-core also leaves unsynchronised.
         unsafe { (*channel).refcnt += 1 };
-        crate::comp_events::open(b as usize);
+        COMP_EVENTS.open(b as usize);
     }
     b as *mut ibv_cq
 }
 
 /// `ibv_destroy_cq`: EBUSY while QPs use it. On a completion channel it returns once
 /// the CQ's events taken with `ibv_get_cq_event` are acknowledged, as rdma-core's does
-/// (`comp_events.rs`).
+/// (`unacked.rs`).
 ///
 /// # Safety
 /// `cq` came from [`ibv_create_cq`].
@@ -329,7 +334,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
             libc::epoll_ctl((*channel).fd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
             (*channel).refcnt -= 1;
         }
-        if !crate::comp_events::retire(cq as usize) {
+        if !COMP_EVENTS.retire(cq as usize) {
             // An event of it is still out after the wait: the CQ goes in the NIC but
             // its memory stays for the late acknowledgement. `api` is initialised and
             // dropped only here; the rest is leaked, never read as a CQ again (no
@@ -518,7 +523,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         let found = ev.u64 as *mut SoftnicCq;
         // Counted before the CQ is touched: one being destroyed by another thread
         // (its epoll registration not yet gone when epoll_wait answered) refuses.
-        if !crate::comp_events::take(found as usize) {
+        if !COMP_EVENTS.take(found as usize) {
             if nonblocking {
                 errno::set(libc::EAGAIN);
                 return -1;
@@ -531,23 +536,25 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         if c.cqx.cq_base.channel != channel {
             // A CQ made at the address of the one epoll named, freed meanwhile: not
             // this channel's.
-            crate::comp_events::ack(found as usize, 1);
+            COMP_EVENTS.ack(found as usize, 1);
             continue;
         }
         // Readable per epoll; empty if another thread took the event first (then
         // wait again).
         let took = c.api.lock().unwrap_or_else(|e| e.into_inner()).take_event();
-        if !matches!(took, Ok(true)) {
-            crate::comp_events::ack(found as usize, 1);
-        }
+        // Nothing taken: the count comes back off.
         match took {
             Ok(true) => {}
-            Ok(false) if nonblocking => {
-                errno::set(libc::EAGAIN);
-                return -1;
+            Ok(false) => {
+                COMP_EVENTS.ack(found as usize, 1);
+                if nonblocking {
+                    errno::set(libc::EAGAIN);
+                    return -1;
+                }
+                continue;
             }
-            Ok(false) => continue,
             Err(_) => {
+                COMP_EVENTS.ack(found as usize, 1);
                 errno::set(libc::EIO);
                 return -1;
             }
@@ -562,7 +569,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
 }
 
 /// `ibv_ack_cq_events`: counts acknowledged events, which `ibv_destroy_cq` waits for
-/// (`comp_events.rs`), as in rdma-core.
+/// (`unacked.rs`), as in rdma-core.
 ///
 /// # Safety
 /// `cq` came from [`ibv_create_cq`].
@@ -580,5 +587,5 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: u32) {
         libc::pthread_mutex_unlock(m);
     }
     // Last: the CQ may be freed once this count is down.
-    crate::comp_events::ack(cq as usize, nevents);
+    COMP_EVENTS.ack(cq as usize, nevents);
 }
