@@ -264,13 +264,7 @@ pub fn eventfd_signal(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// [`eventfd_drain`], so a caller holding a lock another waker needs cannot block).
 pub fn eventfd_take_nowait(fd: BorrowedFd<'_>) -> io::Result<bool> {
     let mut v: u64 = 0;
-    let iov = libc::iovec {
-        iov_base: (&mut v as *mut u64).cast(),
-        iov_len: 8,
-    };
-    // SAFETY: one iovec of 8 bytes over a valid u64; offset -1 = the current position.
-    let r = unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, -1, libc::RWF_NOWAIT) };
-    match cvt_size(r) {
+    match cvt_size(read_u64_nowait(fd, &mut v)) {
         Ok(_) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
         Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(false),
@@ -288,12 +282,7 @@ pub fn eventfd_take_nowait(fd: BorrowedFd<'_>) -> io::Result<bool> {
 /// client's wake-up descriptor is a [`WakePipe`] for that reason).
 pub fn eventfd_drain(fd: BorrowedFd<'_>) -> io::Result<u64> {
     let mut v: u64 = 0;
-    let iov = libc::iovec {
-        iov_base: (&mut v as *mut u64).cast(),
-        iov_len: 8,
-    };
-    // SAFETY: one iovec of 8 bytes over a valid u64; offset -1 = the current position.
-    let mut r = unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, -1, libc::RWF_NOWAIT) };
+    let mut r = read_u64_nowait(fd, &mut v);
     if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP) {
         // SAFETY: reads 8 bytes into a valid u64 from a valid fd.
         r = unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
@@ -303,6 +292,19 @@ pub fn eventfd_drain(fd: BorrowedFd<'_>) -> io::Result<u64> {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
         Err(e) => Err(e),
     }
+}
+
+/// One 8-byte `preadv2` with `RWF_NOWAIT` into `v` at the current position: the raw
+/// result (−1 with `errno` set on failure). eventfd answers it without blocking on
+/// current kernels whatever the fd's `O_NONBLOCK`; an older one refuses the flag
+/// (EOPNOTSUPP).
+fn read_u64_nowait(fd: BorrowedFd<'_>, v: &mut u64) -> isize {
+    let iov = libc::iovec {
+        iov_base: (v as *mut u64).cast(),
+        iov_len: 8,
+    };
+    // SAFETY: one iovec of 8 bytes over a valid u64; offset -1 = the current position.
+    unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, -1, libc::RWF_NOWAIT) }
 }
 
 /// Blocks until `fd` is readable or `timeout` passes (`None` = forever). Returns

@@ -3,14 +3,14 @@
 //! * shared memory: `memfd_create` + `ftruncate` + `fallocate` + seals ([`memfd`],
 //!   [`check_shm`], [`map_shared`], and the NIC's [`map_peer_shm`]);
 //! * wake-ups: `eventfd` ([`eventfd`], [`eventfd_signal`], [`eventfd_drain`],
-//!   [`eventfd_take_nowait`], [`wait_readable`], [`wait_any_readable`]) and a pipe where the reader must not
-//!   share the writer's open file ([`pipe`], [`pipe_signal`], [`pipe_drain`],
-//!   [`pipe_take`], [`SignalPipe`]) or the writer the reader's
-//!   ([`WakePipe`], a socket pair that acts as one, and [`wake_signal`]: a client's
-//!   wake-up of the NIC, an error rather than SIGPIPE once the NIC is gone), `epoll` to
-//!   wait on several as one
-//!   descriptor ([`epoll`], [`epoll_add`]), and `ppoll` to wait on several to the
-//!   microsecond and learn which are ready ([`PollSet`], the NIC's sleep);
+//!   [`eventfd_take_nowait`], [`wait_readable`], [`wait_any_readable`]) and a pipe
+//!   where the reader must not share the writer's open file ([`pipe`],
+//!   [`pipe_signal`], [`pipe_drain`], [`pipe_take`], [`SignalPipe`]) or the writer the
+//!   reader's ([`WakePipe`], a socket pair that acts as one, and [`wake_signal`]: a
+//!   client's wake-up of the NIC, an error rather than SIGPIPE once the NIC is gone),
+//!   `epoll` to wait on several as one descriptor ([`epoll`], [`epoll_add`]), and
+//!   `ppoll` to wait on several to the microsecond and learn which are ready
+//!   ([`PollSet`], the NIC's sleep);
 //! * hybrid CQ polling: a shared (cross-process) futex on a word of the doorbell page
 //!   ([`futex_wait`], [`futex_wake`]);
 //! * whether the NIC still runs, readable without a syscall: a robust futex the kernel
