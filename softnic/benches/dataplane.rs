@@ -39,10 +39,9 @@
 //! with the floor in the same run, also as a share of the single-pass floor
 //! (`dataplane_write_64k_reused_of_floor_single_pass`, the floor's memory spread).
 //! Prints `key value` lines: the best of 7 rounds of the thread's **CPU time**
-//! (`/proc/thread-self/schedstat`), so time the thread spends descheduled on a
-//! shared machine does not count, and the same in wall-clock time (`*_wall`). The
-//! kernel updates that counter at scheduler ticks (≤ 4 ms stale), so each round runs
-//! for ≥ 0.2 s of CPU time to keep the error near 2 %.
+//! (`CLOCK_THREAD_CPUTIME_ID`, exact to the nanosecond: `common/cpu.rs`), so time the
+//! thread spends descheduled on a shared machine does not count, and the same in
+//! wall-clock time (`*_wall`). Each round runs for ≥ 0.2 s.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
