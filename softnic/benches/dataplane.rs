@@ -39,7 +39,7 @@
 //! with the floor in the same run, also as a share of the single-pass floor
 //! (`dataplane_write_64k_reused_of_floor_single_pass`, the floor's memory spread).
 //! Prints `key value` lines: the best of 7 rounds of the thread's **CPU time**
-//! (`CLOCK_THREAD_CPUTIME_ID`, exact to the nanosecond: `common/cpu.rs`), so time the
+//! (`CLOCK_THREAD_CPUTIME_ID`, up to date at each read: `common/cpu.rs`), so time the
 //! thread spends descheduled on a shared machine does not count, and the same in
 //! wall-clock time (`*_wall`). Each round runs for ≥ 0.2 s.
 

@@ -9,7 +9,7 @@
 /// a thread that never sleeps reads whole ticks. A 0.26 s round then moved in steps of
 /// 1.5 %, and the best of seven snapped to a tick (the `dataplane` 64 KiB figure read
 /// 12.10 GB/s, 65 ticks, on two different CPUs). This clock adds the time since the
-/// last update (`task_sched_runtime`), so it is exact to the nanosecond.
+/// last update (`task_sched_runtime`): the runtime as of the call, in nanoseconds.
 pub fn thread_cpu_ns() -> u64 {
     let mut t = libc::timespec {
         tv_sec: 0,
