@@ -830,7 +830,8 @@ fn clock_ns(id: libc::clockid_t) -> u64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `t` is a valid out-pointer; CLOCK_MONOTONIC and CLOCK_REALTIME exist.
+    // SAFETY: `t` is a valid out-pointer; every clock the functions below name exists
+    // on Linux (CLOCK_THREAD_CPUTIME_ID since 2.6.12).
     unsafe { libc::clock_gettime(id, &mut t) };
     (t.tv_sec as u64)
         .saturating_mul(1_000_000_000)
@@ -846,6 +847,14 @@ pub fn monotonic_ns() -> u64 {
 /// Now in `CLOCK_REALTIME` nanoseconds (since the Unix epoch).
 pub fn realtime_ns() -> u64 {
     clock_ns(libc::CLOCK_REALTIME)
+}
+
+/// CPU time the calling thread has run, in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`, a
+/// system call, unlike the two above). Up to date at each read, where
+/// `/proc/thread-self/schedstat` lags a running thread by up to a scheduler tick; the
+/// benches' CPU-time figures (`softnic/benches/common/cpu.rs`).
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 #[cfg(test)]
@@ -868,6 +877,22 @@ mod tests {
             .as_nanos() as u64;
         assert!(real > 1_735_689_600_000_000_000);
         assert!(sys.abs_diff(real) < 1_000_000_000);
+    }
+
+    /// The thread's CPU clock counts running, not sleeping: 20 ms of spinning adds at
+    /// least 10 ms (the spin may be preempted), a 50 ms sleep adds less than 20 ms.
+    #[test]
+    fn thread_cpu_time_counts_running_not_sleeping() {
+        let a = thread_cpu_ns();
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_millis(20) {
+            std::hint::spin_loop();
+        }
+        let b = thread_cpu_ns();
+        std::thread::sleep(Duration::from_millis(50));
+        let c = thread_cpu_ns();
+        assert!(b - a >= 10_000_000, "spun 20 ms, counted {} ns", b - a);
+        assert!(c - b < 20_000_000, "slept 50 ms, counted {} ns", c - b);
     }
     use std::io::{Read, Seek, SeekFrom, Write};
     use std::os::fd::AsFd;

@@ -19,7 +19,8 @@
 //! * fd passing: `sendmsg`/`recvmsg` with `SCM_RIGHTS` ([`send_with_fds`],
 //!   [`recv_with_fds`]);
 //! * clocks: `CLOCK_MONOTONIC` and `CLOCK_REALTIME` in nanoseconds ([`monotonic_ns`],
-//!   [`realtime_ns`]; completion timestamps);
+//!   [`realtime_ns`]; completion timestamps), and the thread's CPU time
+//!   ([`thread_cpu_ns`]; the benches);
 //! * signals as rdma-core's libraries leave them to the program: a library thread that
 //!   takes none ([`spawn_without_signals`]) and blocking waits that end with EINTR as a
 //!   `read(2)` would ([`interrupted_wait_restarts`], [`wait_readable_as_read`]).
